@@ -1,0 +1,73 @@
+/*
+ * cpu_kernels.h — the CPU backend's kernels, forward and backward of each op.
+ * Each pair lives side by side in one file of engine/cpu/.
+ */
+#ifndef TE_CPU_KERNELS_H
+#define TE_CPU_KERNELS_H
+
+#include "../te_internal.h"
+
+te_status cpu_matmul_forward(te_node *n);
+te_status cpu_matmul_backward(te_node *n);
+te_status cpu_linear_forward(te_node *n);
+te_status cpu_linear_backward(te_node *n);
+te_status cpu_add_forward(te_node *n);
+te_status cpu_add_backward(te_node *n);
+te_status cpu_sub_forward(te_node *n);
+te_status cpu_sub_backward(te_node *n);
+te_status cpu_mul_forward(te_node *n);
+te_status cpu_mul_backward(te_node *n);
+te_status cpu_div_forward(te_node *n);
+te_status cpu_div_backward(te_node *n);
+te_status cpu_scale_forward(te_node *n);
+te_status cpu_scale_backward(te_node *n);
+te_status cpu_relu_forward(te_node *n);
+te_status cpu_relu_backward(te_node *n);
+te_status cpu_gelu_forward(te_node *n);
+te_status cpu_gelu_backward(te_node *n);
+te_status cpu_tanh_forward(te_node *n);
+te_status cpu_tanh_backward(te_node *n);
+te_status cpu_sigmoid_forward(te_node *n);
+te_status cpu_sigmoid_backward(te_node *n);
+te_status cpu_exp_forward(te_node *n);
+te_status cpu_exp_backward(te_node *n);
+te_status cpu_log_forward(te_node *n);
+te_status cpu_log_backward(te_node *n);
+te_status cpu_sqrt_forward(te_node *n);
+te_status cpu_sqrt_backward(te_node *n);
+te_status cpu_softmax_forward(te_node *n);
+te_status cpu_softmax_backward(te_node *n);
+te_status cpu_log_softmax_forward(te_node *n);
+te_status cpu_log_softmax_backward(te_node *n);
+te_status cpu_cross_entropy_forward(te_node *n);
+te_status cpu_cross_entropy_backward(te_node *n);
+te_status cpu_mse_forward(te_node *n);
+te_status cpu_mse_backward(te_node *n);
+te_status cpu_conv2d_forward(te_node *n);
+te_status cpu_conv2d_backward(te_node *n);
+te_status cpu_maxpool2d_forward(te_node *n);
+te_status cpu_maxpool2d_backward(te_node *n);
+te_status cpu_avgpool2d_forward(te_node *n);
+te_status cpu_avgpool2d_backward(te_node *n);
+te_status cpu_global_avgpool_forward(te_node *n);
+te_status cpu_global_avgpool_backward(te_node *n);
+te_status cpu_batchnorm_forward(te_node *n);
+te_status cpu_batchnorm_backward(te_node *n);
+te_status cpu_layernorm_forward(te_node *n);
+te_status cpu_layernorm_backward(te_node *n);
+te_status cpu_dropout_forward(te_node *n);
+te_status cpu_dropout_backward(te_node *n);
+te_status cpu_reshape_forward(te_node *n);
+te_status cpu_reshape_backward(te_node *n);
+te_status cpu_transpose_forward(te_node *n);
+te_status cpu_transpose_backward(te_node *n);
+te_status cpu_sum_forward(te_node *n);
+te_status cpu_sum_backward(te_node *n);
+te_status cpu_mean_forward(te_node *n);
+te_status cpu_mean_backward(te_node *n);
+te_status cpu_embedding_forward(te_node *n);
+te_status cpu_embedding_backward(te_node *n);
+te_status cpu_cast_forward(te_node *n);
+te_status cpu_cast_backward(te_node *n);
+
+#endif

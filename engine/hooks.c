@@ -1,0 +1,61 @@
+/* hooks.c — the table of attached hooks and the calls into them. */
+#include "te_internal.h"
+
+#define MAX_HOOKS 8
+
+static struct {
+    te_hooks h;
+    void *user;
+    bool used;
+} hooks[MAX_HOOKS];
+
+/* Read on every op: zero means the whole hook path is one untaken branch. */
+int te_hook_count;
+
+int te_hook_add(const te_hooks *h, void *user)
+{
+    for (int i = 0; i < MAX_HOOKS; i++) {
+        if (hooks[i].used)
+            continue;
+        hooks[i].h = *h;
+        hooks[i].user = user;
+        hooks[i].used = true;
+        te_hook_count++;
+        return i;
+    }
+    te_set_error(TE_ERR_STATE, "te_hook_add: all %d hook slots are taken", MAX_HOOKS);
+    return -1;
+}
+
+void te_hook_remove(int handle)
+{
+    if (handle < 0 || handle >= MAX_HOOKS || !hooks[handle].used)
+        return;
+    hooks[handle].used = false;
+    te_hook_count--;
+}
+
+void te_hooks_step(int64_t step, bool begin)
+{
+    for (int i = 0; i < MAX_HOOKS; i++) {
+        if (!hooks[i].used)
+            continue;
+        void (*fn)(int64_t, void *) = begin ? hooks[i].h.step_begin : hooks[i].h.step_end;
+        if (fn)
+            fn(step, hooks[i].user);
+    }
+}
+
+void te_hooks_phase(int64_t step, te_phase p)
+{
+    for (int i = 0; i < MAX_HOOKS; i++)
+        if (hooks[i].used && hooks[i].h.phase_begin)
+            hooks[i].h.phase_begin(step, p, hooks[i].user);
+}
+
+void te_hooks_op_end(const te_op_record *rec)
+{
+    for (int i = 0; i < MAX_HOOKS; i++)
+        if (hooks[i].used && hooks[i].h.op_end)
+            hooks[i].h.op_end(rec, hooks[i].user);
+}

@@ -1,0 +1,136 @@
+/*
+ * inject.c — fault injection: alter one op's output at one step so that a
+ * debugger or a diff has a known answer to find.
+ * Spec: "KIND@op=GLOB,step=N[,value=X][,index=I]".
+ */
+#include "te_internal.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { INJ_NAN, INJ_INF, INJ_SCALE, INJ_NOISE, INJ_ZERO } inject_kind;
+
+static const char *const kind_names[] = { "nan", "inf", "scale", "noise", "zero" };
+
+typedef struct {
+    inject_kind kind;
+    char glob[TE_NAME_MAX];
+    int64_t step;
+    float value;
+    int64_t index;
+} injection;
+
+#define MAX_INJECTIONS 16
+static injection injections[MAX_INJECTIONS];
+int te_inject_count;
+
+static te_status bad(const char *spec, const char *token, const char *why)
+{
+    te_set_error(TE_ERR_ARG, "--inject '%s': %s '%s' (expected KIND@op=GLOB,step=N[,value=X][,index=I] "
+                 "with KIND nan, inf, scale, noise or zero)", spec, why, token);
+    return TE_ERR_ARG;
+}
+
+te_status te_inject_add(const char *spec)
+{
+    if (te_inject_count == MAX_INJECTIONS) {
+        te_set_error(TE_ERR_ARG, "--inject '%s': at most %d injections", spec, MAX_INJECTIONS);
+        return TE_ERR_ARG;
+    }
+    injection in = { .step = -1, .value = NAN, .index = 0 };
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *at = strchr(buf, '@');
+    if (!at)
+        return bad(spec, buf, "missing '@' after kind");
+    *at = '\0';
+    int k;
+    for (k = 0; k < 5; k++)
+        if (strcmp(buf, kind_names[k]) == 0)
+            break;
+    if (k == 5)
+        return bad(spec, buf, "unknown kind");
+    in.kind = (inject_kind)k;
+    char *save = NULL;
+    for (char *item = strtok_r(at + 1, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq)
+            return bad(spec, item, "expected key=value, got");
+        *eq = '\0';
+        const char *val = eq + 1;
+        char *end;
+        errno = 0;
+        if (strcmp(item, "op") == 0) {
+            if (!*val)
+                return bad(spec, item, "empty glob in");
+            snprintf(in.glob, sizeof in.glob, "%s", val);
+        } else if (strcmp(item, "step") == 0) {
+            in.step = strtoll(val, &end, 10);
+            if (*end || end == val || errno || in.step < 0)
+                return bad(spec, val, "bad step");
+        } else if (strcmp(item, "value") == 0) {
+            in.value = strtof(val, &end);
+            if (*end || end == val)
+                return bad(spec, val, "bad value");
+        } else if (strcmp(item, "index") == 0) {
+            in.index = strtoll(val, &end, 10);
+            if (*end || end == val || in.index < 0)
+                return bad(spec, val, "bad index");
+        } else {
+            return bad(spec, item, "unknown key");
+        }
+    }
+    if (!in.glob[0])
+        return bad(spec, spec, "missing op=GLOB in");
+    if (in.step < 0)
+        return bad(spec, spec, "missing step=N in");
+    if (isnan(in.value))
+        in.value = in.kind == INJ_SCALE ? 1000.0f : 0.01f;
+    injections[te_inject_count++] = in;
+    return TE_OK;
+}
+
+void te_inject_clear(void) { te_inject_count = 0; }
+
+static void alter(const injection *in, te_tensor *t, uint64_t stream)
+{
+    switch (in->kind) {
+    case INJ_NAN:
+    case INJ_INF:
+        te_set(t, in->index < t->numel ? in->index : 0, in->kind == INJ_NAN ? NAN : INFINITY);
+        break;
+    case INJ_SCALE:
+        for (int64_t i = 0; i < t->numel; i++)
+            te_set(t, i, te_get(t, i) * in->value);
+        break;
+    case INJ_NOISE:
+        for (int64_t i = 0; i < t->numel; i++)
+            te_set(t, i, te_get(t, i) + in->value * te_rand_normal(te_seed(), stream, (uint64_t)i));
+        break;
+    case INJ_ZERO:
+        te_fill(t, 0.0f);
+        break;
+    }
+}
+
+void te_inject_apply(const te_op_record *rec)
+{
+    for (int i = 0; i < te_inject_count; i++) {
+        const injection *in = &injections[i];
+        if (in->step != rec->step || fnmatch(in->glob, rec->name, 0) != 0)
+            continue;
+        te_tensor *t = NULL;
+        for (int k = 0; k < rec->n_outputs && !t; k++)
+            t = rec->outputs[k];
+        /* Noise drawn from (op name, step): the same in eager and graph mode. */
+        uint64_t stream = (uint64_t)rec->step;
+        for (const char *c = rec->name; *c; c++)
+            stream = stream * 131 + (uint8_t)*c;
+        if (t && te_dtype_is_float(t->dtype))
+            alter(in, t, stream);
+    }
+}

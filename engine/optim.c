@@ -1,0 +1,258 @@
+/*
+ * optim.c — SGD (momentum, Nesterov, weight decay), Adam and AdamW, and
+ * gradient clipping, with PyTorch's update rules. Optimizer state is f32;
+ * f16/bf16 parameters are updated in f32 and rounded back.
+ */
+#include "te_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_SGD, OPT_ADAM } opt_kind;
+
+struct te_optim {
+    opt_kind kind;
+    te_sgd_opts sgd;
+    te_adam_opts adam;
+    int n;
+    te_tensor **params;
+    float **m, **v;   /* momentum buffer / Adam moments, per parameter */
+    int64_t t;        /* updates done */
+};
+
+static te_optim *optim_new(opt_kind kind, te_tensor **params, int n)
+{
+    te_optim *o = calloc(1, sizeof *o);
+    if (!o)
+        goto nomem;
+    o->kind = kind;
+    o->n = n;
+    o->params = calloc((size_t)n, sizeof *o->params);
+    o->m = calloc((size_t)n, sizeof *o->m);
+    o->v = calloc((size_t)n, sizeof *o->v);
+    if (!o->params || !o->m || !o->v)
+        goto nomem;
+    for (int i = 0; i < n; i++) {
+        if (!params[i] || !te_dtype_is_float(params[i]->dtype)) {
+            te_set_error(TE_ERR_ARG, "optimizer: parameter %d is %s", i,
+                         params[i] ? "not a float tensor" : "NULL");
+            te_optim_free(o);
+            return NULL;
+        }
+        o->params[i] = params[i];
+    }
+    return o;
+nomem:
+    te_set_error(TE_ERR_NOMEM, "optimizer: out of memory");
+    te_optim_free(o);
+    return NULL;
+}
+
+te_optim *te_sgd_new(te_tensor **params, int n, const te_sgd_opts *opts)
+{
+    if (opts->lr < 0 || opts->momentum < 0 || opts->weight_decay < 0 ||
+        (opts->nesterov && (opts->momentum <= 0 || opts->dampening != 0))) {
+        te_set_error(TE_ERR_ARG, "sgd: bad options lr=%g momentum=%g dampening=%g weight_decay=%g%s",
+                     opts->lr, opts->momentum, opts->dampening, opts->weight_decay,
+                     opts->nesterov ? " (nesterov needs momentum > 0 and dampening 0)" : "");
+        return NULL;
+    }
+    te_optim *o = optim_new(OPT_SGD, params, n);
+    if (o)
+        o->sgd = *opts;
+    return o;
+}
+
+te_optim *te_adam_new(te_tensor **params, int n, const te_adam_opts *opts)
+{
+    te_adam_opts a = *opts;
+    if (a.lr == 0) a.lr = 1e-3f;
+    if (a.beta1 == 0) a.beta1 = 0.9f;
+    if (a.beta2 == 0) a.beta2 = 0.999f;
+    if (a.eps == 0) a.eps = 1e-8f;
+    if (a.lr < 0 || a.beta1 < 0 || a.beta1 >= 1 || a.beta2 < 0 || a.beta2 >= 1 || a.eps < 0 ||
+        a.weight_decay < 0) {
+        te_set_error(TE_ERR_ARG, "adam: bad options lr=%g betas=(%g,%g) eps=%g weight_decay=%g",
+                     a.lr, a.beta1, a.beta2, a.eps, a.weight_decay);
+        return NULL;
+    }
+    te_optim *o = optim_new(OPT_ADAM, params, n);
+    if (o)
+        o->adam = a;
+    return o;
+}
+
+void te_optim_free(te_optim *o)
+{
+    if (!o)
+        return;
+    for (int i = 0; i < o->n; i++) {
+        if (o->m) free(o->m[i]);
+        if (o->v) free(o->v[i]);
+    }
+    free(o->params);
+    free(o->m);
+    free(o->v);
+    free(o);
+}
+
+void te_optim_set_lr(te_optim *o, float lr)
+{
+    if (o->kind == OPT_SGD)
+        o->sgd.lr = lr;
+    else
+        o->adam.lr = lr;
+}
+
+float te_optim_lr(const te_optim *o) { return o->kind == OPT_SGD ? o->sgd.lr : o->adam.lr; }
+
+static float *state_buf(float **slot, int64_t n)
+{
+    if (!*slot)
+        *slot = calloc((size_t)n, sizeof **slot);
+    return *slot;
+}
+
+static void sgd_update(const te_sgd_opts *s, float *restrict p, const float *restrict g,
+                       float *restrict buf, bool first, int64_t n)
+{
+    const float lr = s->lr, wd = s->weight_decay, mom = s->momentum, damp = 1.0f - s->dampening;
+#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i] + wd * p[i];
+        if (buf) {
+            buf[i] = first ? d : mom * buf[i] + damp * d;
+            d = s->nesterov ? d + mom * buf[i] : buf[i];
+        }
+        p[i] -= lr * d;
+    }
+}
+
+static void adam_update(const te_adam_opts *a, float *restrict p, const float *restrict g,
+                        float *restrict m, float *restrict v, int64_t t, int64_t n)
+{
+    const float b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
+    const float step = a->lr / (1.0f - powf(b1, (float)t));
+    const float inv_sqrt_bc2 = 1.0f / sqrtf(1.0f - powf(b2, (float)t));
+    const float decay = a->decoupled ? 1.0f - a->lr * wd : 1.0f;
+    const float l2 = a->decoupled ? 0.0f : wd;
+#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i] + l2 * p[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * d;
+        v[i] = b2 * v[i] + (1.0f - b2) * d * d;
+        p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+    }
+}
+
+/* Reports the update of one parameter to hooks and injections. */
+static void record_update(const te_optim *o, te_tensor *p)
+{
+    char name[TE_NAME_MAX];
+    snprintf(name, sizeof name, "update/%.120s", p->name + 6);
+    te_tensor *in[1] = { p->grad }, *out[1] = { p };
+    te_op_record rec = {
+        .step = te_step(), .phase = TE_PHASE_UPDATE, .op_id = -1, .exec_index = te_next_exec_index(),
+        .name = name,
+        .type = o->kind == OPT_SGD ? "SGD" : (o->adam.decoupled ? "AdamW" : "Adam"),
+        .loc = { __FILE__, __LINE__ }, .inputs = in, .n_inputs = 1, .outputs = out, .n_outputs = 1,
+    };
+    if (te_inject_count)
+        te_inject_apply(&rec);
+    if (te_hook_count)
+        te_hooks_op_end(&rec);
+}
+
+te_status te_optim_step(te_optim *o)
+{
+    te_set_phase(TE_PHASE_UPDATE);
+    o->t++;
+    for (int i = 0; i < o->n; i++) {
+        te_tensor *p = o->params[i];
+        if (!p->grad || !p->grad_valid)
+            continue; /* unused this step: PyTorch skips p.grad None too */
+        int64_t n = p->numel;
+        float *pf = p->data, *gf = p->grad->data, *tmp = NULL;
+        if (p->dtype != TE_F32) {
+            tmp = malloc(2 * (size_t)n * sizeof *tmp);
+            if (!tmp) {
+                te_set_error(TE_ERR_NOMEM, "optimizer: out of memory updating %s", p->name);
+                return TE_ERR_NOMEM;
+            }
+            pf = tmp;
+            gf = tmp + n;
+            te_copy_to_f32(p, pf);
+            te_copy_to_f32(p->grad, gf);
+        }
+        float *m = NULL, *v = NULL;
+        bool first = o->m[i] == NULL;
+        if (o->kind == OPT_ADAM || o->sgd.momentum > 0)
+            m = state_buf(&o->m[i], n);
+        if (o->kind == OPT_ADAM)
+            v = state_buf(&o->v[i], n);
+        if ((o->kind == OPT_ADAM || o->sgd.momentum > 0) && (!m || (o->kind == OPT_ADAM && !v))) {
+            free(tmp);
+            te_set_error(TE_ERR_NOMEM, "optimizer: out of memory for the state of %s", p->name);
+            return TE_ERR_NOMEM;
+        }
+        if (o->kind == OPT_SGD)
+            sgd_update(&o->sgd, pf, gf, m, first, n);
+        else
+            adam_update(&o->adam, pf, gf, m, v, o->t, n);
+        if (tmp) {
+            te_copy_from_f32(p, pf);
+            free(tmp);
+        }
+        if (te_hook_count || te_inject_count)
+            record_update(o, p);
+        else
+            te_next_exec_index();
+        p->grad_valid = false;
+    }
+    return TE_OK;
+}
+
+/* Sum of squares of one gradient, in double so the norm is order-stable. */
+static double grad_sq(const te_tensor *g)
+{
+    double sq = 0;
+    if (g->dtype == TE_F32) {
+        const float *x = g->data;
+        for (int64_t j = 0; j < g->numel; j++)
+            sq += (double)x[j] * x[j];
+    } else {
+        for (int64_t j = 0; j < g->numel; j++)
+            sq += (double)te_get(g, j) * te_get(g, j);
+    }
+    return sq;
+}
+
+static void grad_scale(te_tensor *g, float c)
+{
+    if (g->dtype == TE_F32) {
+        float *x = g->data;
+        for (int64_t j = 0; j < g->numel; j++)
+            x[j] *= c;
+    } else {
+        for (int64_t j = 0; j < g->numel; j++)
+            te_set(g, j, te_get(g, j) * c);
+    }
+}
+
+float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
+{
+    double sq = 0;
+    for (int i = 0; i < n; i++)
+        if (params[i]->grad && params[i]->grad_valid)
+            sq += grad_sq(params[i]->grad);
+    float norm = (float)sqrt(sq);
+    if (norm > max_norm) {
+        float c = max_norm / (norm + 1e-6f);
+        for (int i = 0; i < n; i++)
+            if (params[i]->grad && params[i]->grad_valid)
+                grad_scale(params[i]->grad, c);
+    }
+    return norm;
+}

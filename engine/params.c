@@ -1,0 +1,98 @@
+/* params.c — the parameter registry and PyTorch-compatible initialisers. */
+#include "te_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static te_tensor **params;
+static int n_params, cap_params;
+/* Each initialiser call draws from its own stream so results do not depend
+ * on how many numbers earlier calls drew. */
+static uint64_t init_stream;
+
+te_tensor *te_param_new(const char *name, te_dtype dt, int ndim, const int64_t *shape)
+{
+    if (!te_dtype_is_float(dt)) {
+        te_set_error(TE_ERR_DTYPE, "param %s: dtype %s cannot hold gradients", name, te_dtype_name(dt));
+        return NULL;
+    }
+    if (te_param_find(name)) {
+        te_set_error(TE_ERR_ARG, "param %s: a parameter of that name exists already", name);
+        return NULL;
+    }
+    if (n_params == cap_params) {
+        int cap = cap_params ? 2 * cap_params : 32;
+        te_tensor **p = realloc(params, (size_t)cap * sizeof *p);
+        if (!p) {
+            te_set_error(TE_ERR_NOMEM, "param %s: out of memory", name);
+            return NULL;
+        }
+        params = p;
+        cap_params = cap;
+    }
+    te_tensor *t = te_tensor_alloc(dt, ndim, shape, TE_TENSOR_PERSISTENT | TE_TENSOR_PARAM);
+    if (!t)
+        return NULL;
+    memset(t->data, 0, t->nbytes);
+    t->requires_grad = true;
+    snprintf(t->name, sizeof t->name, "param:%s", name);
+    params[n_params++] = t;
+    return t;
+}
+
+te_tensor **te_params(void) { return params; }
+int te_param_count(void) { return n_params; }
+
+te_tensor *te_param_find(const char *name)
+{
+    if (strncmp(name, "param:", 6) == 0)
+        name += 6;
+    for (int i = 0; i < n_params; i++)
+        if (strcmp(params[i]->name + 6, name) == 0)
+            return params[i];
+    return NULL;
+}
+
+void te_zero_grad(void)
+{
+    for (int i = 0; i < n_params; i++)
+        params[i]->grad_valid = false; /* the next backward overwrites */
+}
+
+void te_params_shutdown(void)
+{
+    for (int i = 0; i < n_params; i++)
+        te_tensor_free(params[i]);
+    free(params);
+    params = NULL;
+    n_params = cap_params = 0;
+    init_stream = 0;
+}
+
+void te_init_uniform(te_tensor *t, float lo, float hi)
+{
+    uint64_t s = ++init_stream;
+    for (int64_t i = 0; i < t->numel; i++)
+        te_set(t, i, lo + (hi - lo) * te_rand_uniform(te_seed(), s, (uint64_t)i));
+}
+
+void te_init_normal(te_tensor *t, float mean, float std)
+{
+    uint64_t s = ++init_stream;
+    for (int64_t i = 0; i < t->numel; i++)
+        te_set(t, i, mean + std * te_rand_normal(te_seed(), s, (uint64_t)i));
+}
+
+void te_init_linear(te_tensor *w, te_tensor *b)
+{
+    /* kaiming_uniform(a=sqrt(5)) reduces to U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+    int64_t fan_in = 1;
+    for (int i = 1; i < w->ndim; i++)
+        fan_in *= w->shape[i];
+    float bound = 1.0f / sqrtf((float)fan_in);
+    te_init_uniform(w, -bound, bound);
+    if (b)
+        te_init_uniform(b, -bound, bound);
+}

@@ -1,0 +1,597 @@
+/*
+ * tape.c — engine state: steps, phases, scopes, op naming, the tape of nodes
+ * and tape-owned tensors, and the dispatcher that runs a node's kernel.
+ */
+#include "te_internal.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NAME_SLOTS 4096
+#define MAX_SCOPE_DEPTH 32
+
+/* Open-addressing table: base op name -> uses this step. Entries from older
+ * steps are stale by generation, so a reset costs nothing. */
+typedef struct {
+    uint32_t gen;
+    int count;
+    char key[TE_NAME_MAX];
+} name_slot;
+
+static struct {
+    bool initialized;
+    te_config cfg;
+    const te_backend *backend;
+    int64_t step;
+    te_phase phase;
+    bool training;
+    bool in_step;
+    int exec_index;
+    char scope[TE_NAME_MAX];
+    size_t scope_len[MAX_SCOPE_DEPTH];
+    int scope_depth;
+    te_node **nodes;
+    int n_nodes, cap_nodes;
+    te_tensor **tensors;
+    int n_tensors, cap_tensors;
+    name_slot *names;
+    uint32_t name_gen;
+} eng = { .backend = &te_backend_cpu, .step = -1, .training = true };
+
+static const char *const op_type_names[] = {
+#define TE_OP_TYPE(e, type, name) type,
+    TE_OP_LIST(TE_OP_TYPE)
+#undef TE_OP_TYPE
+};
+static const char *const op_grad_type_names[] = {
+#define TE_OP_GRAD(e, type, name) type "Grad",
+    TE_OP_LIST(TE_OP_GRAD)
+#undef TE_OP_GRAD
+};
+static const char *const op_default_names[] = {
+#define TE_OP_NAME(e, type, name) name,
+    TE_OP_LIST(TE_OP_NAME)
+#undef TE_OP_NAME
+};
+_Static_assert(sizeof op_type_names / sizeof op_type_names[0] == TE_OP_COUNT, "op table");
+
+const char *te_op_type_name(te_op op) { return op_type_names[op]; }
+const char *te_op_grad_type_name(te_op op) { return op_grad_type_names[op]; }
+const char *te_op_default_name(te_op op) { return op_default_names[op]; }
+
+const te_backend *te_backend_current(void) { return eng.backend; }
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+te_status te_init(const te_config *cfg)
+{
+    if (eng.initialized)
+        te_shutdown();
+    eng.cfg = cfg ? *cfg : (te_config){ 0 };
+    if (eng.cfg.seed == 0)
+        eng.cfg.seed = 1;
+    if (eng.cfg.threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        eng.cfg.threads = n > 0 ? (int)n : 1;
+    }
+    omp_set_num_threads(eng.cfg.threads);
+    openblas_set_num_threads(eng.cfg.threads);
+    eng.names = calloc(NAME_SLOTS, sizeof *eng.names);
+    if (!eng.names) {
+        te_set_error(TE_ERR_NOMEM, "te_init: out of memory");
+        return TE_ERR_NOMEM;
+    }
+    eng.name_gen = 1;
+    eng.step = -1;
+    eng.phase = TE_PHASE_FORWARD;
+    eng.training = true;
+    eng.in_step = false;
+    eng.scope_depth = 0;
+    eng.scope[0] = '\0';
+    eng.initialized = true;
+    te_error_clear();
+    return TE_OK;
+}
+
+void te_shutdown(void)
+{
+    te_tape_reset();
+    for (int i = 0; i < eng.cap_nodes; i++)
+        free(eng.nodes[i]);
+    free(eng.nodes);
+    free(eng.tensors);
+    free(eng.names);
+    eng.nodes = NULL;
+    eng.tensors = NULL;
+    eng.names = NULL;
+    eng.n_nodes = eng.cap_nodes = eng.n_tensors = eng.cap_tensors = 0;
+    te_params_shutdown();
+    te_inject_clear();
+    te_mem_shutdown();
+    eng.initialized = false;
+}
+
+int te_threads(void) { return eng.cfg.threads; }
+uint64_t te_seed(void) { return eng.cfg.seed; }
+
+/* ---- steps, phases, scopes ---------------------------------------------- */
+
+const char *te_phase_name(te_phase p)
+{
+    static const char *const names[] = { "forward", "backward", "update" };
+    return (unsigned)p < TE_PHASE_COUNT ? names[p] : "?";
+}
+
+void te_step_begin(void)
+{
+    if (eng.in_step)
+        te_step_end();
+    eng.step++;
+    eng.in_step = true;
+    eng.exec_index = 0;
+    eng.phase = TE_PHASE_FORWARD;
+    if (te_hook_count) {
+        te_hooks_step(eng.step, true);
+        te_hooks_phase(eng.step, TE_PHASE_FORWARD);
+    }
+}
+
+void te_step_end(void)
+{
+    if (te_hook_count && eng.in_step)
+        te_hooks_step(eng.step, false);
+    eng.in_step = false;
+    te_tape_reset();
+}
+
+int64_t te_step(void) { return eng.step < 0 ? 0 : eng.step; }
+te_phase te_current_phase(void) { return eng.phase; }
+int te_next_exec_index(void) { return eng.exec_index++; }
+
+void te_set_phase(te_phase p)
+{
+    if (p == eng.phase)
+        return;
+    eng.phase = p;
+    if (te_hook_count)
+        te_hooks_phase(te_step(), p);
+}
+
+void te_set_training(bool training) { eng.training = training; }
+bool te_training(void) { return eng.training; }
+
+void te_scope_push(const char *name)
+{
+    size_t len = strlen(eng.scope);
+    if (eng.scope_depth == MAX_SCOPE_DEPTH)
+        abort(); /* unbalanced push/pop in the program: a bug, not input */
+    eng.scope_len[eng.scope_depth++] = len;
+    snprintf(eng.scope + len, sizeof eng.scope - len, "%s%s", len ? "/" : "", name);
+}
+
+void te_scope_pop(void)
+{
+    if (eng.scope_depth == 0)
+        abort();
+    eng.scope[eng.scope_len[--eng.scope_depth]] = '\0';
+}
+
+/* ---- the tape ------------------------------------------------------------ */
+
+void te_tape_track(te_tensor *t)
+{
+    if (eng.n_tensors == eng.cap_tensors) {
+        int cap = eng.cap_tensors ? 2 * eng.cap_tensors : 256;
+        te_tensor **p = realloc(eng.tensors, (size_t)cap * sizeof *p);
+        if (!p)
+            abort(); /* cannot track: freeing would leak or double free later */
+        eng.tensors = p;
+        eng.cap_tensors = cap;
+    }
+    eng.tensors[eng.n_tensors++] = t;
+}
+
+void te_tape_reset(void)
+{
+    for (int i = 0; i < eng.n_tensors; i++) {
+        te_tensor *t = eng.tensors[i];
+        te_mem_free(t->data, t->nbytes);
+        free(t);
+    }
+    eng.n_tensors = 0;
+    eng.n_nodes = 0;
+    eng.name_gen++;
+}
+
+static uint32_t hash_name(const char *s)
+{
+    uint32_t h = 2166136261u;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 16777619u;
+    return h;
+}
+
+/* Scoped default name, with "_K" appended for the K-th repeat in a step. */
+static void name_node(te_node *n)
+{
+    char base[TE_NAME_MAX];
+    snprintf(base, sizeof base, "%.100s%s%s", eng.scope, eng.scope[0] ? "/" : "",
+             te_op_default_name(n->op));
+    uint32_t h = hash_name(base);
+    int count = 0;
+    for (uint32_t probe = 0; probe < NAME_SLOTS; probe++) {
+        name_slot *s = &eng.names[(h + probe) % NAME_SLOTS];
+        if (s->gen != eng.name_gen) {
+            s->gen = eng.name_gen;
+            s->count = 1;
+            snprintf(s->key, sizeof s->key, "%s", base);
+            break;
+        }
+        if (strcmp(s->key, base) == 0) {
+            count = s->count++;
+            break;
+        }
+    }
+    if (count)
+        snprintf(n->name, sizeof n->name, "%.100s_%d", base, count);
+    else
+        snprintf(n->name, sizeof n->name, "%s", base);
+    snprintf(n->grad_name, sizeof n->grad_name, "grad/%.122s", n->name);
+}
+
+static te_node *new_node(void)
+{
+    if (eng.n_nodes == eng.cap_nodes) {
+        int cap = eng.cap_nodes ? 2 * eng.cap_nodes : 128;
+        te_node **p = realloc(eng.nodes, (size_t)cap * sizeof *p);
+        if (!p)
+            return NULL;
+        for (int i = eng.cap_nodes; i < cap; i++)
+            p[i] = NULL;
+        eng.nodes = p;
+        eng.cap_nodes = cap;
+    }
+    te_node **slot = &eng.nodes[eng.n_nodes];
+    if (!*slot && !(*slot = malloc(sizeof **slot)))
+        return NULL;
+    eng.n_nodes++;
+    memset(*slot, 0, sizeof **slot);
+    return *slot;
+}
+
+te_node *te_node_begin_opt(te_op op, te_loc loc, int n_in, te_tensor *const *in, unsigned optional)
+{
+    for (int i = 0; i < n_in; i++) {
+        if (in[i] || (optional & (1u << i)))
+            continue;
+        /* An earlier op failed and already said why; keep its message. */
+        if (te_error_code() == TE_OK)
+            te_set_error(TE_ERR_INPUT, "%s (%s) at %s:%d: input %d is NULL", te_op_default_name(op),
+                         te_op_type_name(op), loc.file, loc.line, i);
+        return NULL;
+    }
+    if (!eng.initialized)
+        te_init(NULL);
+    te_node *n = new_node();
+    if (!n) {
+        te_set_error(TE_ERR_NOMEM, "%s at %s:%d: out of memory", te_op_type_name(op), loc.file, loc.line);
+        return NULL;
+    }
+    n->op = op;
+    n->id = eng.n_nodes - 1;
+    n->loc = loc;
+    n->n_in = n_in;
+    for (int i = 0; i < n_in; i++)
+        n->in[i] = in[i];
+    name_node(n);
+    return n;
+}
+
+te_node *te_node_begin(te_op op, te_loc loc, int n_in, te_tensor *const *in)
+{
+    return te_node_begin_opt(op, loc, n_in, in, 0);
+}
+
+te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    te_set_error(code, "%s (%s) at %s:%d: %s", n->name, te_op_type_name(n->op), n->loc.file,
+                 n->loc.line, msg);
+    /* Drop the node (the last one made) so the tape holds only ops that ran. */
+    if (eng.n_nodes > 0 && eng.nodes[eng.n_nodes - 1] == n)
+        eng.n_nodes--;
+    return NULL;
+}
+
+te_dtype te_result_dtype(int n, te_tensor *const *in)
+{
+    te_dtype dt = TE_DTYPE_COUNT;
+    for (int i = 0; i < n; i++) {
+        if (!in[i] || !te_dtype_is_float(in[i]->dtype))
+            continue;
+        if (in[i]->dtype == TE_F32 || dt == TE_DTYPE_COUNT)
+            dt = in[i]->dtype;
+        else if (dt != in[i]->dtype && dt != TE_F32)
+            dt = TE_F32; /* f16 with bf16: neither holds the other */
+    }
+    return dt == TE_DTYPE_COUNT ? TE_F32 : dt;
+}
+
+bool te_is_float(const te_tensor *t) { return te_dtype_is_float(t->dtype); }
+
+te_tensor *te_node_output(te_node *n, te_dtype dt, int ndim, const int64_t *shape)
+{
+    te_tensor *t = te_tensor_alloc(dt, ndim, shape, 0);
+    if (!t)
+        return NULL;
+    int k = n->n_out++;
+    n->out[k] = t;
+    t->node = n;
+    t->slot = k;
+    snprintf(t->name, sizeof t->name, "%.118s:out%d", n->name, k);
+    if (te_dtype_is_float(dt))
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] && n->in[i]->requires_grad)
+                t->requires_grad = true;
+    return t;
+}
+
+te_tensor *te_node_save(te_node *n, int slot, te_dtype dt, int ndim, const int64_t *shape)
+{
+    te_tensor *t = te_tensor_alloc(dt, ndim, shape, 0);
+    n->saved[slot] = t;
+    return t;
+}
+
+bool te_needs_grad(const te_tensor *x) { return x && x->requires_grad; }
+
+float *te_grad_buf(te_tensor *x, int *acc)
+{
+    if (!x->grad) {
+        unsigned flags = x->flags & TE_TENSOR_PERSISTENT;
+        x->grad = te_tensor_alloc(x->dtype, x->ndim, x->shape, flags);
+        if (!x->grad)
+            abort(); /* out of memory mid-backward: nothing sane to return */
+        snprintf(x->grad->name, sizeof x->grad->name, "grad:%.122s",
+                 strncmp(x->name, "param:", 6) == 0 ? x->name + 6 : x->name);
+        x->grad_valid = false;
+    }
+    *acc = x->grad_valid;
+    x->grad_valid = true;
+    return (float *)x->grad->data;
+}
+
+/* ---- dispatch -------------------------------------------------------------
+ * Kernels compute in f32. A node touching f16/bf16 tensors runs on a shadow
+ * node whose half tensors are replaced by f32 copies; results are rounded
+ * back into the real tensors afterwards.
+ */
+
+static bool is_half(const te_tensor *t) { return t && (t->dtype == TE_F16 || t->dtype == TE_BF16); }
+
+static bool needs_shadow(const te_node *n)
+{
+    if (n->op == TE_OP_CAST)
+        return false; /* cast kernels handle every dtype themselves */
+    for (int i = 0; i < n->n_in; i++)
+        if (is_half(n->in[i]))
+            return true;
+    for (int k = 0; k < n->n_out; k++)
+        if (is_half(n->out[k]))
+            return true;
+    return false;
+}
+
+static te_tensor *f32_copy(const te_tensor *t, bool with_data)
+{
+    te_tensor *c = te_tensor_alloc(TE_F32, t->ndim, t->shape, TE_TENSOR_PERSISTENT);
+    if (!c)
+        abort();
+    if (with_data)
+        te_copy_to_f32(t, c->data);
+    c->requires_grad = t->requires_grad;
+    memcpy(c->name, t->name, sizeof c->name);
+    return c;
+}
+
+static te_tensor *shadow_of(te_tensor *t, bool with_grad)
+{
+    if (!is_half(t))
+        return t;
+    te_tensor *c = f32_copy(t, true);
+    if (with_grad && t->grad && t->grad_valid) {
+        c->grad = f32_copy(t->grad, true);
+        c->grad_valid = true;
+    }
+    return c;
+}
+
+/* The first slot holding the same tensor as slot i (x*x uses x twice). */
+static int first_slot(const te_node *n, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (n->in[j] == n->in[i])
+            return j;
+    return i;
+}
+
+static te_status run_shadowed(te_node *n, bool backward)
+{
+    te_node s = *n;
+    /* One shadow per distinct tensor, so gradients from all its slots meet. */
+    for (int i = 0; i < n->n_in; i++) {
+        int j = first_slot(n, i);
+        s.in[i] = j < i ? s.in[j] : shadow_of(n->in[i], backward);
+    }
+    for (int k = 0; k < n->n_out; k++) {
+        s.out[k] = is_half(n->out[k]) ? f32_copy(n->out[k], backward) : n->out[k];
+        if (backward && s.out[k] != n->out[k] && n->out[k]->grad_valid) {
+            s.out[k]->grad = f32_copy(n->out[k]->grad, true);
+            s.out[k]->grad_valid = true;
+        }
+    }
+    const te_backend *be = eng.backend;
+    te_status st = backward ? be->backward(&s) : be->forward(&s);
+    for (int j = 0; j < TE_MAX_SAVED; j++)
+        n->saved[j] = s.saved[j];
+    for (int k = 0; k < n->n_out; k++) {
+        if (s.out[k] == n->out[k])
+            continue;
+        if (!backward)
+            te_copy_from_f32(n->out[k], s.out[k]->data);
+        te_tensor_free(s.out[k]);
+    }
+    for (int i = 0; i < n->n_in; i++) {
+        if (s.in[i] == n->in[i] || first_slot(n, i) < i)
+            continue;
+        if (backward && s.in[i]->grad_valid) {
+            int acc;
+            te_grad_buf(n->in[i], &acc); /* overwrite: the shadow already accumulated */
+            te_copy_from_f32(n->in[i]->grad, s.in[i]->grad->data);
+        }
+        te_tensor_free(s.in[i]);
+    }
+    return st;
+}
+
+static te_status dispatch(te_node *n, bool backward)
+{
+    if (needs_shadow(n))
+        return run_shadowed(n, backward);
+    return backward ? eng.backend->backward(n) : eng.backend->forward(n);
+}
+
+te_tensor *te_node_run(te_node *n)
+{
+    for (int k = 0; k < n->n_out; k++)
+        if (!n->out[k])
+            return te_node_fail(n, TE_ERR_NOMEM, "cannot allocate output %d", k);
+    if (dispatch(n, false) != TE_OK)
+        return NULL;
+    if (te_inject_count || te_hook_count) {
+        te_op_record rec = {
+            .step = te_step(), .phase = eng.phase, .op_id = n->id,
+            .exec_index = te_next_exec_index(), .name = n->name, .type = te_op_type_name(n->op),
+            .loc = n->loc, .inputs = n->in, .n_inputs = n->n_in, .outputs = n->out,
+            .n_outputs = n->n_out,
+        };
+        if (te_inject_count)
+            te_inject_apply(&rec);
+        if (te_hook_count)
+            te_hooks_op_end(&rec);
+    } else {
+        eng.exec_index++;
+    }
+    return n->out[0];
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+static te_status backward_node(te_node *n)
+{
+    te_tensor *grads_in[TE_MAX_OUT], *grads_out[TE_MAX_IN];
+    bool any_out = false, any_in = false;
+    for (int k = 0; k < n->n_out; k++) {
+        grads_in[k] = n->out[k]->grad_valid ? n->out[k]->grad : NULL;
+        any_out |= grads_in[k] != NULL;
+    }
+    for (int i = 0; i < n->n_in; i++)
+        any_in |= te_needs_grad(n->in[i]);
+    if (!any_out || !any_in)
+        return TE_OK;
+    te_status st = dispatch(n, true);
+    if (st != TE_OK)
+        return st;
+    for (int i = 0; i < n->n_in; i++)
+        grads_out[i] = te_needs_grad(n->in[i]) ? n->in[i]->grad : NULL;
+    int exec = te_next_exec_index();
+    if (te_inject_count || te_hook_count) {
+        te_op_record rec = {
+            .step = te_step(), .phase = TE_PHASE_BACKWARD, .op_id = n->id, .exec_index = exec,
+            .name = n->grad_name, .type = te_op_grad_type_name(n->op), .loc = n->loc,
+            .inputs = grads_in, .n_inputs = n->n_out, .outputs = grads_out, .n_outputs = n->n_in,
+        };
+        if (te_inject_count)
+            te_inject_apply(&rec);
+        if (te_hook_count)
+            te_hooks_op_end(&rec);
+    }
+    /* Every consumer of these outputs ran its backward already (reverse
+     * order), so their gradients are spent: give the memory back now. */
+    for (int k = 0; k < n->n_out; k++) {
+        te_tensor *g = n->out[k]->grad;
+        if (g && g->data) {
+            te_mem_free(g->data, g->nbytes);
+            g->data = NULL;
+            g->nbytes = 0;
+            n->out[k]->grad = NULL;
+            n->out[k]->grad_valid = false;
+        }
+    }
+    return TE_OK;
+}
+
+te_status te_backward_with(te_tensor *y, const te_tensor *dy)
+{
+    if (!y) {
+        if (te_error_code() == TE_OK)
+            te_set_error(TE_ERR_INPUT, "backward: the output is NULL");
+        return TE_ERR_INPUT;
+    }
+    if (!y->requires_grad) {
+        te_set_error(TE_ERR_STATE, "backward: %s does not depend on any tensor that requires grad",
+                     y->name);
+        return TE_ERR_STATE;
+    }
+    if (!te_same_shape(y, dy)) {
+        char a[96], b[96];
+        te_set_error(TE_ERR_SHAPE, "backward: gradient %s does not match %s %s",
+                     te_shape_str(dy->ndim, dy->shape, b, sizeof b), y->name,
+                     te_shape_str(y->ndim, y->shape, a, sizeof a));
+        return TE_ERR_SHAPE;
+    }
+    int acc;
+    te_grad_buf(y, &acc);
+    if (acc) {
+        for (int64_t i = 0; i < y->numel; i++)
+            te_set(y->grad, i, te_get(y->grad, i) + te_get(dy, i));
+    } else {
+        for (int64_t i = 0; i < y->numel; i++)
+            te_set(y->grad, i, te_get(dy, i));
+    }
+    te_set_phase(TE_PHASE_BACKWARD);
+    int last = y->node ? y->node->id : -1;
+    for (int i = last; i >= 0; i--) {
+        te_status st = backward_node(eng.nodes[i]);
+        if (st != TE_OK)
+            return st;
+    }
+    return TE_OK;
+}
+
+te_status te_backward(te_tensor *loss)
+{
+    if (!loss) {
+        if (te_error_code() == TE_OK)
+            te_set_error(TE_ERR_INPUT, "backward: the loss is NULL");
+        return TE_ERR_INPUT;
+    }
+    if (loss->numel != 1) {
+        char b[96];
+        te_set_error(TE_ERR_SHAPE, "backward: loss %s has shape %s; it must hold one value",
+                     loss->name, te_shape_str(loss->ndim, loss->shape, b, sizeof b));
+        return TE_ERR_SHAPE;
+    }
+    float one = 1.0f;
+    te_tensor seed = { .dtype = TE_F32, .ndim = loss->ndim, .numel = 1, .nbytes = 4, .data = &one };
+    memcpy(seed.shape, loss->shape, sizeof seed.shape);
+    return te_backward_with(loss, &seed);
+}

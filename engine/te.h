@@ -1,0 +1,408 @@
+/*
+ * te.h — the tdbg training engine.
+ *
+ * A small training engine in C: tensors, ops with forward and backward,
+ * reverse-mode autograd on a tape, optimizers, data loading, and hook points
+ * around every op for debuggers and dump writers.
+ *
+ * A whole training step, end to end:
+ *
+ *     te_init(&(te_config){ .seed = 1, .threads = 2 });
+ *     te_tensor *w = te_param_new("fc.weight", TE_F32, te_shape(10, 784));
+ *     te_tensor *b = te_param_new("fc.bias", TE_F32, te_shape(10));
+ *     te_init_linear(w, b);                      // PyTorch's default init
+ *     te_optim *opt = te_sgd_new(te_params(), te_param_count(),
+ *                                &(te_sgd_opts){ .lr = 0.1f });
+ *
+ *     te_step_begin();                           // step 0, phase forward
+ *     te_scope_push("fc");
+ *     te_tensor *logits = te_linear(x, w, b);    // op "fc/linear"
+ *     te_scope_pop();
+ *     te_tensor *loss = te_cross_entropy(logits, labels);
+ *     if (!loss) fprintf(stderr, "%s\n", te_error());   // names op, file:line, shapes
+ *     te_backward(loss);                         // phase backward: "grad/fc/linear", ...
+ *     te_optim_step(opt);                        // phase update
+ *     te_step_end();                             // frees the step's tensors
+ *
+ * Ops return NULL on a user mistake (bad shape, bad argument) and leave a
+ * message in te_error(); an op given a NULL input returns NULL without a new
+ * message, so a whole forward pass can be checked once at the end.
+ *
+ * Tensors made between te_step_begin() and te_step_end() (or by ops at any
+ * time) belong to the tape and are freed by te_tape_reset(), which
+ * te_step_end() calls. Parameters, their gradients and tensors made with
+ * te_tensor_persistent() live until freed explicitly.
+ */
+#ifndef TE_H
+#define TE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TE_VERSION "0.1.0"
+#define TE_MAX_DIMS 4
+#define TE_NAME_MAX 128
+
+/* ---- status codes ------------------------------------------------------ */
+
+typedef enum {
+    TE_OK = 0,
+    TE_ERR_SHAPE = -1,   /* shapes do not fit the op */
+    TE_ERR_DTYPE = -2,   /* dtype not supported by the op */
+    TE_ERR_ARG = -3,     /* bad argument value (stride 0, axis out of range, ...) */
+    TE_ERR_NOMEM = -4,   /* allocation failed */
+    TE_ERR_STATE = -5,   /* call out of order (backward twice, no step begun, ...) */
+    TE_ERR_INPUT = -6,   /* an input was NULL: an earlier op failed */
+    TE_ERR_IO = -7,      /* file or thread trouble */
+} te_status;
+
+const char *te_status_str(te_status s);
+/* The message of the last failed call on this thread: it names the op, its
+ * type, the source file:line of the call and the offending shapes or values.
+ * "" when nothing failed since te_error_clear(). */
+const char *te_error(void);
+te_status te_error_code(void);
+void te_error_clear(void);
+
+/* ---- dtypes and tensors ------------------------------------------------ */
+
+typedef enum { TE_F32, TE_F16, TE_BF16, TE_I32, TE_DTYPE_COUNT } te_dtype;
+
+const char *te_dtype_name(te_dtype dt);   /* "f32", "f16", "bf16", "i32" */
+size_t te_dtype_size(te_dtype dt);
+bool te_dtype_is_float(te_dtype dt);
+
+/* IEEE half and bfloat16 conversions, round to nearest even. */
+uint16_t te_f32_to_f16(float f);
+float te_f16_to_f32(uint16_t h);
+uint16_t te_f32_to_bf16(float f);
+float te_bf16_to_f32(uint16_t h);
+
+enum {
+    TE_TENSOR_PERSISTENT = 1u << 0,  /* not freed by te_tape_reset() */
+    TE_TENSOR_PARAM = 1u << 1,       /* registered parameter */
+};
+
+typedef struct te_node te_node;
+typedef struct te_tensor te_tensor;
+
+struct te_tensor {
+    te_dtype dtype;
+    int ndim;
+    int64_t shape[TE_MAX_DIMS];
+    int64_t numel;
+    size_t nbytes;
+    void *data;             /* contiguous, row-major, backend memory */
+    bool requires_grad;
+    te_tensor *grad;        /* same shape and dtype; NULL until a backward reaches it */
+    bool grad_valid;        /* grad holds a value (false after zero_grad) */
+    te_node *node;          /* op that produced it on the current tape, or NULL */
+    int slot;               /* which output of node */
+    unsigned flags;
+    char name[TE_NAME_MAX]; /* "fc1/matmul:out0", "param:fc1.weight", ... */
+};
+
+/* te_shape(2, 3) expands to the (ndim, shape) argument pair. */
+#define te_shape(...) \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+/* Tape-owned tensors, freed at te_tape_reset(). NULL on bad shape. */
+te_tensor *te_tensor_new(te_dtype dt, int ndim, const int64_t *shape);
+te_tensor *te_tensor_zeros(te_dtype dt, int ndim, const int64_t *shape);
+/* Copies data (ndim/shape elements of dt) into a new tape tensor. */
+te_tensor *te_tensor_from(te_dtype dt, int ndim, const int64_t *shape, const void *data);
+/* A tensor that outlives the tape; free it with te_tensor_free(). */
+te_tensor *te_tensor_persistent(te_dtype dt, int ndim, const int64_t *shape);
+void te_tensor_free(te_tensor *t);
+
+/* Element access in f32 whatever the dtype (flat, row-major index). */
+float te_get(const te_tensor *t, int64_t i);
+void te_set(te_tensor *t, int64_t i, float v);
+float te_item(const te_tensor *t);                      /* element 0 */
+void te_copy_to_f32(const te_tensor *t, float *dst);    /* numel floats */
+void te_copy_from_f32(te_tensor *t, const float *src);  /* rounds to t's dtype */
+void te_fill(te_tensor *t, float v);
+bool te_same_shape(const te_tensor *a, const te_tensor *b);
+/* "[128,784]" into buf; returns buf. */
+char *te_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+
+/* ---- engine lifetime, steps, scopes ------------------------------------ */
+
+typedef struct te_config {
+    uint64_t seed;   /* RNG seed for init, dropout and data (0 means 1) */
+    int threads;     /* compute threads; 0 = all cores */
+} te_config;
+
+te_status te_init(const te_config *cfg);
+void te_shutdown(void);
+int te_threads(void);
+
+typedef enum { TE_PHASE_FORWARD, TE_PHASE_BACKWARD, TE_PHASE_UPDATE, TE_PHASE_COUNT } te_phase;
+const char *te_phase_name(te_phase p);   /* "forward", "backward", "update" */
+
+/* Steps count from 0. te_step_begin() starts the forward phase. */
+void te_step_begin(void);
+void te_step_end(void);
+int64_t te_step(void);
+te_phase te_current_phase(void);
+/* Frees every tape tensor and node; parameters and their grads stay. */
+void te_tape_reset(void);
+
+/* Training or evaluation: dropout and batch-norm follow this flag. */
+void te_set_training(bool training);
+bool te_training(void);
+
+/* Hierarchical op names: ops made inside push("conv1") are "conv1/conv". */
+void te_scope_push(const char *name);
+void te_scope_pop(void);
+
+/* ---- source locations -------------------------------------------------- */
+
+typedef struct te_loc {
+    const char *file;
+    int line;
+} te_loc;
+#define TE_HERE ((te_loc){ __FILE__, __LINE__ })
+
+/* ---- ops ----------------------------------------------------------------
+ * Each op has an _at form taking the caller's location and a macro that
+ * passes TE_HERE. Helpers that build layers can forward their own te_loc.
+ * Float ops accept f32, f16 and bf16 (computed in f32, results rounded to
+ * the inputs' dtype; f32 wins when mixed). Index inputs are i32.
+ */
+
+te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b);            /* [M,K]@[K,N] */
+te_tensor *te_linear_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b); /* x[N,I] w[O,I] b[O]|NULL */
+te_tensor *te_add_at(te_loc l, te_tensor *a, te_tensor *b);   /* numpy broadcasting */
+te_tensor *te_sub_at(te_loc l, te_tensor *a, te_tensor *b);
+te_tensor *te_mul_at(te_loc l, te_tensor *a, te_tensor *b);
+te_tensor *te_div_at(te_loc l, te_tensor *a, te_tensor *b);
+te_tensor *te_scale_at(te_loc l, te_tensor *x, float s);      /* x * s */
+te_tensor *te_relu_at(te_loc l, te_tensor *x);
+te_tensor *te_gelu_at(te_loc l, te_tensor *x);                /* exact (erf) form */
+te_tensor *te_tanh_at(te_loc l, te_tensor *x);
+te_tensor *te_sigmoid_at(te_loc l, te_tensor *x);
+te_tensor *te_exp_at(te_loc l, te_tensor *x);
+te_tensor *te_log_at(te_loc l, te_tensor *x);
+te_tensor *te_sqrt_at(te_loc l, te_tensor *x);
+te_tensor *te_softmax_at(te_loc l, te_tensor *x, int axis);    /* axis < 0 counts from the end */
+te_tensor *te_log_softmax_at(te_loc l, te_tensor *x, int axis);
+te_tensor *te_cross_entropy_at(te_loc l, te_tensor *logits, te_tensor *labels); /* [N,C], i32 [N] -> mean */
+te_tensor *te_mse_at(te_loc l, te_tensor *pred, te_tensor *target);            /* mean of squares */
+te_tensor *te_conv2d_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b,
+                        int stride, int pad);   /* x[N,C,H,W] w[O,C,KH,KW] b[O]|NULL */
+te_tensor *te_maxpool2d_at(te_loc l, te_tensor *x, int kernel, int stride, int pad);
+te_tensor *te_avgpool2d_at(te_loc l, te_tensor *x, int kernel, int stride, int pad);
+te_tensor *te_global_avgpool_at(te_loc l, te_tensor *x);    /* [N,C,H,W] -> [N,C] */
+/* x [N,C] or [N,C,H,W]; running stats are persistent tensors [C], updated in
+ * training mode (PyTorch's momentum convention), used in eval mode. */
+te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *beta,
+                           te_tensor *running_mean, te_tensor *running_var,
+                           float momentum, float eps);
+te_tensor *te_layernorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *beta,
+                           float eps);          /* over the last dim */
+te_tensor *te_dropout_at(te_loc l, te_tensor *x, float p);   /* identity in eval mode */
+te_tensor *te_reshape_at(te_loc l, te_tensor *x, int ndim, const int64_t *shape); /* one -1 allowed */
+te_tensor *te_flatten_at(te_loc l, te_tensor *x);           /* [N,...] -> [N,rest] */
+te_tensor *te_transpose_at(te_loc l, te_tensor *x, int d0, int d1);
+te_tensor *te_sum_at(te_loc l, te_tensor *x, int axis, bool keepdim);  /* axis TE_ALL: all */
+te_tensor *te_mean_at(te_loc l, te_tensor *x, int axis, bool keepdim);
+te_tensor *te_embedding_at(te_loc l, te_tensor *weight, te_tensor *idx); /* w[V,D], i32 idx[...] */
+te_tensor *te_cast_at(te_loc l, te_tensor *x, te_dtype dt);
+
+#define TE_ALL (-100)
+
+#define te_matmul(a, b) te_matmul_at(TE_HERE, a, b)
+#define te_linear(x, w, b) te_linear_at(TE_HERE, x, w, b)
+#define te_add(a, b) te_add_at(TE_HERE, a, b)
+#define te_sub(a, b) te_sub_at(TE_HERE, a, b)
+#define te_mul(a, b) te_mul_at(TE_HERE, a, b)
+#define te_div(a, b) te_div_at(TE_HERE, a, b)
+#define te_scale(x, s) te_scale_at(TE_HERE, x, s)
+#define te_relu(x) te_relu_at(TE_HERE, x)
+#define te_gelu(x) te_gelu_at(TE_HERE, x)
+#define te_tanh(x) te_tanh_at(TE_HERE, x)
+#define te_sigmoid(x) te_sigmoid_at(TE_HERE, x)
+#define te_exp(x) te_exp_at(TE_HERE, x)
+#define te_log(x) te_log_at(TE_HERE, x)
+#define te_sqrt(x) te_sqrt_at(TE_HERE, x)
+#define te_softmax(x, axis) te_softmax_at(TE_HERE, x, axis)
+#define te_log_softmax(x, axis) te_log_softmax_at(TE_HERE, x, axis)
+#define te_cross_entropy(z, y) te_cross_entropy_at(TE_HERE, z, y)
+#define te_mse(p, t) te_mse_at(TE_HERE, p, t)
+#define te_conv2d(x, w, b, s, p) te_conv2d_at(TE_HERE, x, w, b, s, p)
+#define te_maxpool2d(x, k, s, p) te_maxpool2d_at(TE_HERE, x, k, s, p)
+#define te_avgpool2d(x, k, s, p) te_avgpool2d_at(TE_HERE, x, k, s, p)
+#define te_global_avgpool(x) te_global_avgpool_at(TE_HERE, x)
+#define te_batchnorm(x, g, b, rm, rv, m, e) te_batchnorm_at(TE_HERE, x, g, b, rm, rv, m, e)
+#define te_layernorm(x, g, b, e) te_layernorm_at(TE_HERE, x, g, b, e)
+#define te_dropout(x, p) te_dropout_at(TE_HERE, x, p)
+#define te_reshape(x, ...) te_reshape_at(TE_HERE, x, te_shape(__VA_ARGS__))
+#define te_flatten(x) te_flatten_at(TE_HERE, x)
+#define te_transpose(x, d0, d1) te_transpose_at(TE_HERE, x, d0, d1)
+#define te_sum(x, axis, keep) te_sum_at(TE_HERE, x, axis, keep)
+#define te_mean(x, axis, keep) te_mean_at(TE_HERE, x, axis, keep)
+#define te_embedding(w, i) te_embedding_at(TE_HERE, w, i)
+#define te_cast(x, dt) te_cast_at(TE_HERE, x, dt)
+
+/* ---- autograd ---------------------------------------------------------- */
+
+/* Backpropagates from a scalar: seeds d(loss)=1 and runs every recorded op's
+ * backward in reverse order (phase backward). Gradients of parameters
+ * accumulate (+=) across calls until te_zero_grad(), which makes gradient
+ * accumulation over micro-batches a loop of forward, backward, te_tape_reset. */
+te_status te_backward(te_tensor *loss);
+/* Backpropagates from any tensor y given dL/dy (same shape as y). */
+te_status te_backward_with(te_tensor *y, const te_tensor *dy);
+
+/* ---- parameters, initialisation, optimizers ---------------------------- */
+
+/* A persistent, registered tensor that requires grad, named "param:NAME". */
+te_tensor *te_param_new(const char *name, te_dtype dt, int ndim, const int64_t *shape);
+te_tensor **te_params(void);
+int te_param_count(void);
+te_tensor *te_param_find(const char *name);   /* by NAME or "param:NAME" */
+void te_zero_grad(void);                      /* every registered parameter */
+
+/* PyTorch's defaults: Linear/Conv weight and bias U(-1/sqrt(fan_in), +). */
+void te_init_linear(te_tensor *w, te_tensor *b);
+void te_init_uniform(te_tensor *t, float lo, float hi);
+void te_init_normal(te_tensor *t, float mean, float std);
+
+typedef struct te_optim te_optim;
+typedef struct te_sgd_opts {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} te_sgd_opts;
+typedef struct te_adam_opts {
+    float lr, beta1, beta2, eps, weight_decay;  /* zeros mean 1e-3, 0.9, 0.999, 1e-8 */
+    bool decoupled;                             /* AdamW */
+} te_adam_opts;
+
+te_optim *te_sgd_new(te_tensor **params, int n, const te_sgd_opts *o);
+te_optim *te_adam_new(te_tensor **params, int n, const te_adam_opts *o);
+/* One update of every parameter (phase update, an op "update/NAME" each),
+ * then the gradients are marked empty. */
+te_status te_optim_step(te_optim *opt);
+void te_optim_set_lr(te_optim *opt, float lr);
+float te_optim_lr(const te_optim *opt);
+void te_optim_free(te_optim *opt);
+/* Scales all gradients so their global L2 norm is at most max_norm; returns
+ * the norm before clipping. */
+float te_clip_grad_norm(te_tensor **params, int n, float max_norm);
+
+/* ---- random numbers ---------------------------------------------------- */
+
+/* Counter-based: the value depends only on (seed, stream, counter), so the
+ * same seed gives the same numbers on any thread count. */
+uint64_t te_seed(void);
+uint64_t te_rand_u64(uint64_t seed, uint64_t stream, uint64_t counter);
+float te_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter);  /* [0,1) */
+float te_rand_normal(uint64_t seed, uint64_t stream, uint64_t counter);
+
+/* ---- hooks ----------------------------------------------------------------
+ * The engine calls attached hooks around every op. A record describes the
+ * op as the user named it: in backward, the op "grad/fc1/matmul" of type
+ * "MatMulGrad" has the incoming gradients as inputs and the gradients it
+ * produced as outputs (NULL where an input needs no gradient).
+ */
+
+typedef struct te_op_record {
+    int64_t step;
+    te_phase phase;
+    int op_id;          /* index of the forward op in the step's tape */
+    int exec_index;     /* position in this step's execution order */
+    const char *name;   /* "fc1/matmul", "grad/fc1/matmul", "update/fc1.weight" */
+    const char *type;   /* "MatMul", "MatMulGrad", "SGD" */
+    te_loc loc;         /* the user's call that created the op */
+    te_tensor *const *inputs;
+    int n_inputs;
+    te_tensor *const *outputs;
+    int n_outputs;
+} te_op_record;
+
+typedef struct te_hooks {
+    void (*step_begin)(int64_t step, void *user);                  /* optional */
+    void (*step_end)(int64_t step, void *user);                    /* optional */
+    void (*phase_begin)(int64_t step, te_phase phase, void *user); /* optional */
+    void (*op_end)(const te_op_record *rec, void *user);           /* optional */
+} te_hooks;
+
+/* Returns a handle >= 0, or -1 when the hook table is full. */
+int te_hook_add(const te_hooks *hooks, void *user);
+void te_hook_remove(int handle);
+
+/* ---- fault injection ---------------------------------------------------
+ * "KIND@op=GLOB,step=N[,value=X][,index=I]", KIND one of nan, inf, scale,
+ * noise, zero. After an op whose name matches GLOB runs at step N, its
+ * output 0 is altered before any hook sees it: nan/inf set element I
+ * (default 0), scale multiplies by X (default 1000), noise adds N(0, X^2)
+ * (default X 0.01), zero clears it. Returns TE_ERR_ARG with a message naming
+ * the bad token. */
+te_status te_inject_add(const char *spec);
+void te_inject_clear(void);
+
+/* ---- memory ------------------------------------------------------------ */
+
+typedef struct te_mem_stats {
+    size_t current;   /* bytes held by live tensors */
+    size_t peak;      /* highest current since start or te_mem_reset_peak() */
+    size_t cached;    /* bytes kept in the allocator's free lists */
+    uint64_t allocs, cache_hits;
+} te_mem_stats;
+te_mem_stats te_mem_stats_get(void);
+void te_mem_reset_peak(void);
+void te_mem_release_cached(void);
+
+/* ---- data --------------------------------------------------------------- */
+
+/* A dataset yields sample i deterministically from (seed, i); get() is
+ * called from several loader threads at once and must be thread-safe. */
+typedef struct te_dataset te_dataset;
+struct te_dataset {
+    const char *name;
+    int64_t size;                    /* samples */
+    int ndim;                        /* per-sample feature dims */
+    int64_t shape[3];
+    int n_classes;
+    uint64_t seed;
+    void (*get)(const te_dataset *d, int64_t i, float *x, int32_t *y);
+    void *state;
+};
+
+/* K interleaved spiral arms in 2-D, one per class, with noise. */
+te_dataset *te_dataset_spirals(int64_t size, int classes, uint64_t seed);
+/* Gaussian blobs in dim dimensions, one per class, overlapping. */
+te_dataset *te_dataset_blobs(int64_t size, int dim, int classes, uint64_t seed);
+/* 3x32x32 images of 10 procedurally drawn shape classes. */
+te_dataset *te_dataset_shapes(int64_t size, uint64_t seed);
+void te_dataset_free(te_dataset *d);
+
+typedef struct te_loader_opts {
+    int batch;
+    bool shuffle;          /* reshuffled each epoch from (seed, epoch) */
+    bool drop_remainder;   /* drop the last short batch */
+    int workers;           /* threads producing batches; 0 = in the caller */
+    int prefetch;          /* batches queued ahead; 0 = 2 per worker */
+    uint64_t seed;         /* 0 = the engine seed */
+} te_loader_opts;
+
+typedef struct te_loader te_loader;
+te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o);
+/* Next batch as tape tensors x [B,...] f32 and y [B] i32, in the same order
+ * whatever the worker count; starts the next epoch after the last batch. */
+te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y);
+/* The epoch the next batch comes from: `while (te_loader_epoch(l) < E)` runs E epochs. */
+int64_t te_loader_epoch(const te_loader *l);
+int64_t te_loader_batches_per_epoch(const te_loader *l);
+void te_loader_free(te_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

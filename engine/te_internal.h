@@ -1,0 +1,169 @@
+/*
+ * te_internal.h — what ops, kernels and backends share inside the engine.
+ *
+ * An op call makes a node (op, inputs, attributes, outputs) on the tape and
+ * hands it to the backend's forward; te_backward() later hands each node to
+ * the backend's backward. Kernels see only f32 floats (and i32 indices):
+ * the dispatcher converts f16/bf16 tensors around them.
+ */
+#ifndef TE_INTERNAL_H
+#define TE_INTERNAL_H
+
+#include "te.h"
+
+#include <stdarg.h>
+
+/* Every op: enum suffix, type name (shown to users), default op name. */
+#define TE_OP_LIST(X)                                   \
+    X(MATMUL, "MatMul", "matmul")                       \
+    X(LINEAR, "Linear", "linear")                       \
+    X(ADD, "Add", "add")                                \
+    X(SUB, "Sub", "sub")                                \
+    X(MUL, "Mul", "mul")                                \
+    X(DIV, "Div", "div")                                \
+    X(SCALE, "Scale", "scale")                          \
+    X(RELU, "Relu", "relu")                             \
+    X(GELU, "Gelu", "gelu")                             \
+    X(TANH, "Tanh", "tanh")                             \
+    X(SIGMOID, "Sigmoid", "sigmoid")                    \
+    X(EXP, "Exp", "exp")                                \
+    X(LOG, "Log", "log")                                \
+    X(SQRT, "Sqrt", "sqrt")                             \
+    X(SOFTMAX, "Softmax", "softmax")                    \
+    X(LOG_SOFTMAX, "LogSoftmax", "log_softmax")         \
+    X(CROSS_ENTROPY, "CrossEntropy", "cross_entropy")   \
+    X(MSE, "MSE", "mse")                                \
+    X(CONV2D, "Conv2D", "conv")                         \
+    X(MAXPOOL2D, "MaxPool2D", "maxpool")                \
+    X(AVGPOOL2D, "AvgPool2D", "avgpool")                \
+    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap")           \
+    X(BATCHNORM, "BatchNorm", "bn")                     \
+    X(LAYERNORM, "LayerNorm", "ln")                     \
+    X(DROPOUT, "Dropout", "dropout")                    \
+    X(RESHAPE, "Reshape", "reshape")                    \
+    X(TRANSPOSE, "Transpose", "transpose")              \
+    X(SUM, "Sum", "sum")                                \
+    X(MEAN, "Mean", "mean")                             \
+    X(EMBEDDING, "Embedding", "embedding")              \
+    X(CAST, "Cast", "cast")
+
+typedef enum {
+#define TE_OP_ENUM(e, type, name) TE_OP_##e,
+    TE_OP_LIST(TE_OP_ENUM)
+#undef TE_OP_ENUM
+    TE_OP_COUNT
+} te_op;
+
+const char *te_op_type_name(te_op op);      /* "MatMul" */
+const char *te_op_grad_type_name(te_op op); /* "MatMulGrad" */
+const char *te_op_default_name(te_op op);   /* "matmul" */
+
+#define TE_MAX_IN 5
+#define TE_MAX_OUT 2
+#define TE_MAX_SAVED 3
+
+/* Attributes of all ops in one flat struct; each op uses what it needs. */
+typedef struct te_attrs {
+    int kernel, stride, pad;    /* conv2d, pools */
+    int axis;                   /* softmax, log_softmax, sum, mean (TE_ALL) */
+    bool keepdim;               /* sum, mean */
+    int dim0, dim1;             /* transpose */
+    float scale;                /* scale; dropout: 1/(1-p) */
+    float p;                    /* dropout probability */
+    float eps, momentum;        /* batchnorm, layernorm */
+    bool training;              /* batchnorm, dropout: mode at record time */
+    uint64_t seed;              /* dropout: counter-based mask key */
+} te_attrs;
+
+struct te_node {
+    te_op op;
+    int id;                      /* creation index on this step's tape */
+    char name[TE_NAME_MAX];      /* scoped, unique within the step */
+    char grad_name[TE_NAME_MAX]; /* "grad/" + name */
+    te_loc loc;
+    int n_in, n_out;
+    te_tensor *in[TE_MAX_IN];
+    te_tensor *out[TE_MAX_OUT];
+    te_tensor *saved[TE_MAX_SAVED]; /* kernel-private state for backward (f32/i32) */
+    te_attrs a;
+};
+
+/* ---- making an op (used by the files of engine/ops) -------------------------------
+ *
+ *   te_node *n = te_node_begin(TE_OP_RELU, loc, 1, (te_tensor *[]){ x });
+ *   if (!n) return NULL;                       // an input was NULL
+ *   if (bad) return te_node_fail(n, TE_ERR_SHAPE, "x %s: ...", te_shape_str(...));
+ *   te_node_output(n, x->dtype, x->ndim, x->shape);
+ *   return te_node_run(n);                     // runs forward, calls hooks
+ */
+te_node *te_node_begin(te_op op, te_loc loc, int n_in, te_tensor *const *in);
+/* The same, where inputs whose bit is set in `optional` may be NULL (absent
+ * bias, gamma, running stats); kernels see NULL in those slots. */
+te_node *te_node_begin_opt(te_op op, te_loc loc, int n_in, te_tensor *const *in, unsigned optional);
+/* Discards n and records "NAME (Type) at FILE:LINE: message"; returns NULL. */
+te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+te_tensor *te_node_output(te_node *n, te_dtype dt, int ndim, const int64_t *shape);
+/* Runs the forward kernel and the hooks; returns n->out[0] or NULL. */
+te_tensor *te_node_run(te_node *n);
+/* The float dtype an op computes in for these inputs: f32 if any is f32. */
+te_dtype te_result_dtype(int n, te_tensor *const *in);
+bool te_is_float(const te_tensor *t);
+
+/* ---- for kernels ----------------------------------------------------------
+ * Forward kernels fill n->out[*] and may keep state in n->saved[*] made with
+ * te_node_save(). Backward kernels read n->out[k]->grad (never NULL for a
+ * single-output op) and, for each input x with te_needs_grad(x), write
+ * te_grad_buf(x, &acc): overwrite when acc is 0, add when acc is 1.
+ * The buffer has x's dtype: f32 for every kernel but Cast's, which alone
+ * sees the real dtypes.
+ */
+te_tensor *te_node_save(te_node *n, int slot, te_dtype dt, int ndim, const int64_t *shape);
+bool te_needs_grad(const te_tensor *x);
+float *te_grad_buf(te_tensor *x, int *acc);
+
+static inline float *te_f32(const te_tensor *t) { return (float *)t->data; }
+static inline int32_t *te_i32(const te_tensor *t) { return (int32_t *)t->data; }
+
+/* Minimum elements per thread before an elementwise loop goes parallel. */
+#define TE_PAR_MIN 32768
+
+/* ---- backends ------------------------------------------------------------ */
+
+typedef struct te_backend {
+    const char *name;
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    te_status (*forward)(te_node *n);   /* one switch over te_op */
+    te_status (*backward)(te_node *n);  /* one switch over te_op */
+} te_backend;
+
+extern const te_backend te_backend_cpu;
+const te_backend *te_backend_current(void);
+
+/* ---- engine internals shared between files ---------------------------- */
+
+void te_set_error(te_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void te_set_errorv(te_status code, const char *fmt, va_list ap);
+
+void *te_mem_alloc(size_t bytes);
+void te_mem_free(void *p, size_t bytes);
+void te_mem_shutdown(void);
+
+/* Registers a tape tensor so te_tape_reset() frees it. */
+void te_tape_track(te_tensor *t);
+te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
+
+void te_params_shutdown(void);
+
+/* Hooks and injections cost one predictable branch each when none is set. */
+extern int te_hook_count;
+extern int te_inject_count;
+void te_hooks_step(int64_t step, bool begin);
+void te_hooks_phase(int64_t step, te_phase p);
+void te_hooks_op_end(const te_op_record *rec);
+void te_inject_apply(const te_op_record *rec);
+void te_set_phase(te_phase p);
+int te_next_exec_index(void);
+
+#endif

@@ -1,0 +1,18 @@
+"""gen_fixtures.py — regenerates every golden fixture from PyTorch.
+
+Usage (from the source tree, with torch and numpy installed, e.g. Debian's
+python3-torch): /usr/bin/python3 tests/gen_fixtures.py
+
+Each tests/fixtures/gen_NAME.py writes tests/fixtures/NAME.bin; the .bin
+files are committed so the tests themselves never need Python.
+"""
+import glob
+import os
+import subprocess
+import sys
+
+here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+for script in sorted(glob.glob(os.path.join(here, "gen_*.py"))):
+    out = os.path.join(here, os.path.basename(script)[4:-3] + ".bin")
+    subprocess.run([sys.executable, script, out], check=True)
+    print(f"wrote {os.path.relpath(out)} ({os.path.getsize(out)} bytes)")

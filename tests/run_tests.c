@@ -1,0 +1,23 @@
+/* run_tests.c — runs every suite; CK_RUN_SUITE / CK_RUN_CASE select a subset. */
+#include "suites.h"
+
+#include <stdlib.h>
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite_core());
+    srunner_add_suite(sr, suite_linear());
+    srunner_add_suite(sr, suite_elementwise());
+    srunner_add_suite(sr, suite_reduce());
+    srunner_add_suite(sr, suite_loss());
+    srunner_add_suite(sr, suite_conv());
+    srunner_add_suite(sr, suite_norm());
+    srunner_add_suite(sr, suite_shape());
+    srunner_add_suite(sr, suite_optim());
+    srunner_add_suite(sr, suite_data());
+    srunner_add_suite(sr, suite_examples());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

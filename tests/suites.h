@@ -1,0 +1,19 @@
+/* suites.h — every Check suite of the test runner, one per module. */
+#ifndef TDBG_SUITES_H
+#define TDBG_SUITES_H
+
+#include <check.h>
+
+Suite *suite_core(void);        /* tensors, dtypes, allocator, tape, errors, hooks, rng, inject */
+Suite *suite_linear(void);      /* matmul, linear */
+Suite *suite_elementwise(void); /* add..div, scale, activations, exp/log/sqrt */
+Suite *suite_reduce(void);      /* sum, mean, softmax, log_softmax */
+Suite *suite_loss(void);        /* cross_entropy, mse */
+Suite *suite_conv(void);        /* conv2d, pools */
+Suite *suite_norm(void);        /* batchnorm, layernorm */
+Suite *suite_shape(void);       /* reshape, flatten, transpose, cast, embedding, dropout */
+Suite *suite_optim(void);       /* SGD, Adam, AdamW, clipping, accumulation, determinism */
+Suite *suite_data(void);        /* datasets and the loader */
+Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
+
+#endif

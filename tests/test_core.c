@@ -1,0 +1,504 @@
+/* test_core.c — dtypes, allocator, tape and naming, errors, hooks, rng, injection. */
+#include "suites.h"
+#include "te.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
+static void teardown(void) { te_shutdown(); }
+
+START_TEST(test_dtypes)
+{
+    ck_assert_str_eq(te_dtype_name(TE_F32), "f32");
+    ck_assert_str_eq(te_dtype_name(TE_BF16), "bf16");
+    ck_assert_int_eq(te_dtype_size(TE_F16), 2);
+    ck_assert_int_eq(te_dtype_size(TE_I32), 4);
+    ck_assert(te_dtype_is_float(TE_BF16) && !te_dtype_is_float(TE_I32));
+}
+END_TEST
+
+START_TEST(test_f16_bits)
+{
+    ck_assert_uint_eq(te_f32_to_f16(1.0f), 0x3c00);
+    ck_assert_uint_eq(te_f32_to_f16(-2.0f), 0xc000);
+    ck_assert_uint_eq(te_f32_to_f16(65504.0f), 0x7bff);
+    ck_assert_uint_eq(te_f32_to_f16(65519.0f), 0x7bff); /* below the rounding midpoint */
+    ck_assert_uint_eq(te_f32_to_f16(65520.0f), 0x7c00); /* ties to even: overflow */
+    ck_assert_uint_eq(te_f32_to_f16(5.9604645e-8f), 0x0001); /* smallest subnormal */
+    ck_assert_uint_eq(te_f32_to_f16(1e-8f), 0x0000);
+    ck_assert_uint_eq(te_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even, down */
+    ck_assert_uint_eq(te_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02); /* tie to even, up */
+    ck_assert_uint_eq(te_f32_to_f16(INFINITY), 0x7c00);
+    ck_assert(isnan(te_f16_to_f32(te_f32_to_f16(NAN))));
+    ck_assert_float_eq(te_f16_to_f32(0x3555), 0.333251953125f);
+    ck_assert_float_eq(te_f16_to_f32(0x0001), 5.9604644775390625e-8f);
+    /* every finite half survives the round trip */
+    for (uint32_t h = 0; h < 0x7c00; h++)
+        ck_assert_uint_eq(te_f32_to_f16(te_f16_to_f32((uint16_t)h)), h);
+}
+END_TEST
+
+START_TEST(test_bf16_bits)
+{
+    ck_assert_uint_eq(te_f32_to_bf16(1.0f), 0x3f80);
+    ck_assert_uint_eq(te_f32_to_bf16(1.0f + 1.0f / 256), 0x3f80); /* tie to even, down */
+    ck_assert_uint_eq(te_f32_to_bf16(1.0f + 3.0f / 256), 0x3f82); /* tie to even, up */
+    ck_assert_float_eq(te_bf16_to_f32(0x4049), 3.140625f);
+    ck_assert(isnan(te_bf16_to_f32(te_f32_to_bf16(NAN))));
+}
+END_TEST
+
+START_TEST(test_tensor_create_and_access)
+{
+    te_tensor *t = te_tensor_zeros(TE_F16, te_shape(2, 3));
+    ck_assert_int_eq(t->numel, 6);
+    ck_assert_int_eq(t->nbytes, 12);
+    te_set(t, 4, 0.1f);
+    ck_assert_float_eq(te_get(t, 4), te_f16_to_f32(te_f32_to_f16(0.1f)));
+    char buf[32];
+    ck_assert_str_eq(te_shape_str(t->ndim, t->shape, buf, sizeof buf), "[2,3]");
+    te_tensor *i = te_tensor_from(TE_I32, te_shape(3), (int32_t[]){ 7, -1, 3 });
+    ck_assert_float_eq(te_get(i, 1), -1.0f);
+
+    ck_assert_ptr_null(te_tensor_new(TE_F32, 5, (int64_t[]){ 1, 1, 1, 1, 1 }));
+    ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
+    ck_assert_msg(strstr(te_error(), "5 dims") != NULL, "%s", te_error());
+    ck_assert_ptr_null(te_tensor_new(TE_F32, te_shape(2, -3)));
+    ck_assert_msg(strstr(te_error(), "[2,-3]") != NULL, "%s", te_error());
+}
+END_TEST
+
+START_TEST(test_allocator_accounting)
+{
+    te_mem_stats s0 = te_mem_stats_get();
+    te_tensor *a = te_tensor_persistent(TE_F32, te_shape(1000)); /* 4000 B -> 4096 class */
+    te_mem_stats s1 = te_mem_stats_get();
+    ck_assert_uint_eq(s1.current - s0.current, 4096);
+    ck_assert_uint_ge(s1.peak, s1.current);
+    te_tensor_free(a);
+    te_mem_stats s2 = te_mem_stats_get();
+    ck_assert_uint_eq(s2.current, s0.current);
+    ck_assert_uint_eq(s2.cached - s0.cached, 4096);
+    ck_assert_uint_eq(s2.peak, s1.peak); /* peak remembers */
+    /* the same size again comes from the cache */
+    te_tensor *b = te_tensor_persistent(TE_F32, te_shape(1000));
+    te_mem_stats s3 = te_mem_stats_get();
+    ck_assert_uint_eq(s3.cache_hits, s2.cache_hits + 1);
+    ck_assert_uint_eq(s3.cached, s0.cached);
+    te_tensor_free(b);
+    /* large sizes round up by at most a quarter */
+    te_tensor *c = te_tensor_persistent(TE_F32, te_shape(300000)); /* 1.2 MB */
+    te_mem_stats s4 = te_mem_stats_get();
+    ck_assert_uint_ge(s4.current - s3.current + 4096, 1200000);
+    ck_assert_uint_le(s4.current - s3.current + 4096, 1200000 * 5 / 4);
+    te_tensor_free(c);
+    te_mem_reset_peak();
+    ck_assert_uint_eq(te_mem_stats_get().peak, te_mem_stats_get().current);
+    te_mem_release_cached();
+    ck_assert_uint_eq(te_mem_stats_get().cached, 0);
+}
+END_TEST
+
+START_TEST(test_tape_reset_frees)
+{
+    size_t before = te_mem_stats_get().current;
+    te_step_begin();
+    for (int i = 0; i < 10; i++)
+        te_tensor_new(TE_F32, te_shape(64, 64));
+    ck_assert_uint_gt(te_mem_stats_get().current, before);
+    te_step_end();
+    ck_assert_uint_eq(te_mem_stats_get().current, before);
+}
+END_TEST
+
+START_TEST(test_scoped_names)
+{
+    te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 2));
+    te_step_begin();
+    te_scope_push("block1");
+    te_scope_push("fc");
+    te_tensor *a = te_scale(x, 2.0f);
+    te_tensor *b = te_scale(a, 2.0f);
+    te_scope_pop();
+    te_tensor *c = te_relu(b);
+    te_scope_pop();
+    te_tensor *d = te_relu(c);
+    ck_assert_str_eq(a->name, "block1/fc/scale:out0");
+    ck_assert_str_eq(b->name, "block1/fc/scale_1:out0");
+    ck_assert_str_eq(c->name, "block1/relu:out0");
+    ck_assert_str_eq(d->name, "relu:out0");
+    te_step_end();
+    /* names restart each step, so they are stable across steps */
+    te_step_begin();
+    x = te_tensor_zeros(TE_F32, te_shape(2, 2));
+    te_scope_push("block1");
+    te_scope_push("fc");
+    ck_assert_str_eq(te_scale(x, 1.0f)->name, "block1/fc/scale:out0");
+    te_scope_pop();
+    te_scope_pop();
+    te_step_end();
+}
+END_TEST
+
+START_TEST(test_error_names_op_location_shapes)
+{
+    te_tensor *a = te_tensor_zeros(TE_F32, te_shape(4, 3));
+    te_tensor *b = te_tensor_zeros(TE_F32, te_shape(5, 2));
+    te_scope_push("fc2");
+    int line = __LINE__ + 1;
+    te_tensor *y = te_matmul(a, b);
+    te_scope_pop();
+    ck_assert_ptr_null(y);
+    ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
+    char loc[64];
+    snprintf(loc, sizeof loc, "test_core.c:%d", line);
+    const char *e = te_error();
+    ck_assert_msg(strstr(e, "fc2/matmul (MatMul)") && strstr(e, loc) && strstr(e, "[4,3]") &&
+                      strstr(e, "[5,2]"),
+                  "message lacks op, location or shapes: %s", e);
+    /* a NULL input propagates without replacing the first message */
+    char first[512];
+    snprintf(first, sizeof first, "%s", e);
+    ck_assert_ptr_null(te_relu(te_scale(y, 2.0f)));
+    ck_assert_str_eq(te_error(), first);
+    te_error_clear();
+    ck_assert_str_eq(te_error(), "");
+}
+END_TEST
+
+START_TEST(test_backward_errors)
+{
+    te_tensor *x = te_tensor_zeros(TE_F32, te_shape(3));
+    ck_assert_int_eq(te_backward(te_scale(x, 2.0f)), TE_ERR_SHAPE);
+    ck_assert_msg(strstr(te_error(), "[3]") != NULL, "%s", te_error());
+    te_tensor *s = te_sum(x, TE_ALL, false);
+    ck_assert_int_eq(te_backward(s), TE_ERR_STATE);
+    ck_assert_msg(strstr(te_error(), "does not depend") != NULL, "%s", te_error());
+    ck_assert_int_eq(te_backward(NULL), TE_ERR_INPUT);
+}
+END_TEST
+
+/* ---- hooks ---------------------------------------------------------------- */
+
+typedef struct {
+    int ops, steps_begun, steps_ended, phases[TE_PHASE_COUNT];
+    char names[16][TE_NAME_MAX];
+    char types[16][32];
+    int exec[16];
+    te_phase phase[16];
+} trace;
+
+static void on_op(const te_op_record *r, void *u)
+{
+    trace *t = u;
+    if (t->ops < 16) {
+        snprintf(t->names[t->ops], TE_NAME_MAX, "%s", r->name);
+        snprintf(t->types[t->ops], 32, "%s", r->type);
+        t->exec[t->ops] = r->exec_index;
+        t->phase[t->ops] = r->phase;
+    }
+    t->ops++;
+}
+static void on_step(int64_t step, void *u) { (void)step; ((trace *)u)->steps_begun++; }
+static void on_step_end(int64_t step, void *u) { (void)step; ((trace *)u)->steps_ended++; }
+static void on_phase(int64_t step, te_phase p, void *u) { (void)step; ((trace *)u)->phases[p]++; }
+
+START_TEST(test_hooks_see_every_op_in_order)
+{
+    te_tensor *w = te_param_new("fc.weight", TE_F32, te_shape(2, 3));
+    te_fill(w, 0.5f);
+    te_optim *opt = te_sgd_new(te_params(), te_param_count(), &(te_sgd_opts){ .lr = 0.1f });
+    trace t = { 0 };
+    int h = te_hook_add(&(te_hooks){ .op_end = on_op, .step_begin = on_step, .step_end = on_step_end,
+                                      .phase_begin = on_phase }, &t);
+    ck_assert_int_ge(h, 0);
+    te_step_begin();
+    te_tensor *x = te_tensor_zeros(TE_F32, te_shape(4, 3));
+    te_fill(x, 1.0f);
+    te_scope_push("fc");
+    te_tensor *y = te_linear(x, w, NULL);
+    te_scope_pop();
+    te_tensor *loss = te_mean(te_relu(y), TE_ALL, false);
+    ck_assert_int_eq(te_backward(loss), TE_OK);
+    te_optim_step(opt);
+    te_step_end();
+
+    const char *want[] = { "fc/linear", "relu", "mean", "grad/mean", "grad/relu", "grad/fc/linear",
+                           "update/fc.weight" };
+    const char *types[] = { "Linear", "Relu", "Mean", "MeanGrad", "ReluGrad", "LinearGrad", "SGD" };
+    ck_assert_int_eq(t.ops, 7);
+    for (int i = 0; i < 7; i++) {
+        ck_assert_str_eq(t.names[i], want[i]);
+        ck_assert_str_eq(t.types[i], types[i]);
+        ck_assert_int_eq(t.exec[i], i);
+    }
+    ck_assert_int_eq(t.phase[2], TE_PHASE_FORWARD);
+    ck_assert_int_eq(t.phase[3], TE_PHASE_BACKWARD);
+    ck_assert_int_eq(t.phase[6], TE_PHASE_UPDATE);
+    ck_assert_int_eq(t.steps_begun, 1);
+    ck_assert_int_eq(t.steps_ended, 1);
+    ck_assert_int_eq(t.phases[TE_PHASE_FORWARD], 1);
+    ck_assert_int_eq(t.phases[TE_PHASE_BACKWARD], 1);
+    ck_assert_int_eq(t.phases[TE_PHASE_UPDATE], 1);
+    te_hook_remove(h);
+    te_step_begin();
+    te_relu(x);
+    te_step_end();
+    ck_assert_int_eq(t.ops, 7); /* detached */
+    te_optim_free(opt);
+}
+END_TEST
+
+/* In backward, hooks get the incoming gradient as input and the produced
+ * gradients as outputs, named after the forward op. */
+static te_tensor *seen_grad_out;
+static void grab_grad(const te_op_record *r, void *u)
+{
+    (void)u;
+    if (strcmp(r->name, "grad/scale") == 0) {
+        ck_assert_int_eq(r->n_inputs, 1);
+        ck_assert_float_eq(te_get(r->inputs[0], 0), 1.0f);
+        seen_grad_out = r->outputs[0];
+        ck_assert_float_eq(te_get(r->outputs[0], 0), 3.0f);
+    }
+}
+
+START_TEST(test_hook_backward_record)
+{
+    te_tensor *p = te_param_new("p", TE_F32, te_shape(1));
+    int h = te_hook_add(&(te_hooks){ .op_end = grab_grad }, NULL);
+    te_step_begin();
+    te_backward(te_scale(p, 3.0f));
+    ck_assert_ptr_nonnull(seen_grad_out);
+    ck_assert_str_eq(seen_grad_out->name, "grad:p");
+    te_step_end();
+    te_hook_remove(h);
+}
+END_TEST
+
+START_TEST(test_hook_table_full)
+{
+    te_hooks none = { 0 };
+    int handles[8];
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_ge(handles[i] = te_hook_add(&none, NULL), 0);
+    ck_assert_int_eq(te_hook_add(&none, NULL), -1);
+    ck_assert_msg(strstr(te_error(), "hook slots") != NULL, "%s", te_error());
+    for (int i = 0; i < 8; i++)
+        te_hook_remove(handles[i]);
+}
+END_TEST
+
+/* ---- rng ------------------------------------------------------------------ */
+
+START_TEST(test_rng)
+{
+    ck_assert_uint_eq(te_rand_u64(1, 2, 3), te_rand_u64(1, 2, 3));
+    ck_assert_uint_ne(te_rand_u64(1, 2, 3), te_rand_u64(2, 2, 3));
+    ck_assert_uint_ne(te_rand_u64(1, 2, 3), te_rand_u64(1, 3, 3));
+    double sum = 0, sq = 0, nsum = 0, nsq = 0;
+    const int n = 200000;
+    for (int i = 0; i < n; i++) {
+        float u = te_rand_uniform(7, 0, (uint64_t)i);
+        ck_assert(u >= 0.0f && u < 1.0f);
+        sum += u;
+        sq += (double)u * u;
+        float z = te_rand_normal(7, 1, (uint64_t)i);
+        nsum += z;
+        nsq += (double)z * z;
+    }
+    ck_assert_double_eq_tol(sum / n, 0.5, 0.005);
+    ck_assert_double_eq_tol(sq / n - (sum / n) * (sum / n), 1.0 / 12, 0.002);
+    ck_assert_double_eq_tol(nsum / n, 0.0, 0.01);
+    ck_assert_double_eq_tol(nsq / n, 1.0, 0.01);
+}
+END_TEST
+
+START_TEST(test_init_deterministic)
+{
+    te_tensor *w = te_param_new("w", TE_F32, te_shape(64, 100));
+    te_init_linear(w, NULL);
+    float first = te_get(w, 5);
+    for (int64_t i = 0; i < w->numel; i++)
+        ck_assert(fabsf(te_get(w, i)) <= 0.1f); /* 1/sqrt(100) */
+    te_shutdown();
+    te_init(&(te_config){ .seed = 1, .threads = 1 });
+    w = te_param_new("w", TE_F32, te_shape(64, 100));
+    te_init_linear(w, NULL);
+    ck_assert_float_eq(te_get(w, 5), first); /* same seed, other thread count */
+    te_shutdown();
+    te_init(&(te_config){ .seed = 2, .threads = 2 });
+    w = te_param_new("w", TE_F32, te_shape(64, 100));
+    te_init_linear(w, NULL);
+    ck_assert_float_ne(te_get(w, 5), first);
+}
+END_TEST
+
+START_TEST(test_param_registry)
+{
+    te_tensor *w = te_param_new("fc1.weight", TE_F32, te_shape(2, 2));
+    ck_assert_str_eq(w->name, "param:fc1.weight");
+    ck_assert_ptr_eq(te_param_find("fc1.weight"), w);
+    ck_assert_ptr_eq(te_param_find("param:fc1.weight"), w);
+    ck_assert_ptr_null(te_param_find("fc2.weight"));
+    ck_assert_ptr_null(te_param_new("fc1.weight", TE_F32, te_shape(2)));
+    ck_assert_msg(strstr(te_error(), "exists already") != NULL, "%s", te_error());
+    ck_assert_ptr_null(te_param_new("idx", TE_I32, te_shape(2)));
+    ck_assert_int_eq(te_param_count(), 1);
+}
+END_TEST
+
+/* ---- fault injection ------------------------------------------------------- */
+
+START_TEST(test_inject_parse_errors)
+{
+    const char *bad[][2] = {
+        { "nan", "missing '@'" },
+        { "bogus@op=a,step=1", "unknown kind 'bogus'" },
+        { "nan@op=a", "missing step" },
+        { "nan@step=3", "missing op" },
+        { "nan@op=a,step=x", "bad step 'x'" },
+        { "scale@op=a,step=1,value=big", "bad value 'big'" },
+        { "nan@op=a,step=1,colour=red", "unknown key 'colour'" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(te_inject_add(bad[i][0]), TE_ERR_ARG);
+        ck_assert_msg(strstr(te_error(), bad[i][1]) != NULL, "'%s' -> %s", bad[i][0], te_error());
+    }
+    ck_assert_int_eq(te_inject_add("noise@op=fc*,step=2,value=0.5"), TE_OK);
+}
+END_TEST
+
+/* Runs 3 steps of y = relu(x*2) and returns y[0..3] of each step. */
+static void run_steps(float out[3][4])
+{
+    for (int s = 0; s < 3; s++) {
+        te_step_begin();
+        te_tensor *x = te_tensor_from(TE_F32, te_shape(4), (float[]){ 1, 2, 3, 4 });
+        te_scope_push("fc1");
+        te_tensor *y = te_relu(te_scale(x, 2.0f));
+        te_scope_pop();
+        te_copy_to_f32(y, out[s]);
+        te_step_end();
+    }
+}
+
+START_TEST(test_inject_kinds)
+{
+    float clean[3][4], got[3][4];
+    run_steps(clean);
+    ck_assert_int_eq(te_inject_add("nan@op=fc1/scale,step=1,index=2"), TE_OK);
+    run_steps(got);
+    /* steps count on: 3, 4, 5 now; nothing hit */
+    ck_assert_mem_eq(got, clean, sizeof clean);
+    te_inject_clear();
+    te_shutdown();
+    te_init(&(te_config){ .seed = 1, .threads = 2 });
+
+    ck_assert_int_eq(te_inject_add("nan@op=fc1/scale,step=1,index=2"), TE_OK);
+    ck_assert_int_eq(te_inject_add("scale@op=fc1/relu,step=2,value=10"), TE_OK);
+    run_steps(got);
+    ck_assert_mem_eq(got[0], clean[0], sizeof clean[0]);
+    ck_assert(isnan(got[1][2]));                 /* relu propagates the NaN */
+    ck_assert_float_eq(got[1][1], clean[1][1]);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(got[2][i], 10.0f * clean[2][i]);
+}
+END_TEST
+
+START_TEST(test_inject_zero_inf_noise)
+{
+    float clean[3][4], got[3][4];
+    run_steps(clean);
+    te_shutdown();
+    te_init(&(te_config){ .seed = 1, .threads = 2 });
+    te_inject_add("zero@op=fc1/relu,step=0");
+    te_inject_add("inf@op=fc1/relu,step=1");
+    te_inject_add("noise@op=fc1/*,step=2,value=0.1");
+    run_steps(got);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(got[0][i], 0.0f);
+    ck_assert(isinf(got[1][0]));
+    int changed = 0;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_float_eq_tol(got[2][i], clean[2][i], 1.0f);
+        changed += got[2][i] != clean[2][i];
+    }
+    ck_assert_int_ge(changed, 3);
+}
+END_TEST
+
+/* ---- half precision through ops ------------------------------------------- */
+
+START_TEST(test_half_inputs_round_outputs)
+{
+    te_tensor *x = te_tensor_from(TE_F32, te_shape(3), (float[]){ 0.1f, 1000.0f, 70000.0f });
+    te_tensor *h = te_cast(x, TE_F16);
+    ck_assert_int_eq(h->dtype, TE_F16);
+    te_tensor *y = te_scale(h, 3.0f);
+    ck_assert_int_eq(y->dtype, TE_F16);
+    ck_assert_float_eq(te_get(y, 0), te_f16_to_f32(te_f32_to_f16(3.0f * te_get(h, 0))));
+    ck_assert_float_eq(te_get(y, 1), 3000.0f);
+    ck_assert(isinf(te_get(y, 2))); /* 70000 overflowed already in the cast */
+    te_tensor *b = te_scale(te_cast(x, TE_BF16), 1.0f);
+    ck_assert_int_eq(b->dtype, TE_BF16);
+    ck_assert_float_eq(te_get(b, 2), 70144.0f); /* bf16 keeps the range */
+}
+END_TEST
+
+START_TEST(test_half_backward)
+{
+    te_tensor *p = te_param_new("hp", TE_BF16, te_shape(2));
+    te_fill(p, 1.5f);
+    te_tensor *loss = te_sum(te_scale(p, 0.5f), TE_ALL, false);
+    ck_assert_int_eq(loss->dtype, TE_BF16);
+    ck_assert_int_eq(te_backward(loss), TE_OK);
+    ck_assert_int_eq(p->grad->dtype, TE_BF16);
+    ck_assert_float_eq(te_get(p->grad, 0), 0.5f);
+    ck_assert_float_eq(te_get(p->grad, 1), 0.5f);
+}
+END_TEST
+
+/* x*x with x in f16: both slots' gradients must reach x (2x, not x). */
+START_TEST(test_half_same_input_twice)
+{
+    te_tensor *x = te_param_new("x", TE_F16, te_shape(3));
+    for (int i = 0; i < 3; i++)
+        te_set(x, i, (float)(i + 1));
+    ck_assert_int_eq(te_backward(te_sum(te_mul(x, x), TE_ALL, false)), TE_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_float_eq(te_get(x->grad, i), 2.0f * (float)(i + 1));
+}
+END_TEST
+
+Suite *suite_core(void)
+{
+    Suite *s = suite_create("core");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_dtypes);
+    tcase_add_test(tc, test_f16_bits);
+    tcase_add_test(tc, test_bf16_bits);
+    tcase_add_test(tc, test_tensor_create_and_access);
+    tcase_add_test(tc, test_allocator_accounting);
+    tcase_add_test(tc, test_tape_reset_frees);
+    tcase_add_test(tc, test_scoped_names);
+    tcase_add_test(tc, test_error_names_op_location_shapes);
+    tcase_add_test(tc, test_backward_errors);
+    tcase_add_test(tc, test_hooks_see_every_op_in_order);
+    tcase_add_test(tc, test_hook_backward_record);
+    tcase_add_test(tc, test_hook_table_full);
+    tcase_add_test(tc, test_rng);
+    tcase_add_test(tc, test_init_deterministic);
+    tcase_add_test(tc, test_param_registry);
+    tcase_add_test(tc, test_inject_parse_errors);
+    tcase_add_test(tc, test_inject_kinds);
+    tcase_add_test(tc, test_inject_zero_inf_noise);
+    tcase_add_test(tc, test_half_inputs_round_outputs);
+    tcase_add_test(tc, test_half_backward);
+    tcase_add_test(tc, test_half_same_input_twice);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,209 @@
+/* test_optim.c — optimizers, clipping and accumulation against PyTorch. */
+#include "fixture.h"
+#include "suites.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
+static void teardown(void) { te_shutdown(); }
+
+typedef struct {
+    fx_file *fx;
+    te_tensor *w, *b;
+} model;
+
+static model model_new(void)
+{
+    model m = { .fx = fx_open("optim.bin") };
+    m.w = te_param_new("w", TE_F32, te_shape(3, 4));
+    m.b = te_param_new("b", TE_F32, te_shape(3));
+    te_copy_from_f32(m.w, fx_tensor(m.fx, "w0")->data);
+    te_copy_from_f32(m.b, fx_tensor(m.fx, "b0")->data);
+    return m;
+}
+
+/* Forward + backward of scale * mse(x w^T + b, t) on rows [lo, hi). */
+static float loss_backward(model *m, int lo, int hi, float scale)
+{
+    te_tensor *x = fx_tensor(m->fx, "x"), *t = fx_tensor(m->fx, "t");
+    te_tensor *xs = te_tensor_from(TE_F32, te_shape(hi - lo, 4), (const float *)x->data + lo * 4);
+    te_tensor *ts = te_tensor_from(TE_F32, te_shape(hi - lo, 3), (const float *)t->data + lo * 3);
+    te_tensor *loss = te_mse(te_linear(xs, m->w, m->b), ts);
+    if (scale != 1.0f)
+        loss = te_scale(loss, scale);
+    ck_assert_msg(te_backward(loss) == TE_OK, "backward: %s", te_error());
+    return te_item(loss);
+}
+
+typedef te_optim *(*make_fn)(void);
+
+/* Three steps, parameters compared with PyTorch's after each. */
+static void check_trajectory(const char *cfg, make_fn make)
+{
+    model m = model_new();
+    te_optim *opt = make();
+    ck_assert_msg(opt != NULL, "%s: %s", cfg, te_error());
+    for (int step = 0; step < 3; step++) {
+        te_step_begin();
+        loss_backward(&m, 0, 6, 1.0f);
+        ck_assert_int_eq(te_optim_step(opt), TE_OK);
+        char name[64], what[96];
+        snprintf(name, sizeof name, "%s/w%d", cfg, step);
+        snprintf(what, sizeof what, "%s weight after step %d", cfg, step);
+        fx_assert_close(m.w, fx_tensor(m.fx, name), 1e-6, 1e-5, what);
+        snprintf(name, sizeof name, "%s/b%d", cfg, step);
+        snprintf(what, sizeof what, "%s bias after step %d", cfg, step);
+        fx_assert_close(m.b, fx_tensor(m.fx, name), 1e-6, 1e-5, what);
+        te_step_end();
+    }
+    te_optim_free(opt);
+    fx_close(m.fx);
+}
+
+static te_optim *make_sgd(void)
+{
+    return te_sgd_new(te_params(), te_param_count(), &(te_sgd_opts){ .lr = 0.1f });
+}
+static te_optim *make_sgd_momentum(void)
+{
+    return te_sgd_new(te_params(), te_param_count(),
+                      &(te_sgd_opts){ .lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 0.01f });
+}
+static te_optim *make_sgd_nesterov(void)
+{
+    return te_sgd_new(te_params(), te_param_count(),
+                      &(te_sgd_opts){ .lr = 0.1f, .momentum = 0.9f, .nesterov = true, .weight_decay = 0.01f });
+}
+static te_optim *make_adam(void)
+{
+    return te_adam_new(te_params(), te_param_count(), &(te_adam_opts){ .lr = 0.01f, .weight_decay = 0.01f });
+}
+static te_optim *make_adamw(void)
+{
+    return te_adam_new(te_params(), te_param_count(),
+                       &(te_adam_opts){ .lr = 0.01f, .weight_decay = 0.1f, .decoupled = true });
+}
+
+START_TEST(test_sgd) { check_trajectory("sgd", make_sgd); }
+END_TEST
+START_TEST(test_sgd_momentum) { check_trajectory("sgd_momentum", make_sgd_momentum); }
+END_TEST
+START_TEST(test_sgd_nesterov) { check_trajectory("sgd_nesterov", make_sgd_nesterov); }
+END_TEST
+START_TEST(test_adam) { check_trajectory("adam", make_adam); }
+END_TEST
+START_TEST(test_adamw) { check_trajectory("adamw", make_adamw); }
+END_TEST
+
+START_TEST(test_clip_grad_norm)
+{
+    model m = model_new();
+    loss_backward(&m, 0, 6, 1.0f);
+    float norm = te_clip_grad_norm(te_params(), te_param_count(), 0.5f);
+    te_tensor *want = fx_tensor(m.fx, "clip/norm");
+    ck_assert_msg(fabsf(norm - te_item(want)) < 1e-5f * te_item(want), "norm %g, torch %g", norm,
+                  te_item(want));
+    fx_assert_close(m.w->grad, fx_tensor(m.fx, "clip/gw"), 1e-7, 1e-5, "clipped weight grad");
+    fx_assert_close(m.b->grad, fx_tensor(m.fx, "clip/gb"), 1e-7, 1e-5, "clipped bias grad");
+    /* Under the limit nothing changes. */
+    float before = te_get(m.w->grad, 0);
+    te_clip_grad_norm(te_params(), te_param_count(), 1e6f);
+    ck_assert_float_eq(te_get(m.w->grad, 0), before);
+    fx_close(m.fx);
+}
+END_TEST
+
+/* Two micro-batches of 3 rows with loss/2 give the gradient of all 6 rows. */
+START_TEST(test_grad_accumulation)
+{
+    model m = model_new();
+    te_step_begin();
+    loss_backward(&m, 0, 6, 1.0f);
+    float full[12];
+    te_copy_to_f32(m.w->grad, full);
+    te_zero_grad();
+    te_step_end();
+
+    te_step_begin();
+    loss_backward(&m, 0, 3, 0.5f);
+    te_tape_reset();
+    loss_backward(&m, 3, 6, 0.5f);
+    for (int i = 0; i < 12; i++)
+        ck_assert_msg(fabsf(te_get(m.w->grad, i) - full[i]) < 1e-6f, "grad[%d] %g, full batch %g", i,
+                      te_get(m.w->grad, i), full[i]);
+    te_step_end();
+    fx_close(m.fx);
+}
+END_TEST
+
+/* The optimizer marks gradients spent, so the next backward overwrites. */
+START_TEST(test_step_consumes_grads)
+{
+    model m = model_new();
+    te_optim *opt = make_sgd();
+    te_step_begin();
+    loss_backward(&m, 0, 6, 1.0f);
+    float g0 = te_get(m.w->grad, 0);
+    te_optim_step(opt);
+    ck_assert(!m.w->grad_valid);
+    te_step_end();
+    te_copy_from_f32(m.w, fx_tensor(m.fx, "w0")->data);
+    te_copy_from_f32(m.b, fx_tensor(m.fx, "b0")->data);
+    te_step_begin();
+    loss_backward(&m, 0, 6, 1.0f);
+    ck_assert_float_eq_tol(te_get(m.w->grad, 0), g0, 1e-7f);
+    te_step_end();
+    te_optim_free(opt);
+    fx_close(m.fx);
+}
+END_TEST
+
+START_TEST(test_bad_options)
+{
+    model m = model_new();
+    ck_assert_ptr_null(te_sgd_new(te_params(), 2, &(te_sgd_opts){ .lr = 0.1f, .nesterov = true }));
+    ck_assert_msg(strstr(te_error(), "nesterov needs momentum") != NULL, "%s", te_error());
+    ck_assert_ptr_null(te_adam_new(te_params(), 2, &(te_adam_opts){ .beta1 = 1.5f }));
+    ck_assert_msg(strstr(te_error(), "betas=(1.5,") != NULL, "%s", te_error());
+    fx_close(m.fx);
+}
+END_TEST
+
+/* f16 parameters: updated in f32 and rounded, so they track the f32 run. */
+START_TEST(test_f16_params)
+{
+    te_tensor *p = te_param_new("h", TE_F16, te_shape(4));
+    te_fill(p, 1.0f);
+    te_optim *opt = te_sgd_new(&p, 1, &(te_sgd_opts){ .lr = 0.25f });
+    te_step_begin();
+    te_tensor *loss = te_sum(te_scale(p, 2.0f), TE_ALL, false); /* d/dp = 2 */
+    ck_assert_int_eq(te_backward(loss), TE_OK);
+    te_optim_step(opt);
+    ck_assert_int_eq(p->dtype, TE_F16);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(te_get(p, i), 0.5f);
+    te_step_end();
+    te_optim_free(opt);
+}
+END_TEST
+
+Suite *suite_optim(void)
+{
+    Suite *s = suite_create("optim");
+    TCase *tc = tcase_create("optim");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_sgd);
+    tcase_add_test(tc, test_sgd_momentum);
+    tcase_add_test(tc, test_sgd_nesterov);
+    tcase_add_test(tc, test_adam);
+    tcase_add_test(tc, test_adamw);
+    tcase_add_test(tc, test_clip_grad_norm);
+    tcase_add_test(tc, test_grad_accumulation);
+    tcase_add_test(tc, test_step_consumes_grads);
+    tcase_add_test(tc, test_bad_options);
+    tcase_add_test(tc, test_f16_params);
+    suite_add_tcase(s, tc);
+    return s;
+}
