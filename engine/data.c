@@ -1,0 +1,297 @@
+/*
+ * data.c — the batch loader.
+ *
+ * Batches are numbered in one sequence over all epochs: seq = epoch *
+ * batches_per_epoch + b. Batch b of every epoch is built by worker b % W
+ * into slot seq % capacity of a ring; a worker may run at most `capacity`
+ * batches ahead of the caller, and the caller takes batches strictly in
+ * sequence. A batch's contents depend only on (seed, epoch, b), so the
+ * order and contents are the same for any worker count, 0 included (then
+ * the caller builds each batch itself when it asks for it).
+ */
+#include "te_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOADER_MAX_WORKERS 256
+#define STREAM_SHUFFLE 0x5348554646000000ull   /* "SHUFF" + epoch */
+
+typedef struct slot {
+    int64_t seq;     /* batch held here once built; -1 before the first */
+    int64_t count;   /* samples in it */
+    float *x;        /* [batch, sample_numel] */
+    int32_t *y;      /* [batch] */
+} slot;
+
+/* A worker thread, or the caller when there are none. Each keeps the sample
+ * order of the epoch it is building: workers may be in different epochs. */
+typedef struct producer {
+    te_loader *l;
+    int index;
+    int64_t epoch;     /* epoch that order belongs to; -1 none yet */
+    int64_t *order;    /* [dataset size] */
+    pthread_t thread;
+} producer;
+
+struct te_loader {
+    const te_dataset *d;
+    te_loader_opts o;
+    uint64_t seed;
+    int64_t sample_numel;
+    int64_t batches;     /* per epoch */
+    int n_workers;       /* worker threads; 0 = the caller builds */
+    int n_started;       /* of them running, to join */
+    int capacity;        /* slots in the ring */
+    slot *slots;
+    producer *prod;      /* n_workers of them, or one for the caller */
+    int64_t consumed;    /* batches handed to the caller, over all epochs */
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t ready;   /* a slot was filled */
+    pthread_cond_t space;   /* the caller took a batch, or stop */
+};
+
+/* The sample order of epoch e: identity, or a Fisher-Yates shuffle driven
+ * by the counter-based RNG keyed on (seed, e). */
+static void epoch_order(const te_loader *l, int64_t e, int64_t *order)
+{
+    int64_t n = l->d->size;
+    for (int64_t i = 0; i < n; i++)
+        order[i] = i;
+    if (!l->o.shuffle)
+        return;
+    for (int64_t k = n - 1; k > 0; k--) {
+        uint64_t r = te_rand_u64(l->seed, STREAM_SHUFFLE + (uint64_t)e, (uint64_t)k);
+        int64_t j = (int64_t)(r % (uint64_t)(k + 1));
+        int64_t t = order[k];
+        order[k] = order[j];
+        order[j] = t;
+    }
+}
+
+/* Builds batch b of epoch e into s. Returns false when the loader is
+ * stopping, leaving s partly written. */
+static bool build_batch(te_loader *l, producer *p, int64_t e, int64_t b, slot *s)
+{
+    if (p->epoch != e) {
+        epoch_order(l, e, p->order);
+        p->epoch = e;
+    }
+    int64_t start = b * l->o.batch;
+    int64_t count = l->d->size - start < l->o.batch ? l->d->size - start : l->o.batch;
+    for (int64_t k = 0; k < count; k++) {
+        if (atomic_load_explicit(&l->stop, memory_order_relaxed))
+            return false;
+        l->d->get(l->d, p->order[start + k], s->x + k * l->sample_numel, s->y + k);
+    }
+    s->count = count;
+    return true;
+}
+
+static void *worker_main(void *arg)
+{
+    producer *p = arg;
+    te_loader *l = p->l;
+    for (int64_t e = 0;; e++)
+        for (int64_t b = p->index; b < l->batches; b += l->n_workers) {
+            int64_t seq = e * l->batches + b;
+            pthread_mutex_lock(&l->mu);
+            while (!atomic_load(&l->stop) && seq >= l->consumed + l->capacity)
+                pthread_cond_wait(&l->space, &l->mu);
+            pthread_mutex_unlock(&l->mu);
+            /* The slot is ours alone until we publish seq: the caller reads
+             * it only once s->seq == seq. */
+            slot *s = &l->slots[seq % l->capacity];
+            if (atomic_load(&l->stop) || !build_batch(l, p, e, b, s))
+                return NULL;
+            pthread_mutex_lock(&l->mu);
+            s->seq = seq;
+            pthread_cond_broadcast(&l->ready);
+            pthread_mutex_unlock(&l->mu);
+        }
+}
+
+/* Stops the workers, waking any that wait for space, and frees everything. */
+static void loader_destroy(te_loader *l)
+{
+    pthread_mutex_lock(&l->mu);
+    atomic_store(&l->stop, true);
+    pthread_cond_broadcast(&l->space);
+    pthread_mutex_unlock(&l->mu);
+    for (int w = 0; w < l->n_started; w++)
+        pthread_join(l->prod[w].thread, NULL);
+    int n_prod = l->n_workers > 0 ? l->n_workers : 1;
+    for (int w = 0; w < n_prod && l->prod; w++)
+        free(l->prod[w].order);
+    for (int k = 0; k < l->capacity && l->slots; k++) {
+        free(l->slots[k].x);
+        free(l->slots[k].y);
+    }
+    free(l->prod);
+    free(l->slots);
+    pthread_cond_destroy(&l->space);
+    pthread_cond_destroy(&l->ready);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+static bool check_opts(const te_dataset *d, const te_loader_opts *o)
+{
+    if (!d || !o) {
+        te_set_error(TE_ERR_ARG, "te_loader_new: %s is NULL", !d ? "dataset" : "options");
+        return false;
+    }
+    if (!d->get || d->size < 1 || d->ndim < 1 || d->ndim > TE_MAX_DIMS - 1) {
+        te_set_error(TE_ERR_ARG,
+                     "te_loader_new: dataset '%s' is malformed (size %lld, ndim %d, get %s)",
+                     d->name ? d->name : "?", (long long)d->size, d->ndim,
+                     d->get ? "set" : "NULL");
+        return false;
+    }
+    for (int k = 0; k < d->ndim; k++)
+        if (d->shape[k] < 1) {
+            char buf[64];
+            te_set_error(TE_ERR_ARG, "te_loader_new: dataset '%s' has sample shape %s",
+                         d->name ? d->name : "?",
+                         te_shape_str(d->ndim, d->shape, buf, sizeof(buf)));
+            return false;
+        }
+    if (o->batch < 1) {
+        te_set_error(TE_ERR_ARG, "te_loader_new: batch %d must be >= 1", o->batch);
+        return false;
+    }
+    if (o->workers < 0 || o->workers > LOADER_MAX_WORKERS) {
+        te_set_error(TE_ERR_ARG, "te_loader_new: workers %d must be in 0..%d", o->workers,
+                     LOADER_MAX_WORKERS);
+        return false;
+    }
+    if (o->prefetch < 0) {
+        te_set_error(TE_ERR_ARG, "te_loader_new: prefetch %d must be >= 0", o->prefetch);
+        return false;
+    }
+    if (o->drop_remainder && d->size < o->batch) {
+        te_set_error(TE_ERR_ARG,
+                     "te_loader_new: batch %d with drop_remainder leaves no batch of dataset '%s' "
+                     "(size %lld)",
+                     o->batch, d->name ? d->name : "?", (long long)d->size);
+        return false;
+    }
+    return true;
+}
+
+/* A loader over d, which must outlive it; with workers, d->get is called
+ * from several threads at once (the built-in datasets are pure functions).
+ * Seed 0 takes the engine's seed. On error, NULL is returned and te_error()
+ * says why. */
+te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o)
+{
+    if (!check_opts(d, o))
+        return NULL;
+    te_loader *l = calloc(1, sizeof(*l));
+    if (!l) {
+        te_set_error(TE_ERR_NOMEM, "te_loader_new: out of memory");
+        return NULL;
+    }
+    l->d = d;
+    l->o = *o;
+    l->seed = o->seed ? o->seed : te_seed();
+    l->sample_numel = 1;
+    for (int k = 0; k < d->ndim; k++)
+        l->sample_numel *= d->shape[k];
+    l->batches = o->drop_remainder ? d->size / o->batch : (d->size + o->batch - 1) / o->batch;
+    /* Workers beyond the batch count would never have a batch to build. */
+    int workers = (int64_t)o->workers < l->batches ? o->workers : (int)l->batches;
+    l->n_workers = workers;
+    l->capacity = workers == 0 ? 1 : o->prefetch > 0 ? o->prefetch : 2 * workers;
+    atomic_init(&l->stop, false);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->ready, NULL);
+    pthread_cond_init(&l->space, NULL);
+
+    int n_prod = workers > 0 ? workers : 1;
+    int64_t rows = d->size < o->batch ? d->size : o->batch;   /* largest batch made */
+    l->slots = calloc((size_t)l->capacity, sizeof(*l->slots));
+    l->prod = calloc((size_t)n_prod, sizeof(*l->prod));
+    bool ok = l->slots && l->prod;
+    for (int k = 0; ok && k < l->capacity; k++) {
+        l->slots[k].seq = -1;
+        l->slots[k].x = malloc((size_t)(rows * l->sample_numel) * sizeof(float));
+        l->slots[k].y = malloc((size_t)rows * sizeof(int32_t));
+        ok = l->slots[k].x && l->slots[k].y;
+    }
+    for (int w = 0; ok && w < n_prod; w++) {
+        l->prod[w] = (producer){ .l = l, .index = w, .epoch = -1 };
+        l->prod[w].order = malloc((size_t)d->size * sizeof(int64_t));
+        ok = l->prod[w].order != NULL;
+    }
+    if (!ok) {
+        te_set_error(TE_ERR_NOMEM,
+                     "te_loader_new: out of memory for %d batches of %lld x %lld floats",
+                     l->capacity, (long long)rows, (long long)l->sample_numel);
+        loader_destroy(l);
+        return NULL;
+    }
+    for (int w = 0; w < workers; w++) {
+        int rc = pthread_create(&l->prod[w].thread, NULL, worker_main, &l->prod[w]);
+        if (rc != 0) {
+            te_set_error(TE_ERR_IO, "te_loader_new: cannot start worker %d of %d: %s", w, workers,
+                         strerror(rc));
+            loader_destroy(l);
+            return NULL;
+        }
+        l->n_started = w + 1;
+    }
+    return l;
+}
+
+/* Waits for the next batch in sequence (or builds it, without workers) and
+ * copies it into new tape tensors. On error the batch stays next. */
+te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
+{
+    if (!l || !x || !y) {
+        te_set_error(TE_ERR_ARG, "te_loader_next: %s is NULL", !l ? "loader" : !x ? "x" : "y");
+        return TE_ERR_ARG;
+    }
+    int64_t seq = l->consumed;
+    slot *s;
+    if (l->n_workers == 0) {
+        s = &l->slots[0];
+        build_batch(l, &l->prod[0], seq / l->batches, seq % l->batches, s);
+    } else {
+        s = &l->slots[seq % l->capacity];
+        pthread_mutex_lock(&l->mu);
+        while (s->seq != seq)
+            pthread_cond_wait(&l->ready, &l->mu);
+        pthread_mutex_unlock(&l->mu);
+    }
+
+    int64_t xshape[TE_MAX_DIMS] = { s->count };
+    memcpy(xshape + 1, l->d->shape, (size_t)l->d->ndim * sizeof(int64_t));
+    te_tensor *tx = te_tensor_from(TE_F32, 1 + l->d->ndim, xshape, s->x);
+    te_tensor *ty = tx ? te_tensor_from(TE_I32, 1, (const int64_t[]){ s->count }, s->y) : NULL;
+    if (!tx || !ty)
+        return te_error_code() != TE_OK ? te_error_code() : TE_ERR_NOMEM;
+
+    pthread_mutex_lock(&l->mu);
+    l->consumed++;
+    pthread_cond_broadcast(&l->space);
+    pthread_mutex_unlock(&l->mu);
+    *x = tx;
+    *y = ty;
+    return TE_OK;
+}
+
+/* The epoch the next batch comes from: 0 at first, 1 once every batch of
+ * epoch 0 has been handed out. */
+int64_t te_loader_epoch(const te_loader *l) { return l ? l->consumed / l->batches : 0; }
+
+int64_t te_loader_batches_per_epoch(const te_loader *l) { return l ? l->batches : 0; }
+
+void te_loader_free(te_loader *l)
+{
+    if (l)
+        loader_destroy(l);
+}
