@@ -1,0 +1,251 @@
+/*
+ * cpu_norm.c — batch norm and layer norm, forward and backward.
+ *
+ * Statistics accumulate in double, in a fixed order within each channel or
+ * row, and threads split only across channels or rows: results are the same
+ * bit for bit on any thread count.
+ */
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- batch norm ------------------------------------------------------------
+ * x is (N,C,S) with S = H*W (1 for [N,C]); inputs: x, gamma|NULL, beta|NULL,
+ * running_mean|NULL, running_var|NULL. saved[0] = mean, saved[1] = rstd, both
+ * [C]: the batch's in training, the running stats' in eval.
+ */
+
+static void bn_dims(const te_tensor *x, int64_t *N, int64_t *C, int64_t *S)
+{
+    *N = x->shape[0];
+    *C = x->shape[1];
+    *S = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
+}
+
+te_status cpu_batchnorm_forward(te_node *n)
+{
+    const te_tensor *x = n->in[0];
+    int64_t N, C, S;
+    bn_dims(x, &N, &C, &S);
+    te_tensor *sm = te_node_save(n, 0, TE_F32, 1, (int64_t[]){ C });
+    te_tensor *sr = te_node_save(n, 1, TE_F32, 1, (int64_t[]){ C });
+    if (!sm || !sr)
+        return TE_ERR_NOMEM;
+    const float *xp = te_f32(x);
+    const float *g = n->in[1] ? te_f32(n->in[1]) : NULL;
+    const float *b = n->in[2] ? te_f32(n->in[2]) : NULL;
+    float *rm = n->in[3] ? te_f32(n->in[3]) : NULL;
+    float *rv = n->in[4] ? te_f32(n->in[4]) : NULL;
+    float *y = te_f32(n->out[0]), *mean = te_f32(sm), *rstd = te_f32(sr);
+    const bool training = n->a.training;
+    const float mom = n->a.momentum, eps = n->a.eps;
+    const int64_t M = N * S;
+
+#pragma omp parallel for if (N * C * S >= TE_PAR_MIN)
+    for (int64_t c = 0; c < C; c++) {
+        float m, r;
+        if (training) {
+            double s = 0.0;
+            for (int64_t i = 0; i < N; i++) {
+                const float *xc = xp + (i * C + c) * S;
+                for (int64_t k = 0; k < S; k++)
+                    s += xc[k];
+            }
+            double dm = s / (double)M, ss = 0.0;
+            /* two passes: the shifted sum of squares does not cancel */
+            for (int64_t i = 0; i < N; i++) {
+                const float *xc = xp + (i * C + c) * S;
+                for (int64_t k = 0; k < S; k++) {
+                    double d = xc[k] - dm;
+                    ss += d * d;
+                }
+            }
+            double var = ss / (double)M;
+            m = (float)dm;
+            r = (float)(1.0 / sqrt(var + eps));
+            if (rm) {
+                /* biased variance normalises, unbiased feeds the running estimate */
+                rm[c] = (1.0f - mom) * rm[c] + mom * m;
+                rv[c] = (1.0f - mom) * rv[c] + mom * (float)(ss / (double)(M - 1));
+            }
+        } else {
+            m = rm[c];
+            r = 1.0f / sqrtf(rv[c] + eps);
+        }
+        mean[c] = m;
+        rstd[c] = r;
+        /* y = x * a + d folds the affine into one multiply-add */
+        float a = r * (g ? g[c] : 1.0f);
+        float d = (b ? b[c] : 0.0f) - m * a;
+        for (int64_t i = 0; i < N; i++) {
+            const float *xc = xp + (i * C + c) * S;
+            float *yc = y + (i * C + c) * S;
+            for (int64_t k = 0; k < S; k++)
+                yc[k] = xc[k] * a + d;
+        }
+    }
+    return TE_OK;
+}
+
+/* Training: with xh = (x - mean) * rstd,
+ *   dx = gamma * rstd * (dy - mean(dy) - xh * mean(dy * xh)).
+ * Eval: mean and rstd are constants, so dx = gamma * rstd * dy.
+ * dgamma = sum(dy * xh), dbeta = sum(dy) in both. */
+te_status cpu_batchnorm_backward(te_node *n)
+{
+    te_tensor *x = n->in[0], *gt = n->in[1], *bt = n->in[2];
+    int64_t N, C, S;
+    bn_dims(x, &N, &C, &S);
+    const float *xp = te_f32(x), *dy = te_f32(n->out[0]->grad);
+    const float *g = gt ? te_f32(gt) : NULL;
+    const float *mean = te_f32(n->saved[0]), *rstd = te_f32(n->saved[1]);
+    int ax = 0, ag = 0, ab = 0;
+    float *dx = te_needs_grad(x) ? te_grad_buf(x, &ax) : NULL;
+    float *dg = gt && te_needs_grad(gt) ? te_grad_buf(gt, &ag) : NULL;
+    float *db = bt && te_needs_grad(bt) ? te_grad_buf(bt, &ab) : NULL;
+    const bool training = n->a.training;
+    const double M = (double)(N * S);
+
+#pragma omp parallel for if (N * C * S >= TE_PAR_MIN)
+    for (int64_t c = 0; c < C; c++) {
+        const float m = mean[c], r = rstd[c];
+        double sdy = 0.0, sdyxh = 0.0;
+        for (int64_t i = 0; i < N; i++) {
+            const float *xc = xp + (i * C + c) * S, *dyc = dy + (i * C + c) * S;
+            for (int64_t k = 0; k < S; k++) {
+                sdy += dyc[k];
+                sdyxh += (double)dyc[k] * ((xc[k] - m) * r);
+            }
+        }
+        if (dg)
+            dg[c] = (ag ? dg[c] : 0.0f) + (float)sdyxh;
+        if (db)
+            db[c] = (ab ? db[c] : 0.0f) + (float)sdy;
+        if (!dx)
+            continue;
+        const float gr = (g ? g[c] : 1.0f) * r;
+        const float mdy = training ? (float)(sdy / M) : 0.0f;
+        const float mdyxh = training ? (float)(sdyxh / M) : 0.0f;
+        for (int64_t i = 0; i < N; i++) {
+            const float *xc = xp + (i * C + c) * S, *dyc = dy + (i * C + c) * S;
+            float *dxc = dx + (i * C + c) * S;
+            if (ax)
+                for (int64_t k = 0; k < S; k++)
+                    dxc[k] += gr * (dyc[k] - mdy - (xc[k] - m) * r * mdyxh);
+            else
+                for (int64_t k = 0; k < S; k++)
+                    dxc[k] = gr * (dyc[k] - mdy - (xc[k] - m) * r * mdyxh);
+        }
+    }
+    return TE_OK;
+}
+
+/* ---- layer norm ------------------------------------------------------------
+ * x is (R,D) with D the last dim; inputs: x, gamma|NULL, beta|NULL.
+ * saved[0] = mean, saved[1] = rstd, both [R].
+ */
+
+te_status cpu_layernorm_forward(te_node *n)
+{
+    const te_tensor *x = n->in[0];
+    const int64_t D = x->shape[x->ndim - 1], R = D ? x->numel / D : 0;
+    te_tensor *sm = te_node_save(n, 0, TE_F32, 1, (int64_t[]){ R });
+    te_tensor *sr = te_node_save(n, 1, TE_F32, 1, (int64_t[]){ R });
+    if (!sm || !sr)
+        return TE_ERR_NOMEM;
+    const float *xp = te_f32(x);
+    const float *g = n->in[1] ? te_f32(n->in[1]) : NULL;
+    const float *b = n->in[2] ? te_f32(n->in[2]) : NULL;
+    float *y = te_f32(n->out[0]), *mean = te_f32(sm), *rstd = te_f32(sr);
+    const float eps = n->a.eps;
+
+#pragma omp parallel for if (x->numel >= TE_PAR_MIN)
+    for (int64_t i = 0; i < R; i++) {
+        const float *xr = xp + i * D;
+        float *yr = y + i * D;
+        double s = 0.0, ss = 0.0;
+        for (int64_t k = 0; k < D; k++)
+            s += xr[k];
+        const double dm = s / (double)D;
+        for (int64_t k = 0; k < D; k++) {
+            double d = xr[k] - dm;
+            ss += d * d;
+        }
+        const float m = (float)dm, r = (float)(1.0 / sqrt(ss / (double)D + eps));
+        mean[i] = m;
+        rstd[i] = r;
+        if (g && b)
+            for (int64_t k = 0; k < D; k++)
+                yr[k] = (xr[k] - m) * r * g[k] + b[k];
+        else
+            for (int64_t k = 0; k < D; k++)
+                yr[k] = (xr[k] - m) * r * (g ? g[k] : 1.0f) + (b ? b[k] : 0.0f);
+    }
+    return TE_OK;
+}
+
+/* With xh = (x - mean) * rstd and dxh = dy * gamma,
+ *   dx = rstd * (dxh - mean(dxh) - xh * mean(dxh * xh)),
+ * dgamma = sum over rows of dy * xh, dbeta = sum over rows of dy. */
+te_status cpu_layernorm_backward(te_node *n)
+{
+    te_tensor *x = n->in[0], *gt = n->in[1], *bt = n->in[2];
+    const int64_t D = x->shape[x->ndim - 1], R = D ? x->numel / D : 0;
+    const float *xp = te_f32(x), *dy = te_f32(n->out[0]->grad);
+    const float *g = gt ? te_f32(gt) : NULL;
+    const float *mean = te_f32(n->saved[0]), *rstd = te_f32(n->saved[1]);
+    int ax = 0, ag = 0, ab = 0;
+    float *dx = te_needs_grad(x) ? te_grad_buf(x, &ax) : NULL;
+    float *dg = gt && te_needs_grad(gt) ? te_grad_buf(gt, &ag) : NULL;
+    float *db = bt && te_needs_grad(bt) ? te_grad_buf(bt, &ab) : NULL;
+
+    if (dx) {
+#pragma omp parallel for if (x->numel >= TE_PAR_MIN)
+        for (int64_t i = 0; i < R; i++) {
+            const float *xr = xp + i * D, *dyr = dy + i * D;
+            float *dxr = dx + i * D;
+            const float m = mean[i], r = rstd[i];
+            double s1 = 0.0, s2 = 0.0;
+            for (int64_t k = 0; k < D; k++) {
+                float dxh = dyr[k] * (g ? g[k] : 1.0f);
+                s1 += dxh;
+                s2 += (double)dxh * ((xr[k] - m) * r);
+            }
+            const float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
+            if (ax)
+                for (int64_t k = 0; k < D; k++)
+                    dxr[k] += r * (dyr[k] * (g ? g[k] : 1.0f) - m1 - (xr[k] - m) * r * m2);
+            else
+                for (int64_t k = 0; k < D; k++)
+                    dxr[k] = r * (dyr[k] * (g ? g[k] : 1.0f) - m1 - (xr[k] - m) * r * m2);
+        }
+    }
+    if (!dg && !db)
+        return TE_OK;
+    /* Parameter grads sum over rows: in double, sequential over rows and
+     * vectorised over D, so the order of additions never depends on the
+     * thread count. */
+    double *acc = calloc(2 * (size_t)D, sizeof *acc);
+    if (!acc) {
+        te_set_error(TE_ERR_NOMEM, "%s: out of memory for %lld sums", n->grad_name, (long long)D);
+        return TE_ERR_NOMEM;
+    }
+    double *sg = acc, *sb = acc + D;
+    for (int64_t i = 0; i < R; i++) {
+        const float *xr = xp + i * D, *dyr = dy + i * D;
+        const float m = mean[i], r = rstd[i];
+        for (int64_t k = 0; k < D; k++) {
+            sg[k] += dyr[k] * ((xr[k] - m) * r);
+            sb[k] += dyr[k];
+        }
+    }
+    for (int64_t k = 0; k < D; k++) {
+        if (dg)
+            dg[k] = (ag ? dg[k] : 0.0f) + (float)sg[k];
+        if (db)
+            db[k] = (ab ? db[k] : 0.0f) + (float)sb[k];
+    }
+    free(acc);
+    return TE_OK;
+}

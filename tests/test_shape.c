@@ -1,0 +1,537 @@
+/* test_shape.c — reshape, flatten, transpose, cast, embedding and dropout:
+ * PyTorch goldens (fixtures/norm.bin), finite differences, exact cast bit
+ * patterns, dropout mask statistics and reproducibility, and errors. */
+#include "fixture.h"
+#include "gradcheck.h"
+#include "suites.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
+
+static void teardown(void)
+{
+    te_tape_reset();
+    te_shutdown();
+}
+
+static float *fdata(const te_tensor *t) { return (float *)t->data; }
+static int32_t *idata(const te_tensor *t) { return (int32_t *)t->data; }
+
+static void assert_error_has(const char *const *parts)
+{
+    const char *e = te_error();
+    for (int i = 0; parts[i]; i++)
+        ck_assert_msg(strstr(e, parts[i]) != NULL, "error \"%s\" lacks \"%s\"", e, parts[i]);
+}
+
+static const char *at_line(int line)
+{
+    static char buf[64];
+    snprintf(buf, sizeof buf, "test_shape.c:%d", line);
+    return buf;
+}
+
+/* ---- reshape and flatten ---------------------------------------------------- */
+
+START_TEST(test_reshape_golden)
+{
+    fx_file *f = fx_open("norm.bin");
+    te_tensor *x = fx_param(f, "rs_x");
+    te_tensor *y = te_reshape(x, 4, -1);
+    fx_assert_close(y, fx_tensor(f, "rs_y"), 0, 0, "reshape [2,3,4] -> [4,-1]");
+    ck_assert_msg(te_backward_with(y, fx_tensor(f, "rs_dy")) == TE_OK, "%s", te_error());
+    fx_assert_close(x->grad, fx_tensor(f, "rs_dx"), 0, 0, "reshape dx");
+    /* a copy, not a view: patching the output leaves the input alone */
+    float x0 = te_get(x, 0);
+    te_set(y, 0, 1234.0f);
+    ck_assert_msg(te_get(x, 0) == x0, "reshape output shares memory with its input");
+    te_tensor_free(x);
+    fx_close(f);
+}
+END_TEST
+
+static te_tensor *reshape_fn(te_tensor **in, void *ctx)
+{
+    (void)ctx;
+    return te_reshape(in[0], 3, -1, 2);
+}
+
+START_TEST(test_reshape_gradcheck)
+{
+    te_tensor *x = gc_random(te_shape(2, 3, 2), -1, 1, 1);
+    gc_check("reshape", reshape_fn, NULL, &x, 1, (bool[]){ true }, 1e-2f, 1e-3f);
+    te_tensor_free(x);
+}
+END_TEST
+
+START_TEST(test_reshape_i32_and_flatten)
+{
+    int32_t v[6] = { 1, -2, 3, 2147483647, -5, 6 };
+    te_tensor *i = te_tensor_from(TE_I32, te_shape(2, 3), v);
+    te_tensor *r = te_reshape(i, 3, 2);
+    ck_assert_msg(r && r->dtype == TE_I32 && r->shape[0] == 3 && r->shape[1] == 2, "%s",
+                  te_error());
+    ck_assert_msg(memcmp(r->data, v, sizeof v) == 0, "i32 reshape changed the values");
+
+    te_tensor *x = gc_random(te_shape(2, 3, 2, 2), -1, 1, 3);
+    te_tensor *fl = te_flatten(x);
+    ck_assert_msg(fl && fl->ndim == 2 && fl->shape[0] == 2 && fl->shape[1] == 12, "%s", te_error());
+    ck_assert_msg(memcmp(fl->data, x->data, x->nbytes) == 0, "flatten changed the values");
+    te_tensor_free(x);
+}
+END_TEST
+
+START_TEST(test_reshape_errors)
+{
+    te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 3, 4));
+    int line = __LINE__ + 1;
+    ck_assert(te_reshape(x, 5, 5) == NULL);
+    ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
+    assert_error_has((const char *[]){ "reshape (Reshape) at ", at_line(line), "x [2,3,4]",
+                                       "(24 elements)", "[5,5] (25 elements)", NULL });
+    line = __LINE__ + 1;
+    ck_assert(te_reshape(x, 5, -1) == NULL);
+    assert_error_has((const char *[]){ "(Reshape)", at_line(line), "x [2,3,4] (24 elements)",
+                                       "cannot be reshaped to [5,-1]", NULL });
+    line = __LINE__ + 1;
+    ck_assert(te_reshape(x, -1, 2, -1) == NULL);
+    ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
+    assert_error_has((const char *[]){ "(Reshape)", at_line(line), "[-1,2,-1]", "dim 2 is -1",
+                                       "one -1 allowed", NULL });
+    te_tensor *v = te_tensor_zeros(TE_F32, te_shape(5));
+    line = __LINE__ + 1;
+    ck_assert(te_flatten(v) == NULL);
+    assert_error_has((const char *[]){ "(Reshape)", at_line(line), "flatten of x [5]", NULL });
+}
+END_TEST
+
+/* ---- transpose ---------------------------------------------------------------- */
+
+START_TEST(test_transpose_golden)
+{
+    fx_file *f = fx_open("norm.bin");
+    te_tensor *x = fx_param(f, "tr_x");
+    te_tensor *y = te_transpose(x, 0, 2);
+    fx_assert_close(y, fx_tensor(f, "tr_y"), 0, 0, "transpose(0, 2) of [2,3,4]");
+    ck_assert_msg(te_backward_with(y, fx_tensor(f, "tr_dy")) == TE_OK, "%s", te_error());
+    fx_assert_close(x->grad, fx_tensor(f, "tr_dx"), 0, 0, "transpose dx");
+    te_tape_reset();
+    /* negative dims name the same pair */
+    fx_assert_close(te_transpose(x, -1, -3), fx_tensor(f, "tr_y"), 0, 0, "transpose(-1, -3)");
+    te_tensor_free(x);
+    fx_close(f);
+}
+END_TEST
+
+static te_tensor *transpose_fn(te_tensor **in, void *ctx)
+{
+    const int *d = ctx;
+    return te_transpose(in[0], d[0], d[1]);
+}
+
+START_TEST(test_transpose_gradcheck)
+{
+    /* the weights of L = sum(r * y) differ per element, so a gradient put
+     * back in the wrong place fails; (1, -1) moves single elements, (2, 1)
+     * moves runs of the last dim */
+    te_tensor *x = gc_random(te_shape(2, 3, 4, 5), -1, 1, 4);
+    gc_check("transpose(1, -1)", transpose_fn, (int[]){ 1, -1 }, &x, 1, (bool[]){ true }, 1e-2f,
+             1e-3f);
+    gc_check("transpose(2, 1)", transpose_fn, (int[]){ 2, 1 }, &x, 1, (bool[]){ true }, 1e-2f,
+             1e-3f);
+    te_tensor_free(x);
+}
+END_TEST
+
+START_TEST(test_transpose_i32_and_errors)
+{
+    int32_t v[6] = { 0, 1, 2, 3, 4, 5 };
+    te_tensor *t = te_transpose(te_tensor_from(TE_I32, te_shape(2, 3), v), 1, 0);
+    ck_assert_msg(t && t->dtype == TE_I32 && t->shape[0] == 3 && t->shape[1] == 2, "%s",
+                  te_error());
+    const int32_t want[6] = { 0, 3, 1, 4, 2, 5 };
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(((int32_t *)t->data)[i] == want[i], "element %d: %d, expected %d", i,
+                      ((int32_t *)t->data)[i], want[i]);
+
+    te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 3, 4));
+    int line = __LINE__ + 1;
+    ck_assert(te_transpose(x, 3, 0) == NULL);
+    ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
+    /* the step's second transpose: op names are unique within a step */
+    assert_error_has((const char *[]){ "transpose_1 (Transpose) at ", at_line(line),
+                                       "dims (3, 0) out of range for x [2,3,4] (3 dims)", NULL });
+    line = __LINE__ + 1;
+    ck_assert(te_transpose(x, 0, -4) == NULL);
+    assert_error_has((const char *[]){ at_line(line), "dims (0, -4)", NULL });
+}
+END_TEST
+
+/* ---- cast ------------------------------------------------------------------- */
+
+START_TEST(test_cast_bit_patterns)
+{
+    const float v[6] = { 1.0f, 65504.0f, 1e-8f, 70000.0f, -2.0f, 0.1f };
+    const uint16_t f16[6] = { 0x3c00, 0x7bff, 0x0000, 0x7c00, 0xc000, 0x2e66 };
+    const uint16_t bf16[6] = { 0x3f80, 0x4780, 0x322c, 0x4789, 0xc000, 0x3dcd };
+    const float f16_back[6] = { 1.0f, 65504.0f, 0.0f, INFINITY, -2.0f, 0.0999755859375f };
+    const float bf16_back[6] = { 1.0f,     65536.0f, 1.0011717677116394e-08f,
+                                 70144.0f, -2.0f,    0.10009765625f };
+    te_tensor *x = te_tensor_from(TE_F32, te_shape(6), v);
+    te_tensor *h = te_cast(x, TE_F16), *b = te_cast(x, TE_BF16);
+    ck_assert_msg(h && b && h->dtype == TE_F16 && b->dtype == TE_BF16, "%s", te_error());
+    te_tensor *hb = te_cast(h, TE_F32), *bb = te_cast(b, TE_F32);
+    ck_assert_msg(hb && bb && hb->dtype == TE_F32, "%s", te_error());
+    for (int i = 0; i < 6; i++) {
+        uint16_t gh = ((uint16_t *)h->data)[i], gb = ((uint16_t *)b->data)[i];
+        ck_assert_msg(gh == f16[i], "f16(%g) = 0x%04x, expected 0x%04x", (double)v[i], gh, f16[i]);
+        ck_assert_msg(gb == bf16[i], "bf16(%g) = 0x%04x, expected 0x%04x", (double)v[i], gb,
+                      bf16[i]);
+        float rh = fdata(hb)[i], rb = fdata(bb)[i];
+        ck_assert_msg(memcmp(&rh, &f16_back[i], 4) == 0, "f32(f16(%g)) = %.9g, expected %.9g",
+                      (double)v[i], (double)rh, (double)f16_back[i]);
+        ck_assert_msg(memcmp(&rb, &bf16_back[i], 4) == 0, "f32(bf16(%g)) = %.9g, expected %.9g",
+                      (double)v[i], (double)rb, (double)bf16_back[i]);
+    }
+    /* between the halves: f16 -> bf16 goes through f32 exactly once */
+    te_tensor *hbf = te_cast(h, TE_BF16);
+    ck_assert_msg(hbf && ((uint16_t *)hbf->data)[0] == 0x3f80 &&
+                      ((uint16_t *)hbf->data)[1] == 0x4780,
+                  "f16 -> bf16 of 1 and 65504: 0x%04x 0x%04x", ((uint16_t *)hbf->data)[0],
+                  ((uint16_t *)hbf->data)[1]);
+}
+END_TEST
+
+START_TEST(test_cast_int)
+{
+    const float v[6] = { 2.7f, -2.7f, NAN, 3e9f, -3e9f, 16777217.0f };
+    const int32_t want[6] = { 2, -2, 0, 2147483647, (-2147483647 - 1), 16777216 };
+    te_tensor *i = te_cast(te_tensor_from(TE_F32, te_shape(6), v), TE_I32);
+    ck_assert_msg(i && i->dtype == TE_I32, "%s", te_error());
+    for (int k = 0; k < 6; k++)
+        ck_assert_msg(idata(i)[k] == want[k], "i32(%g) = %d, expected %d", (double)v[k],
+                      idata(i)[k], want[k]);
+    const int32_t iv[4] = { 3, -7, 16777217, 2048 };
+    te_tensor *src = te_tensor_from(TE_I32, te_shape(4), iv);
+    te_tensor *f = te_cast(src, TE_F32), *h = te_cast(src, TE_F16);
+    ck_assert_msg(f && h, "%s", te_error());
+    const float fw[4] = { 3.0f, -7.0f, 16777216.0f, 2048.0f };
+    for (int k = 0; k < 4; k++) {
+        ck_assert_msg(fdata(f)[k] == fw[k], "f32(%d) = %.9g", iv[k], (double)fdata(f)[k]);
+        ck_assert_msg(te_get(h, k) == (k == 2 ? INFINITY : fw[k]), "f16(%d) = %g", iv[k],
+                      (double)te_get(h, k));
+    }
+    ck_assert_msg(!f->requires_grad, "a cast from i32 must not require grad");
+}
+END_TEST
+
+/* Gradients cast back to the input's dtype; none flows into or out of i32. */
+START_TEST(test_cast_gradient)
+{
+    te_tensor *x = gc_random(te_shape(4), -1, 1, 7);
+    x->requires_grad = true;
+    te_tensor *y = te_cast(te_cast(x, TE_F16), TE_F32);
+    const float d[4] = { 0.5f, -1.25f, 0.1f, 3.0f };
+    ck_assert_msg(y && te_backward_with(y, te_tensor_from(TE_F32, te_shape(4), d)) == TE_OK, "%s",
+                  te_error());
+    for (int i = 0; i < 4; i++) {
+        float want = te_f16_to_f32(te_f32_to_f16(d[i]));
+        ck_assert_msg(te_get(x->grad, i) == want, "dx[%d] = %.9g, expected %.9g (f16-rounded)", i,
+                      (double)te_get(x->grad, i), (double)want);
+    }
+    te_tape_reset();
+    te_tensor *yi = te_cast(x, TE_I32);
+    ck_assert_msg(yi && !yi->requires_grad, "cast to i32 must not require grad");
+    te_tensor_free(x);
+}
+END_TEST
+
+START_TEST(test_cast_errors)
+{
+    te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 3));
+    int line = __LINE__ + 1;
+    ck_assert(te_cast(x, (te_dtype)9) == NULL);
+    ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
+    assert_error_has((const char *[]){ "cast (Cast) at ", at_line(line), "x f32 [2,3]",
+                                       "unknown target dtype 9", NULL });
+}
+END_TEST
+
+/* ---- embedding -------------------------------------------------------------- */
+
+START_TEST(test_embedding_golden)
+{
+    fx_file *f = fx_open("norm.bin");
+    te_tensor *w = fx_param(f, "emb_w");
+    te_tensor *y = te_embedding(w, fx_tensor(f, "emb_idx"));
+    fx_assert_close(y, fx_tensor(f, "emb_y"), 0, 0, "embedding y");
+    ck_assert_msg(te_backward_with(y, fx_tensor(f, "emb_dy")) == TE_OK, "%s", te_error());
+    /* rows 1 and 4 are picked several times: their grads add up */
+    fx_assert_close(w->grad, fx_tensor(f, "emb_dw"), 1e-6, 1e-6, "embedding dweight");
+    te_tensor_free(w);
+    fx_close(f);
+}
+END_TEST
+
+static te_tensor *embedding_fn(te_tensor **in, void *ctx) { return te_embedding(in[0], ctx); }
+
+START_TEST(test_embedding_gradcheck)
+{
+    const int32_t iv[6] = { 2, 0, 2, 3, 3, 2 };
+    te_tensor *idx = te_tensor_persistent(TE_I32, te_shape(2, 3));
+    memcpy(idx->data, iv, sizeof iv);
+    te_tensor *w = gc_random(te_shape(5, 4), -1, 1, 8);
+    gc_check("embedding weight", embedding_fn, idx, &w, 1, (bool[]){ true }, 1e-2f, 1e-3f);
+    /* rows 1 and 4 are never picked: exactly zero grad */
+    for (int k = 0; k < 4; k++)
+        ck_assert_msg(te_get(w->grad, 4 + k) == 0.0f && te_get(w->grad, 16 + k) == 0.0f,
+                      "unpicked rows got gradient");
+    te_tensor_free(w);
+    te_tensor_free(idx);
+}
+END_TEST
+
+START_TEST(test_embedding_errors)
+{
+    te_tensor *w = te_tensor_zeros(TE_F32, te_shape(6, 3));
+    const int32_t iv[4] = { 1, 2, 7, 0 };
+    te_tensor *idx = te_tensor_from(TE_I32, te_shape(2, 2), iv);
+    int line = __LINE__ + 1;
+    ck_assert(te_embedding(w, idx) == NULL);
+    ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
+    assert_error_has((const char *[]){ "embedding (Embedding) at ", at_line(line),
+                                       "idx[1,0] = 7 (flat position 2)", "weight [6,3]", "[0, 6)",
+                                       NULL });
+    const int32_t neg[3] = { 0, -1, 2 };
+    line = __LINE__ + 1;
+    ck_assert(te_embedding(w, te_tensor_from(TE_I32, te_shape(3), neg)) == NULL);
+    assert_error_has((const char *[]){ at_line(line), "idx[1] = -1 (flat position 1)", NULL });
+    te_tensor *fidx = te_tensor_zeros(TE_F32, te_shape(3));
+    line = __LINE__ + 1;
+    ck_assert(te_embedding(w, fidx) == NULL);
+    ck_assert_int_eq(te_error_code(), TE_ERR_DTYPE);
+    assert_error_has((const char *[]){ at_line(line), "idx [3] is f32: i32 indices needed", NULL });
+    line = __LINE__ + 1;
+    ck_assert(te_embedding(te_tensor_zeros(TE_F32, te_shape(6)), idx) == NULL);
+    assert_error_has((const char *[]){ at_line(line), "weight [6] and idx [2,2]", "[V,D]", NULL });
+}
+END_TEST
+
+/* ---- dropout ---------------------------------------------------------------- */
+
+/* Fraction of non-zero outputs of dropout(ones) with p. */
+static double kept_fraction(te_tensor *y)
+{
+    int64_t kept = 0;
+    for (int64_t i = 0; i < y->numel; i++)
+        kept += fdata(y)[i] != 0.0f;
+    return (double)kept / (double)y->numel;
+}
+
+START_TEST(test_dropout_statistics)
+{
+    te_tensor *x = te_tensor_new(TE_F32, te_shape(100000));
+    te_fill(x, 1.0f);
+    const float ps[3] = { 0.1f, 0.3f, 0.5f };
+    for (int k = 0; k < 3; k++) {
+        te_tensor *y = te_dropout(x, ps[k]);
+        ck_assert_msg(y != NULL, "%s", te_error());
+        /* 7 standard deviations of a binomial over 1e5 draws is below 0.011 */
+        double f = kept_fraction(y);
+        ck_assert_msg(fabs(f - (1.0 - ps[k])) < 0.011, "p %g kept %.4f, expected ~%.4f",
+                      (double)ps[k], f, 1.0 - ps[k]);
+        const float scale = 1.0f / (1.0f - ps[k]);
+        for (int64_t i = 0; i < y->numel; i++)
+            ck_assert_msg(fdata(y)[i] == 0.0f || fdata(y)[i] == scale,
+                          "p %g element %lld is %g: 0 or %g expected", (double)ps[k], (long long)i,
+                          (double)fdata(y)[i], (double)scale);
+    }
+}
+END_TEST
+
+/* The mask of one dropout op at one step: 1 kept, 0 dropped. */
+static void mask_of(const te_tensor *y, unsigned char *m)
+{
+    for (int64_t i = 0; i < y->numel; i++)
+        m[i] = fdata(y)[i] != 0.0f;
+}
+
+static int64_t mask_diff(const unsigned char *a, const unsigned char *b, int64_t n)
+{
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++)
+        d += a[i] != b[i];
+    return d;
+}
+
+enum { MN = 4096 };
+
+/* Step 0 of a fresh engine with seed: two dropout ops, then step 1. */
+static void masks_for_seed(uint64_t seed, unsigned char m[3][MN])
+{
+    te_shutdown();
+    te_init(&(te_config){ .seed = seed, .threads = 2 });
+    te_step_begin();
+    te_tensor *x = te_tensor_new(TE_F32, te_shape(MN));
+    te_fill(x, 2.0f);
+    mask_of(te_dropout(x, 0.5f), m[0]);
+    mask_of(te_dropout(x, 0.5f), m[1]);
+    te_step_end();
+    te_step_begin();
+    x = te_tensor_new(TE_F32, te_shape(MN));
+    te_fill(x, 2.0f);
+    mask_of(te_dropout(x, 0.5f), m[2]);
+    te_step_end();
+}
+
+START_TEST(test_dropout_reproducible)
+{
+    static unsigned char a[3][MN], b[3][MN], c[3][MN];
+    masks_for_seed(5, a);
+    masks_for_seed(5, b);
+    masks_for_seed(6, c);
+    for (int k = 0; k < 3; k++)
+        ck_assert_msg(mask_diff(a[k], b[k], MN) == 0, "mask %d differs for the same seed", k);
+    /* independent masks with p 0.5 differ in about half the places */
+    int64_t ops = mask_diff(a[0], a[1], MN), steps = mask_diff(a[0], a[2], MN);
+    int64_t seeds = mask_diff(a[0], c[0], MN);
+    ck_assert_msg(ops > MN / 4, "two ops in a step share a mask (%lld differences)",
+                  (long long)ops);
+    ck_assert_msg(steps > MN / 4, "two steps share a mask (%lld differences)", (long long)steps);
+    ck_assert_msg(seeds > MN / 4, "two seeds share a mask (%lld differences)", (long long)seeds);
+}
+END_TEST
+
+/* Backward applies the forward's mask: dx = dy * mask / (1 - p). */
+START_TEST(test_dropout_backward_mask)
+{
+    const float p = 0.4f;
+    te_tensor *x = gc_random(te_shape(3000), 0.5f, 1.5f, 10); /* never 0: mask readable from y */
+    x->requires_grad = true;
+    te_tensor *y = te_dropout(x, p);
+    te_tensor *dy = te_tensor_new(TE_F32, te_shape(3000));
+    for (int64_t i = 0; i < 3000; i++)
+        fdata(dy)[i] = te_rand_uniform(3, 3, (uint64_t)i) - 0.5f;
+    ck_assert_msg(y && te_backward_with(y, dy) == TE_OK, "%s", te_error());
+    const float scale = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < 3000; i++) {
+        bool kept = fdata(y)[i] != 0.0f;
+        float want_y = kept ? fdata(x)[i] * scale : 0.0f;
+        float want_dx = kept ? fdata(dy)[i] * scale : 0.0f;
+        ck_assert_msg(fdata(y)[i] == want_y, "y[%lld] = %g, expected %g", (long long)i,
+                      (double)fdata(y)[i], (double)want_y);
+        ck_assert_msg(fdata(x->grad)[i] == want_dx, "dx[%lld] = %g, expected %g (kept %d)",
+                      (long long)i, (double)fdata(x->grad)[i], (double)want_dx, kept);
+    }
+    te_tensor_free(x);
+}
+END_TEST
+
+static te_tensor *dropout_fn(te_tensor **in, void *ctx)
+{
+    (void)ctx;
+    return te_dropout(in[0], 0.3f);
+}
+
+START_TEST(test_dropout_gradcheck)
+{
+    te_tensor *x = gc_random(te_shape(8, 8), -1, 1, 12);
+    gc_check("dropout (fixed seed)", dropout_fn, NULL, &x, 1, (bool[]){ true }, 1e-2f, 1e-3f);
+    te_tensor_free(x);
+}
+END_TEST
+
+/* Eval mode and p == 0 pass values and gradients through unchanged. */
+START_TEST(test_dropout_identity)
+{
+    te_tensor *x = gc_random(te_shape(50), -1, 1, 13);
+    x->requires_grad = true;
+    te_tensor *dy = te_tensor_new(TE_F32, te_shape(50));
+    te_fill(dy, 0.75f);
+    for (int mode = 0; mode < 2; mode++) {
+        te_set_training(mode == 1);
+        te_tensor *y = te_dropout(x, mode == 1 ? 0.0f : 0.9f);
+        ck_assert_msg(y && memcmp(y->data, x->data, x->nbytes) == 0,
+                      "%s: dropout is not the identity", mode ? "p 0" : "eval");
+        ck_assert_msg(te_backward_with(y, dy) == TE_OK, "%s", te_error());
+        for (int i = 0; i < 50; i++)
+            ck_assert_msg(te_get(x->grad, i) == 0.75f, "%s: dx[%d] = %g", mode ? "p 0" : "eval", i,
+                          (double)te_get(x->grad, i));
+        x->grad_valid = false;
+    }
+    te_set_training(true);
+    te_tensor_free(x);
+}
+END_TEST
+
+START_TEST(test_dropout_errors)
+{
+    te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 3));
+    int line = __LINE__ + 1;
+    ck_assert(te_dropout(x, 1.0f) == NULL);
+    ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
+    assert_error_has((const char *[]){ "dropout (Dropout) at ", at_line(line), "x [2,3]",
+                                       "p = 1 not in [0, 1)", NULL });
+    line = __LINE__ + 1;
+    ck_assert(te_dropout(x, -0.5f) == NULL);
+    assert_error_has((const char *[]){ at_line(line), "p = -0.5 not in [0, 1)", NULL });
+    line = __LINE__ + 1;
+    ck_assert(te_dropout(te_tensor_zeros(TE_I32, te_shape(2)), 0.5f) == NULL);
+    ck_assert_int_eq(te_error_code(), TE_ERR_DTYPE);
+    assert_error_has((const char *[]){ at_line(line), "x is i32", NULL });
+}
+END_TEST
+
+/* A NULL input gives NULL from every op here and keeps the first message. */
+START_TEST(test_shape_null_input)
+{
+    te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 3));
+    ck_assert(te_reshape(x, 7) == NULL);
+    char first[1024];
+    snprintf(first, sizeof first, "%s", te_error());
+    te_tensor *w = te_tensor_zeros(TE_F32, te_shape(4, 2));
+    ck_assert(te_reshape(NULL, 6) == NULL);
+    ck_assert(te_flatten(NULL) == NULL);
+    ck_assert(te_transpose(NULL, 0, 1) == NULL);
+    ck_assert(te_cast(NULL, TE_F16) == NULL);
+    ck_assert(te_embedding(NULL, x) == NULL);
+    ck_assert(te_embedding(w, NULL) == NULL);
+    ck_assert(te_dropout(NULL, 0.5f) == NULL);
+    ck_assert_str_eq(te_error(), first);
+}
+END_TEST
+
+Suite *suite_shape(void)
+{
+    Suite *s = suite_create("shape");
+    TCase *tc = tcase_create("shape");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_reshape_golden);
+    tcase_add_test(tc, test_reshape_gradcheck);
+    tcase_add_test(tc, test_reshape_i32_and_flatten);
+    tcase_add_test(tc, test_reshape_errors);
+    tcase_add_test(tc, test_transpose_golden);
+    tcase_add_test(tc, test_transpose_gradcheck);
+    tcase_add_test(tc, test_transpose_i32_and_errors);
+    tcase_add_test(tc, test_cast_bit_patterns);
+    tcase_add_test(tc, test_cast_int);
+    tcase_add_test(tc, test_cast_gradient);
+    tcase_add_test(tc, test_cast_errors);
+    tcase_add_test(tc, test_embedding_golden);
+    tcase_add_test(tc, test_embedding_gradcheck);
+    tcase_add_test(tc, test_embedding_errors);
+    tcase_add_test(tc, test_dropout_statistics);
+    tcase_add_test(tc, test_dropout_reproducible);
+    tcase_add_test(tc, test_dropout_backward_mask);
+    tcase_add_test(tc, test_dropout_gradcheck);
+    tcase_add_test(tc, test_dropout_identity);
+    tcase_add_test(tc, test_dropout_errors);
+    tcase_add_test(tc, test_shape_null_input);
+    suite_add_tcase(s, tc);
+    return s;
+}
