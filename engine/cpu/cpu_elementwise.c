@@ -1,0 +1,318 @@
+/* cpu_elementwise.c — binary ops with broadcasting, scale and activations. */
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- broadcasting ----------------------------------------------------------
+ * A binary op walks its output as rows. Dims are aligned at the end, size-1
+ * output dims dropped and neighbouring dims that a and b broadcast alike
+ * merged: [4,3]+[3] is 4 rows of 3, [4,3]*[1] one row of 12 with b's stride
+ * 0, [2,1,3]*[1,4,1] 8 rows of 3. The innermost stride of each operand is
+ * then 0 or 1, which keeps the row loops simple enough to vectorise.
+ */
+typedef struct {
+    int k;                                    /* merged dims, 1..TE_MAX_DIMS */
+    int64_t d[TE_MAX_DIMS];                   /* their sizes */
+    int64_t sa[TE_MAX_DIMS], sb[TE_MAX_DIMS]; /* element strides, 0 where broadcast */
+    int64_t rows, len;                        /* rows of len elements */
+} bcast;
+
+static void bcast_plan(bcast *p, const te_tensor *a, const te_tensor *b, const te_tensor *y)
+{
+    bool fa[TE_MAX_DIMS], fb[TE_MAX_DIMS]; /* operand spans the dim (not broadcast) */
+    int k = 0;
+    for (int i = 0; i < y->ndim; i++) {
+        int64_t dy = y->shape[i];
+        if (dy == 1)
+            continue;
+        int ia = i - (y->ndim - a->ndim), ib = i - (y->ndim - b->ndim);
+        bool ha = ia >= 0 && a->shape[ia] == dy, hb = ib >= 0 && b->shape[ib] == dy;
+        if (k > 0 && fa[k - 1] == ha && fb[k - 1] == hb) {
+            p->d[k - 1] *= dy;
+        } else {
+            p->d[k] = dy;
+            fa[k] = ha;
+            fb[k] = hb;
+            k++;
+        }
+    }
+    if (k == 0) { /* one element */
+        p->d[0] = 1;
+        fa[0] = fb[0] = true;
+        k = 1;
+    }
+    int64_t ma = 1, mb = 1;
+    for (int i = k - 1; i >= 0; i--) {
+        p->sa[i] = fa[i] ? ma : 0;
+        p->sb[i] = fb[i] ? mb : 0;
+        ma *= fa[i] ? p->d[i] : 1;
+        mb *= fb[i] ? p->d[i] : 1;
+    }
+    p->k = k;
+    p->len = p->d[k - 1];
+    p->rows = p->len ? y->numel / p->len : 0; /* an empty tensor has no rows */
+}
+
+/* Offsets of row r's first elements in a and b. */
+static inline void bcast_row(const bcast *p, int64_t r, int64_t *oa, int64_t *ob)
+{
+    int64_t ja = 0, jb = 0;
+    for (int i = p->k - 2; i >= 0; i--) {
+        int64_t idx = r % p->d[i];
+        r /= p->d[i];
+        ja += idx * p->sa[i];
+        jb += idx * p->sb[i];
+    }
+    *oa = ja;
+    *ob = jb;
+}
+
+/* Long rows are cut into tiles so one big row still spreads over threads. */
+#define TILE 8192
+
+/* ---- binary forward: y = a OP b ------------------------------------------ */
+
+typedef void (*bin_row_fn)(int64_t n, float *restrict y, const float *restrict a, int64_t sa,
+                           const float *restrict b, int64_t sb);
+
+/* One row for strides sa, sb in {0, 1}: four loops the compiler vectorises. */
+#define BIN_ROW(NAME, EXPR)                                                               \
+    static void NAME(int64_t n, float *restrict y, const float *restrict a, int64_t sa,   \
+                     const float *restrict b, int64_t sb)                                 \
+    {                                                                                     \
+        if (sa && sb) {                                                                   \
+            _Pragma("omp simd")                                                           \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                const float u = a[i], v = b[i];                                           \
+                y[i] = (EXPR);                                                            \
+            }                                                                             \
+        } else if (sa) {                                                                  \
+            const float v = b[0];                                                         \
+            _Pragma("omp simd")                                                           \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                const float u = a[i];                                                     \
+                y[i] = (EXPR);                                                            \
+            }                                                                             \
+        } else if (sb) {                                                                  \
+            const float u = a[0];                                                         \
+            _Pragma("omp simd")                                                           \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                const float v = b[i];                                                     \
+                y[i] = (EXPR);                                                            \
+            }                                                                             \
+        } else {                                                                          \
+            const float u = a[0], v = b[0];                                               \
+            _Pragma("omp simd")                                                           \
+            for (int64_t i = 0; i < n; i++)                                               \
+                y[i] = (EXPR);                                                            \
+        }                                                                                 \
+    }
+
+BIN_ROW(add_row, u + v)
+BIN_ROW(sub_row, u - v)
+BIN_ROW(mul_row, u * v)
+BIN_ROW(div_row, u / v)
+
+static te_status binary_forward(te_node *n, bin_row_fn row)
+{
+    const te_tensor *a = n->in[0], *b = n->in[1];
+    te_tensor *y = n->out[0];
+    bcast p;
+    bcast_plan(&p, a, b, y);
+    const float *A = te_f32(a), *B = te_f32(b);
+    float *Y = te_f32(y);
+    const int64_t sa = p.sa[p.k - 1], sb = p.sb[p.k - 1];
+    const int64_t per_row = (p.len + TILE - 1) / TILE, tiles = p.rows * per_row;
+#pragma omp parallel for if (y->numel > TE_PAR_MIN) schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t r = t / per_row, lo = (t % per_row) * TILE, oa, ob;
+        int64_t m = p.len - lo < TILE ? p.len - lo : TILE;
+        bcast_row(&p, r, &oa, &ob);
+        row(m, Y + r * p.len + lo, A + oa + lo * sa, sa, B + ob + lo * sb, sb);
+    }
+    return TE_OK;
+}
+
+/* ---- binary backward ------------------------------------------------------
+ * dL/da and dL/db are elementwise terms over the output, g the output's
+ * gradient, summed into each input over the dims it was broadcast along.
+ */
+
+typedef void (*grad_row_fn)(int64_t n, const float *restrict g, const float *restrict a, int64_t sa,
+                            const float *restrict b, int64_t sb, float *restrict d, int64_t sd,
+                            bool acc);
+
+/* d[i*sd] (+)= EXPR(gy, u, v) over one row. Where d's stride is 0 the row
+ * sums into one element, and the caller always passes acc. */
+#define GRAD_ROW(NAME, EXPR)                                                                 \
+    static void NAME(int64_t n, const float *restrict g, const float *restrict a, int64_t sa,  \
+                     const float *restrict b, int64_t sb, float *restrict d, int64_t sd,       \
+                     bool acc)                                                                 \
+    {                                                                                          \
+        if (sa && sb && sd) {                                                                  \
+            if (acc) {                                                                         \
+                _Pragma("omp simd")                                                            \
+                for (int64_t i = 0; i < n; i++) {                                              \
+                    const float gy = g[i], u = a[i], v = b[i];                                 \
+                    (void)u, (void)v;                                                          \
+                    d[i] += (EXPR);                                                            \
+                }                                                                              \
+            } else {                                                                           \
+                _Pragma("omp simd")                                                            \
+                for (int64_t i = 0; i < n; i++) {                                              \
+                    const float gy = g[i], u = a[i], v = b[i];                                 \
+                    (void)u, (void)v;                                                          \
+                    d[i] = (EXPR);                                                             \
+                }                                                                              \
+            }                                                                                  \
+        } else { /* strided: no simd, lanes could sum into one element */                     \
+            if (acc)                                                                           \
+                for (int64_t i = 0; i < n; i++) {                                              \
+                    const float gy = g[i], u = a[i * sa], v = b[i * sb];                       \
+                    (void)u, (void)v;                                                          \
+                    d[i * sd] += (EXPR);                                                       \
+                }                                                                              \
+            else                                                                               \
+                for (int64_t i = 0; i < n; i++) {                                              \
+                    const float gy = g[i], u = a[i * sa], v = b[i * sb];                       \
+                    (void)u, (void)v;                                                          \
+                    d[i * sd] = (EXPR);                                                        \
+                }                                                                              \
+        }                                                                                      \
+    }
+
+GRAD_ROW(pass_grad, gy)
+GRAD_ROW(neg_grad, -gy)
+GRAD_ROW(mul_grad_a, gy * v)
+GRAD_ROW(mul_grad_b, gy * u)
+GRAD_ROW(div_grad_a, gy / v)
+GRAD_ROW(div_grad_b, -gy * ((u / v) / v)) /* PyTorch's order of operations */
+
+/* Writes the gradient of input `which` (0 a, 1 b). An input that spans the
+ * whole output gets each element once, so its rows run in parallel; a
+ * broadcast one sums many rows into the same elements, serially, which also
+ * keeps the sum order fixed whatever the thread count. */
+static void binary_grad(te_node *n, int which, grad_row_fn row)
+{
+    te_tensor *x = n->in[which];
+    if (!te_needs_grad(x))
+        return;
+    const te_tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
+    int acc;
+    float *D = te_grad_buf(x, &acc);
+    bcast p;
+    bcast_plan(&p, a, b, y);
+    const float *A = te_f32(a), *B = te_f32(b), *G = te_f32(y->grad);
+    const int64_t sa = p.sa[p.k - 1], sb = p.sb[p.k - 1], sd = which ? sb : sa;
+    const bool full = x->numel == y->numel;
+    if (!full && !acc)
+        memset(D, 0, (size_t)x->numel * sizeof *D);
+    const bool add = acc || !full;
+    const int64_t per_row = (p.len + TILE - 1) / TILE, tiles = p.rows * per_row;
+#pragma omp parallel for if (full && y->numel > TE_PAR_MIN) schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t r = t / per_row, lo = (t % per_row) * TILE, oa, ob;
+        int64_t m = p.len - lo < TILE ? p.len - lo : TILE;
+        bcast_row(&p, r, &oa, &ob);
+        int64_t od = which ? ob : oa;
+        row(m, G + r * p.len + lo, A + oa + lo * sa, sa, B + ob + lo * sb, sb, D + od + lo * sd, sd,
+            add);
+    }
+}
+
+te_status cpu_add_forward(te_node *n) { return binary_forward(n, add_row); }
+te_status cpu_add_backward(te_node *n)
+{
+    binary_grad(n, 0, pass_grad);
+    binary_grad(n, 1, pass_grad);
+    return TE_OK;
+}
+
+te_status cpu_sub_forward(te_node *n) { return binary_forward(n, sub_row); }
+te_status cpu_sub_backward(te_node *n)
+{
+    binary_grad(n, 0, pass_grad);
+    binary_grad(n, 1, neg_grad);
+    return TE_OK;
+}
+
+te_status cpu_mul_forward(te_node *n) { return binary_forward(n, mul_row); }
+te_status cpu_mul_backward(te_node *n)
+{
+    binary_grad(n, 0, mul_grad_a);
+    binary_grad(n, 1, mul_grad_b);
+    return TE_OK;
+}
+
+te_status cpu_div_forward(te_node *n) { return binary_forward(n, div_row); }
+te_status cpu_div_backward(te_node *n)
+{
+    binary_grad(n, 0, div_grad_a);
+    binary_grad(n, 1, div_grad_b);
+    return TE_OK;
+}
+
+/* ---- unary ops --------------------------------------------------------------
+ * UNARY(name, y of x, dy/dx of x and y): the forward and backward kernels of
+ * an op whose output has its input's shape. The backward reads the saved
+ * output y where that is cheaper than recomputing, as PyTorch does.
+ */
+#define UNARY(NAME, FWD, DER)                                                                      \
+    te_status cpu_##NAME##_forward(te_node *n)                                                     \
+    {                                                                                              \
+        const float *restrict X = te_f32(n->in[0]);                                                \
+        float *restrict Y = te_f32(n->out[0]);                                                     \
+        const int64_t N = n->out[0]->numel;                                                        \
+        const float s = n->a.scale;                                                                \
+        (void)s;                                                                                   \
+        _Pragma("omp parallel for simd if (parallel : N > TE_PAR_MIN) schedule(static)")           \
+        for (int64_t i = 0; i < N; i++) {                                                          \
+            const float x = X[i];                                                                  \
+            Y[i] = (FWD);                                                                          \
+        }                                                                                          \
+        return TE_OK;                                                                              \
+    }                                                                                              \
+    te_status cpu_##NAME##_backward(te_node *n)                                                    \
+    {                                                                                              \
+        if (!te_needs_grad(n->in[0]))                                                              \
+            return TE_OK;                                                                          \
+        int acc;                                                                                   \
+        float *restrict D = te_grad_buf(n->in[0], &acc);                                           \
+        const float *restrict X = te_f32(n->in[0]), *restrict Y = te_f32(n->out[0]);               \
+        const float *restrict G = te_f32(n->out[0]->grad);                                         \
+        const int64_t N = n->out[0]->numel;                                                        \
+        const float s = n->a.scale;                                                                \
+        (void)s;                                                                                   \
+        if (acc) {                                                                                 \
+            _Pragma("omp parallel for simd if (parallel : N > TE_PAR_MIN) schedule(static)")       \
+            for (int64_t i = 0; i < N; i++) {                                                      \
+                const float x = X[i], y = Y[i];                                                    \
+                (void)x, (void)y;                                                                  \
+                D[i] += G[i] * (DER);                                                              \
+            }                                                                                      \
+        } else {                                                                                   \
+            _Pragma("omp parallel for simd if (parallel : N > TE_PAR_MIN) schedule(static)")       \
+            for (int64_t i = 0; i < N; i++) {                                                      \
+                const float x = X[i], y = Y[i];                                                    \
+                (void)x, (void)y;                                                                  \
+                D[i] = G[i] * (DER);                                                               \
+            }                                                                                      \
+        }                                                                                          \
+        return TE_OK;                                                                              \
+    }
+
+#define SQRT1_2 0.70710678118654752440f  /* 1/sqrt(2) */
+#define INV_SQRT_2PI 0.39894228040143267794f /* 1/sqrt(2 pi) */
+
+UNARY(scale, x * s, s)
+/* NaN passes through relu, forward and backward, as in PyTorch. */
+UNARY(relu, x < 0.0f ? 0.0f : x, y <= 0.0f ? 0.0f : 1.0f)
+/* Exact GELU, x * Phi(x); its derivative is Phi(x) + x * phi(x). */
+UNARY(gelu, 0.5f * x * (1.0f + erff(x * SQRT1_2)),
+      0.5f * (1.0f + erff(x * SQRT1_2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x))
+UNARY(tanh, tanhf(x), 1.0f - y * y)
+UNARY(sigmoid, 1.0f / (1.0f + expf(-x)), y * (1.0f - y))
+UNARY(exp, expf(x), y)
+UNARY(log, logf(x), 1.0f / x)
+UNARY(sqrt, sqrtf(x), 0.5f / y)

@@ -1,0 +1,64 @@
+/* elementwise.c — binary ops with numpy broadcasting, scale, activations. */
+#include "../te_internal.h"
+
+/* a OP b. Shapes broadcast as in numpy: aligned at the last dim, each pair of
+ * dims equal or one of them 1; the output has the larger rank. Fails with
+ * TE_ERR_DTYPE for a non-float input, TE_ERR_SHAPE when shapes do not fit. */
+static te_tensor *binary(te_op op, te_loc l, te_tensor *a, te_tensor *b)
+{
+    te_node *n = te_node_begin(op, l, 2, (te_tensor *[]){ a, b });
+    if (!n)
+        return NULL;
+    char sa[96], sb[96];
+    te_shape_str(a->ndim, a->shape, sa, sizeof sa);
+    te_shape_str(b->ndim, b->shape, sb, sizeof sb);
+    if (!te_is_float(a) || !te_is_float(b))
+        return te_node_fail(n, TE_ERR_DTYPE, "a %s %s and b %s %s: inputs must be float",
+                            sa, te_dtype_name(a->dtype), sb, te_dtype_name(b->dtype));
+
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    int64_t shape[TE_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return te_node_fail(
+                n, TE_ERR_SHAPE,
+                "a %s and b %s do not broadcast (dim %d of the result: %lld vs %lld)", sa, sb, i,
+                (long long)da, (long long)db);
+        shape[i] = da == 1 ? db : da;
+    }
+    te_node_output(n, te_result_dtype(2, n->in), nd, shape);
+    return te_node_run(n);
+}
+
+/* A float op of one input whose output has the input's shape and dtype. */
+static te_tensor *unary(te_op op, te_loc l, te_tensor *x, float scale)
+{
+    te_node *n = te_node_begin(op, l, 1, &x);
+    if (!n)
+        return NULL;
+    if (!te_is_float(x)) {
+        char sx[96];
+        return te_node_fail(n, TE_ERR_DTYPE, "x %s %s: input must be float",
+                            te_shape_str(x->ndim, x->shape, sx, sizeof sx),
+                            te_dtype_name(x->dtype));
+    }
+    n->a.scale = scale;
+    te_node_output(n, te_result_dtype(1, &x), x->ndim, x->shape);
+    return te_node_run(n);
+}
+
+te_tensor *te_add_at(te_loc l, te_tensor *a, te_tensor *b) { return binary(TE_OP_ADD, l, a, b); }
+te_tensor *te_sub_at(te_loc l, te_tensor *a, te_tensor *b) { return binary(TE_OP_SUB, l, a, b); }
+te_tensor *te_mul_at(te_loc l, te_tensor *a, te_tensor *b) { return binary(TE_OP_MUL, l, a, b); }
+te_tensor *te_div_at(te_loc l, te_tensor *a, te_tensor *b) { return binary(TE_OP_DIV, l, a, b); }
+
+te_tensor *te_scale_at(te_loc l, te_tensor *x, float s) { return unary(TE_OP_SCALE, l, x, s); }
+te_tensor *te_relu_at(te_loc l, te_tensor *x) { return unary(TE_OP_RELU, l, x, 1.0f); }
+te_tensor *te_gelu_at(te_loc l, te_tensor *x) { return unary(TE_OP_GELU, l, x, 1.0f); }
+te_tensor *te_tanh_at(te_loc l, te_tensor *x) { return unary(TE_OP_TANH, l, x, 1.0f); }
+te_tensor *te_sigmoid_at(te_loc l, te_tensor *x) { return unary(TE_OP_SIGMOID, l, x, 1.0f); }
+te_tensor *te_exp_at(te_loc l, te_tensor *x) { return unary(TE_OP_EXP, l, x, 1.0f); }
+te_tensor *te_log_at(te_loc l, te_tensor *x) { return unary(TE_OP_LOG, l, x, 1.0f); }
+te_tensor *te_sqrt_at(te_loc l, te_tensor *x) { return unary(TE_OP_SQRT, l, x, 1.0f); }
