@@ -39,6 +39,7 @@ static struct {
     te_tensor **tensors;
     int n_tensors, cap_tensors;
     name_slot *names;
+    name_slot *last_name; /* the slot the newest node counted in */
     uint32_t name_gen;
 } eng = { .backend = &te_backend_cpu, .step = -1, .training = true };
 
@@ -79,7 +80,7 @@ te_status te_init(const te_config *cfg)
         eng.cfg.threads = n > 0 ? (int)n : 1;
     }
     omp_set_num_threads(eng.cfg.threads);
-    openblas_set_num_threads(eng.cfg.threads);
+    openblas_set_num_threads(1); /* cpu_sgemm splits products across OpenMP instead */
     eng.names = calloc(NAME_SLOTS, sizeof *eng.names);
     if (!eng.names) {
         te_set_error(TE_ERR_NOMEM, "te_init: out of memory");
@@ -223,16 +224,19 @@ static void name_node(te_node *n)
              te_op_default_name(n->op));
     uint32_t h = hash_name(base);
     int count = 0;
+    eng.last_name = NULL;
     for (uint32_t probe = 0; probe < NAME_SLOTS; probe++) {
         name_slot *s = &eng.names[(h + probe) % NAME_SLOTS];
         if (s->gen != eng.name_gen) {
             s->gen = eng.name_gen;
             s->count = 1;
             snprintf(s->key, sizeof s->key, "%s", base);
+            eng.last_name = s;
             break;
         }
         if (strcmp(s->key, base) == 0) {
             count = s->count++;
+            eng.last_name = s;
             break;
         }
     }
@@ -276,6 +280,9 @@ te_node *te_node_begin_opt(te_op op, te_loc loc, int n_in, te_tensor *const *in,
     }
     if (!eng.initialized)
         te_init(NULL);
+    /* A forward op after a backward (next micro-batch, evaluation) starts a
+     * forward phase again. */
+    te_set_phase(TE_PHASE_FORWARD);
     te_node *n = new_node();
     if (!n) {
         te_set_error(TE_ERR_NOMEM, "%s at %s:%d: out of memory", te_op_type_name(op), loc.file, loc.line);
@@ -305,9 +312,14 @@ te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
     va_end(ap);
     te_set_error(code, "%s (%s) at %s:%d: %s", n->name, te_op_type_name(n->op), n->loc.file,
                  n->loc.line, msg);
-    /* Drop the node (the last one made) so the tape holds only ops that ran. */
-    if (eng.n_nodes > 0 && eng.nodes[eng.n_nodes - 1] == n)
+    /* Drop the node (the last one made) and give its name back, so the tape
+     * holds only ops that ran and the next op gets the name this one had. */
+    if (eng.n_nodes > 0 && eng.nodes[eng.n_nodes - 1] == n) {
         eng.n_nodes--;
+        if (eng.last_name)
+            eng.last_name->count--;
+        eng.last_name = NULL;
+    }
     return NULL;
 }
 
@@ -503,9 +515,13 @@ static te_status backward_node(te_node *n)
         grads_in[k] = n->out[k]->grad_valid ? n->out[k]->grad : NULL;
         any_out |= grads_in[k] != NULL;
     }
+    /* Only nodes the gradient reached look at their inputs: an unrelated
+     * earlier node may hold a persistent input the caller has freed. */
+    if (!any_out)
+        return TE_OK;
     for (int i = 0; i < n->n_in; i++)
         any_in |= te_needs_grad(n->in[i]);
-    if (!any_out || !any_in)
+    if (!any_in)
         return TE_OK;
     te_status st = dispatch(n, true);
     if (st != TE_OK)

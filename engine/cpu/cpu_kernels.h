@@ -7,6 +7,11 @@
 
 #include "../te_internal.h"
 
+/* Row-major C = alpha * op(A) op(B) + beta * C, split across the OpenMP
+ * team (one thread inside a parallel region). */
+void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc);
+
 te_status cpu_matmul_forward(te_node *n);
 te_status cpu_matmul_backward(te_node *n);
 te_status cpu_linear_forward(te_node *n);

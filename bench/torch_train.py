@@ -1,0 +1,72 @@
+"""torch_train.py — the PyTorch side of bench/run.sh: the examples' models,
+sizes and optimizer in PyTorch eager mode on the CPU.
+
+    torch_train.py --model mlp|cnn --batch N --steps N --threads N
+                   [--optim sgd|adam] [--lr X] [--momentum X]
+
+Prints `time: ms_per_step median=X min=X max=X steps=N` over the steps after
+WARMUP, the same line as the examples' --time, timing forward, loss,
+backward and the update, not data. Inputs are random batches made up front:
+the time of a step does not depend on the values.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+WARMUP = 3  # as examples/common.c
+
+
+def mlp():
+    # examples/mlp: 784-1024-1024-10
+    return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                         nn.Linear(1024, 10))
+
+
+def cnn():
+    # examples/cnn: conv3x3 (no bias) + BN + ReLU blocks, max-pool, global avg-pool, linear
+    def block(i, o):
+        return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU()]
+    return nn.Sequential(*block(3, 32), *block(32, 64), nn.MaxPool2d(2), *block(64, 128),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--optim", choices=["sgd", "adam"], default="sgd")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
+    a = p.parse_args()
+
+    torch.manual_seed(1)
+    torch.set_num_threads(a.threads)
+    model = mlp() if a.model == "mlp" else cnn()
+    shape = (a.batch, 784) if a.model == "mlp" else (a.batch, 3, 32, 32)
+    batches = [(torch.randn(shape), torch.randint(0, 10, (a.batch,))) for _ in range(4)]
+    if a.optim == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+
+    ms = []
+    for step in range(a.steps):
+        x, y = batches[step % len(batches)]
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        ms.append((time.perf_counter() - t0) * 1e3)
+    ms = ms[WARMUP:] if len(ms) > WARMUP else ms
+    print(f"time: ms_per_step median={statistics.median(ms):.3f} min={min(ms):.3f} "
+          f"max={max(ms):.3f} steps={len(ms)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,494 @@
+/*
+ * common.c — flags, the training loop and evaluation shared by the examples.
+ */
+#include "common.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Steps before --time starts measuring: caches, allocator and BLAS warm up. */
+#define WARMUP_STEPS 3
+
+static const char *prog_name = "example";
+
+/* ---- flags ----------------------------------------------------------------- */
+
+typedef enum {
+    F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
+    F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_HELP,
+} flag_id;
+
+typedef struct {
+    flag_id id;
+    const char *name, *arg, *help;
+} common_flag;
+
+static const common_flag common_flags[] = {
+    { F_STEPS, "--steps", "N", "optimizer steps" },
+    { F_BATCH, "--batch", "N", "samples per (micro-)batch" },
+    { F_ACCUM, "--accum", "N", "micro-batches per step, gradients summed" },
+    { F_LR, "--lr", "X", "learning rate" },
+    { F_OPTIM, "--optim", "NAME", "sgd, adam or adamw" },
+    { F_MOMENTUM, "--momentum", "X", "SGD momentum" },
+    { F_WEIGHT_DECAY, "--weight-decay", "X", "L2 penalty (decoupled for adamw)" },
+    { F_CLIP, "--clip", "X", "clip the global gradient norm to X; 0: off" },
+    { F_TRAIN_SIZE, "--train-size", "N", "training samples (a few: check the model can overfit)" },
+    { F_SEED, "--seed", "N", "seed of initialisation and data" },
+    { F_THREADS, "--threads", "N", "compute threads; 0: all cores" },
+    { F_WORKERS, "--workers", "N", "data loader threads; 0: load in the training thread" },
+    { F_MODE, "--mode", "MODE", "eager or graph" },
+    { F_LOG_EVERY, "--log-every", "N", "print a step line every N steps" },
+    { F_INJECT, "--inject", "SPEC", "KIND@op=GLOB,step=N[,value=X][,index=I], KIND nan, inf,\n"
+      "                         scale, noise or zero: alter that op's output (repeatable)" },
+    { F_TIME, "--time", NULL, "print ms per step (median, min, max) after warm-up" },
+    { F_HELP, "--help", NULL, "this text" },
+};
+#define N_COMMON (int)(sizeof common_flags / sizeof common_flags[0])
+
+static const char *const optim_names[] = { "sgd", "adam", "adamw" };
+
+/* The default of a common flag as text, "" for those without a value. */
+static const char *common_default(const common_flag *f, const ex_opts *d, char *buf, size_t n)
+{
+    switch (f->id) {
+    case F_STEPS: snprintf(buf, n, "%d", d->steps); break;
+    case F_BATCH: snprintf(buf, n, "%d", d->batch); break;
+    case F_ACCUM: snprintf(buf, n, "%d", d->accum); break;
+    case F_LR: snprintf(buf, n, "%g", d->lr); break;
+    case F_OPTIM: snprintf(buf, n, "%s", optim_names[d->optim]); break;
+    case F_MOMENTUM: snprintf(buf, n, "%g", d->momentum); break;
+    case F_WEIGHT_DECAY: snprintf(buf, n, "%g", d->weight_decay); break;
+    case F_CLIP: snprintf(buf, n, "%g", d->clip); break;
+    case F_TRAIN_SIZE: snprintf(buf, n, "%lld", (long long)d->train_size); break;
+    case F_SEED: snprintf(buf, n, "%llu", (unsigned long long)d->seed); break;
+    case F_THREADS: snprintf(buf, n, "%d", d->threads); break;
+    case F_WORKERS: snprintf(buf, n, "%d", d->workers); break;
+    case F_MODE: snprintf(buf, n, "eager"); break;
+    case F_LOG_EVERY: snprintf(buf, n, "%d", d->log_every); break;
+    case F_INJECT: case F_TIME: case F_HELP: buf[0] = '\0'; break;
+    }
+    return buf;
+}
+
+static void usage(FILE *f, const ex_program *p, const ex_opts *d)
+{
+    char left[64], def[64];
+    fprintf(f, "usage: %s [FLAG VALUE | FLAG=VALUE]...\n%s\n\nmodel and data:\n", p->name, p->summary);
+    for (const ex_flag *x = p->flags; x->name; x++) {
+        snprintf(left, sizeof left, "%s %s", x->name, x->arg);
+        fprintf(f, "  %-22s %s\n", left, x->help);
+    }
+    fprintf(f, "\ntraining:\n");
+    for (int i = 0; i < N_COMMON; i++) {
+        const common_flag *c = &common_flags[i];
+        snprintf(left, sizeof left, "%s%s%s", c->name, c->arg ? " " : "", c->arg ? c->arg : "");
+        common_default(c, d, def, sizeof def);
+        fprintf(f, "  %-22s %s%s%s%s\n", left, c->help, def[0] ? " (" : "", def, def[0] ? ")" : "");
+    }
+    fprintf(f, "\nEach logged step prints `step=N loss=X acc=Y`; the run ends with\n"
+               "`final: loss=X acc=Y` on held-out data. Exit status 2 on a bad flag.\n");
+}
+
+/* Names the bad flag, prints the usage to stderr and exits 2. */
+_Noreturn static void bad_flag(const ex_program *p, const ex_opts *d, const char *flag,
+                               const char *value, const char *expected)
+{
+    if (value)
+        fprintf(stderr, "%s: bad value '%s' for %s: expected %s\n", p->name, value, flag, expected);
+    else
+        fprintf(stderr, "%s: %s %s\n", p->name, flag, expected);
+    usage(stderr, p, d);
+    exit(2);
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_float(const char *s, float lo, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo)
+        return false;
+    *out = v;
+    return true;
+}
+
+int ex_parse_list(const char *s, int *out, int max, int limit)
+{
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 1 || v > limit || n == max)
+            return 0;
+        out[n++] = (int)v;
+        if (*end == '\0')
+            return n;
+        if (*end != ',')
+            return 0;
+        p = end + 1;
+    }
+}
+
+static bool set_int(const char *s, long lo, long hi, int *out)
+{
+    long v;
+    if (!parse_long(s, lo, hi, &v))
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+/* Sets one common flag from value; false when value is malformed, with
+ * *expected saying what would do. */
+static bool set_common(const common_flag *f, const char *v, ex_opts *o, const char **expected)
+{
+    long l;
+    *expected = "an integer >= 1";
+    switch (f->id) {
+    case F_STEPS: return set_int(v, 1, INT_MAX, &o->steps);
+    case F_BATCH: return set_int(v, 1, 1 << 20, &o->batch);
+    case F_ACCUM: return set_int(v, 1, 1 << 16, &o->accum);
+    case F_LOG_EVERY: return set_int(v, 1, INT_MAX, &o->log_every);
+    case F_THREADS:
+        *expected = "an integer in 0..256";
+        return set_int(v, 0, 256, &o->threads);
+    case F_WORKERS:
+        *expected = "an integer in 0..64";
+        return set_int(v, 0, 64, &o->workers);
+    case F_TRAIN_SIZE:
+        *expected = "an integer in 1..2^30";
+        if (!parse_long(v, 1, 1L << 30, &l))
+            return false;
+        o->train_size = l;
+        return true;
+    case F_SEED:
+        if (!parse_long(v, 1, LONG_MAX, &l))
+            return false;
+        o->seed = (uint64_t)l;
+        return true;
+    case F_LR:
+        *expected = "a number >= 0";
+        return parse_float(v, 0.0f, &o->lr);
+    case F_MOMENTUM:
+        *expected = "a number >= 0";
+        return parse_float(v, 0.0f, &o->momentum);
+    case F_WEIGHT_DECAY:
+        *expected = "a number >= 0";
+        return parse_float(v, 0.0f, &o->weight_decay);
+    case F_CLIP:
+        *expected = "a number >= 0";
+        return parse_float(v, 0.0f, &o->clip);
+    case F_OPTIM:
+        *expected = "sgd, adam or adamw";
+        for (int k = 0; k < 3; k++)
+            if (strcmp(v, optim_names[k]) == 0) {
+                o->optim = (ex_optim_kind)k;
+                return true;
+            }
+        return false;
+    case F_MODE:
+        *expected = "eager or graph";
+        if (strcmp(v, "graph") == 0) {
+            fprintf(stderr, "tdbg: graph mode is not built yet\n");
+            exit(2);
+        }
+        return strcmp(v, "eager") == 0;
+    case F_INJECT:
+        *expected = "at most 16 injections";
+        if (o->n_inject == EX_MAX_INJECT)
+            return false;
+        o->inject[o->n_inject++] = v;
+        return true;
+    case F_TIME:
+    case F_HELP:
+        break;
+    }
+    return false;
+}
+
+void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
+{
+    const ex_opts def = *o;
+    prog_name = p->name;
+    for (int i = 1; i < argc; i++) {
+        /* "--flag value" or "--flag=value" */
+        char name[64];
+        const char *arg = argv[i], *value = NULL, *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len >= sizeof name)
+            len = sizeof name - 1;
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        if (eq)
+            value = eq + 1;
+
+        const common_flag *c = NULL;
+        const ex_flag *x = NULL;
+        for (int k = 0; k < N_COMMON && !c; k++)
+            if (strcmp(name, common_flags[k].name) == 0)
+                c = &common_flags[k];
+        for (const ex_flag *f = p->flags; f->name && !c && !x; f++)
+            if (strcmp(name, f->name) == 0)
+                x = f;
+        if (!c && !x)
+            bad_flag(p, &def, arg, NULL, "is not a flag");
+
+        if (c && !c->arg) {
+            if (value)
+                bad_flag(p, &def, name, NULL, "takes no value");
+            if (c->id == F_HELP) {
+                usage(stdout, p, &def);
+                exit(0);
+            }
+            o->time = true; /* --time, the other flag without a value */
+            continue;
+        }
+        if (!value) {
+            if (i + 1 == argc)
+                bad_flag(p, &def, name, NULL, "needs a value");
+            value = argv[++i];
+        }
+        const char *expected = "a valid value";
+        if (c ? !set_common(c, value, o, &expected) : !x->set(value, p->cfg))
+            bad_flag(p, &def, name, value, c ? expected : x->arg);
+    }
+}
+
+void ex_start(const ex_opts *o)
+{
+    if (te_init(&(te_config){ .seed = o->seed, .threads = o->threads }) != TE_OK)
+        exit(ex_fail("cannot start the engine"));
+    for (int i = 0; i < o->n_inject; i++)
+        if (te_inject_add(o->inject[i]) != TE_OK) {
+            fprintf(stderr, "%s: %s\n", prog_name, te_error());
+            te_shutdown();
+            exit(2);
+        }
+}
+
+int ex_fail(const char *what)
+{
+    fprintf(stderr, "%s: %s: %s\n", prog_name, what, te_error());
+    return 2;
+}
+
+/* ---- held-out splits ------------------------------------------------------- */
+
+typedef struct {
+    const te_dataset *base;
+    int64_t offset;
+} split_state;
+
+static void split_get(const te_dataset *d, int64_t i, float *x, int32_t *y)
+{
+    const split_state *s = d->state;
+    s->base->get(s->base, s->offset + i, x, y);
+}
+
+te_dataset *ex_split(const te_dataset *d, int64_t offset, int64_t size)
+{
+    te_dataset *s = malloc(sizeof *s);
+    split_state *st = malloc(sizeof *st);
+    if (!s || !st) {
+        free(s);
+        free(st);
+        return NULL;
+    }
+    *s = *d;
+    *st = (split_state){ .base = d, .offset = offset };
+    s->size = size;
+    s->get = split_get;
+    s->state = st;
+    return s;
+}
+
+void ex_split_free(te_dataset *split)
+{
+    if (split)
+        free(split->state);
+    free(split);
+}
+
+/* ---- training -------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Rows of logits [N, C] whose largest entry is at the label. */
+static int count_correct(const te_tensor *logits, const te_tensor *labels)
+{
+    int64_t n = logits->shape[0], c = logits->shape[1];
+    int correct = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t best = 0;
+        for (int64_t j = 1; j < c; j++)
+            if (te_get(logits, i * c + j) > te_get(logits, i * c + best))
+                best = j;
+        correct += best == (int64_t)te_get(labels, i);
+    }
+    return correct;
+}
+
+static te_optim *optim_new(const ex_opts *o)
+{
+    if (o->optim == EX_SGD)
+        return te_sgd_new(te_params(), te_param_count(),
+                          &(te_sgd_opts){ .lr = o->lr, .momentum = o->momentum,
+                                          .weight_decay = o->weight_decay });
+    return te_adam_new(te_params(), te_param_count(),
+                       &(te_adam_opts){ .lr = o->lr, .weight_decay = o->weight_decay,
+                                        .decoupled = o->optim == EX_ADAMW });
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void print_times(double *ms, int n)
+{
+    int skip = n > WARMUP_STEPS ? WARMUP_STEPS : 0;
+    ms += skip;
+    n -= skip;
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    double median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    printf("time: ms_per_step median=%.3f min=%.3f max=%.3f steps=%d\n", median, ms[0], ms[n - 1], n);
+}
+
+/* One step: o->accum micro-batches of forward and backward, each loss scaled
+ * by 1/accum so the summed gradients are those of the mean over all of them,
+ * then clipping and the update. Adds the step's mean loss and its correct
+ * predictions; *load_ms gets the time spent waiting for data. */
+static te_status train_step(const ex_opts *o, const ex_task *t, te_loader *ld, te_optim *opt,
+                            float *loss, int *correct, double *load_ms)
+{
+    *loss = 0.0f;
+    *correct = 0;
+    *load_ms = 0.0;
+    te_step_begin();
+    for (int m = 0; m < o->accum; m++) {
+        if (m > 0)
+            te_tape_reset(); /* the previous micro-batch's gradients are in the params */
+        te_tensor *x, *y;
+        double t0 = now_ms();
+        te_status st = te_loader_next(ld, &x, &y);
+        *load_ms += now_ms() - t0;
+        if (st != TE_OK)
+            return st;
+        te_tensor *logits = t->forward(t->model, x);
+        te_tensor *l = te_cross_entropy(logits, y);
+        if (o->accum > 1)
+            l = te_scale(l, 1.0f / (float)o->accum);
+        if ((st = te_backward(l)) != TE_OK)
+            return st;
+        *loss += te_item(l);
+        *correct += count_correct(logits, y);
+    }
+    if (o->clip > 0)
+        te_clip_grad_norm(te_params(), te_param_count(), o->clip);
+    te_status st = te_optim_step(opt);
+    te_step_end();
+    return st;
+}
+
+/* Mean loss and accuracy over all of t->test in eval mode; its ops are named
+ * under the scope "eval" so that they do not match the training ops' names. */
+static te_status evaluate(const ex_opts *o, const ex_task *t, float *loss, float *acc)
+{
+    te_loader *ld = te_loader_new(t->test, &(te_loader_opts){ .batch = o->batch, .workers = o->workers,
+                                                              .seed = o->seed });
+    if (!ld)
+        return te_error_code();
+    te_set_training(false);
+    te_scope_push("eval");
+    double sum = 0.0;
+    int64_t correct = 0, seen = 0;
+    te_status st = TE_OK;
+    for (int64_t b = 0; b < te_loader_batches_per_epoch(ld) && st == TE_OK; b++) {
+        te_tensor *x, *y, *logits, *l;
+        if ((st = te_loader_next(ld, &x, &y)) != TE_OK)
+            break;
+        if (!(logits = t->forward(t->model, x)) || !(l = te_cross_entropy(logits, y))) {
+            st = te_error_code();
+            break;
+        }
+        sum += (double)te_item(l) * (double)y->numel;
+        correct += count_correct(logits, y);
+        seen += y->numel;
+        te_tape_reset();
+    }
+    te_scope_pop();
+    te_set_training(true);
+    te_tape_reset();
+    te_loader_free(ld);
+    *loss = (float)(sum / (double)seen);
+    *acc = (float)correct / (float)seen;
+    return st;
+}
+
+int ex_train(const ex_opts *o, const ex_task *t)
+{
+    te_loader *ld = te_loader_new(t->train, &(te_loader_opts){ .batch = o->batch, .shuffle = true,
+                                                               .drop_remainder = true,
+                                                               .workers = o->workers,
+                                                               .seed = o->seed });
+    te_optim *opt = ld ? optim_new(o) : NULL;
+    double *ms = opt ? malloc((size_t)o->steps * sizeof *ms) : NULL;
+    if (!ms) {
+        int rc = ex_fail(ld && opt ? "out of memory" : "cannot set up training");
+        te_optim_free(opt);
+        te_loader_free(ld);
+        return rc;
+    }
+    int rc = 0;
+    for (int step = 0; step < o->steps; step++) {
+        float loss;
+        int correct;
+        double load_ms, t0 = now_ms();
+        if (train_step(o, t, ld, opt, &loss, &correct, &load_ms) != TE_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "step %d failed", step);
+            rc = ex_fail(what);
+            te_tape_reset();
+            break;
+        }
+        ms[step] = now_ms() - t0 - load_ms;
+        if (step % o->log_every == 0 || step == o->steps - 1)
+            printf("step=%d loss=%.6f acc=%.4f\n", step, loss,
+                   (float)correct / (float)(o->batch * o->accum));
+    }
+    float loss = 0.0f, acc = 0.0f;
+    if (rc == 0 && o->time)
+        print_times(ms, o->steps);
+    if (rc == 0 && evaluate(o, t, &loss, &acc) != TE_OK)
+        rc = ex_fail("evaluation failed");
+    if (rc == 0)
+        printf("final: loss=%.6f acc=%.4f\n", loss, acc);
+    free(ms);
+    te_optim_free(opt);
+    te_loader_free(ld);
+    return rc;
+}

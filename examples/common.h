@@ -1,0 +1,93 @@
+/*
+ * common.h — what the example programs share: the common flags, the
+ * training loop and the final evaluation on held-out data.
+ *
+ * A program fills an ex_opts with its defaults, lists its own flags in an
+ * ex_program, and then:
+ *
+ *     ex_parse(argc, argv, &prog, &opts);  // exits 0 on --help, 2 on a bad flag
+ *     ex_start(&opts);                     // te_init and --inject; exits 2 on a bad spec
+ *     ... build datasets and parameters ...
+ *     return ex_train(&opts, &task);       // step=N loss=X acc=Y lines, then final:
+ */
+#ifndef TDBG_EXAMPLES_COMMON_H
+#define TDBG_EXAMPLES_COMMON_H
+
+#include "te.h"
+
+#define EX_MAX_INJECT 16
+
+typedef enum { EX_SGD, EX_ADAM, EX_ADAMW } ex_optim_kind;
+
+typedef struct ex_opts {
+    int steps;          /* optimizer steps */
+    int batch;          /* samples per micro-batch */
+    int accum;          /* micro-batches per step, gradients summed */
+    int64_t train_size; /* samples in the training split */
+    float lr;
+    uint64_t seed;
+    int threads;        /* 0: all cores */
+    int workers;        /* loader threads; 0: the training thread loads */
+    int log_every;
+    ex_optim_kind optim;
+    float momentum;     /* SGD only */
+    float weight_decay;
+    float clip;         /* max global gradient norm; 0: no clipping */
+    bool time;          /* print ms per step at the end */
+    const char *inject[EX_MAX_INJECT];
+    int n_inject;
+} ex_opts;
+
+/* A flag of one program, beside the common ones. set() returns false when
+ * the value is malformed; the caller then prints the usage and exits 2. */
+typedef struct ex_flag {
+    const char *name;   /* "--hidden" */
+    const char *arg;    /* "LIST" */
+    const char *help;   /* one line, ending with the default in parentheses */
+    bool (*set)(const char *value, void *cfg);
+} ex_flag;
+
+typedef struct ex_program {
+    const char *name;       /* "mlp" */
+    const char *summary;    /* one line: what it trains on what */
+    const ex_flag *flags;   /* terminated by an entry with name NULL */
+    void *cfg;              /* handed to each flag's set() */
+} ex_program;
+
+/* Parses argv into o (which holds the defaults on entry) and the program's
+ * own flags. Prints the usage and exits 0 on --help; on an unknown or
+ * malformed flag, names it, prints the usage to stderr and exits 2. */
+void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o);
+
+/* Starts the engine with o's seed and threads and adds o's injections.
+ * A bad injection spec prints te_error() and exits 2. */
+void ex_start(const ex_opts *o);
+
+/* A classifier: logits [N, classes] of a batch x, or NULL with te_error() set. */
+typedef te_tensor *(*ex_forward_fn)(void *model, te_tensor *x);
+
+typedef struct ex_task {
+    const te_dataset *train, *test;
+    ex_forward_fn forward;
+    void *model;
+} ex_task;
+
+/* Trains with cross-entropy for o->steps steps, logging `step=N loss=X
+ * acc=Y` every o->log_every steps (and at the last), then evaluates on
+ * t->test in eval mode and prints `final: loss=X acc=Y`. Returns the exit
+ * status: 0, or 2 after printing te_error() when an op fails. */
+int ex_train(const ex_opts *o, const ex_task *t);
+
+/* Samples [offset, offset + size) of d as a dataset of their own: a
+ * held-out split from the same generator. Free with ex_split_free(). */
+te_dataset *ex_split(const te_dataset *d, int64_t offset, int64_t size);
+void ex_split_free(te_dataset *split);
+
+/* Parses "a,b,c" into at most max positive ints no larger than limit;
+ * returns the count, or 0 when s is malformed. */
+int ex_parse_list(const char *s, int *out, int max, int limit);
+
+/* Prints "NAME: what failed: te_error()" to stderr; returns 2 for exit(). */
+int ex_fail(const char *what);
+
+#endif

@@ -1,0 +1,126 @@
+/*
+ * mlp.c — a multi-layer perceptron on synthetic classification data.
+ *
+ * Layers fc1..fcK: linear + ReLU for each hidden size, then a linear layer
+ * to the classes. Ops are named fc1/linear, fc1/relu, ..., fcK/linear.
+ */
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LAYERS 9
+#define TEST_SIZE 2048
+#define BLOBS_DIM 784
+#define BLOBS_CLASSES 10
+#define SPIRALS_CLASSES 3
+
+typedef struct {
+    int hidden[MAX_LAYERS - 1];
+    int n_hidden;
+    bool spirals;
+} mlp_cfg;
+
+typedef struct {
+    int n_layers;
+    te_tensor *w[MAX_LAYERS], *b[MAX_LAYERS];
+} mlp;
+
+static bool set_hidden(const char *v, void *cfg)
+{
+    mlp_cfg *c = cfg;
+    c->n_hidden = ex_parse_list(v, c->hidden, MAX_LAYERS - 1, 1 << 16);
+    return c->n_hidden > 0;
+}
+
+static bool set_data(const char *v, void *cfg)
+{
+    mlp_cfg *c = cfg;
+    c->spirals = strcmp(v, "spirals") == 0;
+    return c->spirals || strcmp(v, "blobs") == 0;
+}
+
+static const ex_flag mlp_flags[] = {
+    { "--hidden", "LIST", "hidden layer sizes, comma separated (1024,1024)", set_hidden },
+    { "--data", "NAME", "blobs (784 dims, 10 classes) or spirals (2-D, 3 classes) (blobs)", set_data },
+    { NULL, NULL, NULL, NULL },
+};
+
+/* x [N, in] -> logits [N, classes] */
+static te_tensor *mlp_forward(void *model, te_tensor *x)
+{
+    const mlp *m = model;
+    for (int i = 0; i < m->n_layers; i++) {
+        char scope[16];
+        snprintf(scope, sizeof scope, "fc%d", i + 1);
+        te_scope_push(scope);
+        x = te_linear(x, m->w[i], m->b[i]);
+        if (i < m->n_layers - 1)
+            x = te_relu(x);
+        te_scope_pop();
+    }
+    return x;
+}
+
+/* Parameters fcK.weight [out, in] and fcK.bias [out], PyTorch's init. */
+static bool mlp_init(mlp *m, const mlp_cfg *c, int in, int classes)
+{
+    m->n_layers = c->n_hidden + 1;
+    for (int i = 0; i < m->n_layers; i++) {
+        int out = i < c->n_hidden ? c->hidden[i] : classes;
+        char name[32];
+        snprintf(name, sizeof name, "fc%d.weight", i + 1);
+        m->w[i] = te_param_new(name, TE_F32, te_shape(out, in));
+        snprintf(name, sizeof name, "fc%d.bias", i + 1);
+        m->b[i] = te_param_new(name, TE_F32, te_shape(out));
+        if (!m->w[i] || !m->b[i])
+            return false;
+        te_init_linear(m->w[i], m->b[i]);
+        in = out;
+    }
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    mlp_cfg cfg = { .hidden = { 1024, 1024 }, .n_hidden = 2 };
+    /* About 0.87 held-out accuracy on blobs, where 0.95 is the best possible,
+     * and 0.99 on spirals (docs/benchmarks.md). */
+    ex_opts o = {
+        .steps = 300, .batch = 128, .accum = 1, .lr = 3e-4f, .seed = 1, .log_every = 10,
+        .optim = EX_ADAM, .momentum = 0.9f,
+        .train_size = 1 << 20, /* samples are generated: so many that none repeats */
+    };
+    ex_parse(argc, argv,
+             &(ex_program){ "mlp", "Trains an MLP classifier on Gaussian blobs or 2-D spirals.",
+                            mlp_flags, &cfg },
+             &o);
+    ex_start(&o);
+
+    te_dataset *all = cfg.spirals ? te_dataset_spirals(o.train_size + TEST_SIZE, SPIRALS_CLASSES, o.seed)
+                                  : te_dataset_blobs(o.train_size + TEST_SIZE, BLOBS_DIM, BLOBS_CLASSES,
+                                                     o.seed);
+    te_dataset *train = all ? ex_split(all, 0, o.train_size) : NULL;
+    te_dataset *test = all ? ex_split(all, o.train_size, TEST_SIZE) : NULL;
+    mlp m;
+    int rc;
+    if (!train || !test || !mlp_init(&m, &cfg, (int)all->shape[0], all->n_classes)) {
+        rc = ex_fail("cannot build the model");
+    } else {
+        int64_t params = 0;
+        printf("mlp: %d", (int)all->shape[0]);
+        for (int i = 0; i < m.n_layers; i++) {
+            printf("-%d", (int)m.w[i]->shape[0]);
+            params += m.w[i]->numel + m.b[i]->numel;
+        }
+        printf(", %lld params, %s, batch %d x %d, %d steps, seed %llu\n", (long long)params,
+               all->name, o.batch, o.accum, o.steps, (unsigned long long)o.seed);
+        rc = ex_train(&o, &(ex_task){ train, test, mlp_forward, &m });
+    }
+    ex_split_free(train);
+    ex_split_free(test);
+    te_dataset_free(all);
+    te_shutdown();
+    return rc;
+}
