@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { NAME_SIZE = 128 }; /* a record name, with its NUL */
+
 typedef struct {
-    char name[128];
+    char name[NAME_SIZE];
     te_dtype dtype;
     int ndim;
     int64_t shape[TE_MAX_DIMS];
@@ -95,6 +97,26 @@ te_tensor *fx_param(fx_file *fx, const char *name)
     t->requires_grad = r->dtype == TE_F32;
     snprintf(t->name, sizeof t->name, "%s", name);
     return t;
+}
+
+/* Writes "CASE.FIELD" into key[n]; fails the test if it does not fit. */
+static const char *case_key(char *key, size_t n, const char *c, const char *field)
+{
+    ck_assert_msg(snprintf(key, n, "%s.%s", c, field) < (int)n, "fixture name %s.%s too long", c,
+                  field);
+    return key;
+}
+
+te_tensor *fx_case(fx_file *fx, const char *c, const char *field)
+{
+    char key[NAME_SIZE];
+    return fx_tensor(fx, case_key(key, sizeof key, c, field));
+}
+
+te_tensor *fx_case_param(fx_file *fx, const char *c, const char *field)
+{
+    char key[NAME_SIZE];
+    return fx_param(fx, case_key(key, sizeof key, c, field));
 }
 
 void fx_assert_close(const te_tensor *got, const te_tensor *want, double atol, double rtol,

@@ -20,6 +20,10 @@ void fx_close(fx_file *f);
 te_tensor *fx_tensor(fx_file *f, const char *name);
 /* A persistent copy that requires grad (for op inputs to differentiate). */
 te_tensor *fx_param(fx_file *f, const char *name);
+/* The same for the record "CASE.FIELD" of a golden case (e.g. "add_row.dy"):
+ * fx_case as fx_tensor, fx_case_param as fx_param; fails the test if absent. */
+te_tensor *fx_case(fx_file *f, const char *c, const char *field);
+te_tensor *fx_case_param(fx_file *f, const char *c, const char *field);
 
 /* Fails with the name, the worst index, both values and the max abs error
  * when |got - want| > atol + rtol * |want| anywhere, or shapes differ. */

@@ -1,13 +1,11 @@
 /* test_core.c — dtypes, allocator, tape and naming, errors, hooks, rng, injection. */
 #include "suites.h"
 #include "te.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
-static void teardown(void) { te_shutdown(); }
 
 START_TEST(test_dtypes)
 {
@@ -151,16 +149,10 @@ START_TEST(test_error_names_op_location_shapes)
     te_tensor *y = te_matmul(a, b);
     te_scope_pop();
     ck_assert_ptr_null(y);
-    ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
-    char loc[64];
-    snprintf(loc, sizeof loc, "test_core.c:%d", line);
-    const char *e = te_error();
-    ck_assert_msg(strstr(e, "fc2/matmul (MatMul)") && strstr(e, loc) && strstr(e, "[4,3]") &&
-                      strstr(e, "[5,2]"),
-                  "message lacks op, location or shapes: %s", e);
+    tu_assert_error(TE_ERR_SHAPE, "fc2/matmul (MatMul)", tu_at(line), "[4,3]", "[5,2]");
     /* a NULL input propagates without replacing the first message */
     char first[512];
-    snprintf(first, sizeof first, "%s", e);
+    snprintf(first, sizeof first, "%s", te_error());
     ck_assert_ptr_null(te_relu(te_scale(y, 2.0f)));
     ck_assert_str_eq(te_error(), first);
     te_error_clear();
@@ -477,7 +469,7 @@ Suite *suite_core(void)
 {
     Suite *s = suite_create("core");
     TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_dtypes);
     tcase_add_test(tc, test_f16_bits);
     tcase_add_test(tc, test_bf16_bits);

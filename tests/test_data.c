@@ -1,6 +1,7 @@
 /* test_data.c — the synthetic datasets and the batch loader. */
 #include "suites.h"
 #include "te.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -9,14 +10,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
-
-static void teardown(void)
-{
-    te_tape_reset();
-    te_shutdown();
-}
 
 static double now_s(void)
 {
@@ -182,8 +175,8 @@ START_TEST(test_blobs)
                       (long long)differ);
         assert_balanced(a);
         double acc = nearest_mean_accuracy(a);
-        ck_assert_msg(acc > 0.9 && acc < 0.999,
-                      "blobs(dim %d, classes %d): nearest-mean accuracy %.4f, want in (0.9, 0.999)",
+        /* The best possible rule scores high: the task is learnable. */
+        ck_assert_msg(acc > 0.95, "blobs(dim %d, classes %d): nearest-mean accuracy %.4f, want > 0.95",
                       dim, K, acc);
         te_dataset_free(a);
         te_dataset_free(b);
@@ -680,7 +673,7 @@ Suite *suite_data(void)
 {
     Suite *s = suite_create("data");
     TCase *tc = tcase_create("datasets");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_spirals);
     tcase_add_test(tc, test_blobs);
     tcase_add_test(tc, test_shapes);
@@ -688,7 +681,7 @@ Suite *suite_data(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("loader");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_loader_order);
     tcase_add_test(tc, test_loader_shuffle);
     tcase_add_test(tc, test_loader_workers_identical);

@@ -3,34 +3,11 @@
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
-static void teardown(void)
-{
-    te_tape_reset();
-    te_shutdown();
-}
-
-/* The record "CASE.FIELD" as a tape tensor, or as a persistent input that
- * requires grad. */
-static te_tensor *rec(fx_file *f, const char *c, const char *field)
-{
-    char name[96];
-    snprintf(name, sizeof name, "%s.%s", c, field);
-    return fx_tensor(f, name);
-}
-
-static te_tensor *input(fx_file *f, const char *c, const char *field)
-{
-    char name[96];
-    snprintf(name, sizeof name, "%s.%s", c, field);
-    return fx_param(f, name);
-}
 
 /* Compares y with CASE.y, backpropagates CASE.dy and compares the gradient
  * of each input with CASE.d<name>. */
@@ -40,13 +17,14 @@ static void check_golden(fx_file *f, const char *c, te_tensor *y, te_tensor **in
     char what[96];
     ck_assert_msg(y != NULL, "%s: %s", c, te_error());
     snprintf(what, sizeof what, "%s forward", c);
-    fx_assert_close(y, rec(f, c, "y"), 1e-6, 1e-5, what);
-    ck_assert_msg(te_backward_with(y, rec(f, c, "dy")) == TE_OK, "%s backward: %s", c, te_error());
+    fx_assert_close(y, fx_case(f, c, "y"), 1e-6, 1e-5, what);
+    ck_assert_msg(te_backward_with(y, fx_case(f, c, "dy")) == TE_OK, "%s backward: %s", c,
+                  te_error());
     for (int i = 0; i < n; i++) {
         char field[16];
         snprintf(field, sizeof field, "d%s", names[i]);
         snprintf(what, sizeof what, "%s gradient of %s", c, names[i]);
-        fx_assert_close(in[i]->grad, rec(f, c, field), 1e-5, 1e-4, what);
+        fx_assert_close(in[i]->grad, fx_case(f, c, field), 1e-5, 1e-4, what);
     }
 }
 
@@ -69,7 +47,7 @@ START_TEST(test_binary_golden)
 {
     fx_file *f = fx_open("math.bin");
     const char *c = binary_cases[_i].name;
-    te_tensor *in[2] = { input(f, c, "a"), input(f, c, "b") };
+    te_tensor *in[2] = { fx_case_param(f, c, "a"), fx_case_param(f, c, "b") };
     te_tensor *y = binary_cases[_i].op(TE_HERE, in[0], in[1]);
     check_golden(f, c, y, in, (const char *[]){ "a", "b" }, 2);
     te_tensor_free(in[0]);
@@ -93,7 +71,7 @@ START_TEST(test_unary_golden)
 {
     fx_file *f = fx_open("math.bin");
     const char *c = unary_cases[_i].name;
-    te_tensor *x = input(f, c, "x");
+    te_tensor *x = fx_case_param(f, c, "x");
     te_tensor *y = unary_cases[_i].op(TE_HERE, x);
     check_golden(f, c, y, &x, (const char *[]){ "x" }, 1);
     te_tensor_free(x);
@@ -288,37 +266,25 @@ END_TEST
 
 /* ---- errors -------------------------------------------------------------------- */
 
-static void assert_error(te_status code, const char *const *parts)
-{
-    const char *e = te_error();
-    ck_assert_msg(te_error_code() == code, "code %d (%s), expected %d; message: %s",
-                  te_error_code(), te_status_str(te_error_code()), code, e);
-    for (int i = 0; parts[i]; i++)
-        ck_assert_msg(strstr(e, parts[i]) != NULL, "error \"%s\" lacks \"%s\"", e, parts[i]);
-}
-
 START_TEST(test_bad_shape_message)
 {
     te_tensor *a = te_tensor_zeros(TE_F32, te_shape(4, 3));
     te_tensor *b = te_tensor_zeros(TE_F32, te_shape(2));
     te_tensor *y = te_add(a, b); const int line = __LINE__;
     ck_assert_ptr_null(y);
-    char loc[64];
-    snprintf(loc, sizeof loc, "test_elementwise.c:%d", line);
-    assert_error(TE_ERR_SHAPE, (const char *[]){ "add", "(Add)", loc, "[4,3]", "[2]", NULL });
+    tu_assert_error(TE_ERR_SHAPE, "add", "(Add)", tu_at(line), "[4,3]", "[2]");
 
     /* every binary op names itself, inside its scope */
     te_scope_push("blk");
     y = te_div(b, a); const int line2 = __LINE__;
     te_scope_pop();
     ck_assert_ptr_null(y);
-    snprintf(loc, sizeof loc, "test_elementwise.c:%d", line2);
-    assert_error(TE_ERR_SHAPE, (const char *[]){ "blk/div", "(Div)", loc, "[2]", "[4,3]", NULL });
+    tu_assert_error(TE_ERR_SHAPE, "blk/div", "(Div)", tu_at(line2), "[2]", "[4,3]");
     ck_assert_ptr_null(te_sub(a, b));
-    assert_error(TE_ERR_SHAPE, (const char *[]){ "sub", "(Sub)", NULL });
+    tu_assert_error(TE_ERR_SHAPE, "sub", "(Sub)");
     ck_assert_ptr_null(te_mul(te_tensor_zeros(TE_F32, te_shape(2, 3, 4)),
                               te_tensor_zeros(TE_F32, te_shape(3, 1, 4))));
-    assert_error(TE_ERR_SHAPE, (const char *[]){ "mul", "(Mul)", "[2,3,4]", "[3,1,4]", NULL });
+    tu_assert_error(TE_ERR_SHAPE, "mul", "(Mul)", "[2,3,4]", "[3,1,4]");
 }
 END_TEST
 
@@ -327,13 +293,11 @@ START_TEST(test_bad_dtype)
     te_tensor *i = te_tensor_zeros(TE_I32, te_shape(2, 2));
     te_tensor *f = te_tensor_zeros(TE_F32, te_shape(2, 2));
     ck_assert_ptr_null(te_relu(i)); const int line = __LINE__;
-    char loc[64];
-    snprintf(loc, sizeof loc, "test_elementwise.c:%d", line);
-    assert_error(TE_ERR_DTYPE, (const char *[]){ "relu", "(Relu)", loc, "i32", NULL });
+    tu_assert_error(TE_ERR_DTYPE, "relu", "(Relu)", tu_at(line), "i32");
     ck_assert_ptr_null(te_add(f, i));
-    assert_error(TE_ERR_DTYPE, (const char *[]){ "add", "(Add)", "f32", "i32", NULL });
+    tu_assert_error(TE_ERR_DTYPE, "add", "(Add)", "f32", "i32");
     ck_assert_ptr_null(te_scale(i, 2.0f));
-    assert_error(TE_ERR_DTYPE, (const char *[]){ "scale", "(Scale)", NULL });
+    tu_assert_error(TE_ERR_DTYPE, "scale", "(Scale)");
 }
 END_TEST
 
@@ -356,22 +320,6 @@ START_TEST(test_null_input)
 END_TEST
 
 /* ---- half precision --------------------------------------------------------------- */
-
-/* f16 or bf16 bits as ordered integers: neighbours differ by 1, also across zero. */
-static int half_order(uint16_t h) { return h & 0x8000 ? -(int)(h & 0x7fff) : (int)h; }
-
-/* Each element of the half tensor h is within one step (ulp) of its dtype
- * of ref, the f32 result, rounded to that dtype. */
-static void assert_half_close(const te_tensor *h, const float *ref, const char *what)
-{
-    const uint16_t *bits = h->data;
-    for (int64_t i = 0; i < h->numel; i++) {
-        uint16_t want = h->dtype == TE_F16 ? te_f32_to_f16(ref[i]) : te_f32_to_bf16(ref[i]);
-        ck_assert_msg(abs(half_order(bits[i]) - half_order(want)) <= 1,
-                      "%s[%lld]: %g (0x%04x), expected %g (0x%04x)", what, (long long)i,
-                      te_get(h, i), bits[i], ref[i], want);
-    }
-}
 
 /* A half tensor of random values and an f32 tensor with exactly the same values. */
 static void half_pair(te_dtype dt, int nd, const int64_t *shape, float lo, float hi, uint64_t seed,
@@ -402,21 +350,21 @@ START_TEST(test_half)
         ck_assert_msg(yh->dtype == TE_F16, "%s of f16 gave %s", ops[k].name,
                       te_dtype_name(yh->dtype));
         ck_assert_msg(te_same_shape(yh, yf) && yh->numel == 24, "%s: shape", ops[k].name);
-        assert_half_close(yh, (const float *)yf->data, ops[k].name);
+        tu_assert_half_close(yh, yf, ops[k].name);
     }
     for (size_t k = 0; k < sizeof unary_cases / sizeof unary_cases[0]; k++) {
         te_tensor *xh, *xf;
         half_pair(TE_F16, te_shape(3, 5), 0.25f, 3.0f, 10 + k, &xh, &xf);
         te_tensor *yh = unary_cases[k].op(TE_HERE, xh), *yf = unary_cases[k].op(TE_HERE, xf);
         ck_assert_msg(yh && yf && yh->dtype == TE_F16, "%s: %s", unary_cases[k].name, te_error());
-        assert_half_close(yh, (const float *)yf->data, unary_cases[k].name);
+        tu_assert_half_close(yh, yf, unary_cases[k].name);
     }
     /* bf16 the same way; mixed with f32 the result is f32 */
     te_tensor *xb, *xf;
     half_pair(TE_BF16, te_shape(5), -3.0f, 3.0f, 30, &xb, &xf);
     te_tensor *yb = te_gelu(xb), *yf = te_gelu(xf);
     ck_assert_int_eq(yb->dtype, TE_BF16);
-    assert_half_close(yb, (const float *)yf->data, "gelu bf16");
+    tu_assert_half_close(yb, yf, "gelu bf16");
     te_tensor *m = te_mul(ah, bf);
     ck_assert_msg(m->dtype == TE_F32, "f16 * f32 gave %s", te_dtype_name(m->dtype));
     te_tensor *mf = te_mul(af, bf);
@@ -551,7 +499,7 @@ Suite *suite_elementwise(void)
 {
     Suite *s = suite_create("elementwise");
     TCase *tc = tcase_create("elementwise");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_loop_test(tc, test_binary_golden, 0,
                         (int)(sizeof binary_cases / sizeof binary_cases[0]));
     tcase_add_loop_test(tc, test_unary_golden, 0,

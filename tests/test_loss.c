@@ -3,40 +3,20 @@
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
-static void teardown(void)
-{
-    te_tape_reset();
-    te_shutdown();
-}
-
-static te_tensor *rec(fx_file *f, const char *c, const char *field)
-{
-    char name[96];
-    snprintf(name, sizeof name, "%s.%s", c, field);
-    return fx_tensor(f, name);
-}
-
-static te_tensor *input(fx_file *f, const char *c, const char *field)
-{
-    char name[96];
-    snprintf(name, sizeof name, "%s.%s", c, field);
-    return fx_param(f, name);
-}
 
 static void check_output(fx_file *f, const char *c, te_tensor *y)
 {
     char what[96];
     ck_assert_msg(y != NULL, "%s: %s", c, te_error());
     snprintf(what, sizeof what, "%s loss", c);
-    fx_assert_close(y, rec(f, c, "y"), 1e-6, 1e-5, what);
-    ck_assert_msg(te_backward_with(y, rec(f, c, "dy")) == TE_OK, "%s backward: %s", c, te_error());
+    fx_assert_close(y, fx_case(f, c, "y"), 1e-6, 1e-5, what);
+    ck_assert_msg(te_backward_with(y, fx_case(f, c, "dy")) == TE_OK, "%s backward: %s", c,
+                  te_error());
 }
 
 static const char *const ce_cases[] = { "ce", "ce_b1", "ce_big" };
@@ -45,12 +25,12 @@ START_TEST(test_ce_golden)
 {
     fx_file *f = fx_open("math.bin");
     const char *c = ce_cases[_i];
-    te_tensor *z = input(f, c, "z"), *y = rec(f, c, "lab");
+    te_tensor *z = fx_case_param(f, c, "z"), *y = fx_case(f, c, "lab");
     ck_assert_int_eq(y->dtype, TE_I32);
     check_output(f, c, te_cross_entropy(z, y));
     char what[96];
     snprintf(what, sizeof what, "%s gradient of the logits", c);
-    fx_assert_close(z->grad, rec(f, c, "dz"), 1e-5, 1e-4, what);
+    fx_assert_close(z->grad, fx_case(f, c, "dz"), 1e-5, 1e-4, what);
     te_tensor_free(z);
     fx_close(f);
 }
@@ -62,13 +42,13 @@ START_TEST(test_mse_golden)
 {
     fx_file *f = fx_open("math.bin");
     const char *c = mse_cases[_i];
-    te_tensor *p = input(f, c, "p"), *t = input(f, c, "t");
+    te_tensor *p = fx_case_param(f, c, "p"), *t = fx_case_param(f, c, "t");
     check_output(f, c, te_mse(p, t));
     char what[96];
     snprintf(what, sizeof what, "%s gradient of pred", c);
-    fx_assert_close(p->grad, rec(f, c, "dp"), 1e-5, 1e-4, what);
+    fx_assert_close(p->grad, fx_case(f, c, "dp"), 1e-5, 1e-4, what);
     snprintf(what, sizeof what, "%s gradient of target", c);
-    fx_assert_close(t->grad, rec(f, c, "dt"), 1e-5, 1e-4, what);
+    fx_assert_close(t->grad, fx_case(f, c, "dt"), 1e-5, 1e-4, what);
     te_tensor_free(p);
     te_tensor_free(t);
     fx_close(f);
@@ -175,30 +155,19 @@ END_TEST
 
 /* ---- errors -------------------------------------------------------------------- */
 
-static void assert_error(te_status code, const char *const *parts)
-{
-    const char *e = te_error();
-    ck_assert_msg(te_error_code() == code, "code %d, expected %d; message: %s", te_error_code(),
-                  code, e);
-    for (int i = 0; parts[i]; i++)
-        ck_assert_msg(strstr(e, parts[i]) != NULL, "error \"%s\" lacks \"%s\"", e, parts[i]);
-}
-
 START_TEST(test_bad_label)
 {
     te_tensor *z = te_tensor_zeros(TE_F32, te_shape(3, 4));
     te_tensor *y = te_tensor_from(TE_I32, te_shape(3), (const int32_t[]){ 0, 5, 1 });
     ck_assert_ptr_null(te_cross_entropy(z, y)); const int line = __LINE__;
-    char loc[64];
-    snprintf(loc, sizeof loc, "test_loss.c:%d", line);
-    assert_error(TE_ERR_ARG, (const char *[]){ "cross_entropy", "(CrossEntropy)", loc, "label 5",
-                                               "index 1", "4 classes", NULL });
+    tu_assert_error(TE_ERR_ARG, "cross_entropy", "(CrossEntropy)", tu_at(line), "label 5",
+                    "index 1", "4 classes");
     y = te_tensor_from(TE_I32, te_shape(3), (const int32_t[]){ 0, 1, -1 });
     ck_assert_ptr_null(te_cross_entropy(z, y));
-    assert_error(TE_ERR_ARG, (const char *[]){ "label -1", "index 2", NULL });
+    tu_assert_error(TE_ERR_ARG, "label -1", "index 2");
     y = te_tensor_from(TE_I32, te_shape(3), (const int32_t[]){ 4, 0, 0 });
     ck_assert_ptr_null(te_cross_entropy(z, y));
-    assert_error(TE_ERR_ARG, (const char *[]){ "label 4", "index 0", NULL });
+    tu_assert_error(TE_ERR_ARG, "label 4", "index 0");
 }
 END_TEST
 
@@ -207,25 +176,21 @@ START_TEST(test_bad_shape)
     te_tensor *z = te_tensor_zeros(TE_F32, te_shape(4, 5));
     te_tensor *y3 = te_tensor_zeros(TE_I32, te_shape(3));
     ck_assert_ptr_null(te_cross_entropy(z, y3)); const int line = __LINE__;
-    char loc[64];
-    snprintf(loc, sizeof loc, "test_loss.c:%d", line);
-    assert_error(TE_ERR_SHAPE,
-                 (const char *[]){ "cross_entropy", "(CrossEntropy)", loc, "[4,5]", "[3]", NULL });
+    tu_assert_error(TE_ERR_SHAPE, "cross_entropy", "(CrossEntropy)", tu_at(line), "[4,5]", "[3]");
     ck_assert_ptr_null(te_cross_entropy(te_tensor_zeros(TE_F32, te_shape(2, 4, 5)), y3));
-    assert_error(TE_ERR_SHAPE, (const char *[]){ "[2,4,5]", "[3]", NULL });
+    tu_assert_error(TE_ERR_SHAPE, "[2,4,5]", "[3]");
     ck_assert_ptr_null(te_cross_entropy(z, te_tensor_zeros(TE_F32, te_shape(4))));
-    assert_error(TE_ERR_DTYPE, (const char *[]){ "cross_entropy", "f32", "[4]", NULL });
+    tu_assert_error(TE_ERR_DTYPE, "cross_entropy", "f32", "[4]");
     ck_assert_ptr_null(te_cross_entropy(te_tensor_zeros(TE_I32, te_shape(4, 5)),
                                         te_tensor_zeros(TE_I32, te_shape(4))));
-    assert_error(TE_ERR_DTYPE, (const char *[]){ "i32", "[4,5]", NULL });
+    tu_assert_error(TE_ERR_DTYPE, "i32", "[4,5]");
 
     te_tensor *p34 = te_tensor_zeros(TE_F32, te_shape(3, 4));
     te_tensor *t43 = te_tensor_zeros(TE_F32, te_shape(4, 3));
     ck_assert_ptr_null(te_mse(p34, t43)); const int line2 = __LINE__;
-    snprintf(loc, sizeof loc, "test_loss.c:%d", line2);
-    assert_error(TE_ERR_SHAPE, (const char *[]){ "mse", "(MSE)", loc, "[3,4]", "[4,3]", NULL });
+    tu_assert_error(TE_ERR_SHAPE, "mse", "(MSE)", tu_at(line2), "[3,4]", "[4,3]");
     ck_assert_ptr_null(te_mse(z, te_tensor_zeros(TE_I32, te_shape(4, 5))));
-    assert_error(TE_ERR_DTYPE, (const char *[]){ "mse", "(MSE)", "i32", NULL });
+    tu_assert_error(TE_ERR_DTYPE, "mse", "(MSE)", "i32");
 }
 END_TEST
 
@@ -248,16 +213,6 @@ END_TEST
 
 /* ---- half precision --------------------------------------------------------------- */
 
-static int half_order(uint16_t h) { return h & 0x8000 ? -(int)(h & 0x7fff) : (int)h; }
-
-static void assert_half_close(const te_tensor *h, float ref, const char *what)
-{
-    uint16_t got = *(const uint16_t *)h->data;
-    uint16_t want = h->dtype == TE_F16 ? te_f32_to_f16(ref) : te_f32_to_bf16(ref);
-    ck_assert_msg(abs(half_order(got) - half_order(want)) <= 1,
-                  "%s: %g (0x%04x), expected %g (0x%04x)", what, te_item(h), got, ref, want);
-}
-
 START_TEST(test_half)
 {
     for (int bf = 0; bf < 2; bf++) {
@@ -276,8 +231,8 @@ START_TEST(test_half)
         te_tensor *ch = te_cross_entropy(zh, y), *mh = te_mse(zh, th);
         ck_assert_msg(ch && mh && ch->dtype == dt && mh->dtype == dt, "%s: %s", te_dtype_name(dt),
                       te_error());
-        assert_half_close(ch, te_item(te_cross_entropy(zf, y)), "cross_entropy");
-        assert_half_close(mh, te_item(te_mse(zf, tf)), "mse");
+        tu_assert_half_close(ch, te_cross_entropy(zf, y), "cross_entropy");
+        tu_assert_half_close(mh, te_mse(zf, tf), "mse");
         /* half with f32: the f32 result, exactly */
         te_tensor *mix = te_mse(zh, tf);
         ck_assert_msg(mix->dtype == TE_F32 && te_item(mix) == te_item(te_mse(zf, tf)),
@@ -334,7 +289,7 @@ Suite *suite_loss(void)
 {
     Suite *s = suite_create("loss");
     TCase *tc = tcase_create("loss");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_loop_test(tc, test_ce_golden, 0, (int)(sizeof ce_cases / sizeof ce_cases[0]));
     tcase_add_loop_test(tc, test_mse_golden, 0, (int)(sizeof mse_cases / sizeof mse_cases[0]));
     tcase_add_test(tc, test_gradcheck);

@@ -3,6 +3,7 @@
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "testutil.h"
 
 #include <check.h>
 #include <math.h>
@@ -10,36 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
-
-static void teardown(void)
-{
-    te_tape_reset();
-    te_shutdown();
-}
-
 /* A persistent [c] f32 tensor filled with v (running stats). */
 static te_tensor *stat_vec(int64_t c, float v)
 {
     te_tensor *t = te_tensor_persistent(TE_F32, 1, (int64_t[]){ c });
     te_fill(t, v);
     return t;
-}
-
-/* Asserts te_error() holds every string of a NULL-terminated list. */
-static void assert_error_has(const char *const *parts)
-{
-    const char *e = te_error();
-    for (int i = 0; parts[i]; i++)
-        ck_assert_msg(strstr(e, parts[i]) != NULL, "error \"%s\" lacks \"%s\"", e, parts[i]);
-}
-
-/* "test_norm.c:LINE" for a call made on `line`. */
-static const char *at_line(int line)
-{
-    static char buf[64];
-    snprintf(buf, sizeof buf, "test_norm.c:%d", line);
-    return buf;
 }
 
 /* ---- batch norm against PyTorch ------------------------------------------ */
@@ -302,61 +279,56 @@ START_TEST(test_bn_errors)
     int line = __LINE__ + 1;
     ck_assert(te_batchnorm(x3, NULL, NULL, NULL, NULL, 0.1f, 1e-5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
-    assert_error_has((const char *[]){ "bn (BatchNorm) at ", at_line(line), "x [2,3,4]",
-                                       "[N,C] or [N,C,H,W]", NULL });
+    tu_assert_error_has("bn (BatchNorm) at ", tu_at(line), "x [2,3,4]", "[N,C] or [N,C,H,W]");
 
     te_tensor *x = gc_random(te_shape(2, 3), -1, 1, 51);
     te_tensor *g4 = te_tensor_zeros(TE_F32, te_shape(4));
     line = __LINE__ + 1;
     ck_assert(te_batchnorm(x, g4, NULL, NULL, NULL, 0.1f, 1e-5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
-    assert_error_has((const char *[]){ "(BatchNorm)", at_line(line), "gamma [4]", "x [2,3]",
-                                       "must be [3]", NULL });
+    tu_assert_error_has("(BatchNorm)", tu_at(line), "gamma [4]", "x [2,3]", "must be [3]");
 
     te_tensor *rm = stat_vec(3, 0), *rv = stat_vec(3, 1);
     te_set_training(false);
     line = __LINE__ + 1;
     ck_assert(te_batchnorm(x, NULL, NULL, NULL, NULL, 0.1f, 1e-5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
-    assert_error_has((const char *[]){ "(BatchNorm)", at_line(line), "x [2,3]", "eval mode",
-                                       "running_mean", NULL });
+    tu_assert_error_has("(BatchNorm)", tu_at(line), "x [2,3]", "eval mode", "running_mean");
     te_set_training(true);
 
     te_tensor *x1 = te_tensor_zeros(TE_F32, te_shape(1, 3));
     line = __LINE__ + 1;
     ck_assert(te_batchnorm(x1, NULL, NULL, rm, rv, 0.1f, 1e-5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
-    assert_error_has((const char *[]){ "(BatchNorm)", at_line(line), "x [1,3]",
-                                       "more than 1 value per channel (got 1)", NULL });
+    tu_assert_error_has("(BatchNorm)", tu_at(line), "x [1,3]",
+                        "more than 1 value per channel (got 1)");
     ck_assert_msg(te_get(rm, 0) == 0.0f && te_get(rv, 0) == 1.0f, "a failed call moved the stats");
 
     te_tensor *tape_rm = te_tensor_zeros(TE_F32, te_shape(3));
     line = __LINE__ + 1;
     ck_assert(te_batchnorm(x, NULL, NULL, tape_rm, rv, 0.1f, 1e-5f) == NULL);
-    assert_error_has((const char *[]){ "(BatchNorm)", at_line(line),
-                                       "running_mean is a tape tensor", "persistent", NULL });
+    tu_assert_error_has("(BatchNorm)", tu_at(line), "running_mean is a tape tensor", "persistent");
 
     line = __LINE__ + 1;
     ck_assert(te_batchnorm(x, NULL, NULL, rm, NULL, 0.1f, 1e-5f) == NULL);
-    assert_error_has(
-        (const char *[]){ at_line(line), "running_mean given without running_var", NULL });
+    tu_assert_error_has(tu_at(line), "running_mean given without running_var");
 
     te_tensor *rv16 = te_tensor_persistent(TE_F16, te_shape(3));
     line = __LINE__ + 1;
     ck_assert(te_batchnorm(x, NULL, NULL, rm, rv16, 0.1f, 1e-5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_DTYPE);
-    assert_error_has((const char *[]){ at_line(line), "running_var is f16: f32 needed", NULL });
+    tu_assert_error_has(tu_at(line), "running_var is f16: f32 needed");
 
     line = __LINE__ + 1;
     ck_assert(te_batchnorm(x, NULL, NULL, rm, rv, 1.5f, 1e-5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
-    assert_error_has((const char *[]){ at_line(line), "momentum 1.5 not in [0, 1]", NULL });
+    tu_assert_error_has(tu_at(line), "momentum 1.5 not in [0, 1]");
 
     te_tensor *xi = te_tensor_zeros(TE_I32, te_shape(2, 3));
     line = __LINE__ + 1;
     ck_assert(te_batchnorm(xi, NULL, NULL, NULL, NULL, 0.1f, 1e-5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_DTYPE);
-    assert_error_has((const char *[]){ at_line(line), "x is i32", NULL });
+    tu_assert_error_has(tu_at(line), "x is i32");
     te_tensor *own[] = { x, rm, rv, rv16 };
     for (int i = 0; i < 4; i++)
         te_tensor_free(own[i]);
@@ -370,15 +342,14 @@ START_TEST(test_ln_errors)
     int line = __LINE__ + 1;
     ck_assert(te_layernorm(x, g, NULL, 1e-5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
-    assert_error_has((const char *[]){ "ln (LayerNorm) at ", at_line(line), "gamma [4]", "x [2,5]",
-                                       "must be [5]", NULL });
+    tu_assert_error_has("ln (LayerNorm) at ", tu_at(line), "gamma [4]", "x [2,5]", "must be [5]");
     line = __LINE__ + 1;
     ck_assert(te_layernorm(x, NULL, g, 1e-5f) == NULL);
-    assert_error_has((const char *[]){ "(LayerNorm)", at_line(line), "beta [4]", "x [2,5]", NULL });
+    tu_assert_error_has("(LayerNorm)", tu_at(line), "beta [4]", "x [2,5]");
     line = __LINE__ + 1;
     ck_assert(te_layernorm(x, NULL, NULL, 0.0f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
-    assert_error_has((const char *[]){ "(LayerNorm)", at_line(line), "eps 0 must be > 0", NULL });
+    tu_assert_error_has("(LayerNorm)", tu_at(line), "eps 0 must be > 0");
 }
 END_TEST
 
@@ -408,7 +379,7 @@ Suite *suite_norm(void)
 {
     Suite *s = suite_create("norm");
     TCase *tc = tcase_create("norm");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_bn_train_2d_golden);
     tcase_add_test(tc, test_bn_train_4d_golden);
     tcase_add_test(tc, test_bn_eval_golden);

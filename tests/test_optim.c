@@ -1,13 +1,11 @@
 /* test_optim.c — optimizers, clipping and accumulation against PyTorch. */
 #include "fixture.h"
 #include "suites.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
-static void teardown(void) { te_shutdown(); }
 
 typedef struct {
     fx_file *fx;
@@ -193,7 +191,7 @@ Suite *suite_optim(void)
 {
     Suite *s = suite_create("optim");
     TCase *tc = tcase_create("optim");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_sgd);
     tcase_add_test(tc, test_sgd_momentum);
     tcase_add_test(tc, test_sgd_nesterov);

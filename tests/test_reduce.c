@@ -3,40 +3,27 @@
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
-static void teardown(void)
-{
-    te_tape_reset();
-    te_shutdown();
-}
-
-static te_tensor *rec(fx_file *f, const char *c, const char *field)
-{
-    char name[96];
-    snprintf(name, sizeof name, "%s.%s", c, field);
-    return fx_tensor(f, name);
-}
-
-/* Runs op on CASE.x, compares with CASE.y, backpropagates CASE.dy and
- * compares x's gradient with CASE.dx. */
 typedef te_tensor *(*axis_fn)(te_loc, te_tensor *, int);
 typedef te_tensor *(*reduce_fn)(te_loc, te_tensor *, int, bool);
 
+/* Compares y (the op run on CASE.x) with CASE.y, backpropagates CASE.dy and
+ * compares x's gradient with CASE.dx. */
 static void check_golden(fx_file *f, const char *c, te_tensor *x, te_tensor *y)
 {
     char what[96];
     ck_assert_msg(y != NULL, "%s: %s", c, te_error());
     snprintf(what, sizeof what, "%s forward", c);
-    fx_assert_close(y, rec(f, c, "y"), 1e-6, 1e-5, what);
-    ck_assert_msg(te_backward_with(y, rec(f, c, "dy")) == TE_OK, "%s backward: %s", c, te_error());
+    fx_assert_close(y, fx_case(f, c, "y"), 1e-6, 1e-5, what);
+    ck_assert_msg(te_backward_with(y, fx_case(f, c, "dy")) == TE_OK, "%s backward: %s", c,
+                  te_error());
     snprintf(what, sizeof what, "%s gradient", c);
-    fx_assert_close(x->grad, rec(f, c, "dx"), 1e-5, 1e-4, what);
+    fx_assert_close(x->grad, fx_case(f, c, "dx"), 1e-5, 1e-4, what);
 }
 
 static const struct {
@@ -54,9 +41,7 @@ START_TEST(test_softmax_golden)
 {
     fx_file *f = fx_open("math.bin");
     const char *c = softmax_cases[_i].name;
-    char name[96];
-    snprintf(name, sizeof name, "%s.x", c);
-    te_tensor *x = fx_param(f, name);
+    te_tensor *x = fx_case_param(f, c, "x");
     check_golden(f, c, x, softmax_cases[_i].op(TE_HERE, x, softmax_cases[_i].axis));
     te_tensor_free(x);
     fx_close(f);
@@ -81,9 +66,7 @@ START_TEST(test_reduce_golden)
 {
     fx_file *f = fx_open("math.bin");
     const char *c = reduce_cases[_i].name;
-    char name[96];
-    snprintf(name, sizeof name, "%s.x", c);
-    te_tensor *x = fx_param(f, name);
+    te_tensor *x = fx_case_param(f, c, "x");
     check_golden(f, c, x,
                  reduce_cases[_i].op(TE_HERE, x, reduce_cases[_i].axis, reduce_cases[_i].keepdim));
     te_tensor_free(x);
@@ -211,30 +194,17 @@ END_TEST
 
 /* ---- errors -------------------------------------------------------------------- */
 
-static void assert_error(te_status code, const char *const *parts)
-{
-    const char *e = te_error();
-    ck_assert_msg(te_error_code() == code, "code %d, expected %d; message: %s", te_error_code(),
-                  code, e);
-    for (int i = 0; parts[i]; i++)
-        ck_assert_msg(strstr(e, parts[i]) != NULL, "error \"%s\" lacks \"%s\"", e, parts[i]);
-}
-
 START_TEST(test_bad_axis)
 {
     te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 3));
     ck_assert_ptr_null(te_softmax(x, 2)); const int line = __LINE__;
-    char loc[64];
-    snprintf(loc, sizeof loc, "test_reduce.c:%d", line);
-    assert_error(TE_ERR_ARG,
-                 (const char *[]){ "softmax", "(Softmax)", loc, "[2,3]", "axis 2", NULL });
+    tu_assert_error(TE_ERR_ARG, "softmax", "(Softmax)", tu_at(line), "[2,3]", "axis 2");
     ck_assert_ptr_null(te_log_softmax(x, TE_ALL));
-    assert_error(TE_ERR_ARG, (const char *[]){ "log_softmax", "(LogSoftmax)", "[2,3]", NULL });
+    tu_assert_error(TE_ERR_ARG, "log_softmax", "(LogSoftmax)", "[2,3]");
     ck_assert_ptr_null(te_sum(x, -3, false)); const int line2 = __LINE__;
-    snprintf(loc, sizeof loc, "test_reduce.c:%d", line2);
-    assert_error(TE_ERR_ARG, (const char *[]){ "sum", "(Sum)", loc, "[2,3]", "axis -3", NULL });
+    tu_assert_error(TE_ERR_ARG, "sum", "(Sum)", tu_at(line2), "[2,3]", "axis -3");
     ck_assert_ptr_null(te_mean(x, 5, true));
-    assert_error(TE_ERR_ARG, (const char *[]){ "mean", "(Mean)", "[2,3]", "axis 5", NULL });
+    tu_assert_error(TE_ERR_ARG, "mean", "(Mean)", "[2,3]", "axis 5");
 }
 END_TEST
 
@@ -242,11 +212,9 @@ START_TEST(test_bad_dtype)
 {
     te_tensor *i = te_tensor_zeros(TE_I32, te_shape(2, 3));
     ck_assert_ptr_null(te_sum(i, 0, false)); const int line = __LINE__;
-    char loc[64];
-    snprintf(loc, sizeof loc, "test_reduce.c:%d", line);
-    assert_error(TE_ERR_DTYPE, (const char *[]){ "sum", "(Sum)", loc, "[2,3]", "i32", NULL });
+    tu_assert_error(TE_ERR_DTYPE, "sum", "(Sum)", tu_at(line), "[2,3]", "i32");
     ck_assert_ptr_null(te_log_softmax(i, 1));
-    assert_error(TE_ERR_DTYPE, (const char *[]){ "log_softmax", "(LogSoftmax)", "i32", NULL });
+    tu_assert_error(TE_ERR_DTYPE, "log_softmax", "(LogSoftmax)", "i32");
 }
 END_TEST
 
@@ -268,22 +236,6 @@ END_TEST
 
 /* ---- half precision --------------------------------------------------------------- */
 
-static int half_order(uint16_t h) { return h & 0x8000 ? -(int)(h & 0x7fff) : (int)h; }
-
-/* Each element of h is within one step of its dtype of ref rounded to it. */
-static void assert_half_close(const te_tensor *h, const te_tensor *ref, const char *what)
-{
-    ck_assert_msg(te_same_shape(h, ref), "%s: shapes differ", what);
-    const uint16_t *bits = h->data;
-    for (int64_t i = 0; i < h->numel; i++) {
-        float r = te_get(ref, i);
-        uint16_t want = h->dtype == TE_F16 ? te_f32_to_f16(r) : te_f32_to_bf16(r);
-        ck_assert_msg(abs(half_order(bits[i]) - half_order(want)) <= 1,
-                      "%s[%lld]: %g (0x%04x), expected %g (0x%04x)", what, (long long)i,
-                      te_get(h, i), bits[i], r, want);
-    }
-}
-
 START_TEST(test_half)
 {
     for (int bf = 0; bf < 2; bf++) {
@@ -297,14 +249,14 @@ START_TEST(test_half)
         for (int axis = -1; axis < 3; axis++) {
             te_tensor *a = te_softmax(xh, axis), *b = te_log_softmax(xh, axis);
             ck_assert_msg(a && b && a->dtype == dt && b->dtype == dt, "%s", te_error());
-            assert_half_close(a, te_softmax(xf, axis), "softmax");
-            assert_half_close(b, te_log_softmax(xf, axis), "log_softmax");
+            tu_assert_half_close(a, te_softmax(xf, axis), "softmax");
+            tu_assert_half_close(b, te_log_softmax(xf, axis), "log_softmax");
             te_tensor *s = te_sum(xh, axis, false), *m = te_mean(xh, axis, true);
             ck_assert_msg(s && m && s->dtype == dt && m->dtype == dt, "%s", te_error());
-            assert_half_close(s, te_sum(xf, axis, false), "sum");
-            assert_half_close(m, te_mean(xf, axis, true), "mean");
+            tu_assert_half_close(s, te_sum(xf, axis, false), "sum");
+            tu_assert_half_close(m, te_mean(xf, axis, true), "mean");
         }
-        assert_half_close(te_sum(xh, TE_ALL, false), te_sum(xf, TE_ALL, false), "sum all");
+        tu_assert_half_close(te_sum(xh, TE_ALL, false), te_sum(xf, TE_ALL, false), "sum all");
     }
 }
 END_TEST
@@ -364,7 +316,7 @@ Suite *suite_reduce(void)
 {
     Suite *s = suite_create("reduce");
     TCase *tc = tcase_create("reduce");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_loop_test(tc, test_softmax_golden, 0,
                         (int)(sizeof softmax_cases / sizeof softmax_cases[0]));
     tcase_add_loop_test(tc, test_reduce_golden, 0,

@@ -4,6 +4,7 @@
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "testutil.h"
 
 #include <check.h>
 #include <math.h>
@@ -11,30 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
-
-static void teardown(void)
-{
-    te_tape_reset();
-    te_shutdown();
-}
-
 static float *fdata(const te_tensor *t) { return (float *)t->data; }
 static int32_t *idata(const te_tensor *t) { return (int32_t *)t->data; }
-
-static void assert_error_has(const char *const *parts)
-{
-    const char *e = te_error();
-    for (int i = 0; parts[i]; i++)
-        ck_assert_msg(strstr(e, parts[i]) != NULL, "error \"%s\" lacks \"%s\"", e, parts[i]);
-}
-
-static const char *at_line(int line)
-{
-    static char buf[64];
-    snprintf(buf, sizeof buf, "test_shape.c:%d", line);
-    return buf;
-}
 
 /* ---- reshape and flatten ---------------------------------------------------- */
 
@@ -92,21 +71,20 @@ START_TEST(test_reshape_errors)
     int line = __LINE__ + 1;
     ck_assert(te_reshape(x, 5, 5) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_SHAPE);
-    assert_error_has((const char *[]){ "reshape (Reshape) at ", at_line(line), "x [2,3,4]",
-                                       "(24 elements)", "[5,5] (25 elements)", NULL });
+    tu_assert_error_has("reshape (Reshape) at ", tu_at(line), "x [2,3,4]", "(24 elements)",
+                        "[5,5] (25 elements)");
     line = __LINE__ + 1;
     ck_assert(te_reshape(x, 5, -1) == NULL);
-    assert_error_has((const char *[]){ "(Reshape)", at_line(line), "x [2,3,4] (24 elements)",
-                                       "cannot be reshaped to [5,-1]", NULL });
+    tu_assert_error_has("(Reshape)", tu_at(line), "x [2,3,4] (24 elements)",
+                        "cannot be reshaped to [5,-1]");
     line = __LINE__ + 1;
     ck_assert(te_reshape(x, -1, 2, -1) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
-    assert_error_has((const char *[]){ "(Reshape)", at_line(line), "[-1,2,-1]", "dim 2 is -1",
-                                       "one -1 allowed", NULL });
+    tu_assert_error_has("(Reshape)", tu_at(line), "[-1,2,-1]", "dim 2 is -1", "one -1 allowed");
     te_tensor *v = te_tensor_zeros(TE_F32, te_shape(5));
     line = __LINE__ + 1;
     ck_assert(te_flatten(v) == NULL);
-    assert_error_has((const char *[]){ "(Reshape)", at_line(line), "flatten of x [5]", NULL });
+    tu_assert_error_has("(Reshape)", tu_at(line), "flatten of x [5]");
 }
 END_TEST
 
@@ -164,11 +142,11 @@ START_TEST(test_transpose_i32_and_errors)
     ck_assert(te_transpose(x, 3, 0) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
     /* the step's second transpose: op names are unique within a step */
-    assert_error_has((const char *[]){ "transpose_1 (Transpose) at ", at_line(line),
-                                       "dims (3, 0) out of range for x [2,3,4] (3 dims)", NULL });
+    tu_assert_error_has("transpose_1 (Transpose) at ", tu_at(line),
+                        "dims (3, 0) out of range for x [2,3,4] (3 dims)");
     line = __LINE__ + 1;
     ck_assert(te_transpose(x, 0, -4) == NULL);
-    assert_error_has((const char *[]){ at_line(line), "dims (0, -4)", NULL });
+    tu_assert_error_has(tu_at(line), "dims (0, -4)");
 }
 END_TEST
 
@@ -257,8 +235,7 @@ START_TEST(test_cast_errors)
     int line = __LINE__ + 1;
     ck_assert(te_cast(x, (te_dtype)9) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
-    assert_error_has((const char *[]){ "cast (Cast) at ", at_line(line), "x f32 [2,3]",
-                                       "unknown target dtype 9", NULL });
+    tu_assert_error_has("cast (Cast) at ", tu_at(line), "x f32 [2,3]", "unknown target dtype 9");
 }
 END_TEST
 
@@ -304,21 +281,20 @@ START_TEST(test_embedding_errors)
     int line = __LINE__ + 1;
     ck_assert(te_embedding(w, idx) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
-    assert_error_has((const char *[]){ "embedding (Embedding) at ", at_line(line),
-                                       "idx[1,0] = 7 (flat position 2)", "weight [6,3]", "[0, 6)",
-                                       NULL });
+    tu_assert_error_has("embedding (Embedding) at ", tu_at(line), "idx[1,0] = 7 (flat position 2)",
+                        "weight [6,3]", "[0, 6)");
     const int32_t neg[3] = { 0, -1, 2 };
     line = __LINE__ + 1;
     ck_assert(te_embedding(w, te_tensor_from(TE_I32, te_shape(3), neg)) == NULL);
-    assert_error_has((const char *[]){ at_line(line), "idx[1] = -1 (flat position 1)", NULL });
+    tu_assert_error_has(tu_at(line), "idx[1] = -1 (flat position 1)");
     te_tensor *fidx = te_tensor_zeros(TE_F32, te_shape(3));
     line = __LINE__ + 1;
     ck_assert(te_embedding(w, fidx) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_DTYPE);
-    assert_error_has((const char *[]){ at_line(line), "idx [3] is f32: i32 indices needed", NULL });
+    tu_assert_error_has(tu_at(line), "idx [3] is f32: i32 indices needed");
     line = __LINE__ + 1;
     ck_assert(te_embedding(te_tensor_zeros(TE_F32, te_shape(6)), idx) == NULL);
-    assert_error_has((const char *[]){ at_line(line), "weight [6] and idx [2,2]", "[V,D]", NULL });
+    tu_assert_error_has(tu_at(line), "weight [6] and idx [2,2]", "[V,D]");
 }
 END_TEST
 
@@ -475,15 +451,14 @@ START_TEST(test_dropout_errors)
     int line = __LINE__ + 1;
     ck_assert(te_dropout(x, 1.0f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_ARG);
-    assert_error_has((const char *[]){ "dropout (Dropout) at ", at_line(line), "x [2,3]",
-                                       "p = 1 not in [0, 1)", NULL });
+    tu_assert_error_has("dropout (Dropout) at ", tu_at(line), "x [2,3]", "p = 1 not in [0, 1)");
     line = __LINE__ + 1;
     ck_assert(te_dropout(x, -0.5f) == NULL);
-    assert_error_has((const char *[]){ at_line(line), "p = -0.5 not in [0, 1)", NULL });
+    tu_assert_error_has(tu_at(line), "p = -0.5 not in [0, 1)");
     line = __LINE__ + 1;
     ck_assert(te_dropout(te_tensor_zeros(TE_I32, te_shape(2)), 0.5f) == NULL);
     ck_assert_int_eq(te_error_code(), TE_ERR_DTYPE);
-    assert_error_has((const char *[]){ at_line(line), "x is i32", NULL });
+    tu_assert_error_has(tu_at(line), "x is i32");
 }
 END_TEST
 
@@ -510,7 +485,7 @@ Suite *suite_shape(void)
 {
     Suite *s = suite_create("shape");
     TCase *tc = tcase_create("shape");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_reshape_golden);
     tcase_add_test(tc, test_reshape_gradcheck);
     tcase_add_test(tc, test_reshape_i32_and_flatten);

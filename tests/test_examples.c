@@ -1,0 +1,399 @@
+/*
+ * test_examples.c — runs the built example programs and reads their output:
+ * convergence, determinism, fault injection, accumulation and flag errors.
+ */
+#include "suites.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define OUT_MAX 65536
+#define MAX_STEPS 256
+
+typedef struct {
+    int status;             /* exit status; -1 when killed by a signal */
+    char out[OUT_MAX];      /* stdout and stderr together */
+    float loss[MAX_STEPS], acc[MAX_STEPS];
+    bool logged[MAX_STEPS];
+    float final_loss, final_acc;
+    bool has_final;
+} run_result;
+
+/* Runs examples/PROG with the arguments and parses its step and final lines. */
+static run_result *run(const char *prog, const char *fmt, ...)
+{
+    run_result *r = calloc(1, sizeof *r);
+    ck_assert(r != NULL);
+    char args[1024], cmd[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s/examples/%s' %s 2>&1", TDBG_BUILDDIR, prog, args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "cannot run %s", cmd);
+    size_t n = fread(r->out, 1, OUT_MAX - 1, p);
+    r->out[n] = '\0';
+    int st = pclose(p);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+
+    for (char *line = r->out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int step;
+        float loss, acc;
+        if (sscanf(line, "step=%d loss=%f acc=%f", &step, &loss, &acc) == 3 && step >= 0 &&
+            step < MAX_STEPS) {
+            r->loss[step] = loss;
+            r->acc[step] = acc;
+            r->logged[step] = true;
+        } else if (sscanf(line, "final: loss=%f acc=%f", &loss, &acc) == 2) {
+            r->final_loss = loss;
+            r->final_acc = acc;
+            r->has_final = true;
+        }
+    }
+    return r;
+}
+
+/* Fails unless the run exited 0 and logged every step in 0..last. */
+static void assert_ran(const run_result *r, const char *what, int last)
+{
+    ck_assert_msg(r->status == 0, "%s: exit status %d, output:\n%s", what, r->status, r->out);
+    for (int s = 0; s <= last; s++)
+        ck_assert_msg(r->logged[s], "%s: no line for step %d in:\n%s", what, s, r->out);
+    ck_assert_msg(r->has_final, "%s: no final line in:\n%s", what, r->out);
+}
+
+/* The step and final lines of out, in order: what determinism compares. */
+static void result_lines(const run_result *r, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    size_t used = 0;
+    for (const char *line = r->out; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line + 1) : strlen(line);
+        if ((strncmp(line, "step=", 5) == 0 || strncmp(line, "final:", 6) == 0) && used + len < n) {
+            memcpy(buf + used, line, len);
+            used += len;
+            buf[used] = '\0';
+        }
+        line += len;
+    }
+}
+
+/* A small MLP and the Adam rate that suits it; tests add --threads. */
+static const char *const MLP_SMALL = "--hidden 64,64 --batch 64 --lr 0.001";
+
+/* ---- convergence ------------------------------------------------------------ */
+
+START_TEST(test_mlp_converges)
+{
+    run_result *r = run("mlp", "%s --steps 100 --log-every 10 --threads 1", MLP_SMALL);
+    assert_ran(r, "mlp", 0);
+    ck_assert_msg(r->logged[99], "no line for the last step:\n%s", r->out);
+    /* Chance is 0.1 and loss ln 10 = 2.30; the best any model can do on
+     * these blobs is about 0.95. */
+    ck_assert_msg(r->final_acc >= 0.75f, "held-out accuracy %.4f < 0.75 after 100 steps:\n%s",
+                  r->final_acc, r->out);
+    ck_assert_msg(r->loss[99] < 0.4f * r->loss[0], "loss %.4f at step 99, %.4f at step 0",
+                  r->loss[99], r->loss[0]);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_mlp_spirals)
+{
+    /* 2-D input, 3 classes, no straight boundary: needs the hidden layers. */
+    run_result *r = run("mlp", "--data spirals --hidden 64,64 --batch 64 --lr 0.01 --steps 100 "
+                        "--log-every 50 --threads 1");
+    assert_ran(r, "mlp spirals", 0);
+    ck_assert_msg(strstr(r->out, "mlp: 2-64-64-3,"), "header names the 2-D input and 3 classes:\n%s",
+                  r->out);
+    ck_assert_msg(r->final_acc >= 0.90f, "spirals held-out accuracy %.4f < 0.90:\n%s", r->final_acc,
+                  r->out);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_cnn_overfits)
+{
+    /* The real architecture, narrower, on 32 training samples: fitting them
+     * within 50 steps takes correct gradients through every layer (the full
+     * task needs about 500 steps of the full width: see docs/benchmarks.md). */
+    run_result *r = run("cnn", "--channels 8,16,32 --batch 32 --train-size 32 --steps 50 --log-every 10 "
+                        "--threads 1");
+    assert_ran(r, "cnn", 0);
+    ck_assert_msg(strstr(r->out, "cnn: channels 3-8-16-32,"), "header:\n%s", r->out);
+    ck_assert_msg(r->loss[49] < 0.35f * r->loss[0] && r->acc[49] >= 0.8f,
+                  "cnn did not fit 32 samples: loss %.4f at step 49 (%.4f at 0), accuracy %.4f:\n%s",
+                  r->loss[49], r->loss[0], r->acc[49], r->out);
+    ck_assert_msg(isfinite(r->final_loss), "eval-mode loss %g", r->final_loss);
+    free(r);
+}
+END_TEST
+
+/* ---- determinism ------------------------------------------------------------ */
+
+START_TEST(test_same_seed_same_output)
+{
+    static char a[OUT_MAX], b[OUT_MAX], c[OUT_MAX];
+    run_result *r1 = run("mlp", "%s --steps 12 --log-every 1 --threads 2 --seed 7", MLP_SMALL);
+    run_result *r2 = run("mlp", "%s --steps 12 --log-every 1 --threads 2 --seed 7", MLP_SMALL);
+    run_result *r3 = run("mlp", "%s --steps 12 --log-every 1 --threads 2 --seed 8", MLP_SMALL);
+    assert_ran(r1, "seed 7", 11);
+    assert_ran(r3, "seed 8", 11);
+    result_lines(r1, a, sizeof a);
+    result_lines(r2, b, sizeof b);
+    result_lines(r3, c, sizeof c);
+    ck_assert_msg(strcmp(a, b) == 0, "same seed, different output:\n%s\n---\n%s", a, b);
+    ck_assert_msg(strcmp(a, c) != 0, "seeds 7 and 8 gave the same output:\n%s", a);
+    free(r1);
+    free(r2);
+    free(r3);
+}
+END_TEST
+
+START_TEST(test_workers_same_output)
+{
+    static char a[OUT_MAX], b[OUT_MAX], c[OUT_MAX];
+    run_result *r0 = run("mlp", "%s --steps 12 --log-every 1 --threads 2 --workers 0", MLP_SMALL);
+    run_result *r1 = run("mlp", "%s --steps 12 --log-every 1 --threads 2 --workers 1", MLP_SMALL);
+    run_result *r3 = run("mlp", "%s --steps 12 --log-every 1 --threads 2 --workers 3", MLP_SMALL);
+    assert_ran(r0, "workers 0", 11);
+    result_lines(r0, a, sizeof a);
+    result_lines(r1, b, sizeof b);
+    result_lines(r3, c, sizeof c);
+    ck_assert_msg(strcmp(a, b) == 0, "workers 0 and 1 differ:\n%s\n---\n%s", a, b);
+    ck_assert_msg(strcmp(a, c) == 0, "workers 0 and 3 differ:\n%s\n---\n%s", a, c);
+    free(r0);
+    free(r1);
+    free(r3);
+}
+END_TEST
+
+/* ---- fault injection ---------------------------------------------------------- */
+
+START_TEST(test_inject_nan)
+{
+    run_result *clean = run("mlp", "%s --steps 6 --log-every 1 --threads 2", MLP_SMALL);
+    run_result *r = run("mlp", "%s --steps 6 --log-every 1 --threads 2 --inject nan@op=fc2/linear,step=3",
+                        MLP_SMALL);
+    assert_ran(clean, "clean", 5);
+    assert_ran(r, "nan@fc2/linear", 5);
+    for (int s = 0; s < 3; s++)
+        ck_assert_msg(r->loss[s] == clean->loss[s], "step %d before the injection: loss %g, clean %g", s,
+                      r->loss[s], clean->loss[s]);
+    ck_assert_msg(isfinite(r->loss[2]), "loss at step 2 is %g", r->loss[2]);
+    ck_assert_msg(isnan(r->loss[3]), "loss at step 3 is %g, want nan:\n%s", r->loss[3], r->out);
+    /* The NaN reached the weights through backward and the update. */
+    ck_assert_msg(isnan(r->loss[5]), "loss at step 5 is %g, want nan", r->loss[5]);
+    free(clean);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_inject_scale)
+{
+    run_result *clean = run("mlp", "%s --steps 6 --log-every 1 --threads 2", MLP_SMALL);
+    run_result *r = run("mlp", "%s --steps 6 --log-every 1 --threads 2 "
+                        "--inject scale@op=fc1/linear,step=2,value=10", MLP_SMALL);
+    assert_ran(clean, "clean", 5);
+    assert_ran(r, "scale@fc1/linear", 5);
+    for (int s = 0; s < 2; s++)
+        ck_assert_msg(r->loss[s] == clean->loss[s], "step %d before the injection: loss %g, clean %g", s,
+                      r->loss[s], clean->loss[s]);
+    for (int s = 2; s < 6; s++)
+        ck_assert_msg(r->loss[s] != clean->loss[s], "step %d: loss %g unchanged by the injection", s,
+                      r->loss[s]);
+    ck_assert_msg(isfinite(r->loss[2]) && r->loss[2] > clean->loss[2],
+                  "step 2: activations x10 should raise the loss: %g vs clean %g", r->loss[2],
+                  clean->loss[2]);
+    free(clean);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_inject_bad_spec)
+{
+    run_result *r = run("mlp", "--inject bogus@op=fc1/linear,step=1");
+    ck_assert_msg(r->status == 2, "unknown kind: exit %d", r->status);
+    ck_assert_msg(strstr(r->out, "'bogus'") && strstr(r->out, "unknown kind"), "message:\n%s", r->out);
+    free(r);
+    r = run("mlp", "--inject nan@op=fc1/linear,step=x1");
+    ck_assert_msg(r->status == 2, "bad step: exit %d", r->status);
+    ck_assert_msg(strstr(r->out, "'x1'"), "message names the bad step:\n%s", r->out);
+    ck_assert_msg(!strstr(r->out, "step=0 "), "training ran despite the bad spec:\n%s", r->out);
+    free(r);
+}
+END_TEST
+
+/* ---- flags -------------------------------------------------------------------- */
+
+START_TEST(test_bad_flags)
+{
+    static const struct {
+        const char *args, *want;
+    } cases[] = {
+        { "--steps abc", "bad value 'abc' for --steps" },
+        { "--steps 0", "bad value '0' for --steps" },
+        { "--lr=-1", "bad value '-1' for --lr" },
+        { "--optim rmsprop", "bad value 'rmsprop' for --optim" },
+        { "--hidden 64,,3", "bad value '64,,3' for --hidden" },
+        { "--nope 3", "--nope is not a flag" },
+        { "--batch", "--batch needs a value" },
+        { "--time=1", "--time takes no value" },
+        { "--mode lazy", "bad value 'lazy' for --mode" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_result *r = run("mlp", "%s", cases[i].args);
+        ck_assert_msg(r->status == 2, "'%s': exit %d, want 2", cases[i].args, r->status);
+        ck_assert_msg(strstr(r->out, cases[i].want), "'%s': no '%s' in:\n%s", cases[i].args,
+                      cases[i].want, r->out);
+        ck_assert_msg(strstr(r->out, "usage: mlp"), "'%s': no usage in:\n%s", cases[i].args, r->out);
+        free(r);
+    }
+    run_result *r = run("cnn", "--channels 8,16");
+    ck_assert_msg(r->status == 2 && strstr(r->out, "bad value '8,16' for --channels") &&
+                  strstr(r->out, "usage: cnn"), "cnn --channels 8,16: exit %d:\n%s", r->status, r->out);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_help)
+{
+    run_result *r = run("cnn", "--help");
+    ck_assert_msg(r->status == 0, "--help: exit %d", r->status);
+    ck_assert_msg(strstr(r->out, "usage: cnn") && strstr(r->out, "--channels") &&
+                  strstr(r->out, "--inject") && strstr(r->out, "(64)"),
+                  "help lacks usage, --channels, --inject or the batch default:\n%s", r->out);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_graph_mode)
+{
+    run_result *r = run("mlp", "--mode graph");
+    ck_assert_msg(r->status == 2, "--mode graph: exit %d", r->status);
+    ck_assert_msg(strstr(r->out, "tdbg: graph mode is not built yet"), "message:\n%s", r->out);
+    free(r);
+}
+END_TEST
+
+/* ---- optimizer options ---------------------------------------------------------- */
+
+START_TEST(test_accum_matches_big_batch)
+{
+    /* Two micro-batches of 32 are the same 64 samples as one batch of 64:
+     * the summed, halved gradients match up to rounding. */
+    const char *common = "--hidden 64,64 --optim sgd --lr 0.01 --threads 2 --steps 8 --log-every 1";
+    run_result *big = run("mlp", "%s --batch 64", common);
+    run_result *acc = run("mlp", "%s --batch 32 --accum 2", common);
+    assert_ran(big, "batch 64", 7);
+    assert_ran(acc, "batch 32 x 2", 7);
+    for (int s = 0; s < 8; s++) {
+        ck_assert_msg(fabsf(big->loss[s] - acc->loss[s]) <= 1e-3f * fabsf(big->loss[s]),
+                      "step %d: loss %.6f with batch 64, %.6f with 32 x 2", s, big->loss[s], acc->loss[s]);
+        /* a near-tie of two logits may round the other way: one sample */
+        ck_assert_msg(fabsf(big->acc[s] - acc->acc[s]) <= 1.5f / 64, "step %d: acc %.4f vs %.4f", s,
+                      big->acc[s], acc->acc[s]);
+    }
+    free(big);
+    free(acc);
+}
+END_TEST
+
+START_TEST(test_accum_converges)
+{
+    run_result *r = run("mlp", "--hidden 64,64 --lr 0.001 --threads 1 --batch 32 --accum 2 --steps 100 "
+                        "--log-every 99");
+    assert_ran(r, "accum 2", 0);
+    ck_assert_msg(r->final_acc >= 0.75f, "--accum 2: held-out accuracy %.4f < 0.75:\n%s", r->final_acc,
+                  r->out);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_optimizers_and_clip)
+{
+    /* SGD and AdamW learn; a tiny clip norm all but stops SGD (not Adam,
+     * whose steps do not depend on the gradient's scale). */
+    static const char *const optims[] = { "sgd --lr 0.01", "adamw --lr 0.001 --weight-decay 0.01" };
+    for (int i = 0; i < 2; i++) {
+        run_result *r = run("mlp", "--hidden 64,64 --batch 64 --threads 1 --steps 100 --log-every 99 "
+                            "--optim %s", optims[i]);
+        assert_ran(r, optims[i], 0);
+        ck_assert_msg(r->final_acc >= 0.75f, "--optim %s: held-out accuracy %.4f", optims[i], r->final_acc);
+        free(r);
+    }
+    /* Clipped to norm 1e-6, SGD moves the weights by 1e-8: the losses are
+     * those of a run that does not learn (lr 0), while without clipping the
+     * same steps lower the loss. */
+    const char *sgd = "--hidden 64,64 --batch 64 --threads 1 --steps 10 --log-every 1 --optim sgd --momentum 0";
+    run_result *clip = run("mlp", "%s --lr 0.01 --clip 1e-6", sgd);
+    run_result *frozen = run("mlp", "%s --lr 0", sgd);
+    run_result *free_run = run("mlp", "%s --lr 0.01", sgd);
+    assert_ran(clip, "--clip 1e-6", 9);
+    assert_ran(frozen, "--lr 0", 9);
+    assert_ran(free_run, "no clip", 9);
+    for (int s = 0; s < 10; s++)
+        ck_assert_msg(fabsf(clip->loss[s] - frozen->loss[s]) <= 1e-4f,
+                      "step %d: loss %.6f clipped, %.6f with lr 0", s, clip->loss[s], frozen->loss[s]);
+    ck_assert_msg(free_run->loss[9] < frozen->loss[9] - 0.05f, "without clipping: loss %.6f at step 9, "
+                  "%.6f with lr 0", free_run->loss[9], frozen->loss[9]);
+    free(clip);
+    free(frozen);
+    free(free_run);
+}
+END_TEST
+
+START_TEST(test_time_line)
+{
+    run_result *r = run("mlp", "%s --steps 8 --log-every 8 --threads 1 --time", MLP_SMALL);
+    assert_ran(r, "--time", 0);
+    const char *t = strstr(r->out, "time: ms_per_step ");
+    double med, lo, hi;
+    int steps;
+    ck_assert_msg(t && sscanf(t, "time: ms_per_step median=%lf min=%lf max=%lf steps=%d", &med, &lo, &hi,
+                              &steps) == 4, "no time line in:\n%s", r->out);
+    ck_assert_msg(lo > 0 && lo <= med && med <= hi, "min %g median %g max %g", lo, med, hi);
+    ck_assert_msg(steps == 5, "timed %d steps, want 8 minus 3 of warm-up", steps);
+    free(r);
+}
+END_TEST
+
+Suite *suite_examples(void)
+{
+    Suite *s = suite_create("examples");
+    /* Each case runs whole programs; under ASan they are several times slower. */
+    TCase *tc = tcase_create("convergence");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_mlp_converges);
+    tcase_add_test(tc, test_mlp_spirals);
+    tcase_add_test(tc, test_cnn_overfits);
+    tcase_add_test(tc, test_accum_converges);
+    tcase_add_test(tc, test_optimizers_and_clip);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("runs");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_same_seed_same_output);
+    tcase_add_test(tc, test_workers_same_output);
+    tcase_add_test(tc, test_inject_nan);
+    tcase_add_test(tc, test_inject_scale);
+    tcase_add_test(tc, test_accum_matches_big_batch);
+    tcase_add_test(tc, test_time_line);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("flags");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_inject_bad_spec);
+    tcase_add_test(tc, test_bad_flags);
+    tcase_add_test(tc, test_help);
+    tcase_add_test(tc, test_graph_mode);
+    suite_add_tcase(s, tc);
+    return s;
+}

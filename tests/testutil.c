@@ -1,0 +1,67 @@
+/* testutil.c — helpers shared by the suites (see testutil.h). */
+#include "testutil.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tu_setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
+
+void tu_teardown(void)
+{
+    te_tape_reset();
+    te_shutdown();
+}
+
+void tu_assert_error_list(te_status code, const char *const *parts)
+{
+    ck_assert_msg(te_error_code() == code, "code %d (%s), expected %d (%s); message: %s",
+                  te_error_code(), te_status_str(te_error_code()), code, te_status_str(code),
+                  te_error());
+    tu_assert_error_has_list(parts);
+}
+
+void tu_assert_error_has_list(const char *const *parts)
+{
+    const char *e = te_error();
+    for (int i = 0; parts[i]; i++)
+        ck_assert_msg(strstr(e, parts[i]) != NULL, "error \"%s\" lacks \"%s\"", e, parts[i]);
+}
+
+const char *tu_format_at(char *buf, size_t n, const char *file, int line)
+{
+    const char *base = strrchr(file, '/');
+    snprintf(buf, n, "%s:%d", base ? base + 1 : file, line);
+    return buf;
+}
+
+/* f16 and bf16 bits are sign and magnitude: read as a signed integer
+ * (negative for a set sign bit) neighbouring values differ by exactly 1, also
+ * across zero, where +0 and -0 meet. */
+static int half_order(uint16_t h) { return h & 0x8000 ? -(int)(h & 0x7fff) : (int)h; }
+
+/* How many representable steps (ulps) apart two f16, or two bf16, values are. */
+static int half_ulps(uint16_t a, uint16_t b) { return abs(half_order(a) - half_order(b)); }
+
+void tu_assert_half_close(const te_tensor *h, const te_tensor *ref, const char *what)
+{
+    ck_assert_msg(h && ref, "%s: no tensor (error: %s)", what, te_error());
+    ck_assert_msg(te_same_shape(h, ref), "%s: shapes differ", what);
+    const uint16_t *bits = h->data;
+    for (int64_t i = 0; i < h->numel; i++) {
+        float r = te_get(ref, i);
+        uint16_t want = h->dtype == TE_F16 ? te_f32_to_f16(r) : te_f32_to_bf16(r);
+        ck_assert_msg(half_ulps(bits[i], want) <= 1,
+                      "%s[%lld]: %g (0x%04x), expected %g (0x%04x)", what, (long long)i,
+                      te_get(h, i), bits[i], r, want);
+    }
+}
+
+te_tensor *tu_as_dtype(const te_tensor *t, te_dtype dt)
+{
+    te_tensor *r = te_tensor_persistent(dt, t->ndim, t->shape);
+    for (int64_t i = 0; i < t->numel; i++)
+        te_set(r, i, te_get(t, i));
+    return r;
+}

@@ -1,0 +1,44 @@
+/*
+ * testutil.h — what every suite shares besides the fixtures: the engine
+ * set-up around each test, assertions on error messages, half-precision
+ * comparisons and dtype copies.
+ */
+#ifndef TDBG_TESTUTIL_H
+#define TDBG_TESTUTIL_H
+
+#include "te.h"
+
+#include <stddef.h>
+
+/* The checked fixture of every TCase: te_init with seed 1 on 2 threads before
+ * each test; te_tape_reset and te_shutdown after it. */
+void tu_setup(void);
+void tu_teardown(void);
+
+/* tu_assert_error(code, "str", ...): fails the test unless te_error_code() is
+ * code and te_error() contains every string given (op name, "(OpType)",
+ * tu_at(line), shapes); the failure names the wrong code or the first missing
+ * string and quotes the whole message. tu_assert_error_has(...) checks the
+ * strings only. Both take at least one string. */
+#define tu_assert_error(code, ...) \
+    tu_assert_error_list((code), (const char *const[]){ __VA_ARGS__, NULL })
+#define tu_assert_error_has(...) \
+    tu_assert_error_has_list((const char *const[]){ __VA_ARGS__, NULL })
+void tu_assert_error_list(te_status code, const char *const *parts);
+void tu_assert_error_has_list(const char *const *parts);
+
+/* "test_x.c:LINE": the location an op called on `line` of the calling test
+ * file must name in its error. The text lives in a compound literal of the
+ * caller's block, so several stay valid side by side. */
+#define tu_at(line) tu_format_at((char[96]){ 0 }, 96, __FILE__, (line))
+const char *tu_format_at(char *buf, size_t n, const char *file, int line);
+
+/* Fails unless the f16/bf16 tensor h has ref's shape and each element is
+ * within one ulp of ref's element (the f32 result) rounded to h's dtype;
+ * the failure names `what`, the index and both values with their bits. */
+void tu_assert_half_close(const te_tensor *h, const te_tensor *ref, const char *what);
+
+/* A persistent copy of t in dtype dt (values rounded to it). */
+te_tensor *tu_as_dtype(const te_tensor *t, te_dtype dt);
+
+#endif
