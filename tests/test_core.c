@@ -140,6 +140,37 @@ START_TEST(test_scoped_names)
 }
 END_TEST
 
+/* A failed op gives its name back: the next op is named as if it never ran. */
+START_TEST(test_failed_op_keeps_names_stable)
+{
+    te_step_begin();
+    te_tensor *a = te_tensor_zeros(TE_F32, te_shape(2, 3));
+    te_scope_push("fc");
+    ck_assert_ptr_null(te_matmul(a, a)); /* [2,3]@[2,3]: inner dims differ */
+    ck_assert_ptr_null(te_matmul(a, a));
+    te_tensor *ok = te_matmul(a, te_tensor_zeros(TE_F32, te_shape(3, 4)));
+    te_tensor *again = te_matmul(a, te_tensor_zeros(TE_F32, te_shape(3, 4)));
+    te_scope_pop();
+    ck_assert_str_eq(ok->name, "fc/matmul:out0");
+    ck_assert_str_eq(again->name, "fc/matmul_1:out0");
+    te_step_end();
+}
+END_TEST
+
+/* Backward visits only ops the gradient reaches: an unrelated earlier op
+ * whose persistent input was freed is never looked at (ASan checks this). */
+START_TEST(test_backward_skips_unreached_ops)
+{
+    te_tensor *gone = te_tensor_persistent(TE_F32, te_shape(4));
+    te_relu(gone);
+    te_tensor_free(gone);
+    te_tensor *p = te_param_new("p", TE_F32, te_shape(1));
+    te_fill(p, 2.0f);
+    ck_assert_int_eq(te_backward(te_scale(p, 3.0f)), TE_OK);
+    ck_assert_float_eq(te_get(p->grad, 0), 3.0f);
+}
+END_TEST
+
 START_TEST(test_error_names_op_location_shapes)
 {
     te_tensor *a = te_tensor_zeros(TE_F32, te_shape(4, 3));
@@ -478,6 +509,8 @@ Suite *suite_core(void)
     tcase_add_test(tc, test_tape_reset_frees);
     tcase_add_test(tc, test_scoped_names);
     tcase_add_test(tc, test_error_names_op_location_shapes);
+    tcase_add_test(tc, test_failed_op_keeps_names_stable);
+    tcase_add_test(tc, test_backward_skips_unreached_ops);
     tcase_add_test(tc, test_backward_errors);
     tcase_add_test(tc, test_hooks_see_every_op_in_order);
     tcase_add_test(tc, test_hook_backward_record);
