@@ -185,11 +185,17 @@ te_tensor *te_tensor_persistent(te_dtype dt, int ndim, const int64_t *shape)
     return t;
 }
 
-/* Frees a tensor's memory and its gradient (when the gradient is owned by it). */
+/* Frees a persistent tensor's memory and its persistent gradient. A tape
+ * tensor is refused: the tape frees it at te_tape_reset(). */
 void te_tensor_free(te_tensor *t)
 {
     if (!t)
         return;
+    if (!(t->flags & TE_TENSOR_PERSISTENT)) {
+        te_set_error(TE_ERR_STATE, "te_tensor_free: %s belongs to the tape, which frees it at the step's end",
+                     t->name[0] ? t->name : "the tensor");
+        return;
+    }
     if (t->grad && (t->grad->flags & TE_TENSOR_PERSISTENT))
         te_tensor_free(t->grad);
     te_mem_free(t->data, t->nbytes);

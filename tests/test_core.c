@@ -99,6 +99,17 @@ START_TEST(test_allocator_accounting)
 }
 END_TEST
 
+START_TEST(test_free_refuses_tape_tensors)
+{
+    te_tensor *t = te_tensor_new(TE_F32, te_shape(8));
+    snprintf(t->name, sizeof t->name, "batch:x");
+    te_tensor_free(t); /* would be a double free at the reset */
+    tu_assert_error(TE_ERR_STATE, "batch:x belongs to the tape");
+    te_set(t, 7, 1.0f);
+    te_tape_reset();
+}
+END_TEST
+
 START_TEST(test_tape_reset_frees)
 {
     size_t before = te_mem_stats_get().current;
@@ -507,6 +518,7 @@ Suite *suite_core(void)
     tcase_add_test(tc, test_tensor_create_and_access);
     tcase_add_test(tc, test_allocator_accounting);
     tcase_add_test(tc, test_tape_reset_frees);
+    tcase_add_test(tc, test_free_refuses_tape_tensors);
     tcase_add_test(tc, test_scoped_names);
     tcase_add_test(tc, test_error_names_op_location_shapes);
     tcase_add_test(tc, test_failed_op_keeps_names_stable);
