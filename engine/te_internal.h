@@ -41,6 +41,7 @@
     X(LAYERNORM, "LayerNorm", "ln")                     \
     X(DROPOUT, "Dropout", "dropout")                    \
     X(RESHAPE, "Reshape", "reshape")                    \
+    X(FLATTEN, "Flatten", "flatten")                    \
     X(TRANSPOSE, "Transpose", "transpose")              \
     X(SUM, "Sum", "sum")                                \
     X(MEAN, "Mean", "mean")                             \

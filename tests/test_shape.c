@@ -61,6 +61,7 @@ START_TEST(test_reshape_i32_and_flatten)
     te_tensor *fl = te_flatten(x);
     ck_assert_msg(fl && fl->ndim == 2 && fl->shape[0] == 2 && fl->shape[1] == 12, "%s", te_error());
     ck_assert_msg(memcmp(fl->data, x->data, x->nbytes) == 0, "flatten changed the values");
+    ck_assert_str_eq(fl->name, "flatten:out0"); /* named as called, not "reshape" */
     te_tensor_free(x);
 }
 END_TEST
@@ -84,7 +85,7 @@ START_TEST(test_reshape_errors)
     te_tensor *v = te_tensor_zeros(TE_F32, te_shape(5));
     line = __LINE__ + 1;
     ck_assert(te_flatten(v) == NULL);
-    tu_assert_error_has("(Reshape)", tu_at(line), "flatten of x [5]");
+    tu_assert_error_has("flatten (Flatten)", tu_at(line), "flatten of x [5]");
 }
 END_TEST
 

@@ -40,6 +40,7 @@ static te_status cpu_forward(te_node *n)
     case TE_OP_LAYERNORM: return cpu_layernorm_forward(n);
     case TE_OP_DROPOUT: return cpu_dropout_forward(n);
     case TE_OP_RESHAPE: return cpu_reshape_forward(n);
+    case TE_OP_FLATTEN: return cpu_reshape_forward(n); /* the same copy */
     case TE_OP_TRANSPOSE: return cpu_transpose_forward(n);
     case TE_OP_SUM: return cpu_sum_forward(n);
     case TE_OP_MEAN: return cpu_mean_forward(n);
@@ -79,6 +80,7 @@ static te_status cpu_backward(te_node *n)
     case TE_OP_LAYERNORM: return cpu_layernorm_backward(n);
     case TE_OP_DROPOUT: return cpu_dropout_backward(n);
     case TE_OP_RESHAPE: return cpu_reshape_backward(n);
+    case TE_OP_FLATTEN: return cpu_reshape_backward(n);
     case TE_OP_TRANSPOSE: return cpu_transpose_backward(n);
     case TE_OP_SUM: return cpu_sum_backward(n);
     case TE_OP_MEAN: return cpu_mean_backward(n);

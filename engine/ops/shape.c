@@ -56,10 +56,11 @@ te_tensor *te_reshape_at(te_loc l, te_tensor *x, int ndim, const int64_t *shape)
     return te_node_run(n);
 }
 
-/* x [N,...] -> [N, product of the rest]; a Reshape node. */
+/* x [N,...] -> [N, product of the rest]; its own op type so that names
+ * say what the user called, the data movement is Reshape's. */
 te_tensor *te_flatten_at(te_loc l, te_tensor *x)
 {
-    te_node *n = te_node_begin(TE_OP_RESHAPE, l, 1, (te_tensor *[]){ x });
+    te_node *n = te_node_begin(TE_OP_FLATTEN, l, 1, (te_tensor *[]){ x });
     if (!n)
         return NULL;
     if (x->ndim < 2) {
