@@ -116,7 +116,8 @@ te_tensor *te_tensor_new(te_dtype dt, int ndim, const int64_t *shape);
 te_tensor *te_tensor_zeros(te_dtype dt, int ndim, const int64_t *shape);
 /* Copies data (ndim/shape elements of dt) into a new tape tensor. */
 te_tensor *te_tensor_from(te_dtype dt, int ndim, const int64_t *shape, const void *data);
-/* A tensor that outlives the tape; free it with te_tensor_free(). */
+/* A tensor that outlives the tape, zeroed; free it with te_tensor_free(),
+ * which refuses tape tensors (TE_ERR_STATE) since the tape frees those. */
 te_tensor *te_tensor_persistent(te_dtype dt, int ndim, const int64_t *shape);
 void te_tensor_free(te_tensor *t);
 
