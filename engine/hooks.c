@@ -53,9 +53,17 @@ void te_hooks_phase(int64_t step, te_phase p)
             hooks[i].h.phase_begin(step, p, hooks[i].user);
 }
 
-void te_hooks_op_end(const te_op_record *rec)
+static void hooks_op_end(const te_op_record *rec)
 {
     for (int i = 0; i < MAX_HOOKS; i++)
         if (hooks[i].used && hooks[i].h.op_end)
             hooks[i].h.op_end(rec, hooks[i].user);
+}
+
+void te_op_done(const te_op_record *rec)
+{
+    if (te_inject_count)
+        te_inject_apply(rec);
+    if (te_hook_count)
+        hooks_op_end(rec);
 }

@@ -159,10 +159,7 @@ static void record_update(const te_optim *o, te_tensor *p)
         .type = o->kind == OPT_SGD ? "SGD" : (o->adam.decoupled ? "AdamW" : "Adam"),
         .loc = { __FILE__, __LINE__ }, .inputs = in, .n_inputs = 1, .outputs = out, .n_outputs = 1,
     };
-    if (te_inject_count)
-        te_inject_apply(&rec);
-    if (te_hook_count)
-        te_hooks_op_end(&rec);
+    te_op_done(&rec);
 }
 
 te_status te_optim_step(te_optim *o)

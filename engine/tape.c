@@ -495,10 +495,7 @@ te_tensor *te_node_run(te_node *n)
             .loc = n->loc, .inputs = n->in, .n_inputs = n->n_in, .outputs = n->out,
             .n_outputs = n->n_out,
         };
-        if (te_inject_count)
-            te_inject_apply(&rec);
-        if (te_hook_count)
-            te_hooks_op_end(&rec);
+        te_op_done(&rec);
     } else {
         eng.exec_index++;
     }
@@ -535,10 +532,7 @@ static te_status backward_node(te_node *n)
             .name = n->grad_name, .type = te_op_grad_type_name(n->op), .loc = n->loc,
             .inputs = grads_in, .n_inputs = n->n_out, .outputs = grads_out, .n_outputs = n->n_in,
         };
-        if (te_inject_count)
-            te_inject_apply(&rec);
-        if (te_hook_count)
-            te_hooks_op_end(&rec);
+        te_op_done(&rec);
     }
     /* Every consumer of these outputs ran its backward already (reverse
      * order), so their gradients are spent: give the memory back now. */

@@ -162,8 +162,9 @@ extern int te_hook_count;
 extern int te_inject_count;
 void te_hooks_step(int64_t step, bool begin);
 void te_hooks_phase(int64_t step, te_phase p);
-void te_hooks_op_end(const te_op_record *rec);
 void te_inject_apply(const te_op_record *rec);
+/* After an op ran: injections alter its output, then hooks see it. */
+void te_op_done(const te_op_record *rec);
 void te_set_phase(te_phase p);
 int te_next_exec_index(void);
 
