@@ -134,3 +134,22 @@ void te_inject_apply(const te_op_record *rec)
             alter(in, t, stream);
     }
 }
+
+/* Graph mode keeps the output of an injected op in memory and unfused, so
+ * the injection alters it before the next kernel reads it. */
+bool te_inject_targets(const char *op_name)
+{
+    for (int i = 0; i < te_inject_count; i++)
+        if (fnmatch(injections[i].glob, op_name, 0) == 0)
+            return true;
+    return false;
+}
+
+/* The injected op globs, for the key of a compiled variant. */
+void te_inject_key(char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < te_inject_count && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s;", injections[i].glob);
+}

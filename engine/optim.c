@@ -4,6 +4,7 @@
  * f16/bf16 parameters are updated in f32 and rounded back.
  */
 #include "te_internal.h"
+#include "graph/graph.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -165,6 +166,15 @@ static void record_update(const te_optim *o, te_tensor *p)
 te_status te_optim_step(te_optim *o)
 {
     te_set_phase(TE_PHASE_UPDATE);
+    if (te_tracing) { /* the compiled step calls this function for real */
+        te_trace_optim(o);
+        for (int i = 0; i < o->n; i++)
+            if (o->params[i]->grad && o->params[i]->grad_valid) {
+                te_next_exec_index();
+                o->params[i]->grad_valid = false;
+            }
+        return TE_OK;
+    }
     o->t++;
     for (int i = 0; i < o->n; i++) {
         te_tensor *p = o->params[i];
@@ -240,6 +250,10 @@ static void grad_scale(te_tensor *g, float c)
 
 float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
 {
+    if (te_tracing) { /* no gradient has a value yet: the compiled step clips */
+        te_trace_clip(params, n, max_norm);
+        return 0.0f;
+    }
     double sq = 0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad && params[i]->grad_valid)

@@ -1,5 +1,6 @@
 /* params.c — the parameter registry and PyTorch-compatible initialisers. */
 #include "te_internal.h"
+#include "graph/graph.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -57,6 +58,8 @@ te_tensor *te_param_find(const char *name)
 
 void te_zero_grad(void)
 {
+    if (te_tracing)
+        te_trace_zero_grad();
     for (int i = 0; i < n_params; i++)
         params[i]->grad_valid = false; /* the next backward overwrites */
 }

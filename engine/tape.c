@@ -3,6 +3,7 @@
  * and tape-owned tensors, and the dispatcher that runs a node's kernel.
  */
 #include "te_internal.h"
+#include "graph/graph.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -64,6 +65,24 @@ const char *te_op_type_name(te_op op) { return op_type_names[op]; }
 const char *te_op_grad_type_name(te_op op) { return op_grad_type_names[op]; }
 const char *te_op_default_name(te_op op) { return op_default_names[op]; }
 
+/* What each backward kernel reads (see te_internal.h); unlisted ops read
+ * every input and output and their saved tensors. */
+static const unsigned bwd_reads[TE_OP_COUNT] = {
+    [TE_OP_MATMUL] = 0x3, [TE_OP_LINEAR] = 0x3, [TE_OP_CONV2D] = 0x3,
+    [TE_OP_ADD] = 0x3, [TE_OP_SUB] = 0x3, [TE_OP_MUL] = 0x3, [TE_OP_DIV] = 0x3,
+    [TE_OP_SCALE] = 0, [TE_OP_GELU] = 0x1, [TE_OP_LOG] = 0x1,
+    [TE_OP_RELU] = TE_READS_OUT, [TE_OP_TANH] = TE_READS_OUT, [TE_OP_SIGMOID] = TE_READS_OUT,
+    [TE_OP_EXP] = TE_READS_OUT, [TE_OP_SQRT] = TE_READS_OUT,
+    [TE_OP_SOFTMAX] = TE_READS_OUT, [TE_OP_LOG_SOFTMAX] = TE_READS_OUT,
+    [TE_OP_CROSS_ENTROPY] = 0x3 | TE_READS_SAVED, [TE_OP_MSE] = 0x3,
+    [TE_OP_MAXPOOL2D] = TE_READS_SAVED, [TE_OP_AVGPOOL2D] = 0, [TE_OP_GLOBAL_AVGPOOL] = 0,
+    [TE_OP_BATCHNORM] = 0x3 | TE_READS_SAVED, [TE_OP_LAYERNORM] = 0x3 | TE_READS_SAVED,
+    [TE_OP_DROPOUT] = 0, [TE_OP_RESHAPE] = 0, [TE_OP_FLATTEN] = 0, [TE_OP_TRANSPOSE] = 0,
+    [TE_OP_SUM] = 0, [TE_OP_MEAN] = 0, [TE_OP_EMBEDDING] = 0x2, [TE_OP_CAST] = 0,
+};
+
+unsigned te_op_bwd_reads(te_op op) { return bwd_reads[op]; }
+
 const te_backend *te_backend_current(void) { return eng.backend; }
 
 /* ---- lifetime ------------------------------------------------------------ */
@@ -112,6 +131,7 @@ void te_shutdown(void)
     eng.n_nodes = eng.cap_nodes = eng.n_tensors = eng.cap_tensors = 0;
     te_params_shutdown();
     te_inject_clear();
+    te_observe_clear();
     te_mem_shutdown();
     eng.initialized = false;
 }
@@ -152,13 +172,16 @@ void te_step_end(void)
 int64_t te_step(void) { return eng.step < 0 ? 0 : eng.step; }
 te_phase te_current_phase(void) { return eng.phase; }
 int te_next_exec_index(void) { return eng.exec_index++; }
+int te_exec_index(void) { return eng.exec_index; }
+void te_set_exec_index(int i) { eng.exec_index = i; }
+bool te_in_step(void) { return eng.in_step; }
 
 void te_set_phase(te_phase p)
 {
     if (p == eng.phase)
         return;
     eng.phase = p;
-    if (te_hook_count)
+    if (te_hook_count && !te_tracing)
         te_hooks_phase(te_step(), p);
 }
 
@@ -198,6 +221,10 @@ void te_tape_track(te_tensor *t)
 
 void te_tape_reset(void)
 {
+    if (te_tracing) { /* it would free the step's inputs under the tracer */
+        te_trace_misuse("te_tape_reset() was called inside the step function");
+        return;
+    }
     for (int i = 0; i < eng.n_tensors; i++) {
         te_tensor *t = eng.tensors[i];
         te_mem_free(t->data, t->nbytes);
@@ -303,6 +330,18 @@ te_node *te_node_begin(te_op op, te_loc loc, int n_in, te_tensor *const *in)
     return te_node_begin_opt(op, loc, n_in, in, 0);
 }
 
+/* Drops the newest node, n, and gives its name back, so that the tape holds
+ * only ops that ran and the next op gets the name this one had. */
+static void drop_node(te_node *n)
+{
+    if (eng.n_nodes > 0 && eng.nodes[eng.n_nodes - 1] == n) {
+        eng.n_nodes--;
+        if (eng.last_name)
+            eng.last_name->count--;
+        eng.last_name = NULL;
+    }
+}
+
 te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
 {
     char msg[768];
@@ -312,14 +351,7 @@ te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
     va_end(ap);
     te_set_error(code, "%s (%s) at %s:%d: %s", n->name, te_op_type_name(n->op), n->loc.file,
                  n->loc.line, msg);
-    /* Drop the node (the last one made) and give its name back, so the tape
-     * holds only ops that ran and the next op gets the name this one had. */
-    if (eng.n_nodes > 0 && eng.nodes[eng.n_nodes - 1] == n) {
-        eng.n_nodes--;
-        if (eng.last_name)
-            eng.last_name->count--;
-        eng.last_name = NULL;
-    }
+    drop_node(n);
     return NULL;
 }
 
@@ -339,9 +371,27 @@ te_dtype te_result_dtype(int n, te_tensor *const *in)
 
 bool te_is_float(const te_tensor *t) { return te_dtype_is_float(t->dtype); }
 
+/* While tracing, op results are abstract: a shape and no data. */
+static unsigned result_flags(void) { return te_tracing ? TE_TENSOR_ABSTRACT : 0; }
+
+/* Tape tensors made so far: a tracer rolls back to this mark. */
+int te_tape_mark(void) { return eng.n_tensors; }
+int te_tape_node_mark(void) { return eng.n_nodes; }
+
+void te_tape_rollback(int tensors, int nodes)
+{
+    for (int i = tensors; i < eng.n_tensors; i++) {
+        te_tensor *t = eng.tensors[i];
+        te_mem_free(t->data, t->nbytes);
+        free(t);
+    }
+    eng.n_tensors = tensors;
+    eng.n_nodes = nodes;
+}
+
 te_tensor *te_node_output(te_node *n, te_dtype dt, int ndim, const int64_t *shape)
 {
-    te_tensor *t = te_tensor_alloc(dt, ndim, shape, 0);
+    te_tensor *t = te_tensor_alloc(dt, ndim, shape, result_flags());
     if (!t)
         return NULL;
     int k = n->n_out++;
@@ -358,8 +408,12 @@ te_tensor *te_node_output(te_node *n, te_dtype dt, int ndim, const int64_t *shap
 
 te_tensor *te_node_save(te_node *n, int slot, te_dtype dt, int ndim, const int64_t *shape)
 {
-    te_tensor *t = te_tensor_alloc(dt, ndim, shape, 0);
+    te_tensor *t = te_tensor_alloc(dt, ndim, shape, result_flags());
     n->saved[slot] = t;
+    if (t)
+        snprintf(t->name, sizeof t->name, "%.116s:saved%d", n->name, slot);
+    if (slot >= n->n_saved)
+        n->n_saved = slot + 1;
     return t;
 }
 
@@ -368,7 +422,7 @@ bool te_needs_grad(const te_tensor *x) { return x && x->requires_grad; }
 float *te_grad_buf(te_tensor *x, int *acc)
 {
     if (!x->grad) {
-        unsigned flags = x->flags & TE_TENSOR_PERSISTENT;
+        unsigned flags = x->flags & TE_TENSOR_PERSISTENT ? TE_TENSOR_PERSISTENT : result_flags();
         x->grad = te_tensor_alloc(x->dtype, x->ndim, x->shape, flags);
         if (!x->grad)
             abort(); /* out of memory mid-backward: nothing sane to return */
@@ -451,7 +505,7 @@ static te_status run_shadowed(te_node *n, bool backward)
         }
     }
     const te_backend *be = eng.backend;
-    te_status st = backward ? be->backward(&s) : be->forward(&s);
+    te_status st = backward ? be->backward[n->op](&s) : be->forward[n->op](&s);
     for (int j = 0; j < TE_MAX_SAVED; j++)
         n->saved[j] = s.saved[j];
     for (int k = 0; k < n->n_out; k++) {
@@ -474,11 +528,25 @@ static te_status run_shadowed(te_node *n, bool backward)
     return st;
 }
 
-static te_status dispatch(te_node *n, bool backward)
+te_status te_node_dispatch(te_node *n, bool backward)
 {
     if (needs_shadow(n))
         return run_shadowed(n, backward);
-    return backward ? eng.backend->backward(n) : eng.backend->forward(n);
+    return backward ? eng.backend->backward[n->op](n) : eng.backend->forward[n->op](n);
+}
+
+bool te_node_needs_shadow(const te_node *n) { return needs_shadow(n); }
+
+te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    te_set_error(code, "%s (%s) at %s:%d: %s", n->name, te_op_type_name(n->op), n->loc.file,
+                 n->loc.line, msg);
+    return code;
 }
 
 te_tensor *te_node_run(te_node *n)
@@ -486,8 +554,17 @@ te_tensor *te_node_run(te_node *n)
     for (int k = 0; k < n->n_out; k++)
         if (!n->out[k])
             return te_node_fail(n, TE_ERR_NOMEM, "cannot allocate output %d", k);
-    if (dispatch(n, false) != TE_OK)
+    for (int k = 0; k < TE_MAX_SAVED; k++)
+        if (n->saved[k] == NULL && k < n->n_saved)
+            return te_node_fail(n, TE_ERR_NOMEM, "cannot allocate saved tensor %d", k);
+    if (te_tracing) { /* recorded, run later by the compiled graph */
+        te_trace_fwd(n, te_next_exec_index());
+        return n->out[0];
+    }
+    if (te_node_dispatch(n, false) != TE_OK) {
+        drop_node(n);
         return NULL;
+    }
     if (te_inject_count || te_hook_count) {
         te_op_record rec = {
             .step = te_step(), .phase = eng.phase, .op_id = n->id,
@@ -520,13 +597,23 @@ static te_status backward_node(te_node *n)
         any_in |= te_needs_grad(n->in[i]);
     if (!any_in)
         return TE_OK;
-    te_status st = dispatch(n, true);
-    if (st != TE_OK)
-        return st;
+    if (te_tracing) {
+        /* Make the gradient tensors the kernel would write, so that the
+         * ops below see which gradients reach them. */
+        int acc;
+        for (int i = 0; i < n->n_in; i++)
+            if (te_needs_grad(n->in[i]))
+                te_grad_buf(n->in[i], &acc);
+        te_trace_bwd(n, te_next_exec_index());
+    } else {
+        te_status st = te_node_dispatch(n, true);
+        if (st != TE_OK)
+            return st;
+    }
     for (int i = 0; i < n->n_in; i++)
         grads_out[i] = te_needs_grad(n->in[i]) ? n->in[i]->grad : NULL;
-    int exec = te_next_exec_index();
-    if (te_inject_count || te_hook_count) {
+    int exec = te_tracing ? -1 : te_next_exec_index();
+    if (!te_tracing && (te_inject_count || te_hook_count)) {
         te_op_record rec = {
             .step = te_step(), .phase = TE_PHASE_BACKWARD, .op_id = n->id, .exec_index = exec,
             .name = n->grad_name, .type = te_op_grad_type_name(n->op), .loc = n->loc,
@@ -538,7 +625,7 @@ static te_status backward_node(te_node *n)
      * order), so their gradients are spent: give the memory back now. */
     for (int k = 0; k < n->n_out; k++) {
         te_tensor *g = n->out[k]->grad;
-        if (g && g->data) {
+        if (g && !(g->flags & TE_TENSOR_PERSISTENT)) {
             te_mem_free(g->data, g->nbytes);
             g->data = NULL;
             g->nbytes = 0;
@@ -570,7 +657,9 @@ te_status te_backward_with(te_tensor *y, const te_tensor *dy)
     }
     int acc;
     te_grad_buf(y, &acc);
-    if (acc) {
+    if (te_tracing)
+        te_trace_seed(y, dy);
+    else if (acc) {
         for (int64_t i = 0; i < y->numel; i++)
             te_set(y->grad, i, te_get(y->grad, i) + te_get(dy, i));
     } else {

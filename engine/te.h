@@ -348,6 +348,86 @@ void te_hook_remove(int handle);
 te_status te_inject_add(const char *spec);
 void te_inject_clear(void);
 
+/* ---- graph mode ------------------------------------------------------------
+ * A step function does one training (or evaluation) step with engine ops:
+ * forward, te_backward, te_optim_step. It reads its tensors from inputs
+ * and stores its results in outputs. It must not read tensor data (in graph
+ * mode it runs once, while being traced, on tensors that have no data yet)
+ * nor call te_step_begin/end or te_tape_reset.
+ *
+ *     te_graph *g = te_graph_new(train_step, &model,
+ *                                &(te_graph_opts){ .mode = TE_MODE_GRAPH,
+ *                                                  .n_inputs = 2, .n_outputs = 2 });
+ *     te_step_begin();
+ *     te_graph_run(g, (te_tensor *[]){ x, y }, out);   // out[0] loss, out[1] logits
+ *     printf("%f\n", te_item(out[0]));
+ *     te_step_end();
+ *
+ * In eager mode te_graph_run calls the function. In graph mode the first run
+ * traces it (forward, backward, update) into a graph, compiles it (dead code
+ * elimination, constant folding, common subexpressions, batch-norm folding
+ * in eval graphs, activation and elementwise fusion, a static memory plan)
+ * and runs it; later runs replay the compiled kernels. Ops keep their eager
+ * names, types and source locations: hooks and injections see the same ops
+ * in both modes. Tensors made inside the function from data (not inputs,
+ * not persistent) are constants captured when traced, as in torch.jit.trace.
+ * Outputs stay valid until the next run of the same graph.
+ */
+typedef enum { TE_MODE_EAGER, TE_MODE_GRAPH } te_mode;
+const char *te_mode_name(te_mode m);      /* "eager", "graph" */
+
+typedef te_status (*te_step_fn)(void *ctx, te_tensor *const *inputs, te_tensor **outputs);
+typedef struct te_graph te_graph;
+
+/* Passes, for te_graph_opts.disable (memory planning always runs). */
+enum {
+    TE_PASS_DCE = 1u << 0,       /* dead-code elimination */
+    TE_PASS_FOLD = 1u << 1,      /* constant folding */
+    TE_PASS_CSE = 1u << 2,       /* common-subexpression elimination */
+    TE_PASS_BN_FOLD = 1u << 3,   /* eval: batch norm folded into the conv before it */
+    TE_PASS_FUSE_ACT = 1u << 4,  /* matmul/linear/conv/batch norm + activation */
+    TE_PASS_FUSE_EW = 1u << 5,   /* chains of elementwise ops */
+};
+
+typedef struct te_graph_opts {
+    te_mode mode;
+    int n_inputs, n_outputs;  /* at most 64 each */
+    const char *name;         /* in messages and saved file names; NULL: "step" */
+    const char *const *input_names; /* in the shape-change message; NULL: "input K" */
+    bool recompile;           /* a new input shape compiles (and caches) a new plan */
+    const char *save_dir;     /* write the IR as text after each pass into this folder */
+    unsigned disable;         /* TE_PASS_* bits */
+} te_graph_opts;
+
+te_graph *te_graph_new(te_step_fn fn, void *ctx, const te_graph_opts *o);
+/* Runs one step. In graph mode an input whose shape or dtype differs from
+ * the compiled one fails with TE_ERR_SHAPE naming it, both shapes and the
+ * fixes, unless opts.recompile. */
+te_status te_graph_run(te_graph *g, te_tensor *const *inputs, te_tensor **outputs);
+void te_graph_free(te_graph *g);
+/* Writes the IR of the variant compiled last, after each pass, into dir
+ * (as opts.save_dir does at compile time); later compiles write there too. */
+te_status te_graph_save(te_graph *g, const char *dir);
+
+typedef struct te_graph_stats {
+    int variants;          /* plans compiled (per shape, training flag, observed set) */
+    int ops;               /* original ops of the last plan (forward and backward) */
+    int kernels;           /* kernels it runs */
+    int fused;             /* kernels that compute more than one op */
+    size_t arena_bytes;    /* its planned peak of temporaries */
+    size_t lower_bound;    /* most bytes live at once: no plan does better */
+    size_t naive_bytes;    /* sum of its temporaries: no sharing at all */
+    double compile_ms;     /* trace and compile time of the last plan */
+} te_graph_stats;
+te_graph_stats te_graph_stats_get(const te_graph *g);
+
+/* Tensors a consumer must see in graph mode ("conv1/bn:out0", "fc*", a glob
+ * over tensor or op names): they stay in memory to the end of the step and
+ * no kernel fuses across them. Changing the set recompiles, and variants are
+ * cached per set. */
+te_status te_observe_add(const char *glob);
+void te_observe_clear(void);
+
 /* ---- memory ------------------------------------------------------------ */
 
 typedef struct te_mem_stats {

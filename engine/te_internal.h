@@ -82,7 +82,7 @@ struct te_node {
     char name[TE_NAME_MAX];      /* scoped, unique within the step */
     char grad_name[TE_NAME_MAX]; /* "grad/" + name */
     te_loc loc;
-    int n_in, n_out;
+    int n_in, n_out, n_saved;
     te_tensor *in[TE_MAX_IN];
     te_tensor *out[TE_MAX_OUT];
     te_tensor *saved[TE_MAX_SAVED]; /* kernel-private state for backward (f32/i32) */
@@ -111,17 +111,31 @@ te_tensor *te_node_run(te_node *n);
 te_dtype te_result_dtype(int n, te_tensor *const *in);
 bool te_is_float(const te_tensor *t);
 
-/* ---- for kernels ----------------------------------------------------------
- * Forward kernels fill n->out[*] and may keep state in n->saved[*] made with
- * te_node_save(). Backward kernels read n->out[k]->grad (never NULL for a
- * single-output op) and, for each input x with te_needs_grad(x), write
- * te_grad_buf(x, &acc): overwrite when acc is 0, add when acc is 1.
- * The buffer has x's dtype: f32 for every kernel but Cast's, which alone
- * sees the real dtypes.
- */
+/* Saved tensors: kernel-private state the backward needs (BN's batch mean
+ * and rstd, maxpool's argmax), f32 or i32. The front-end declares them
+ * after its outputs, so a traced graph knows every buffer before it runs. */
 te_tensor *te_node_save(te_node *n, int slot, te_dtype dt, int ndim, const int64_t *shape);
+
+/* ---- for kernels ----------------------------------------------------------
+ * Forward kernels fill n->out[*] and n->saved[*]. Backward kernels read
+ * n->out[k]->grad (never NULL for a single-output op) and, for each input x
+ * with te_needs_grad(x), write te_grad_buf(x, &acc): overwrite when acc is
+ * 0, add when acc is 1. The buffer has x's dtype: f32 for every kernel but
+ * Cast's, which alone sees the real dtypes. A backward reads no tensor data
+ * beyond what te_op_bwd_reads() says: graph mode plans memory by it.
+ */
+typedef te_status (*te_kernel_fn)(te_node *n);
 bool te_needs_grad(const te_tensor *x);
 float *te_grad_buf(te_tensor *x, int *acc);
+/* A kernel's failure on bad data: records "NAME (Type) at FILE:LINE: message"
+ * and returns code. */
+te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* What a backward kernel reads besides its outputs' gradients: input i's
+ * data (bit i), output k's (bit TE_READS_OUT << k), the saved tensors. */
+enum { TE_READS_OUT = 1u << 8, TE_READS_SAVED = 1u << 16 };
+unsigned te_op_bwd_reads(te_op op);
 
 static inline float *te_f32(const te_tensor *t) { return (float *)t->data; }
 static inline int32_t *te_i32(const te_tensor *t) { return (int32_t *)t->data; }
@@ -135,8 +149,8 @@ typedef struct te_backend {
     const char *name;
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);
-    te_status (*forward)(te_node *n);   /* one switch over te_op */
-    te_status (*backward)(te_node *n);  /* one switch over te_op */
+    te_kernel_fn forward[TE_OP_COUNT];  /* one kernel per op and direction */
+    te_kernel_fn backward[TE_OP_COUNT];
 } te_backend;
 
 extern const te_backend te_backend_cpu;
@@ -151,6 +165,12 @@ void *te_mem_alloc(size_t bytes);
 void te_mem_free(void *p, size_t bytes);
 void te_mem_shutdown(void);
 
+/* Internal tensor flags beside te.h's. */
+enum {
+    TE_TENSOR_ABSTRACT = 1u << 4, /* traced: shape only, no data */
+    TE_TENSOR_GRAPH = 1u << 5,    /* owned by a compiled graph */
+};
+
 /* Registers a tape tensor so te_tape_reset() frees it. */
 void te_tape_track(te_tensor *t);
 te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
@@ -163,9 +183,28 @@ extern int te_inject_count;
 void te_hooks_step(int64_t step, bool begin);
 void te_hooks_phase(int64_t step, te_phase p);
 void te_inject_apply(const te_op_record *rec);
+/* Does an injection target this op? Graph mode keeps its output visible. */
+bool te_inject_targets(const char *op_name);
+/* The injected op globs as text, for the key of a compiled graph variant. */
+void te_inject_key(char *buf, size_t n);
 /* After an op ran: injections alter its output, then hooks see it. */
 void te_op_done(const te_op_record *rec);
 void te_set_phase(te_phase p);
 int te_next_exec_index(void);
+int te_exec_index(void);
+void te_set_exec_index(int i);
+bool te_in_step(void);
+
+/* Runs n's kernel (through f32 shadows for f16/bf16 tensors). */
+te_status te_node_dispatch(te_node *n, bool backward);
+bool te_node_needs_shadow(const te_node *n);
+
+/* The tape as a stack: marks to roll a failed or finished trace back to. */
+int te_tape_mark(void);
+int te_tape_node_mark(void);
+void te_tape_rollback(int tensors, int nodes);
+
+/* Dropout's mask key for the op NAME at a step. */
+uint64_t te_dropout_seed(const char *name, int64_t step);
 
 #endif

@@ -144,8 +144,8 @@ te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned
     t->numel = numel;
     t->nbytes = (size_t)numel * te_dtype_size(dt);
     t->flags = flags;
-    t->data = te_mem_alloc(t->nbytes);
-    if (!t->data) {
+    t->data = flags & TE_TENSOR_ABSTRACT ? NULL : te_mem_alloc(t->nbytes);
+    if (!t->data && !(flags & TE_TENSOR_ABSTRACT)) {
         te_set_error(TE_ERR_NOMEM, "tensor: cannot allocate %zu bytes for %s %s", t->nbytes,
                      te_dtype_name(dt), te_shape_str(ndim, shape, sb, sizeof sb));
         free(t);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 /* Steps before --time starts measuring: caches, allocator and BLAS warm up. */
@@ -20,7 +21,8 @@ static const char *prog_name = "example";
 
 typedef enum {
     F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
-    F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_HELP,
+    F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH,
+    F_HELP,
 } flag_id;
 
 typedef struct {
@@ -41,7 +43,8 @@ static const common_flag common_flags[] = {
     { F_SEED, "--seed", "N", "seed of initialisation and data" },
     { F_THREADS, "--threads", "N", "compute threads; 0: all cores" },
     { F_WORKERS, "--workers", "N", "data loader threads; 0: load in the training thread" },
-    { F_MODE, "--mode", "MODE", "eager or graph" },
+    { F_MODE, "--mode", "MODE", "eager, or graph: trace the step once, compile it, replay it" },
+    { F_SAVE_GRAPH, "--save-graph", "DIR", "graph mode: write the IR after each pass into DIR" },
     { F_LOG_EVERY, "--log-every", "N", "print a step line every N steps" },
     { F_INJECT, "--inject", "SPEC", "KIND@op=GLOB,step=N[,value=X][,index=I], KIND nan, inf,\n"
       "                         scale, noise or zero: alter that op's output (repeatable)" },
@@ -68,7 +71,8 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     case F_SEED: snprintf(buf, n, "%llu", (unsigned long long)d->seed); break;
     case F_THREADS: snprintf(buf, n, "%d", d->threads); break;
     case F_WORKERS: snprintf(buf, n, "%d", d->workers); break;
-    case F_MODE: snprintf(buf, n, "eager"); break;
+    case F_MODE: snprintf(buf, n, "%s", te_mode_name(d->mode)); break;
+    case F_SAVE_GRAPH: buf[0] = '\0'; break;
     case F_LOG_EVERY: snprintf(buf, n, "%d", d->log_every); break;
     case F_INJECT: case F_TIME: case F_HELP: buf[0] = '\0'; break;
     }
@@ -165,7 +169,9 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
     switch (f->id) {
     case F_STEPS: return set_int(v, 1, INT_MAX, &o->steps);
     case F_BATCH: return set_int(v, 1, 1 << 20, &o->batch);
-    case F_ACCUM: return set_int(v, 1, 1 << 16, &o->accum);
+    case F_ACCUM:
+        *expected = "an integer in 1..32";
+        return set_int(v, 1, EX_MAX_ACCUM, &o->accum);
     case F_LOG_EVERY: return set_int(v, 1, INT_MAX, &o->log_every);
     case F_THREADS:
         *expected = "an integer in 0..256";
@@ -206,11 +212,17 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
         return false;
     case F_MODE:
         *expected = "eager or graph";
-        if (strcmp(v, "graph") == 0) {
-            fprintf(stderr, "tdbg: graph mode is not built yet\n");
-            exit(2);
-        }
-        return strcmp(v, "eager") == 0;
+        if (strcmp(v, "graph") == 0)
+            o->mode = TE_MODE_GRAPH;
+        else if (strcmp(v, "eager") == 0)
+            o->mode = TE_MODE_EAGER;
+        else
+            return false;
+        return true;
+    case F_SAVE_GRAPH:
+        *expected = "a folder";
+        o->save_graph = v;
+        return v[0] != '\0';
     case F_INJECT:
         *expected = "at most 16 injections";
         if (o->n_inject == EX_MAX_INJECT)
@@ -378,75 +390,134 @@ static void print_times(double *ms, int n)
     printf("time: ms_per_step median=%.3f min=%.3f max=%.3f steps=%d\n", median, ms[0], ms[n - 1], n);
 }
 
-/* One step: o->accum micro-batches of forward and backward, each loss scaled
- * by 1/accum so the summed gradients are those of the mean over all of them,
- * then clipping and the update. Adds the step's mean loss and its correct
- * predictions; *load_ms gets the time spent waiting for data. */
-static te_status train_step(const ex_opts *o, const ex_task *t, te_loader *ld, te_optim *opt,
-                            float *loss, int *correct, double *load_ms)
+/* What the step functions need; inputs and outputs come per micro-batch. */
+typedef struct {
+    const ex_opts *o;
+    const ex_task *t;
+    te_optim *opt;
+} step_ctx;
+
+/* One training step, as a te_graph step function: o->accum micro-batches
+ * (inputs x0, y0, x1, y1, ...) of forward and backward, each loss scaled
+ * by 1/accum so the summed gradients are those of the mean over all of
+ * them, then clipping and the update. Outputs loss0, logits0, loss1, ... */
+static te_status train_step_fn(void *ctx, te_tensor *const *in, te_tensor **out)
 {
+    const step_ctx *c = ctx;
+    const int accum = c->o->accum;
+    for (int m = 0; m < accum; m++) {
+        te_tensor *logits = c->t->forward(c->t->model, in[2 * m]);
+        te_tensor *l = te_cross_entropy(logits, in[2 * m + 1]);
+        if (accum > 1)
+            l = te_scale(l, 1.0f / (float)accum);
+        te_status st = te_backward(l);
+        if (st != TE_OK)
+            return st;
+        out[2 * m] = l;
+        out[2 * m + 1] = logits;
+    }
+    if (c->o->clip > 0)
+        te_clip_grad_norm(te_params(), te_param_count(), c->o->clip);
+    return te_optim_step(c->opt);
+}
+
+/* One evaluation batch: outputs loss, logits. */
+static te_status eval_step_fn(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    const step_ctx *c = ctx;
+    out[1] = c->t->forward(c->t->model, in[0]);
+    out[0] = te_cross_entropy(out[1], in[1]);
+    return out[0] ? TE_OK : te_error_code();
+}
+
+static te_graph *graph_new(const ex_opts *o, te_step_fn fn, step_ctx *c, const char *name, int n_in,
+                           int n_out, bool recompile)
+{
+    te_graph *g = te_graph_new(fn, c, &(te_graph_opts){ .mode = o->mode, .name = name, .n_inputs = n_in,
+                                                         .n_outputs = n_out, .recompile = recompile });
+    if (g && o->save_graph && te_graph_save(g, o->save_graph) != TE_OK) {
+        te_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* One step through g: loads the micro-batches, runs, adds up the mean
+ * loss and the correct predictions; *load_ms gets the time spent waiting
+ * for data. */
+static te_status train_step(const ex_opts *o, te_loader *ld, te_graph *g, float *loss, int *correct,
+                            double *load_ms)
+{
+    te_tensor *in[2 * EX_MAX_ACCUM], *out[2 * EX_MAX_ACCUM];
     *loss = 0.0f;
     *correct = 0;
     *load_ms = 0.0;
     te_step_begin();
     for (int m = 0; m < o->accum; m++) {
-        if (m > 0)
-            te_tape_reset(); /* the previous micro-batch's gradients are in the params */
-        te_tensor *x, *y;
         double t0 = now_ms();
-        te_status st = te_loader_next(ld, &x, &y);
+        te_status st = te_loader_next(ld, &in[2 * m], &in[2 * m + 1]);
         *load_ms += now_ms() - t0;
         if (st != TE_OK)
             return st;
-        te_tensor *logits = t->forward(t->model, x);
-        te_tensor *l = te_cross_entropy(logits, y);
-        if (o->accum > 1)
-            l = te_scale(l, 1.0f / (float)o->accum);
-        if ((st = te_backward(l)) != TE_OK)
-            return st;
-        *loss += te_item(l);
-        *correct += count_correct(logits, y);
     }
-    if (o->clip > 0)
-        te_clip_grad_norm(te_params(), te_param_count(), o->clip);
-    te_status st = te_optim_step(opt);
+    te_status st = te_graph_run(g, in, out);
+    for (int m = 0; m < o->accum && st == TE_OK; m++) {
+        *loss += te_item(out[2 * m]);
+        *correct += count_correct(out[2 * m + 1], in[2 * m + 1]);
+    }
     te_step_end();
     return st;
 }
 
 /* Mean loss and accuracy over all of t->test in eval mode; its ops are named
- * under the scope "eval" so that they do not match the training ops' names. */
+ * under the scope "eval" so that they do not match the training ops' names.
+ * In graph mode a short last batch gets a plan of its own. */
 static te_status evaluate(const ex_opts *o, const ex_task *t, float *loss, float *acc)
 {
     te_loader *ld = te_loader_new(t->test, &(te_loader_opts){ .batch = o->batch, .workers = o->workers,
                                                               .seed = o->seed });
-    if (!ld)
+    step_ctx c = { .o = o, .t = t };
+    te_graph *g = ld ? graph_new(o, eval_step_fn, &c, "eval", 2, 2, true) : NULL;
+    if (!g) {
+        te_loader_free(ld);
         return te_error_code();
+    }
     te_set_training(false);
     te_scope_push("eval");
     double sum = 0.0;
     int64_t correct = 0, seen = 0;
     te_status st = TE_OK;
     for (int64_t b = 0; b < te_loader_batches_per_epoch(ld) && st == TE_OK; b++) {
-        te_tensor *x, *y, *logits, *l;
-        if ((st = te_loader_next(ld, &x, &y)) != TE_OK)
+        te_tensor *in[2], *out[2];
+        if ((st = te_loader_next(ld, &in[0], &in[1])) != TE_OK ||
+            (st = te_graph_run(g, in, out)) != TE_OK)
             break;
-        if (!(logits = t->forward(t->model, x)) || !(l = te_cross_entropy(logits, y))) {
-            st = te_error_code();
-            break;
-        }
-        sum += (double)te_item(l) * (double)y->numel;
-        correct += count_correct(logits, y);
-        seen += y->numel;
+        sum += (double)te_item(out[0]) * (double)in[1]->numel;
+        correct += count_correct(out[1], in[1]);
+        seen += in[1]->numel;
         te_tape_reset();
     }
     te_scope_pop();
     te_set_training(true);
     te_tape_reset();
+    te_graph_free(g);
     te_loader_free(ld);
     *loss = (float)(sum / (double)seen);
     *acc = (float)correct / (float)seen;
     return st;
+}
+
+static void print_memory(const te_graph *g, const ex_opts *o)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("memory: peak_alloc_bytes=%zu peak_rss_kb=%ld\n", te_mem_stats_get().peak, ru.ru_maxrss);
+    if (o->mode != TE_MODE_GRAPH)
+        return;
+    te_graph_stats s = te_graph_stats_get(g);
+    printf("graph: ops=%d kernels=%d fused=%d arena_bytes=%zu lower_bound=%zu unshared_bytes=%zu "
+           "compile_ms=%.2f\n",
+           s.ops, s.kernels, s.fused, s.arena_bytes, s.lower_bound, s.naive_bytes, s.compile_ms);
 }
 
 int ex_train(const ex_opts *o, const ex_task *t)
@@ -456,9 +527,12 @@ int ex_train(const ex_opts *o, const ex_task *t)
                                                                .workers = o->workers,
                                                                .seed = o->seed });
     te_optim *opt = ld ? optim_new(o) : NULL;
-    double *ms = opt ? malloc((size_t)o->steps * sizeof *ms) : NULL;
+    step_ctx c = { .o = o, .t = t, .opt = opt };
+    te_graph *g = opt ? graph_new(o, train_step_fn, &c, "train", 2 * o->accum, 2 * o->accum, false) : NULL;
+    double *ms = g ? malloc((size_t)o->steps * sizeof *ms) : NULL;
     if (!ms) {
-        int rc = ex_fail(ld && opt ? "out of memory" : "cannot set up training");
+        int rc = ex_fail(g ? "out of memory" : "cannot set up training");
+        te_graph_free(g);
         te_optim_free(opt);
         te_loader_free(ld);
         return rc;
@@ -468,7 +542,7 @@ int ex_train(const ex_opts *o, const ex_task *t)
         float loss;
         int correct;
         double load_ms, t0 = now_ms();
-        if (train_step(o, t, ld, opt, &loss, &correct, &load_ms) != TE_OK) {
+        if (train_step(o, ld, g, &loss, &correct, &load_ms) != TE_OK) {
             char what[64];
             snprintf(what, sizeof what, "step %d failed", step);
             rc = ex_fail(what);
@@ -481,13 +555,16 @@ int ex_train(const ex_opts *o, const ex_task *t)
                    (float)correct / (float)(o->batch * o->accum));
     }
     float loss = 0.0f, acc = 0.0f;
-    if (rc == 0 && o->time)
+    if (rc == 0 && o->time) {
         print_times(ms, o->steps);
+        print_memory(g, o);
+    }
     if (rc == 0 && evaluate(o, t, &loss, &acc) != TE_OK)
         rc = ex_fail("evaluation failed");
     if (rc == 0)
         printf("final: loss=%.6f acc=%.4f\n", loss, acc);
     free(ms);
+    te_graph_free(g);
     te_optim_free(opt);
     te_loader_free(ld);
     return rc;

@@ -16,6 +16,7 @@
 #include "te.h"
 
 #define EX_MAX_INJECT 16
+#define EX_MAX_ACCUM 32 /* micro-batches per step: a graph has at most 64 inputs */
 
 typedef enum { EX_SGD, EX_ADAM, EX_ADAMW } ex_optim_kind;
 
@@ -33,7 +34,9 @@ typedef struct ex_opts {
     float momentum;     /* SGD only */
     float weight_decay;
     float clip;         /* max global gradient norm; 0: no clipping */
-    bool time;          /* print ms per step at the end */
+    bool time;          /* print ms per step and peak memory at the end */
+    te_mode mode;       /* eager, or graph: the step traced, compiled and replayed */
+    const char *save_graph; /* graph mode: write the IR after each pass here */
     const char *inject[EX_MAX_INJECT];
     int n_inject;
 } ex_opts;

@@ -16,6 +16,7 @@ int main(void)
     srunner_add_suite(sr, suite_optim());
     srunner_add_suite(sr, suite_data());
     srunner_add_suite(sr, suite_plan());
+    srunner_add_suite(sr, suite_graph());
     srunner_add_suite(sr, suite_examples());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -15,6 +15,7 @@ Suite *suite_shape(void);       /* reshape, flatten, transpose, cast, embedding,
 Suite *suite_optim(void);       /* SGD, Adam, AdamW, clipping, accumulation, determinism */
 Suite *suite_data(void);        /* datasets and the loader */
 Suite *suite_plan(void);        /* the static memory planner of graph mode */
+Suite *suite_graph(void);       /* graph mode: passes, plans, shapes, observation, parity */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 
 #endif

@@ -274,11 +274,83 @@ START_TEST(test_help)
 }
 END_TEST
 
-START_TEST(test_graph_mode)
+/* ---- graph mode -------------------------------------------------------------- */
+
+/* Fails unless every logged step and the final line of g match e within
+ * rtol relative. */
+static void assert_same_run(const run_result *e, const run_result *g, int last, float rtol, const char *what)
 {
-    run_result *r = run("mlp", "--mode graph");
-    ck_assert_msg(r->status == 2, "--mode graph: exit %d", r->status);
-    ck_assert_msg(strstr(r->out, "tdbg: graph mode is not built yet"), "message:\n%s", r->out);
+    assert_ran(e, what, last);
+    assert_ran(g, what, last);
+    for (int s = 0; s <= last; s++)
+        ck_assert_msg(fabsf(e->loss[s] - g->loss[s]) <= rtol * fabsf(e->loss[s]) ||
+                      (isnan(e->loss[s]) && isnan(g->loss[s])),
+                      "%s: step %d loss %.6f eager, %.6f graph", what, s, e->loss[s], g->loss[s]);
+    ck_assert_msg(fabsf(e->final_loss - g->final_loss) <= rtol * fabsf(e->final_loss) ||
+                  (isnan(e->final_loss) && isnan(g->final_loss)),
+                  "%s: final loss %.6f eager, %.6f graph", what, e->final_loss, g->final_loss);
+}
+
+START_TEST(test_graph_parity)
+{
+    /* 200 steps, the same seed: graph mode's losses are eager mode's. The
+     * held-out evaluation runs a BN-folded eval graph in the CNN. */
+    static const struct {
+        const char *prog, *args;
+    } runs[] = {
+        { "mlp", "--hidden 64,64 --batch 64 --lr 0.001" },
+        { "cnn", "--channels 4,8,8 --batch 16 --lr 0.05 --momentum 0.9" },
+    };
+    for (int i = 0; i < 2; i++) {
+        run_result *e = run(runs[i].prog, "%s --steps 200 --log-every 1 --threads 2", runs[i].args);
+        run_result *g = run(runs[i].prog, "%s --steps 200 --log-every 1 --threads 2 --mode graph",
+                            runs[i].args);
+        assert_same_run(e, g, 199, 1e-5f, runs[i].prog);
+        free(e);
+        free(g);
+    }
+}
+END_TEST
+
+START_TEST(test_graph_inject_accum_clip)
+{
+    /* An injection inside a fused kernel (fc1/relu ends linear+relu), and a
+     * step with two micro-batches, Adam and clipping: the same in both modes. */
+    const char *cases[] = {
+        "--inject nan@op=fc1/relu,step=3 --steps 6",
+        "--inject scale@op=fc2/linear,step=2,value=100 --steps 6",
+        "--accum 2 --optim adam --clip 0.5 --steps 20",
+    };
+    for (int i = 0; i < 3; i++) {
+        run_result *e = run("mlp", "%s --log-every 1 --threads 2 %s", MLP_SMALL, cases[i]);
+        run_result *g = run("mlp", "%s --log-every 1 --threads 2 --mode graph %s", MLP_SMALL, cases[i]);
+        char a[16384], b[16384];
+        result_lines(e, a, sizeof a);
+        result_lines(g, b, sizeof b);
+        ck_assert_msg(e->status == 0 && g->status == 0, "%s: exit %d and %d:\n%s\n%s", cases[i], e->status,
+                      g->status, e->out, g->out);
+        ck_assert_msg(strcmp(a, b) == 0, "%s: eager and graph differ:\n%s\n---\n%s", cases[i], a, b);
+        free(e);
+        free(g);
+    }
+}
+END_TEST
+
+START_TEST(test_graph_flags)
+{
+    char dir[] = "/tmp/tdbg-save-graph-XXXXXX", cmd[256];
+    ck_assert(mkdtemp(dir) != NULL);
+    run_result *r = run("mlp", "%s --steps 2 --log-every 1 --mode graph --save-graph %s --time", MLP_SMALL, dir);
+    assert_ran(r, "--save-graph", 1);
+    ck_assert_msg(strstr(r->out, "graph: ops=12 kernels=12 fused=2 arena_bytes="), "no graph line:\n%s", r->out);
+    snprintf(cmd, sizeof cmd, "test -s %s/train-v0-08-memory.txt && test -s %s/eval-v0-00-trace.txt", dir, dir);
+    ck_assert_msg(system(cmd) == 0, "no IR files in %s", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+    free(r);
+    r = run("mlp", "--mode jit");
+    ck_assert_msg(r->status == 2 && strstr(r->out, "bad value 'jit' for --mode: expected eager or graph"),
+                  "--mode jit: exit %d:\n%s", r->status, r->out);
     free(r);
 }
 END_TEST
@@ -393,7 +465,13 @@ Suite *suite_examples(void)
     tcase_add_test(tc, test_inject_bad_spec);
     tcase_add_test(tc, test_bad_flags);
     tcase_add_test(tc, test_help);
-    tcase_add_test(tc, test_graph_mode);
+    tcase_add_test(tc, test_graph_flags);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("graph");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_graph_parity);
+    tcase_add_test(tc, test_graph_inject_accum_clip);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -286,7 +286,7 @@ static void pool_tap_span(const pool_geom *g, int64_t j, int64_t *lo, int64_t *h
 te_status cpu_maxpool2d_forward(te_node *n)
 {
     pool_geom g = pool_geom_of(n);
-    te_tensor *it = te_node_save(n, 0, TE_I32, 4, n->out[0]->shape);
+    te_tensor *it = n->saved[0];
     size_t span_bytes = 2 * (size_t)g.kernel * sizeof(int64_t);
     int64_t *span = te_mem_alloc(span_bytes); /* [lo,hi) of each window column */
     if (!it || !span) {

@@ -254,11 +254,13 @@ te_status cpu_div_backward(te_node *n)
 }
 
 /* ---- unary ops --------------------------------------------------------------
- * UNARY(name, y of x, dy/dx of x and y): the forward and backward kernels of
- * an op whose output has its input's shape. The backward reads the saved
- * output y where that is cheaper than recomputing, as PyTorch does.
+ * UNARY(name, y of x, dy/dx, V, T): the forward and backward kernels of an
+ * op whose output has its input's shape. The derivative is written in terms
+ * of V, either x (the input, T = in) or y (the output, T = out, where that is
+ * cheaper than recomputing, as in PyTorch). The backward reads only that
+ * tensor: graph mode frees or never writes the other (te_op_bwd_reads()).
  */
-#define UNARY(NAME, FWD, DER)                                                                      \
+#define UNARY_FORWARD(NAME, FWD)                                                                   \
     te_status cpu_##NAME##_forward(te_node *n)                                                     \
     {                                                                                              \
         const float *restrict X = te_f32(n->in[0]);                                                \
@@ -272,30 +274,29 @@ te_status cpu_div_backward(te_node *n)
             Y[i] = (FWD);                                                                          \
         }                                                                                          \
         return TE_OK;                                                                              \
-    }                                                                                              \
+    }
+
+#define UNARY(NAME, FWD, DER, V, T)                                                                \
+    UNARY_FORWARD(NAME, FWD)                                                                       \
     te_status cpu_##NAME##_backward(te_node *n)                                                    \
     {                                                                                              \
         if (!te_needs_grad(n->in[0]))                                                              \
             return TE_OK;                                                                          \
         int acc;                                                                                   \
         float *restrict D = te_grad_buf(n->in[0], &acc);                                           \
-        const float *restrict X = te_f32(n->in[0]), *restrict Y = te_f32(n->out[0]);               \
+        const float *restrict S = te_f32(n->T[0]);                                                 \
         const float *restrict G = te_f32(n->out[0]->grad);                                         \
         const int64_t N = n->out[0]->numel;                                                        \
-        const float s = n->a.scale;                                                                \
-        (void)s;                                                                                   \
         if (acc) {                                                                                 \
             _Pragma("omp parallel for simd if (parallel : N > TE_PAR_MIN) schedule(static)")       \
             for (int64_t i = 0; i < N; i++) {                                                      \
-                const float x = X[i], y = Y[i];                                                    \
-                (void)x, (void)y;                                                                  \
+                const float V = S[i];                                                              \
                 D[i] += G[i] * (DER);                                                              \
             }                                                                                      \
         } else {                                                                                   \
             _Pragma("omp parallel for simd if (parallel : N > TE_PAR_MIN) schedule(static)")       \
             for (int64_t i = 0; i < N; i++) {                                                      \
-                const float x = X[i], y = Y[i];                                                    \
-                (void)x, (void)y;                                                                  \
+                const float V = S[i];                                                              \
                 D[i] = G[i] * (DER);                                                               \
             }                                                                                      \
         }                                                                                          \
@@ -305,14 +306,35 @@ te_status cpu_div_backward(te_node *n)
 #define SQRT1_2 0.70710678118654752440f  /* 1/sqrt(2) */
 #define INV_SQRT_2PI 0.39894228040143267794f /* 1/sqrt(2 pi) */
 
-UNARY(scale, x * s, s)
+/* Scale's derivative is the constant s: its backward reads neither tensor. */
+UNARY_FORWARD(scale, x * s)
+te_status cpu_scale_backward(te_node *n)
+{
+    if (!te_needs_grad(n->in[0]))
+        return TE_OK;
+    int acc;
+    float *restrict D = te_grad_buf(n->in[0], &acc);
+    const float *restrict G = te_f32(n->out[0]->grad);
+    const int64_t N = n->out[0]->numel;
+    const float s = n->a.scale;
+    if (acc) {
+#pragma omp parallel for simd if (N > TE_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < N; i++)
+            D[i] += G[i] * s;
+    } else {
+#pragma omp parallel for simd if (N > TE_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < N; i++)
+            D[i] = G[i] * s;
+    }
+    return TE_OK;
+}
 /* NaN passes through relu, forward and backward, as in PyTorch. */
-UNARY(relu, x < 0.0f ? 0.0f : x, y <= 0.0f ? 0.0f : 1.0f)
+UNARY(relu, x < 0.0f ? 0.0f : x, y <= 0.0f ? 0.0f : 1.0f, y, out)
 /* Exact GELU, x * Phi(x); its derivative is Phi(x) + x * phi(x). */
 UNARY(gelu, 0.5f * x * (1.0f + erff(x * SQRT1_2)),
-      0.5f * (1.0f + erff(x * SQRT1_2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x))
-UNARY(tanh, tanhf(x), 1.0f - y * y)
-UNARY(sigmoid, 1.0f / (1.0f + expf(-x)), y * (1.0f - y))
-UNARY(exp, expf(x), y)
-UNARY(log, logf(x), 1.0f / x)
-UNARY(sqrt, sqrtf(x), 0.5f / y)
+      0.5f * (1.0f + erff(x * SQRT1_2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x), x, in)
+UNARY(tanh, tanhf(x), 1.0f - y * y, y, out)
+UNARY(sigmoid, 1.0f / (1.0f + expf(-x)), y * (1.0f - y), y, out)
+UNARY(exp, expf(x), y, y, out)
+UNARY(log, logf(x), 1.0f / x, x, in)
+UNARY(sqrt, sqrtf(x), 0.5f / y, y, out)

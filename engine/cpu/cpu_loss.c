@@ -13,11 +13,17 @@ te_status cpu_cross_entropy_forward(te_node *n)
 {
     const te_tensor *z = n->in[0];
     const int64_t N = z->shape[0], C = z->shape[1];
-    te_tensor *lse_t = te_node_save(n, 0, TE_F32, te_shape(N));
-    if (!lse_t)
-        return TE_ERR_NOMEM;
+    te_tensor *lse_t = n->saved[0];
     const float *Z = te_f32(z);
     const int32_t *Y = te_i32(n->in[1]);
+    for (int64_t r = 0; r < N; r++)
+        if (Y[r] < 0 || Y[r] >= C) {
+            char sz[96];
+            return te_kernel_fail(n, TE_ERR_ARG,
+                                  "label %d at index %lld is out of range for %lld classes (logits %s)",
+                                  (int)Y[r], (long long)r, (long long)C,
+                                  te_shape_str(z->ndim, z->shape, sz, sizeof sz));
+        }
     float *lse = te_f32(lse_t);
 #pragma omp parallel for if (z->numel > TE_PAR_MIN) schedule(static)
     for (int64_t r = 0; r < N; r++) {

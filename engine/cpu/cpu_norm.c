@@ -28,10 +28,7 @@ te_status cpu_batchnorm_forward(te_node *n)
     const te_tensor *x = n->in[0];
     int64_t N, C, S;
     bn_dims(x, &N, &C, &S);
-    te_tensor *sm = te_node_save(n, 0, TE_F32, 1, (int64_t[]){ C });
-    te_tensor *sr = te_node_save(n, 1, TE_F32, 1, (int64_t[]){ C });
-    if (!sm || !sr)
-        return TE_ERR_NOMEM;
+    te_tensor *sm = n->saved[0], *sr = n->saved[1];
     const float *xp = te_f32(x);
     const float *g = n->in[1] ? te_f32(n->in[1]) : NULL;
     const float *b = n->in[2] ? te_f32(n->in[2]) : NULL;
@@ -150,10 +147,7 @@ te_status cpu_layernorm_forward(te_node *n)
 {
     const te_tensor *x = n->in[0];
     const int64_t D = x->shape[x->ndim - 1], R = D ? x->numel / D : 0;
-    te_tensor *sm = te_node_save(n, 0, TE_F32, 1, (int64_t[]){ R });
-    te_tensor *sr = te_node_save(n, 1, TE_F32, 1, (int64_t[]){ R });
-    if (!sm || !sr)
-        return TE_ERR_NOMEM;
+    te_tensor *sm = n->saved[0], *sr = n->saved[1];
     const float *xp = te_f32(x);
     const float *g = n->in[1] ? te_f32(n->in[1]) : NULL;
     const float *b = n->in[2] ? te_f32(n->in[2]) : NULL;

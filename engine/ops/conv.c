@@ -104,8 +104,10 @@ static te_tensor *pool2d(te_op op, te_loc l, te_tensor *x, int kernel, int strid
         return NULL;
     n->a.kernel = kernel;
 
-    te_node_output(n, te_result_dtype(1, n->in), 4,
-                   (const int64_t[]){ x->shape[0], x->shape[1], oh, ow });
+    const int64_t shape[4] = { x->shape[0], x->shape[1], oh, ow };
+    te_node_output(n, te_result_dtype(1, n->in), 4, shape);
+    if (op == TE_OP_MAXPOOL2D) /* argmax: the flat index in the plane */
+        te_node_save(n, 0, TE_I32, 4, shape);
     return te_node_run(n);
 }
 

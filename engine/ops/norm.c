@@ -95,6 +95,8 @@ te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *
 
     /* running stats stay f32 whatever the model computes in */
     te_node_output(n, te_result_dtype(3, n->in), x->ndim, x->shape);
+    te_node_save(n, 0, TE_F32, te_shape(C)); /* mean */
+    te_node_save(n, 1, TE_F32, te_shape(C)); /* rstd */
     return te_node_run(n);
 }
 
@@ -124,5 +126,8 @@ te_tensor *te_layernorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *
 
     n->a.eps = eps;
     te_node_output(n, te_result_dtype(3, n->in), x->ndim, x->shape);
+    const int64_t rows = D ? x->numel / D : 0;
+    te_node_save(n, 0, TE_F32, te_shape(rows)); /* mean */
+    te_node_save(n, 1, TE_F32, te_shape(rows)); /* rstd */
     return te_node_run(n);
 }

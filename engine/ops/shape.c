@@ -173,6 +173,11 @@ static uint64_t name_stream(const char *s)
     return h;
 }
 
+uint64_t te_dropout_seed(const char *name, int64_t step)
+{
+    return te_rand_u64(te_seed(), name_stream(name), (uint64_t)step);
+}
+
 /* Zeroes each element with probability p and scales the rest by 1/(1-p) in
  * training mode; a copy in eval mode or when p is 0. The mask is keyed by
  * (seed, op name, step), so it differs between ops and steps and is the
@@ -192,7 +197,7 @@ te_tensor *te_dropout_at(te_loc l, te_tensor *x, float p)
     n->a.training = te_training();
     n->a.p = p;
     n->a.scale = 1.0f / (1.0f - p);
-    n->a.seed = te_rand_u64(te_seed(), name_stream(n->name), (uint64_t)te_step());
+    n->a.seed = te_dropout_seed(n->name, te_step());
     te_node_output(n, x->dtype, x->ndim, x->shape);
     return te_node_run(n);
 }

@@ -1,0 +1,123 @@
+/*
+ * exec.c — running a compiled step: kernels in order through the function
+ * pointers resolved at compile time, and after each kernel the hook and
+ * injection calls for every original op it computed, under the names,
+ * types, locations and execution indices the ops have in eager mode.
+ */
+#include "graph/graph.h"
+
+#include <string.h>
+
+static void report(const tg_origin *o, int base)
+{
+    const te_node *n = o->node;
+    te_op_record rec = {
+        .step = te_step(), .op_id = n->id, .exec_index = base + o->exec, .loc = n->loc,
+    };
+    if (!o->backward) {
+        rec.phase = TE_PHASE_FORWARD;
+        rec.name = n->name;
+        rec.type = te_op_type_name(n->op);
+        rec.inputs = n->in;
+        rec.n_inputs = n->n_in;
+        rec.outputs = n->out;
+        rec.n_outputs = n->n_out;
+        te_op_done(&rec);
+        return;
+    }
+    te_tensor *grads_in[TE_MAX_OUT], *grads_out[TE_MAX_IN];
+    for (int k = 0; k < n->n_out; k++)
+        grads_in[k] = n->out[k]->grad;
+    for (int i = 0; i < n->n_in; i++)
+        grads_out[i] = te_needs_grad(n->in[i]) ? n->in[i]->grad : NULL;
+    rec.phase = TE_PHASE_BACKWARD;
+    rec.name = n->grad_name;
+    rec.type = te_op_grad_type_name(n->op);
+    rec.inputs = grads_in;
+    rec.n_inputs = n->n_out;
+    rec.outputs = grads_out;
+    rec.n_outputs = n->n_in;
+    te_op_done(&rec);
+}
+
+static te_status run_node(const tg_kernel *k, te_node *n, bool backward)
+{
+    if (n->op == TE_OP_DROPOUT) /* a fresh mask each step, as in eager mode */
+        n->a.seed = te_dropout_seed(n->name, te_step());
+    if (k->shadow)
+        return te_node_dispatch(n, backward);
+    return k->fn(n);
+}
+
+/* Producer then activation: in place in the activation's buffer when the
+ * producer's own output is not needed in memory. */
+static te_status run_act(const tg_kernel *k)
+{
+    te_node *n = k->node, *a = k->act;
+    te_tensor *mid = n->out[0];
+    if (mid->data) {
+        te_status st = run_node(k, n, false);
+        return st == TE_OK ? te_backend_current()->forward[a->op](a) : st;
+    }
+    mid->data = a->out[0]->data;
+    te_status st = run_node(k, n, false);
+    mid->data = NULL;
+    if (st == TE_OK)
+        tg_act_inplace(a->op, a->out[0]->data, a->out[0]->numel);
+    return st;
+}
+
+static te_status run_seed(const tg_kernel *k)
+{
+    te_tensor *y = k->seed_y;
+    int acc;
+    te_grad_buf(y, &acc);
+    for (int64_t i = 0; i < y->numel; i++)
+        te_set(y->grad, i, acc ? te_get(y->grad, i) + k->seed_dy[i] : k->seed_dy[i]);
+    return TE_OK;
+}
+
+static te_status run_kernel(const tg_kernel *k, int base)
+{
+    switch (k->kind) {
+    case TG_K_FWD: return run_node(k, k->node, false);
+    case TG_K_BWD: return run_node(k, k->node, true);
+    case TG_K_ACT: return run_act(k);
+    case TG_K_EW: tg_ew_run(k->ew); return TE_OK;
+    case TG_K_BN_FOLD: return tg_bn_fold_run((tg_kernel *)k);
+    case TG_K_SEED: return run_seed(k);
+    case TG_K_OPTIM: /* it reports its updates itself, numbered from here */
+        te_set_exec_index(base + k->exec);
+        return te_optim_step(k->optim);
+    case TG_K_CLIP: te_clip_grad_norm(k->params, k->n_params, k->max_norm); return TE_OK;
+    case TG_K_ZERO_GRAD: te_zero_grad(); return TE_OK;
+    }
+    return TE_ERR_STATE;
+}
+
+te_status tg_execute(tg_plan *p, te_tensor *const *inputs, te_tensor **outputs)
+{
+    for (int v = 0; v < p->n_values; v++) {
+        tg_value *val = &p->values[v];
+        if (val->kind == TG_EXTERN)
+            continue;
+        val->t->grad_valid = false;
+        if (val->kind == TG_INPUT)
+            val->t->data = inputs[val->input]->data;
+    }
+    int base = te_exec_index();
+    for (int i = 0; i < p->n_kernels; i++) {
+        const tg_kernel *k = &p->kernels[i];
+        te_set_phase(k->phase);
+        te_status st = run_kernel(k, base);
+        if (st != TE_OK)
+            return st;
+        if (te_hook_count || te_inject_count)
+            for (int j = 0; j < k->n_orig; j++)
+                report(&k->orig[j], base);
+    }
+    te_set_exec_index(base + p->exec_total);
+    for (int i = 0; i < p->n_outputs; i++)
+        outputs[i] = p->values[p->outputs[i]].t;
+    return TE_OK;
+}

@@ -1,0 +1,352 @@
+/*
+ * graph.c — te_graph: one step function, run eagerly or as compiled plans,
+ * one plan per variant (input shapes and dtypes, training flag, the set of
+ * observed tensors), compiled on first need and cached.
+ */
+#include "graph/graph.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define MAX_IO 64
+#define MAX_OBSERVED 64
+
+struct te_graph {
+    te_step_fn fn;
+    void *ctx;
+    te_graph_opts o;
+    char name[64];
+    char *save_dir;
+    tg_plan **plans;
+    int n_plans;
+    tg_plan *last;
+};
+
+const char *te_mode_name(te_mode m) { return m == TE_MODE_GRAPH ? "graph" : "eager"; }
+
+/* ---- observed tensors ------------------------------------------------------ */
+
+static char observed[MAX_OBSERVED][TE_NAME_MAX];
+static int n_observed;
+
+te_status te_observe_add(const char *glob)
+{
+    if (!glob || !glob[0] || strlen(glob) >= TE_NAME_MAX) {
+        te_set_error(TE_ERR_ARG, "te_observe_add: '%s' is not a tensor or op glob", glob ? glob : "(null)");
+        return TE_ERR_ARG;
+    }
+    for (int i = 0; i < n_observed; i++)
+        if (strcmp(observed[i], glob) == 0)
+            return TE_OK;
+    if (n_observed == MAX_OBSERVED) {
+        te_set_error(TE_ERR_ARG, "te_observe_add: at most %d globs", MAX_OBSERVED);
+        return TE_ERR_ARG;
+    }
+    snprintf(observed[n_observed++], TE_NAME_MAX, "%s", glob);
+    return TE_OK;
+}
+
+void te_observe_clear(void) { n_observed = 0; }
+
+/* "conv1/bn:out0" matches a glob of the tensor or of its op ("conv1/bn", "conv1/x*"). */
+bool te_observed_name(const char *tensor_name, const char *op_name)
+{
+    for (int i = 0; i < n_observed; i++)
+        if (fnmatch(observed[i], tensor_name, 0) == 0 || (op_name && fnmatch(observed[i], op_name, 0) == 0))
+            return true;
+    return op_name && te_inject_targets(op_name);
+}
+
+static int by_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The observed set and the injected ops as text, the same for the same set
+ * in any order: the part of a variant's key that says what stays visible. */
+static char *observe_key(void)
+{
+    const char *sorted[MAX_OBSERVED];
+    for (int i = 0; i < n_observed; i++)
+        sorted[i] = observed[i];
+    qsort(sorted, (size_t)n_observed, sizeof *sorted, by_str);
+    size_t cap = (size_t)n_observed * (TE_NAME_MAX + 1) + 4096, len = 0;
+    char *key = malloc(cap);
+    if (!key)
+        return NULL;
+    for (int i = 0; i < n_observed; i++)
+        len += (size_t)snprintf(key + len, cap - len, "%s\n", sorted[i]);
+    len += (size_t)snprintf(key + len, cap - len, "|");
+    te_inject_key(key + len, cap - len);
+    return key;
+}
+
+/* ---- the graph ----------------------------------------------------------------- */
+
+te_graph *te_graph_new(te_step_fn fn, void *ctx, const te_graph_opts *o)
+{
+    if (!fn || !o || o->n_inputs < 0 || o->n_inputs > MAX_IO || o->n_outputs < 0 ||
+        o->n_outputs > MAX_IO || (o->mode != TE_MODE_EAGER && o->mode != TE_MODE_GRAPH)) {
+        te_set_error(TE_ERR_ARG, "te_graph_new: needs a step function, a mode and 0..%d inputs and outputs",
+                     MAX_IO);
+        return NULL;
+    }
+    te_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        te_set_error(TE_ERR_NOMEM, "te_graph_new: out of memory");
+        return NULL;
+    }
+    g->fn = fn;
+    g->ctx = ctx;
+    g->o = *o;
+    snprintf(g->name, sizeof g->name, "%s", o->name ? o->name : "step");
+    g->o.name = g->name;
+    g->o.save_dir = NULL;
+    g->o.input_names = NULL; /* not kept: the caller's array may go */
+    if (o->save_dir && te_graph_save(g, o->save_dir) != TE_OK) {
+        te_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void te_graph_free(te_graph *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->n_plans; i++)
+        tg_plan_free(g->plans[i]);
+    free(g->plans);
+    free(g->save_dir);
+    free(g);
+}
+
+static bool same_sig(const tg_input_sig *s, const te_tensor *t)
+{
+    return s->dtype == t->dtype && s->ndim == t->ndim &&
+           memcmp(s->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) == 0;
+}
+
+static bool plan_matches(const tg_plan *p, te_tensor *const *inputs, bool training, const char *key)
+{
+    if (p->training != training || strcmp(p->observe_key, key) != 0)
+        return false;
+    for (int i = 0; i < p->n_inputs; i++)
+        if (!same_sig(&p->sig[i], inputs[i]))
+            return false;
+    return true;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Writes the plan after a pass to DIR/NAME-vK-NN-PASS.txt. */
+static void save_stage(const te_graph *g, const tg_plan *p, int stage, const char *pass)
+{
+    if (!g->save_dir)
+        return;
+    char path[4096], title[128];
+    snprintf(path, sizeof path, "%s/%s-v%d-%02d-%s.txt", g->save_dir, g->name, g->n_plans, stage, pass);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "tdbg: cannot write the graph to %s: %s\n", path, strerror(errno));
+        return;
+    }
+    snprintf(title, sizeof title, "%s, variant %d, after %s", g->name, g->n_plans, pass);
+    tg_print(p, f, title);
+    fclose(f);
+}
+
+/* Observed values (by name) and the passes, in order. */
+static te_status compile(te_graph *g, tg_plan *p)
+{
+    for (int v = 0; v < p->n_values; v++) {
+        te_tensor *t = p->values[v].t;
+        const te_node *n = p->values[v].kind == TG_TEMP && p->values[v].grad_of < 0 ? t->node : NULL;
+        if (p->values[v].kind == TG_TEMP && te_observed_name(t->name, n ? n->name : NULL))
+            p->values[v].observed = true;
+    }
+    static const struct {
+        const char *name;
+        unsigned bit;
+        int (*run)(tg_plan *);
+    } passes[] = {
+        { "dce", TE_PASS_DCE, tg_pass_dce },
+        { "fold", TE_PASS_FOLD, tg_pass_fold },
+        { "cse", TE_PASS_CSE, tg_pass_cse },
+        { "dce2", TE_PASS_DCE, tg_pass_dce },
+        { "bn-fold", TE_PASS_BN_FOLD, tg_pass_bn_fold },
+        { "fuse-act", TE_PASS_FUSE_ACT, tg_pass_fuse_act },
+        { "fuse-ew", TE_PASS_FUSE_EW, tg_pass_fuse_elementwise },
+    };
+    int stage = 0;
+    save_stage(g, p, stage++, "trace");
+    for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
+        if (g->o.disable & passes[i].bit)
+            continue;
+        if (passes[i].run(p) < 0)
+            return te_error_code() != TE_OK ? te_error_code() : TE_ERR_STATE;
+        tg_compact(p);
+        save_stage(g, p, stage++, passes[i].name);
+    }
+    te_status st = tg_plan_memory(p);
+    if (st == TE_OK)
+        save_stage(g, p, stage, "memory");
+    return st;
+}
+
+static te_status shape_error(const te_graph *g, te_tensor *const *inputs, const te_graph_opts *o)
+{
+    const tg_plan *p = g->last ? g->last : g->plans[0];
+    for (int i = 0; i < p->n_inputs; i++) {
+        if (same_sig(&p->sig[i], inputs[i]))
+            continue;
+        char want[96], got[96], name[64];
+        const tg_input_sig *s = &p->sig[i];
+        te_shape_str(s->ndim, s->shape, want, sizeof want);
+        te_shape_str(inputs[i]->ndim, inputs[i]->shape, got, sizeof got);
+        if (o && o->input_names && o->input_names[i])
+            snprintf(name, sizeof name, "'%s'", o->input_names[i]);
+        else
+            snprintf(name, sizeof name, "%d", i);
+        te_set_error(TE_ERR_SHAPE,
+                     "graph %s: input %s is %s %s but the graph was compiled for %s %s: drop the "
+                     "short batch (te_loader_opts.drop_remainder), pad it to %s, or create the graph "
+                     "with .recompile = true to compile a plan per shape",
+                     g->name, name, te_dtype_name(inputs[i]->dtype), got, te_dtype_name(s->dtype), want,
+                     want);
+        return TE_ERR_SHAPE;
+    }
+    return TE_OK;
+}
+
+static tg_plan *find_or_compile(te_graph *g, te_tensor *const *inputs, te_tensor **outputs)
+{
+    bool training = te_training();
+    char *key = observe_key();
+    if (!key) {
+        te_set_error(TE_ERR_NOMEM, "graph %s: out of memory", g->name);
+        return NULL;
+    }
+    for (int i = 0; i < g->n_plans; i++)
+        if (plan_matches(g->plans[i], inputs, training, key)) {
+            free(key);
+            return g->plans[i];
+        }
+    /* Only the shape differs from a plan we have: that is the user's call. */
+    if (!g->o.recompile && g->last && g->last->training == training &&
+        strcmp(g->last->observe_key, key) == 0 && shape_error(g, inputs, &g->o) != TE_OK) {
+        free(key);
+        return NULL;
+    }
+    double t0 = now_ms();
+    tg_plan *p = tg_trace_step(g->fn, g->ctx, inputs, g->o.n_inputs, outputs, g->o.n_outputs);
+    if (!p) {
+        free(key);
+        return NULL;
+    }
+    p->observe_key = key;
+    p->training = training;
+    p->n_inputs = g->o.n_inputs;
+    if (!(p->sig = calloc((size_t)(p->n_inputs ? p->n_inputs : 1), sizeof *p->sig)))
+        abort();
+    for (int i = 0; i < p->n_inputs; i++) {
+        p->sig[i].dtype = inputs[i]->dtype;
+        p->sig[i].ndim = inputs[i]->ndim;
+        memcpy(p->sig[i].shape, inputs[i]->shape, sizeof p->sig[i].shape);
+    }
+    if (compile(g, p) != TE_OK) {
+        tg_plan_free(p);
+        return NULL;
+    }
+    p->compile_ms = now_ms() - t0;
+    tg_plan **q = realloc(g->plans, (size_t)(g->n_plans + 1) * sizeof *q);
+    if (!q) {
+        tg_plan_free(p);
+        te_set_error(TE_ERR_NOMEM, "graph %s: out of memory", g->name);
+        return NULL;
+    }
+    g->plans = q;
+    g->plans[g->n_plans++] = p;
+    return p;
+}
+
+te_status te_graph_run(te_graph *g, te_tensor *const *inputs, te_tensor **outputs)
+{
+    for (int i = 0; i < g->o.n_inputs; i++)
+        if (!inputs[i]) {
+            if (te_error_code() == TE_OK)
+                te_set_error(TE_ERR_INPUT, "graph %s: input %d is NULL", g->name, i);
+            return TE_ERR_INPUT;
+        }
+    if (g->o.mode == TE_MODE_EAGER) {
+        for (int i = 0; i < g->o.n_outputs; i++)
+            outputs[i] = NULL;
+        te_status st = g->fn(g->ctx, inputs, outputs);
+        for (int i = 0; i < g->o.n_outputs && st == TE_OK; i++)
+            if (!outputs[i]) {
+                te_set_error(TE_ERR_STATE, "graph %s: the step function left output %d unset", g->name, i);
+                st = TE_ERR_STATE;
+            }
+        return st;
+    }
+    tg_plan *p = find_or_compile(g, inputs, outputs);
+    if (!p)
+        return te_error_code() != TE_OK ? te_error_code() : TE_ERR_STATE;
+    g->last = p;
+    return tg_execute(p, inputs, outputs);
+}
+
+te_status te_graph_save(te_graph *g, const char *dir)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        te_set_error(TE_ERR_IO, "graph %s: cannot create %s: %s", g->name, dir, strerror(errno));
+        return TE_ERR_IO;
+    }
+    char *d = strdup(dir);
+    if (!d) {
+        te_set_error(TE_ERR_NOMEM, "graph %s: out of memory", g->name);
+        return TE_ERR_NOMEM;
+    }
+    free(g->save_dir);
+    g->save_dir = d;
+    if (g->last) { /* the stages are gone: write the finished plan */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s-v%d-final.txt", dir, g->name, g->n_plans - 1);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            te_set_error(TE_ERR_IO, "graph %s: cannot write %s: %s", g->name, path, strerror(errno));
+            return TE_ERR_IO;
+        }
+        tg_print(g->last, f, "final plan");
+        fclose(f);
+    }
+    return TE_OK;
+}
+
+te_graph_stats te_graph_stats_get(const te_graph *g)
+{
+    te_graph_stats s = { .variants = g->n_plans };
+    const tg_plan *p = g->last;
+    if (!p)
+        return s;
+    s.ops = p->traced_ops;
+    s.kernels = p->n_kernels;
+    for (int i = 0; i < p->n_kernels; i++)
+        s.fused += p->kernels[i].n_orig > 1;
+    s.arena_bytes = p->arena_bytes;
+    s.lower_bound = p->lower_bound;
+    s.naive_bytes = p->naive_bytes;
+    s.compile_ms = p->compile_ms;
+    return s;
+}
+
+const tg_plan *tg_graph_plan(const te_graph *g) { return g->last; }

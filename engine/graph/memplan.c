@@ -1,0 +1,86 @@
+/*
+ * memplan.c — liveness of every temporary value and its place in the arena.
+ *
+ * A value is live from the first kernel that writes it to the last that
+ * reads it; outputs and observed values live to the end of the step. The
+ * planner (plan.c) packs the intervals into one arena, the verifier checks
+ * that no two live values share a byte, and each value's tensor gets its
+ * address. Gradients of temporaries are values like any other, so the
+ * backward's gradients reuse the memory of activations already spent.
+ */
+#include "graph/graph.h"
+#include "graph/plan.h"
+
+#include <stdlib.h>
+
+te_status tg_plan_memory(tg_plan *p)
+{
+    for (int v = 0; v < p->n_values; v++) {
+        p->values[v].def = -1;
+        p->values[v].last_use = -1;
+    }
+    int ids[TG_IO_MAX];
+    for (int k = 0; k < p->n_kernels; k++) {
+        int n = tg_kernel_writes(p, &p->kernels[k], ids);
+        for (int j = 0; j < n; j++) {
+            tg_value *v = &p->values[ids[j]];
+            if (v->def < 0)
+                v->def = k;
+            v->last_use = k; /* accumulating writes read the old value */
+        }
+        n = tg_kernel_reads(p, &p->kernels[k], ids);
+        for (int j = 0; j < n; j++) {
+            tg_value *v = &p->values[ids[j]];
+            if (v->kind == TG_TEMP && v->def < 0) {
+                te_set_error(TE_ERR_STATE, "graph: kernel %d reads %s before anything writes it", k,
+                             v->t->name);
+                return TE_ERR_STATE;
+            }
+            v->last_use = k;
+        }
+    }
+    /* The temporaries that take memory, in value order. */
+    int n = 0;
+    int *which = malloc((size_t)(p->n_values ? p->n_values : 1) * sizeof *which);
+    te_plan_buf *bufs = malloc((size_t)(p->n_values ? p->n_values : 1) * sizeof *bufs);
+    size_t *off = malloc((size_t)(p->n_values ? p->n_values : 1) * sizeof *off);
+    if (!which || !bufs || !off) {
+        free(which);
+        free(bufs);
+        free(off);
+        te_set_error(TE_ERR_NOMEM, "graph: out of memory planning");
+        return TE_ERR_NOMEM;
+    }
+    p->naive_bytes = 0;
+    for (int v = 0; v < p->n_values; v++) {
+        tg_value *val = &p->values[v];
+        if (val->kind != TG_TEMP || val->def < 0) {
+            if (val->kind == TG_TEMP)
+                val->materialized = false; /* nothing writes it: merged or fused away */
+            continue;
+        }
+        if (val->output || val->observed)
+            val->last_use = p->n_kernels;
+        bufs[n] = (te_plan_buf){ .size = val->t->nbytes, .def = val->def, .last_use = val->last_use };
+        which[n++] = v;
+        p->naive_bytes += val->t->nbytes;
+    }
+    te_status st = te_plan_arena(bufs, n, off, &p->arena_bytes);
+    if (st == TE_OK)
+        st = te_plan_verify(bufs, n, off, p->arena_bytes);
+    p->lower_bound = te_plan_lower_bound(bufs, n);
+    if (st == TE_OK && p->arena_bytes && !(p->arena = te_mem_alloc(p->arena_bytes))) {
+        te_set_error(TE_ERR_NOMEM, "graph: cannot allocate the %zu-byte arena", p->arena_bytes);
+        st = TE_ERR_NOMEM;
+    }
+    if (st == TE_OK)
+        for (int i = 0; i < n; i++) {
+            tg_value *val = &p->values[which[i]];
+            val->offset = off[i];
+            val->t->data = (char *)p->arena + off[i];
+        }
+    free(which);
+    free(bufs);
+    free(off);
+    return st;
+}

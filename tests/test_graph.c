@@ -1,0 +1,680 @@
+/*
+ * test_graph.c — graph mode on small hand-built steps: what each pass
+ * removes, folds, merges or fuses, with results compared against the same
+ * step run eagerly; the memory plan checked by an independent verifier;
+ * shape changes, observed tensors, hooks and injections, misuse.
+ */
+#include "graph/graph.h"
+#include "suites.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ALL_PASSES 0u
+#define NO_PASSES (TE_PASS_DCE | TE_PASS_FOLD | TE_PASS_CSE | TE_PASS_BN_FOLD | TE_PASS_FUSE_ACT | \
+                   TE_PASS_FUSE_EW)
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static te_tensor *param(const char *name, int ndim, const int64_t *shape, float lo, float hi)
+{
+    te_tensor *p = te_param_new(name, TE_F32, ndim, shape);
+    ck_assert_msg(p != NULL, "%s", te_error());
+    te_init_uniform(p, lo, hi);
+    return p;
+}
+
+/* Inputs outlive the steps (te_step_end frees tape tensors): persistent,
+ * freed by free_inputs() at the end of each test. */
+static te_tensor *inputs_made[16];
+static int n_inputs_made;
+
+static void free_inputs(void)
+{
+    while (n_inputs_made > 0)
+        te_tensor_free(inputs_made[--n_inputs_made]);
+}
+
+static te_tensor *input(int ndim, const int64_t *shape, uint64_t stream)
+{
+    te_tensor *x = te_tensor_persistent(TE_F32, ndim, shape);
+    ck_assert(x != NULL && n_inputs_made < 16);
+    inputs_made[n_inputs_made++] = x;
+    for (int64_t i = 0; i < x->numel; i++)
+        te_set(x, i, te_rand_uniform(5, stream, (uint64_t)i) * 2.0f - 1.0f);
+    return x;
+}
+
+/* A persistent copy of t's values, to compare after the tape is gone. */
+static float *values(const te_tensor *t)
+{
+    float *v = malloc((size_t)t->numel * sizeof *v);
+    ck_assert(v != NULL);
+    te_copy_to_f32(t, v);
+    return v;
+}
+
+static void assert_close(const float *a, const float *b, int64_t n, float rtol, const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float tol = rtol * fmaxf(1.0f, fabsf(a[i]));
+        ck_assert_msg(fabsf(a[i] - b[i]) <= tol || (isnan(a[i]) && isnan(b[i])),
+                      "%s[%lld]: eager %.9g, graph %.9g", what, (long long)i, a[i], b[i]);
+    }
+}
+
+/* Kernels of the last plan of kind k (and, for FWD, of op type op). */
+static int count_kernels(const te_graph *g, tg_kkind kind, te_op op)
+{
+    const tg_plan *p = tg_graph_plan(g);
+    int n = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        n += p->kernels[i].kind == kind && (kind != TG_K_FWD || p->kernels[i].node->op == op);
+    return n;
+}
+
+static const tg_value *value_named(const te_graph *g, const char *name)
+{
+    const tg_plan *p = tg_graph_plan(g);
+    for (int v = 0; v < p->n_values; v++)
+        if (strcmp(p->values[v].t->name, name) == 0)
+            return &p->values[v];
+    ck_abort_msg("no value %s in the plan", name);
+    return NULL;
+}
+
+/* The independent verifier: no two temporaries live at the same kernel
+ * share a byte, and each lies inside the arena. */
+static void assert_plan_sound(const te_graph *g)
+{
+    const tg_plan *p = tg_graph_plan(g);
+    for (int a = 0; a < p->n_values; a++) {
+        const tg_value *va = &p->values[a];
+        if (va->kind != TG_TEMP || !va->materialized)
+            continue;
+        ck_assert_msg(va->offset + va->t->nbytes <= p->arena_bytes, "%s runs past the arena", va->t->name);
+        ck_assert_msg(va->t->data == (char *)p->arena + va->offset, "%s is not at its offset", va->t->name);
+        for (int b = a + 1; b < p->n_values; b++) {
+            const tg_value *vb = &p->values[b];
+            if (vb->kind != TG_TEMP || !vb->materialized || !va->t->nbytes || !vb->t->nbytes)
+                continue;
+            bool live = va->def <= vb->last_use && vb->def <= va->last_use;
+            bool overlap = va->offset < vb->offset + vb->t->nbytes && vb->offset < va->offset + va->t->nbytes;
+            ck_assert_msg(!(live && overlap), "%s [%d,%d] and %s [%d,%d] share bytes", va->t->name, va->def,
+                          va->last_use, vb->t->name, vb->def, vb->last_use);
+        }
+    }
+    ck_assert(p->arena_bytes >= p->lower_bound && p->arena_bytes <= p->naive_bytes + 64 * (size_t)p->n_values);
+}
+
+/* ---- the steps under test ----------------------------------------------------- */
+
+typedef struct {
+    te_tensor *w, *b;
+    te_optim *opt;   /* NULL: no update */
+    int variant;     /* which body */
+} model;
+
+/* y = tanh(0.5 * (x * w + b)); loss = mean(y): four elementwise ops. */
+static te_status ew_chain(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    model *m = ctx;
+    te_tensor *y = te_tanh(te_scale(te_add(te_mul(in[0], m->w), m->b), 0.5f));
+    out[0] = te_mean(y, TE_ALL, false);
+    out[1] = y;
+    return te_backward(out[0]);
+}
+
+/* Dead code, constants and a duplicate expression around one useful op. */
+static te_status messy(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    model *m = ctx;
+    te_tensor *unused = te_tanh(in[0]);
+    (void)unused;
+    te_tensor *c = te_tensor_from(TE_F32, te_shape(16), (float[16]){ 1, 2, 3, 4, 5, 6, 7, 8,
+                                                                      -1, -2, -3, -4, -5, -6, -7, -8 });
+    te_tensor *k = te_scale(te_exp(te_scale(c, 0.1f)), 2.0f); /* constant: folded */
+    te_tensor *a = te_relu(te_mul(in[0], m->w));
+    te_tensor *b = te_relu(te_mul(in[0], m->w)); /* the same again: merged */
+    te_tensor *y = te_add(te_add(a, b), k);
+    out[0] = te_sum(y, TE_ALL, false);
+    out[1] = y;
+    return te_backward(out[0]);
+}
+
+/* linear + relu (+ a gelu layer): the activation fusions. */
+static te_status mlp_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    model *m = ctx;
+    te_scope_push("fc1");
+    te_tensor *h = te_relu(te_linear(in[0], m->w, m->b));
+    te_scope_pop();
+    te_scope_push("fc2");
+    h = te_gelu(te_linear(h, m->w, m->b));
+    te_scope_pop();
+    out[0] = te_mse(h, in[1]);
+    out[1] = h;
+    te_status st = te_backward(out[0]);
+    return st == TE_OK && m->opt ? te_optim_step(m->opt) : st;
+}
+
+/* Runs fn once in eager mode and once compiled (with `disable`), from the
+ * same parameters, and checks the outputs and parameter gradients agree. */
+typedef struct {
+    te_graph *g;
+    float *out[2], *grad_w;
+} run_out;
+
+static run_out run_mode(te_step_fn fn, model *m, te_mode mode, unsigned disable, te_tensor **in, int n_in)
+{
+    run_out r = { 0 };
+    r.g = te_graph_new(fn, m, &(te_graph_opts){ .mode = mode, .n_inputs = n_in, .n_outputs = 2,
+                                               .disable = disable });
+    ck_assert(r.g != NULL);
+    te_tensor *out[2];
+    te_zero_grad();
+    te_step_begin();
+    ck_assert_msg(te_graph_run(r.g, in, out) == TE_OK, "%s run: %s", te_mode_name(mode), te_error());
+    r.out[0] = values(out[0]);
+    r.out[1] = values(out[1]);
+    if (m->w->grad)
+        r.grad_w = values(m->w->grad);
+    te_step_end();
+    return r;
+}
+
+static void run_free(run_out *r)
+{
+    te_graph_free(r->g);
+    free(r->out[0]);
+    free(r->out[1]);
+    free(r->grad_w);
+}
+
+/* ---- passes -------------------------------------------------------------------- */
+
+START_TEST(test_fuse_elementwise)
+{
+    model m = { .w = param("w", te_shape(8, 16), -1, 1), .b = param("b", te_shape(16), -1, 1) };
+    te_tensor *in[1] = { input(te_shape(8, 16), 1) };
+    run_out e = run_mode(ew_chain, &m, TE_MODE_EAGER, 0, in, 1);
+    run_out g = run_mode(ew_chain, &m, TE_MODE_GRAPH, ALL_PASSES, in, 1);
+    ck_assert_int_eq(count_kernels(g.g, TG_K_EW, 0), 1);
+    ck_assert_int_eq(count_kernels(g.g, TG_K_FWD, TE_OP_ADD) + count_kernels(g.g, TG_K_FWD, TE_OP_TANH), 0);
+    const tg_plan *p = tg_graph_plan(g.g);
+    int fused = -1;
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i].kind == TG_K_EW)
+            fused = p->kernels[i].n_orig;
+    ck_assert_int_eq(fused, 4);
+    /* add's result is read only by scale (whose backward needs nothing) and
+     * scale's only by tanh (whose backward reads tanh's output): neither
+     * exists in memory. mul's is read by add's backward; tanh's by its own. */
+    ck_assert(!value_named(g.g, "add:out0")->materialized);
+    ck_assert(!value_named(g.g, "scale:out0")->materialized);
+    ck_assert(value_named(g.g, "mul:out0")->materialized);
+    ck_assert(value_named(g.g, "tanh:out0")->materialized);
+    assert_close(e.out[1], g.out[1], 128, 0, "y"); /* the same formulas: bit for bit */
+    assert_close(e.out[0], g.out[0], 1, 0, "loss");
+    assert_close(e.grad_w, g.grad_w, 128, 0, "grad w");
+    assert_plan_sound(g.g);
+    run_free(&e);
+    run_free(&g);
+}
+END_TEST
+
+START_TEST(test_dce_fold_cse)
+{
+    model m = { .w = param("w", te_shape(4, 16), -1, 1) };
+    te_tensor *in[1] = { input(te_shape(4, 16), 2) };
+    run_out e = run_mode(messy, &m, TE_MODE_EAGER, 0, in, 1);
+    run_out none = run_mode(messy, &m, TE_MODE_GRAPH, NO_PASSES, in, 1);
+    /* Untouched: every traced op has its own kernel. */
+    ck_assert_int_eq(count_kernels(none.g, TG_K_FWD, TE_OP_TANH), 1);
+    ck_assert_int_eq(count_kernels(none.g, TG_K_FWD, TE_OP_EXP), 1);
+    ck_assert_int_eq(count_kernels(none.g, TG_K_FWD, TE_OP_MUL), 2);
+
+    run_out dce = run_mode(messy, &m, TE_MODE_GRAPH, NO_PASSES & ~TE_PASS_DCE, in, 1);
+    ck_assert_int_eq(count_kernels(dce.g, TG_K_FWD, TE_OP_TANH), 0); /* the unused tanh */
+    ck_assert_int_eq(count_kernels(dce.g, TG_K_FWD, TE_OP_EXP), 1);
+
+    run_out fold = run_mode(messy, &m, TE_MODE_GRAPH, NO_PASSES & ~TE_PASS_FOLD, in, 1);
+    ck_assert_int_eq(count_kernels(fold.g, TG_K_FWD, TE_OP_EXP), 0);   /* computed at compile time */
+    ck_assert_int_eq(count_kernels(fold.g, TG_K_FWD, TE_OP_SCALE), 0);
+    ck_assert_int_eq(value_named(fold.g, "scale_1:out0")->kind, TG_CONST);
+
+    run_out cse = run_mode(messy, &m, TE_MODE_GRAPH, NO_PASSES & ~TE_PASS_CSE, in, 1);
+    ck_assert_int_eq(count_kernels(cse.g, TG_K_FWD, TE_OP_MUL), 1);
+    ck_assert_int_eq(count_kernels(cse.g, TG_K_FWD, TE_OP_RELU), 1);
+    ck_assert_int_eq(count_kernels(cse.g, TG_K_BWD, 0), count_kernels(none.g, TG_K_BWD, 0) - 2);
+
+    run_out all = run_mode(messy, &m, TE_MODE_GRAPH, ALL_PASSES, in, 1);
+    run_out *runs[] = { &none, &dce, &fold, &cse, &all };
+    for (int i = 0; i < 5; i++) {
+        assert_close(e.out[1], runs[i]->out[1], 64, 1e-6f, "y");
+        assert_close(e.out[0], runs[i]->out[0], 1, 1e-6f, "loss");
+        /* merged: x * (g1 + g2) instead of x * g1 + x * g2 */
+        assert_close(e.grad_w, runs[i]->grad_w, 64, 1e-6f, "grad w");
+        assert_plan_sound(runs[i]->g);
+        run_free(runs[i]);
+    }
+    run_free(&e);
+}
+END_TEST
+
+START_TEST(test_fuse_activation)
+{
+    model m = { .w = param("w", te_shape(16, 16), -0.3f, 0.3f), .b = param("b", te_shape(16), -0.1f, 0.1f) };
+    te_tensor *in[2] = { input(te_shape(8, 16), 3), input(te_shape(8, 16), 4) };
+    run_out e = run_mode(mlp_step, &m, TE_MODE_EAGER, 0, in, 2);
+    run_out g = run_mode(mlp_step, &m, TE_MODE_GRAPH, ALL_PASSES, in, 2);
+    ck_assert_int_eq(count_kernels(g.g, TG_K_ACT, 0), 2);
+    ck_assert_int_eq(count_kernels(g.g, TG_K_FWD, TE_OP_LINEAR), 0);
+    /* ReLU's backward reads its output: the pre-activation never exists.
+     * GELU's reads its input: that one stays. */
+    ck_assert(!value_named(g.g, "fc1/linear:out0")->materialized);
+    ck_assert(value_named(g.g, "fc2/linear:out0")->materialized);
+    assert_close(e.out[1], g.out[1], 128, 0, "h");
+    assert_close(e.grad_w, g.grad_w, 256, 0, "grad w");
+    assert_plan_sound(g.g);
+    run_free(&e);
+    run_free(&g);
+}
+END_TEST
+
+typedef struct {
+    te_tensor *w, *gamma, *beta, *rm, *rv;
+} conv_bn;
+
+static te_status conv_bn_relu(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    conv_bn *c = ctx;
+    out[1] = te_relu(te_batchnorm(te_conv2d(in[0], c->w, NULL, 1, 1), c->gamma, c->beta, c->rm, c->rv,
+                                  0.1f, 1e-5f));
+    out[0] = te_mean(out[1], TE_ALL, false);
+    return out[0] ? TE_OK : te_error_code();
+}
+
+START_TEST(test_bn_fold)
+{
+    conv_bn c = { .w = param("w", te_shape(6, 3, 3, 3), -0.3f, 0.3f), .gamma = param("g", te_shape(6), 0.5f, 1.5f),
+                  .beta = param("beta", te_shape(6), -0.2f, 0.2f) };
+    c.rm = te_tensor_persistent(TE_F32, te_shape(6));
+    c.rv = te_tensor_persistent(TE_F32, te_shape(6));
+    te_init_uniform(c.rm, -0.5f, 0.5f);
+    te_init_uniform(c.rv, 0.5f, 2.0f);
+    te_tensor *in[1] = { input(te_shape(2, 3, 8, 8), 5) };
+    te_set_training(false);
+    float *ref[2], *got[2];
+    for (int mode = 0; mode < 2; mode++) {
+        te_graph *g = te_graph_new(conv_bn_relu, &c, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 1,
+                                                                         .n_outputs = 2 });
+        te_tensor *out[2];
+        ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s", te_error());
+        float **dst = mode ? got : ref;
+        dst[0] = values(out[0]);
+        dst[1] = values(out[1]);
+        if (mode) {
+            ck_assert_int_eq(count_kernels(g, TG_K_BN_FOLD, 0), 1);
+            ck_assert_int_eq(tg_graph_plan(g)->n_kernels, 2); /* bn-fold (conv, bn, relu), mean */
+            ck_assert_int_eq(tg_graph_plan(g)->kernels[0].n_orig, 3);
+            assert_plan_sound(g);
+        }
+        te_graph_free(g);
+    }
+    /* Folding rounds differently: (conv(x, w) - mean) * s vs conv(x, w * s). */
+    assert_close(ref[1], got[1], 2 * 6 * 8 * 8, 1e-5f, "y");
+    for (int i = 0; i < 2; i++) {
+        free(ref[i]);
+        free(got[i]);
+    }
+    te_set_training(true);
+    te_tensor_free(c.rm);
+    te_tensor_free(c.rv);
+}
+END_TEST
+
+/* ---- shapes, observation, hooks, injection, misuse ------------------------------ */
+
+START_TEST(test_shape_change)
+{
+    model m = { .w = param("w", te_shape(16), -1, 1), .b = param("b", te_shape(16), -1, 1) };
+    const char *names[] = { "images" };
+    te_graph *g = te_graph_new(ew_chain, &m, &(te_graph_opts){ .mode = TE_MODE_GRAPH, .n_inputs = 1,
+                                                               .n_outputs = 2, .name = "train",
+                                                               .input_names = names });
+    te_tensor *out[2];
+    te_tensor *x8[1] = { input(te_shape(8, 16), 6) }, *x5[1] = { input(te_shape(5, 16), 7) };
+    ck_assert(te_graph_run(g, x8, out) == TE_OK);
+    ck_assert_int_eq(te_graph_run(g, x5, out), TE_ERR_SHAPE);
+    tu_assert_error(TE_ERR_SHAPE, "graph train", "input 0", "f32 [5,16]", "compiled for f32 [8,16]",
+                    "drop_remainder", "pad it to [8,16]", ".recompile = true");
+    /* the graph still runs the shape it knows */
+    ck_assert(te_graph_run(g, x8, out) == TE_OK);
+    te_graph_free(g);
+
+    g = te_graph_new(ew_chain, &m, &(te_graph_opts){ .mode = TE_MODE_GRAPH, .n_inputs = 1, .n_outputs = 2,
+                                                     .recompile = true });
+    ck_assert(te_graph_run(g, x8, out) == TE_OK);
+    ck_assert(te_graph_run(g, x5, out) == TE_OK);
+    ck_assert_int_eq(out[1]->shape[0], 5);
+    ck_assert(te_graph_run(g, x8, out) == TE_OK);
+    ck_assert_int_eq(te_graph_stats_get(g).variants, 2); /* cached, not recompiled */
+    te_graph_free(g);
+}
+END_TEST
+
+typedef struct {
+    char names[64][TE_NAME_MAX];
+    int exec[64];
+    int n;
+    float scale_out0; /* the value of scale:out0[0] when reported */
+    bool scale_had_data;
+} op_log;
+
+static void log_op(const te_op_record *r, void *user)
+{
+    op_log *l = user;
+    if (l->n < 64) {
+        snprintf(l->names[l->n], TE_NAME_MAX, "%s %s %s", te_phase_name(r->phase), r->name, r->type);
+        l->exec[l->n++] = r->exec_index;
+    }
+    if (strcmp(r->name, "scale") == 0) {
+        l->scale_had_data = r->outputs[0]->data != NULL;
+        if (l->scale_had_data)
+            l->scale_out0 = te_get(r->outputs[0], 0);
+    }
+}
+
+START_TEST(test_hooks_and_observe)
+{
+    model m = { .w = param("w", te_shape(16), -1, 1), .b = param("b", te_shape(16), -1, 1) };
+    te_tensor *x[1] = { input(te_shape(4, 16), 8) };
+    op_log logs[3] = { 0 };
+    te_tensor *out[2];
+    for (int run = 0; run < 3; run++) {
+        te_graph *g = te_graph_new(ew_chain, &m, &(te_graph_opts){ .mode = run ? TE_MODE_GRAPH : TE_MODE_EAGER,
+                                                                   .n_inputs = 1, .n_outputs = 2 });
+        if (run == 2)
+            ck_assert(te_observe_add("scale") == TE_OK);
+        int h = te_hook_add(&(te_hooks){ .op_end = log_op }, &logs[run]);
+        te_step_begin();
+        ck_assert(te_graph_run(g, x, out) == TE_OK);
+        te_step_end();
+        te_hook_remove(h);
+        if (run == 2) {
+            /* observed: its own kernel again, in memory, and a second variant
+             * once the set changes back */
+            ck_assert(value_named(g, "scale:out0")->materialized);
+            ck_assert_int_eq(count_kernels(g, TG_K_EW, 0), 1); /* mul+add, then tanh alone */
+            te_observe_clear();
+            te_step_begin();
+            ck_assert(te_graph_run(g, x, out) == TE_OK);
+            te_step_end();
+            ck_assert_int_eq(te_graph_stats_get(g).variants, 2);
+            ck_assert(!value_named(g, "scale:out0")->materialized);
+        }
+        te_graph_free(g);
+    }
+    /* The same ops, names, types, phases and execution order in every mode. */
+    ck_assert_int_eq(logs[1].n, logs[0].n);
+    ck_assert_int_eq(logs[2].n, logs[0].n);
+    for (int i = 0; i < logs[0].n; i++)
+        for (int run = 1; run < 3; run++) {
+            ck_assert_str_eq(logs[run].names[i], logs[0].names[i]);
+            ck_assert_int_eq(logs[run].exec[i], logs[0].exec[i]);
+        }
+    ck_assert(logs[0].scale_had_data && logs[2].scale_had_data);
+    ck_assert(!logs[1].scale_had_data); /* fused away, and said so */
+    ck_assert(logs[2].scale_out0 == logs[0].scale_out0);
+}
+END_TEST
+
+START_TEST(test_inject_in_fused_chain)
+{
+    model m = { .w = param("w", te_shape(16), -1, 1), .b = param("b", te_shape(16), -1, 1) };
+    te_tensor *x[1] = { input(te_shape(4, 16), 9) };
+    /* Steps count on across the two graphs: eager runs steps 0-2, graph 3-5. */
+    ck_assert(te_inject_add("inf@op=add,step=1,index=3") == TE_OK);
+    ck_assert(te_inject_add("inf@op=add,step=4,index=3") == TE_OK);
+    float y[2][3][64];
+    for (int mode = 0; mode < 2; mode++) {
+        te_graph *g = te_graph_new(ew_chain, &m, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 1,
+                                                                   .n_outputs = 2 });
+        for (int step = 0; step < 3; step++) {
+            te_tensor *out[2];
+            te_step_begin();
+            ck_assert(te_graph_run(g, x, out) == TE_OK);
+            te_copy_to_f32(out[1], y[mode][step]);
+            te_step_end();
+        }
+        if (mode) /* the chain is cut after add, so the injection lands before scale reads it */
+            ck_assert(value_named(g, "add:out0")->materialized);
+        te_graph_free(g);
+    }
+    for (int step = 0; step < 3; step++)
+        assert_close(y[0][step], y[1][step], 64, 0, "y");
+    ck_assert(y[1][1][3] == 1.0f && isfinite(y[1][0][3]) && isfinite(y[1][2][3])); /* tanh(inf) at step 1 only */
+    te_inject_clear();
+}
+END_TEST
+
+static te_status resets_tape(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    (void)ctx;
+    out[0] = te_relu(in[0]);
+    te_tape_reset();
+    return TE_OK;
+}
+
+static te_status bad_shapes(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    (void)ctx;
+    out[0] = te_matmul(in[0], in[0]); /* [4,16] @ [4,16] */
+    return out[0] ? TE_OK : te_error_code();
+}
+
+START_TEST(test_trace_errors)
+{
+    te_tensor *x[1] = { input(te_shape(4, 16), 10) }, *out[1];
+    te_graph *g = te_graph_new(resets_tape, NULL, &(te_graph_opts){ .mode = TE_MODE_GRAPH, .n_inputs = 1,
+                                                                     .n_outputs = 1 });
+    ck_assert_int_eq(te_graph_run(g, x, out), TE_ERR_STATE);
+    tu_assert_error(TE_ERR_STATE, "cannot trace the step", "te_tape_reset() was called inside the step function");
+    te_graph_free(g);
+    ck_assert(x[0]->data != NULL && te_get(x[0], 0) == te_get(x[0], 0)); /* the input survived */
+
+    g = te_graph_new(bad_shapes, NULL, &(te_graph_opts){ .mode = TE_MODE_GRAPH, .n_inputs = 1, .n_outputs = 1 });
+    ck_assert_int_eq(te_graph_run(g, x, out), TE_ERR_SHAPE);
+    tu_assert_error(TE_ERR_SHAPE, "matmul (MatMul)", "[4,16]");
+    ck_assert_int_eq(te_graph_stats_get(g).variants, 0);
+    te_graph_free(g);
+    ck_assert(te_graph_new(NULL, NULL, &(te_graph_opts){ .n_outputs = 1 }) == NULL);
+    tu_assert_error(TE_ERR_ARG, "te_graph_new");
+}
+END_TEST
+
+START_TEST(test_save_graph)
+{
+    char dir[] = "/tmp/tdbg-graph-XXXXXX";
+    ck_assert(mkdtemp(dir) != NULL);
+    model m = { .w = param("w", te_shape(16, 16), -0.3f, 0.3f), .b = param("b", te_shape(16), -0.1f, 0.1f) };
+    te_tensor *in[2] = { input(te_shape(8, 16), 3), input(te_shape(8, 16), 4) }, *out[2];
+    te_graph *g = te_graph_new(mlp_step, &m, &(te_graph_opts){ .mode = TE_MODE_GRAPH, .n_inputs = 2,
+                                                               .n_outputs = 2, .name = "mlp", .save_dir = dir });
+    ck_assert(te_graph_run(g, in, out) == TE_OK);
+    char path[512], text[65536];
+    snprintf(path, sizeof path, "%s/mlp-v0-08-memory.txt", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no %s", path);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    const char *want[] = { "fused-act", "op fc1/linear (Linear) at ", "op fc1/relu (Relu)", "not in memory",
+                           "live [", "at +", "arena: ", "planned peak", "grad/fc2/linear (LinearGrad)" };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(text, want[i]), "no '%s' in %s:\n%s", want[i], path, text);
+    for (int stage = 0; stage <= 8; stage++) { /* one file per pass */
+        char pat[600];
+        snprintf(pat, sizeof pat, "ls %s/mlp-v0-%02d-*.txt >/dev/null 2>&1", dir, stage);
+        ck_assert_msg(system(pat) == 0, "no file for stage %d in %s", stage, dir);
+        snprintf(pat, sizeof pat, "rm -f %s/mlp-v0-%02d-*.txt", dir, stage);
+        ck_assert(system(pat) == 0);
+    }
+    ck_assert_int_eq(te_graph_save(g, "/proc/no/such/dir"), TE_ERR_IO);
+    tu_assert_error_has("cannot create /proc/no/such/dir");
+    te_graph_free(g);
+    ck_assert(rmdir(dir) == 0);
+}
+END_TEST
+
+/* ---- parity over training ------------------------------------------------------ */
+
+typedef struct {
+    bool cnn;
+    te_tensor *p[8];
+    te_tensor *rm[2], *rv[2];
+    te_optim *opt;
+} net;
+
+static te_tensor *net_forward(net *n, te_tensor *x)
+{
+    if (!n->cnn) {
+        te_tensor *h = te_relu(te_linear(x, n->p[0], n->p[1]));
+        return te_linear(h, n->p[2], n->p[3]);
+    }
+    te_tensor *h = te_relu(te_batchnorm(te_conv2d(x, n->p[0], NULL, 1, 1), n->p[1], n->p[2], n->rm[0],
+                                        n->rv[0], 0.1f, 1e-5f));
+    h = te_maxpool2d(h, 2, 2, 0);
+    h = te_global_avgpool(h);
+    return te_linear(h, n->p[3], n->p[4]);
+}
+
+static te_status net_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    net *n = ctx;
+    out[1] = net_forward(n, in[0]);
+    out[0] = te_cross_entropy(out[1], in[1]);
+    te_status st = te_backward(out[0]);
+    return st == TE_OK ? te_optim_step(n->opt) : st;
+}
+
+/* Trains n for `steps` steps in one mode from seed 3; returns the losses and
+ * leaves the parameters trained. */
+static void train(net *n, te_mode mode, int steps, float *losses, float **params, int n_params)
+{
+    te_shutdown();
+    te_init(&(te_config){ .seed = 3, .threads = 2 });
+    te_dataset *d = n->cnn ? te_dataset_shapes(512, 3) : te_dataset_blobs(512, 16, 4, 3);
+    if (!n->cnn) {
+        n->p[0] = te_param_new("fc1.weight", TE_F32, te_shape(32, 16));
+        n->p[1] = te_param_new("fc1.bias", TE_F32, te_shape(32));
+        n->p[2] = te_param_new("fc2.weight", TE_F32, te_shape(4, 32));
+        n->p[3] = te_param_new("fc2.bias", TE_F32, te_shape(4));
+        te_init_linear(n->p[0], n->p[1]);
+        te_init_linear(n->p[2], n->p[3]);
+    } else {
+        n->p[0] = te_param_new("conv.weight", TE_F32, te_shape(4, 3, 3, 3));
+        n->p[1] = te_param_new("bn.weight", TE_F32, te_shape(4));
+        n->p[2] = te_param_new("bn.bias", TE_F32, te_shape(4));
+        n->p[3] = te_param_new("fc.weight", TE_F32, te_shape(10, 4));
+        n->p[4] = te_param_new("fc.bias", TE_F32, te_shape(10));
+        te_init_linear(n->p[0], NULL);
+        te_fill(n->p[1], 1.0f);
+        te_init_linear(n->p[3], n->p[4]);
+        n->rm[0] = te_tensor_persistent(TE_F32, te_shape(4));
+        n->rv[0] = te_tensor_persistent(TE_F32, te_shape(4));
+        te_fill(n->rv[0], 1.0f);
+    }
+    n->opt = te_sgd_new(te_params(), te_param_count(), &(te_sgd_opts){ .lr = 0.05f, .momentum = 0.9f });
+    te_loader *ld = te_loader_new(d, &(te_loader_opts){ .batch = 16, .shuffle = true, .drop_remainder = true });
+    te_graph *g = te_graph_new(net_step, n, &(te_graph_opts){ .mode = mode, .n_inputs = 2, .n_outputs = 2 });
+    for (int s = 0; s < steps; s++) {
+        te_tensor *in[2], *out[2];
+        te_step_begin();
+        ck_assert(te_loader_next(ld, &in[0], &in[1]) == TE_OK);
+        ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s step %d: %s", te_mode_name(mode), s, te_error());
+        losses[s] = te_item(out[0]);
+        te_step_end();
+    }
+    for (int i = 0; i < n_params; i++)
+        params[i] = values(n->p[i]);
+    if (n->cnn) {
+        params[n_params] = values(n->rm[0]);
+        params[n_params + 1] = values(n->rv[0]);
+        te_tensor_free(n->rm[0]);
+        te_tensor_free(n->rv[0]);
+    }
+    te_graph_free(g);
+    te_optim_free(n->opt);
+    te_loader_free(ld);
+    te_dataset_free(d);
+}
+
+/* 200 steps in each mode: per-step losses within 1e-5 relative (the
+ * compiled kernels are the eager ones, so in fact equal), parameters and
+ * running statistics within 1e-6 (docs/graph.md). */
+static void check_parity(bool cnn)
+{
+    enum { STEPS = 200 };
+    int n_params = cnn ? 5 : 4;
+    float eager[STEPS], graph[STEPS], *pe[8], *pg[8];
+    net n = { .cnn = cnn };
+    train(&n, TE_MODE_EAGER, STEPS, eager, pe, n_params);
+    train(&n, TE_MODE_GRAPH, STEPS, graph, pg, n_params);
+    for (int s = 0; s < STEPS; s++)
+        ck_assert_msg(fabsf(eager[s] - graph[s]) <= 1e-5f * fabsf(eager[s]), "step %d: loss %.9g eager, %.9g graph",
+                      s, eager[s], graph[s]);
+    ck_assert_msg(graph[STEPS - 1] < graph[0], "did not learn: %g -> %g", graph[0], graph[STEPS - 1]);
+    static const int64_t mlp_sizes[] = { 32 * 16, 32, 4 * 32, 4 }, cnn_sizes[] = { 4 * 27, 4, 4, 40, 10, 4, 4 };
+    for (int i = 0; i < n_params + (cnn ? 2 : 0); i++) {
+        assert_close(pe[i], pg[i], cnn ? cnn_sizes[i] : mlp_sizes[i], 1e-6f, "parameter");
+        free(pe[i]);
+        free(pg[i]);
+    }
+}
+
+START_TEST(test_parity_mlp) { check_parity(false); }
+END_TEST
+
+START_TEST(test_parity_cnn) { check_parity(true); }
+END_TEST
+
+static void teardown(void)
+{
+    free_inputs();
+    tu_teardown();
+}
+
+Suite *suite_graph(void)
+{
+    Suite *s = suite_create("graph");
+    TCase *tc = tcase_create("passes");
+    tcase_add_checked_fixture(tc, tu_setup, teardown);
+    tcase_add_test(tc, test_fuse_elementwise);
+    tcase_add_test(tc, test_dce_fold_cse);
+    tcase_add_test(tc, test_fuse_activation);
+    tcase_add_test(tc, test_bn_fold);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("runtime");
+    tcase_add_checked_fixture(tc, tu_setup, teardown);
+    tcase_add_test(tc, test_shape_change);
+    tcase_add_test(tc, test_hooks_and_observe);
+    tcase_add_test(tc, test_inject_in_fused_chain);
+    tcase_add_test(tc, test_trace_errors);
+    tcase_add_test(tc, test_save_graph);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("parity");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
+    tcase_add_test(tc, test_parity_mlp);
+    tcase_add_test(tc, test_parity_cnn);
+    suite_add_tcase(s, tc);
+    return s;
+}
