@@ -2,15 +2,21 @@
 sizes and optimizer in PyTorch eager mode on the CPU.
 
     torch_train.py --model mlp|cnn --batch N --steps N --threads N
-                   [--optim sgd|adam] [--lr X] [--momentum X]
+                   [--mode eager|script|compile] [--optim sgd|adam] [--lr X] [--momentum X]
 
 Prints `time: ms_per_step median=X min=X max=X steps=N` over the steps after
 WARMUP, the same line as the examples' --time, timing forward, loss,
-backward and the update, not data. Inputs are random batches made up front:
-the time of a step does not depend on the values.
+backward and the update, not data, then `memory: peak_rss_kb=N` and, for
+script and compile, `compile_ms=X` (tracing or compiling, and the first
+step). Inputs are random batches made up front: the time of a step does not
+depend on the values. --mode script trains a torch.jit.trace of the model
+(TorchScript); --mode compile uses torch.compile, which needs PyTorch 2:
+without it the script says so and exits 3.
 """
 import argparse
+import resource
 import statistics
+import sys
 import time
 
 import torch
@@ -42,6 +48,7 @@ def main():
     p.add_argument("--optim", choices=["sgd", "adam"], default="sgd")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--mode", choices=["eager", "script", "compile"], default="eager")
     a = p.parse_args()
 
     torch.manual_seed(1)
@@ -49,6 +56,19 @@ def main():
     model = mlp() if a.model == "mlp" else cnn()
     shape = (a.batch, 784) if a.model == "mlp" else (a.batch, 3, 32, 32)
     batches = [(torch.randn(shape), torch.randint(0, 10, (a.batch,))) for _ in range(4)]
+    compile_ms = None
+    if a.mode != "eager":
+        t0 = time.perf_counter()
+        if a.mode == "script":
+            model = torch.jit.trace(model, batches[0][0])
+        elif hasattr(torch, "compile"):
+            model = torch.compile(model)
+        else:
+            print(f"torch.compile: not in PyTorch {torch.__version__}", file=sys.stderr)
+            sys.exit(3)
+        model(batches[0][0]).sum().backward()  # the first call compiles
+        model.zero_grad(set_to_none=True)
+        compile_ms = (time.perf_counter() - t0) * 1e3
     if a.optim == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     else:
@@ -66,6 +86,9 @@ def main():
     ms = ms[WARMUP:] if len(ms) > WARMUP else ms
     print(f"time: ms_per_step median={statistics.median(ms):.3f} min={min(ms):.3f} "
           f"max={max(ms):.3f} steps={len(ms)}")
+    print(f"memory: peak_rss_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
+    if compile_ms is not None:
+        print(f"compile_ms={compile_ms:.1f}")
 
 
 if __name__ == "__main__":

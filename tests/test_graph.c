@@ -296,7 +296,9 @@ static te_status conv_bn_relu(void *ctx, te_tensor *const *in, te_tensor **out)
     out[1] = te_relu(te_batchnorm(te_conv2d(in[0], c->w, NULL, 1, 1), c->gamma, c->beta, c->rm, c->rv,
                                   0.1f, 1e-5f));
     out[0] = te_mean(out[1], TE_ALL, false);
-    return out[0] ? TE_OK : te_error_code();
+    if (!out[0])
+        return te_error_code();
+    return te_training() ? te_backward(out[0]) : TE_OK;
 }
 
 START_TEST(test_bn_fold)
@@ -333,6 +335,52 @@ START_TEST(test_bn_fold)
         free(got[i]);
     }
     te_set_training(true);
+    te_tensor_free(c.rm);
+    te_tensor_free(c.rv);
+}
+END_TEST
+
+START_TEST(test_fuse_bn_relu)
+{
+    /* Training: batch norm + ReLU forward in one pass, and ReLU's backward
+     * inside batch norm's; neither the normalised values nor their gradient
+     * exist in memory, and everything matches eager mode bit for bit. */
+    conv_bn c = { .w = param("w", te_shape(6, 3, 3, 3), -0.3f, 0.3f), .gamma = param("g", te_shape(6), 0.5f, 1.5f),
+                  .beta = param("beta", te_shape(6), -0.2f, 0.2f) };
+    c.rm = te_tensor_persistent(TE_F32, te_shape(6));
+    c.rv = te_tensor_persistent(TE_F32, te_shape(6));
+    te_fill(c.rv, 1.0f);
+    te_tensor *in[1] = { input(te_shape(2, 3, 8, 8), 11) };
+    float *y[2], *gw[2], *rm[2];
+    for (int mode = 0; mode < 2; mode++) {
+        te_graph *g = te_graph_new(conv_bn_relu, &c, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 1,
+                                                                         .n_outputs = 2 });
+        te_tensor *out[2];
+        te_zero_grad();
+        te_fill(c.rm, 0.0f);
+        te_step_begin();
+        ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s", te_error());
+        y[mode] = values(out[1]);
+        gw[mode] = values(c.w->grad);
+        rm[mode] = values(c.rm);
+        te_step_end();
+        if (mode) {
+            ck_assert_int_eq(count_kernels(g, TG_K_ACT, 0), 1);
+            ck_assert_int_eq(count_kernels(g, TG_K_ACT_BWD, 0), 1);
+            ck_assert(!value_named(g, "bn:out0")->materialized);
+            ck_assert(!value_named(g, "grad:bn:out0")->materialized);
+            assert_plan_sound(g);
+        }
+        te_graph_free(g);
+    }
+    assert_close(y[0], y[1], 2 * 6 * 64, 0, "y");
+    assert_close(gw[0], gw[1], 6 * 27, 0, "grad w");
+    assert_close(rm[0], rm[1], 6, 0, "running mean");
+    for (int i = 0; i < 2; i++) {
+        free(y[i]);
+        free(gw[i]);
+        free(rm[i]);
+    }
     te_tensor_free(c.rm);
     te_tensor_free(c.rv);
 }
@@ -508,7 +556,7 @@ START_TEST(test_save_graph)
                                                                .n_outputs = 2, .name = "mlp", .save_dir = dir });
     ck_assert(te_graph_run(g, in, out) == TE_OK);
     char path[512], text[65536];
-    snprintf(path, sizeof path, "%s/mlp-v0-08-memory.txt", dir);
+    snprintf(path, sizeof path, "%s/mlp-v0-09-memory.txt", dir);
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "no %s", path);
     size_t n = fread(text, 1, sizeof text - 1, f);
@@ -518,7 +566,7 @@ START_TEST(test_save_graph)
                            "live [", "at +", "arena: ", "planned peak", "grad/fc2/linear (LinearGrad)" };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(text, want[i]), "no '%s' in %s:\n%s", want[i], path, text);
-    for (int stage = 0; stage <= 8; stage++) { /* one file per pass */
+    for (int stage = 0; stage <= 9; stage++) { /* one file per pass */
         char pat[600];
         snprintf(pat, sizeof pat, "ls %s/mlp-v0-%02d-*.txt >/dev/null 2>&1", dir, stage);
         ck_assert_msg(system(pat) == 0, "no file for stage %d in %s", stage, dir);
@@ -659,6 +707,7 @@ Suite *suite_graph(void)
     tcase_add_test(tc, test_dce_fold_cse);
     tcase_add_test(tc, test_fuse_activation);
     tcase_add_test(tc, test_bn_fold);
+    tcase_add_test(tc, test_fuse_bn_relu);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("runtime");

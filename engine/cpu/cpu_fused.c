@@ -117,6 +117,9 @@ void tg_ew_run(const tg_ew *ew)
     }
 }
 
+te_status tg_bn_relu_forward(te_node *bn, te_node *relu) { return cpu_batchnorm_relu_forward(bn, relu); }
+te_status tg_bn_relu_backward(te_node *bn, te_node *relu) { return cpu_batchnorm_relu_backward(bn, relu); }
+
 /* Eval batch norm folded into the conv before it (pass_bn_fold.c). */
 te_status tg_bn_fold_run(tg_kernel *k)
 {

@@ -58,6 +58,9 @@ te_status cpu_global_avgpool_forward(te_node *n);
 te_status cpu_global_avgpool_backward(te_node *n);
 te_status cpu_batchnorm_forward(te_node *n);
 te_status cpu_batchnorm_backward(te_node *n);
+/* Batch norm with the ReLU after it, in one pass each way (graph mode). */
+te_status cpu_batchnorm_relu_forward(te_node *bn, te_node *relu);
+te_status cpu_batchnorm_relu_backward(te_node *bn, te_node *relu);
 te_status cpu_layernorm_forward(te_node *n);
 te_status cpu_layernorm_backward(te_node *n);
 te_status cpu_dropout_forward(te_node *n);

@@ -23,7 +23,9 @@ static void bn_dims(const te_tensor *x, int64_t *N, int64_t *C, int64_t *S)
     *S = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
 }
 
-te_status cpu_batchnorm_forward(te_node *n)
+/* y = batchnorm(x), then ReLU in the same pass when relu is set (graph
+ * mode's fused kernel: the un-activated result never reaches memory). */
+static inline te_status batchnorm_forward(te_node *n, float *y, bool relu)
 {
     const te_tensor *x = n->in[0];
     int64_t N, C, S;
@@ -34,7 +36,7 @@ te_status cpu_batchnorm_forward(te_node *n)
     const float *b = n->in[2] ? te_f32(n->in[2]) : NULL;
     float *rm = n->in[3] ? te_f32(n->in[3]) : NULL;
     float *rv = n->in[4] ? te_f32(n->in[4]) : NULL;
-    float *y = te_f32(n->out[0]), *mean = te_f32(sm), *rstd = te_f32(sr);
+    float *mean = te_f32(sm), *rstd = te_f32(sr);
     const bool training = n->a.training;
     const float mom = n->a.momentum, eps = n->a.eps;
     const int64_t M = N * S;
@@ -78,23 +80,39 @@ te_status cpu_batchnorm_forward(te_node *n)
         for (int64_t i = 0; i < N; i++) {
             const float *xc = xp + (i * C + c) * S;
             float *yc = y + (i * C + c) * S;
-            for (int64_t k = 0; k < S; k++)
-                yc[k] = xc[k] * a + d;
+            for (int64_t k = 0; k < S; k++) {
+                const float v = xc[k] * a + d;
+                yc[k] = relu && v < 0.0f ? 0.0f : v; /* ReLU's own formula */
+            }
         }
     }
     return TE_OK;
+}
+
+te_status cpu_batchnorm_forward(te_node *n) { return batchnorm_forward(n, te_f32(n->out[0]), false); }
+
+te_status cpu_batchnorm_relu_forward(te_node *bn, te_node *relu)
+{
+    return batchnorm_forward(bn, te_f32(relu->out[0]), true);
 }
 
 /* Training: with xh = (x - mean) * rstd,
  *   dx = gamma * rstd * (dy - mean(dy) - xh * mean(dy * xh)).
  * Eval: mean and rstd are constants, so dx = gamma * rstd * dy.
  * dgamma = sum(dy * xh), dbeta = sum(dy) in both. */
-te_status cpu_batchnorm_backward(te_node *n)
+/* The gradient reaching the batch norm: dy, or with a ReLU after it in one
+ * fused kernel, ReLU's backward of g at its output y, in ReLU's formula. */
+static inline float grad_in(const float *dy, const float *y, int64_t i)
+{
+    return y ? dy[i] * (y[i] <= 0.0f ? 0.0f : 1.0f) : dy[i];
+}
+
+static inline te_status batchnorm_backward(te_node *n, const float *dy, const float *relu_y)
 {
     te_tensor *x = n->in[0], *gt = n->in[1], *bt = n->in[2];
     int64_t N, C, S;
     bn_dims(x, &N, &C, &S);
-    const float *xp = te_f32(x), *dy = te_f32(n->out[0]->grad);
+    const float *xp = te_f32(x);
     const float *g = gt ? te_f32(gt) : NULL;
     const float *mean = te_f32(n->saved[0]), *rstd = te_f32(n->saved[1]);
     int ax = 0, ag = 0, ab = 0;
@@ -109,10 +127,12 @@ te_status cpu_batchnorm_backward(te_node *n)
         const float m = mean[c], r = rstd[c];
         double sdy = 0.0, sdyxh = 0.0;
         for (int64_t i = 0; i < N; i++) {
-            const float *xc = xp + (i * C + c) * S, *dyc = dy + (i * C + c) * S;
+            const float *xc = xp + (i * C + c) * S;
+            const int64_t o = (i * C + c) * S;
             for (int64_t k = 0; k < S; k++) {
-                sdy += dyc[k];
-                sdyxh += (double)dyc[k] * ((xc[k] - m) * r);
+                const float d = grad_in(dy, relu_y, o + k);
+                sdy += d;
+                sdyxh += (double)d * ((xc[k] - m) * r);
             }
         }
         if (dg)
@@ -125,17 +145,28 @@ te_status cpu_batchnorm_backward(te_node *n)
         const float mdy = training ? (float)(sdy / M) : 0.0f;
         const float mdyxh = training ? (float)(sdyxh / M) : 0.0f;
         for (int64_t i = 0; i < N; i++) {
-            const float *xc = xp + (i * C + c) * S, *dyc = dy + (i * C + c) * S;
-            float *dxc = dx + (i * C + c) * S;
+            const float *xc = xp + (i * C + c) * S;
+            const int64_t o = (i * C + c) * S;
+            float *dxc = dx + o;
             if (ax)
                 for (int64_t k = 0; k < S; k++)
-                    dxc[k] += gr * (dyc[k] - mdy - (xc[k] - m) * r * mdyxh);
+                    dxc[k] += gr * (grad_in(dy, relu_y, o + k) - mdy - (xc[k] - m) * r * mdyxh);
             else
                 for (int64_t k = 0; k < S; k++)
-                    dxc[k] = gr * (dyc[k] - mdy - (xc[k] - m) * r * mdyxh);
+                    dxc[k] = gr * (grad_in(dy, relu_y, o + k) - mdy - (xc[k] - m) * r * mdyxh);
         }
     }
     return TE_OK;
+}
+
+te_status cpu_batchnorm_backward(te_node *n)
+{
+    return batchnorm_backward(n, te_f32(n->out[0]->grad), NULL);
+}
+
+te_status cpu_batchnorm_relu_backward(te_node *bn, te_node *relu)
+{
+    return batchnorm_backward(bn, te_f32(relu->out[0]->grad), te_f32(relu->out[0]));
 }
 
 /* ---- layer norm ------------------------------------------------------------

@@ -59,6 +59,8 @@ static te_status run_act(const tg_kernel *k)
         te_status st = run_node(k, n, false);
         return st == TE_OK ? te_backend_current()->forward[a->op](a) : st;
     }
+    if (n->op == TE_OP_BATCHNORM && a->op == TE_OP_RELU && !k->shadow)
+        return tg_bn_relu_forward(n, a); /* one pass: normalise and clamp */
     mid->data = a->out[0]->data;
     te_status st = run_node(k, n, false);
     mid->data = NULL;
@@ -83,6 +85,7 @@ static te_status run_kernel(const tg_kernel *k, int base)
     case TG_K_FWD: return run_node(k, k->node, false);
     case TG_K_BWD: return run_node(k, k->node, true);
     case TG_K_ACT: return run_act(k);
+    case TG_K_ACT_BWD: return tg_bn_relu_backward(k->node, k->act);
     case TG_K_EW: tg_ew_run(k->ew); return TE_OK;
     case TG_K_BN_FOLD: return tg_bn_fold_run((tg_kernel *)k);
     case TG_K_SEED: return run_seed(k);

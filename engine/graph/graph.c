@@ -165,6 +165,39 @@ static void save_stage(const te_graph *g, const tg_plan *p, int stage, const cha
     fclose(f);
 }
 
+/* TDBG_GRAPH_DISABLE=fuse-ew,cse turns passes off without rebuilding: the
+ * way to find which pass makes a graph-mode run differ from eager mode. */
+static unsigned env_disabled(void)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } names[] = { { "dce", TE_PASS_DCE }, { "fold", TE_PASS_FOLD }, { "cse", TE_PASS_CSE },
+                  { "bn-fold", TE_PASS_BN_FOLD }, { "fuse-act", TE_PASS_FUSE_ACT },
+                  { "fuse-ew", TE_PASS_FUSE_EW } };
+    const char *env = getenv("TDBG_GRAPH_DISABLE");
+    unsigned bits = 0;
+    while (env && *env) {
+        size_t len = strcspn(env, ",");
+        bool known = len == 3 && strncmp(env, "all", 3) == 0;
+        if (known)
+            bits = ~0u;
+        for (size_t i = 0; i < sizeof names / sizeof names[0] && !known; i++)
+            if (strlen(names[i].name) == len && strncmp(env, names[i].name, len) == 0) {
+                bits |= names[i].bit;
+                known = true;
+            }
+        static bool warned;
+        if (!known && len && !warned) {
+            warned = true;
+            fprintf(stderr, "tdbg: TDBG_GRAPH_DISABLE: no pass '%.*s' (dce, fold, cse, bn-fold, fuse-act, "
+                            "fuse-ew, all)\n", (int)len, env);
+        }
+        env += len + (env[len] == ',');
+    }
+    return bits;
+}
+
 /* Observed values (by name) and the passes, in order. */
 static te_status compile(te_graph *g, tg_plan *p)
 {
@@ -185,12 +218,14 @@ static te_status compile(te_graph *g, tg_plan *p)
         { "dce2", TE_PASS_DCE, tg_pass_dce },
         { "bn-fold", TE_PASS_BN_FOLD, tg_pass_bn_fold },
         { "fuse-act", TE_PASS_FUSE_ACT, tg_pass_fuse_act },
+        { "fuse-act-grad", TE_PASS_FUSE_ACT, tg_pass_fuse_act_grad },
         { "fuse-ew", TE_PASS_FUSE_EW, tg_pass_fuse_elementwise },
     };
     int stage = 0;
     save_stage(g, p, stage++, "trace");
+    unsigned dis = g->o.disable | env_disabled();
     for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
-        if (g->o.disable & passes[i].bit)
+        if (dis & passes[i].bit)
             continue;
         if (passes[i].run(p) < 0)
             return te_error_code() != TE_OK ? te_error_code() : TE_ERR_STATE;

@@ -50,6 +50,7 @@ typedef enum {
     TG_K_CLIP,      /* te_clip_grad_norm() */
     TG_K_ZERO_GRAD, /* te_zero_grad() */
     TG_K_ACT,       /* matmul / linear / conv / batch norm, then its activation in place */
+    TG_K_ACT_BWD,   /* ReLU's backward inside batch norm's: node the batch norm, act the ReLU */
     TG_K_EW,        /* a chain of elementwise ops in one pass over memory */
     TG_K_BN_FOLD,   /* eval: conv with batch norm folded into weights and bias */
 } tg_kkind;
@@ -182,6 +183,7 @@ int tg_pass_fold(tg_plan *p);
 int tg_pass_cse(tg_plan *p);
 int tg_pass_bn_fold(tg_plan *p);
 int tg_pass_fuse_act(tg_plan *p);
+int tg_pass_fuse_act_grad(tg_plan *p);
 int tg_pass_fuse_elementwise(tg_plan *p);
 /* Liveness, arena offsets, binding; verifies the plan. */
 te_status tg_plan_memory(tg_plan *p);
@@ -199,6 +201,8 @@ const tg_plan *tg_graph_plan(const te_graph *g);
 void tg_ew_run(const tg_ew *ew);
 void tg_act_inplace(te_op act, float *y, int64_t n);
 te_status tg_bn_fold_run(tg_kernel *k);
+te_status tg_bn_relu_forward(te_node *bn, te_node *relu);
+te_status tg_bn_relu_backward(te_node *bn, te_node *relu);
 
 /* Observed tensors (te_observe_add): does this tensor name match? */
 bool te_observed_name(const char *tensor_name, const char *op_name);

@@ -242,11 +242,17 @@ int tg_kernel_reads(const tg_plan *p, const tg_kernel *k, int *ids)
         for (int i = 1; i < k->act->n_in; i++)
             add_id(p, k->act->in[i], ids, &c);
         break;
-    case TG_K_BWD: {
+    case TG_K_BWD:
+    case TG_K_ACT_BWD: {
         const te_node *n = k->node;
         unsigned r = te_op_bwd_reads(n->op);
-        for (int o = 0; o < n->n_out; o++)
-            add_id(p, n->out[o]->grad, ids, &c);
+        if (k->kind == TG_K_ACT_BWD) { /* ReLU's gradient and output instead of n's gradient */
+            add_id(p, k->act->out[0]->grad, ids, &c);
+            add_id(p, k->act->out[0], ids, &c);
+        } else {
+            for (int o = 0; o < n->n_out; o++)
+                add_id(p, n->out[o]->grad, ids, &c);
+        }
         for (int i = 0; i < n->n_in; i++)
             if (r & (1u << i))
                 add_id(p, n->in[i], ids, &c);
@@ -299,6 +305,7 @@ int tg_kernel_writes(const tg_plan *p, const tg_kernel *k, int *ids)
         add_id(p, (k->act2 ? k->act2 : k->act)->out[0], ids, &c);
         break;
     case TG_K_BWD:
+    case TG_K_ACT_BWD:
         for (int i = 0; i < k->node->n_in; i++)
             if (te_needs_grad(k->node->in[i]))
                 add_id(p, k->node->in[i]->grad, ids, &c);

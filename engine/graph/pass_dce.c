@@ -16,7 +16,7 @@ static bool removable(const tg_plan *p, const tg_kernel *k, const int *uses)
         if (k->node && tg_has_side_effects(k->node))
             return false;
         break;
-    case TG_K_BWD: case TG_K_SEED:
+    case TG_K_BWD: case TG_K_ACT_BWD: case TG_K_SEED:
         break;
     default: /* the optimizer, clipping, zero_grad: what they change is the point */
         return false;

@@ -72,3 +72,63 @@ int tg_pass_fuse_act(tg_plan *p)
     free(uses);
     return fused;
 }
+
+/* The kernels writing value v. */
+static int writers(const tg_plan *p, int v)
+{
+    int n = 0, ids[TG_IO_MAX];
+    for (int i = 0; i < p->n_kernels; i++) {
+        if (p->kernels[i].removed)
+            continue;
+        int w = tg_kernel_writes(p, &p->kernels[i], ids);
+        for (int j = 0; j < w; j++)
+            n += ids[j] == v;
+    }
+    return n;
+}
+
+static int bwd_kernel_of(const tg_plan *p, const te_node *n, int after)
+{
+    for (int i = after + 1; i < p->n_kernels; i++)
+        if (!p->kernels[i].removed && p->kernels[i].kind == TG_K_BWD && p->kernels[i].node == n)
+            return i;
+    return -1;
+}
+
+/* The backward mirror: batch norm's backward reads ReLU's gradient through
+ * ReLU's mask itself, so the gradient between them never exists. */
+int tg_pass_fuse_act_grad(tg_plan *p)
+{
+    int *uses = malloc((size_t)(p->n_values ? p->n_values : 1) * sizeof *uses);
+    if (!uses) {
+        te_set_error(TE_ERR_NOMEM, "graph: out of memory in fuse-act-grad");
+        return -1;
+    }
+    tg_count_uses(p, uses);
+    int fused = 0;
+    for (int r = 0; r < p->n_kernels; r++) {
+        tg_kernel *kr = &p->kernels[r];
+        if (kr->removed || kr->kind != TG_K_BWD || kr->shadow || kr->node->op != TE_OP_RELU)
+            continue;
+        te_tensor *mid = kr->node->in[0];
+        te_node *bn = mid->node;
+        if (!bn || bn->op != TE_OP_BATCHNORM || !mid->grad || mid->dtype != TE_F32)
+            continue;
+        int g = tg_value_of(p, mid->grad);
+        int b = bwd_kernel_of(p, bn, r);
+        if (g < 0 || b < 0 || p->kernels[b].shadow || uses[g] != 1 || writers(p, g) != 1 ||
+            p->values[g].observed || p->values[g].output)
+            continue;
+        tg_kernel *kb = &p->kernels[b];
+        tg_kernel f = { .kind = TG_K_ACT_BWD, .phase = TE_PHASE_BACKWARD, .node = bn, .act = kr->node };
+        tg_origin_move(&f, kr);
+        tg_origin_move(&f, kb);
+        free(kb->orig);
+        *kb = f;
+        kr->removed = true;
+        p->values[g].materialized = false;
+        fused++;
+    }
+    free(uses);
+    return fused;
+}

@@ -8,7 +8,7 @@
 static const char *kind_name(tg_kkind k)
 {
     static const char *const names[] = { "fwd", "bwd", "seed", "optim", "clip", "zero_grad",
-                                         "fused-act", "fused-ew", "bn-fold" };
+                                         "fused-act", "fused-act-grad", "fused-ew", "bn-fold" };
     return names[k];
 }
 
