@@ -1,0 +1,153 @@
+/*
+ * dbg.h — the debugger's parts that are not the session: tensor
+ * statistics, breakpoint conditions, tensor slices and printing.
+ *
+ * The session (session.h) attaches to the engine through te_hook_add() and
+ * calls these on the tensors of each op record. Everything here works on
+ * public engine types only (te.h).
+ */
+#ifndef TDBG_DBG_H
+#define TDBG_DBG_H
+
+#include "te.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- statistics (stats.c) ---------------------------------------------------
+ * One pass over a tensor of any float dtype (f32, f16, bf16; i32 too, read
+ * as float). min/max/mean/std/abs_max/abs_mean/l2norm are over the finite
+ * elements (0 when there are none); counts are over all elements.
+ */
+typedef struct dbg_stats {
+    int64_t n;              /* elements */
+    int64_t nan, inf;       /* non-finite counts */
+    int64_t zero;           /* elements == 0 */
+    int64_t fp16_overflow;  /* finite elements with |x| > 65504, the largest f16 */
+    int64_t first_bad;      /* flat index of the first NaN or Inf; -1 if none */
+    double min, max, mean, std; /* std: population (divide by the finite count) */
+    double abs_max, abs_mean, l2norm;
+} dbg_stats;
+
+/* Full statistics. t->data must not be NULL. Deterministic: the same tensor
+ * gives the same result bit for bit whatever the thread count. */
+void dbg_stats_compute(const te_tensor *t, dbg_stats *s);
+/* The cheap pass of `break nonfinite` on every op: only n, nan, inf,
+ * first_bad, abs_max and l2norm are set (the rest 0). */
+void dbg_stats_quick(const te_tensor *t, dbg_stats *s);
+/* Flat index -> "[3,17]" for t's shape; returns buf. */
+char *dbg_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
+
+/* ---- conditions (cond.c) ------------------------------------------------------
+ * The language of `break ... if COND` and `condition N COND`:
+ *
+ *   cond    := or
+ *   or      := and ('or' and)*
+ *   and     := not ('and' not)*
+ *   not     := 'not' not | primary
+ *   primary := '(' cond ')' | 'phase' ('=='|'!=') PHASE | pred
+ *   pred    := [SCOPE '.'] FUNC [CMP NUMBER]
+ *   SCOPE   := inputs | outputs | params | grads | in0..in4 | out0..out4
+ *   FUNC    := has_nan | has_inf | max | min | mean | std | abs_max | abs_mean
+ *            | l2norm | zero_frac | fp16_overflow | rel_change
+ *   CMP     := > | >= | < | <= | == | !=
+ *   PHASE   := forward | backward | update
+ *   NUMBER  := a C float (1e3, -0.5, inf)
+ *
+ * Examples: `has_nan`, `abs_max > 1e4`, `inputs.has_inf or outputs.max > 100`,
+ * `grads.l2norm > 10 and phase == backward`, `not (out0.zero_frac < 0.9)`.
+ * The default scope is outputs. A predicate over a scope holds when it
+ * holds for ANY tensor in the scope (NULL tensors and tensors without data
+ * are skipped). has_nan, has_inf and fp16_overflow without a comparison mean
+ * "count > 0"; the numeric ones need a comparison. zero_frac = zero / n.
+ * rel_change = ||x - x_prev||_2 / max(||x_prev||_2, 1e-12) where x_prev is
+ * the same tensor (by name) at the previous step, supplied by the caller;
+ * a tensor without a previous value makes rel_change false.
+ * Keywords are case-sensitive, whitespace free-form.
+ */
+typedef struct dbg_cond dbg_cond;
+
+typedef enum { DBG_SCOPE_INPUTS, DBG_SCOPE_OUTPUTS, DBG_SCOPE_PARAMS, DBG_SCOPE_GRADS } dbg_scope_kind;
+
+/* Parses text. On error returns NULL and writes into err a message naming
+ * the offending token and its column, e.g.
+ * "column 9: unknown function 'abs_mx' (did you mean abs_max?)" or
+ * "column 5: expected a number after '>', got 'foo'". */
+dbg_cond *dbg_cond_parse(const char *text, char *err, size_t errlen);
+void dbg_cond_free(dbg_cond *c);
+/* The condition back as canonical text (for `info breakpoints`). */
+const char *dbg_cond_text(const dbg_cond *c);
+/* Does it use rel_change (the caller then keeps previous values)? */
+bool dbg_cond_uses_rel_change(const dbg_cond *c);
+
+/* What a condition is evaluated against: one op record, and how to find a
+ * tensor's previous-step value. Params of an op are its inputs with
+ * TE_TENSOR_PARAM set; grads are tensors whose name starts with "grad:"
+ * among its inputs and outputs. */
+typedef struct dbg_eval_ctx {
+    const te_op_record *rec;
+    /* x_prev for rel_change, or NULL when there is none; may be NULL itself */
+    const te_tensor *(*prev)(const te_tensor *t, void *user);
+    void *user;
+} dbg_eval_ctx;
+
+/* What made a condition true: the first tensor (in scope order: inputs,
+ * then outputs) whose predicate held, and for has_nan/has_inf the first bad
+ * flat index (else -1). */
+typedef struct dbg_hit {
+    const te_tensor *tensor;
+    int slot;          /* its index among the record's inputs or outputs */
+    bool is_output;
+    int64_t index;
+    double value;      /* the function's value for that tensor */
+    char func[16];     /* "has_nan", "abs_max", ... */
+} dbg_hit;
+
+/* Evaluates c; statistics are computed once per tensor per call. hit may
+ * be NULL. */
+bool dbg_cond_eval(const dbg_cond *c, const dbg_eval_ctx *ctx, dbg_hit *hit);
+
+/* ---- slices and printing (print.c) --------------------------------------------
+ * A tensor reference as typed by the user: NAME[SLICES], NAME one of
+ * "OP:out0", "OP:in1", "param:NAME", "grad:NAME"; SLICES numpy-style, one
+ * per dim, comma separated: "3", "-1", "1:4", ":", "::2", "2:-1:3"; fewer
+ * than ndim means the rest are ':'. */
+typedef struct dbg_slice {
+    int64_t start, stop, step; /* resolved against a shape by dbg_slice_resolve */
+    bool index;                /* a single index: the dim is dropped */
+    bool has_start, has_stop;
+} dbg_slice;
+
+typedef struct dbg_ref {
+    char name[TE_NAME_MAX];
+    int n_slices;
+    dbg_slice slices[TE_MAX_DIMS];
+} dbg_ref;
+
+/* Parses "fc1/linear:out0[0, 1:3]"; false with err (naming the column and
+ * token) on malformed text. */
+bool dbg_ref_parse(const char *text, dbg_ref *r, char *err, size_t errlen);
+/* Checks the slices against t's shape and makes negative / missing bounds
+ * concrete; false with err ("index 7 out of range for dim 1 of size 4"). */
+bool dbg_ref_resolve(dbg_ref *r, const te_tensor *t, char *err, size_t errlen);
+
+/* Prints the selected elements numpy-style (nested brackets, %.6g, rows
+ * wrapped at 80 columns), at most max_elems of them with "..." in the
+ * middle of long dims, after a header line
+ * "NAME f32 [4,16] (slice [0,1:3] -> [2])". NaN prints as nan, Inf as inf. */
+void dbg_print_tensor(FILE *f, const char *name, const te_tensor *t, const dbg_ref *r, int64_t max_elems);
+/* "min -1.2 max 3.4 mean 0.12 std 0.9 abs_max 3.4 l2norm 12.3 zero 0.0% nan 0 inf 0 fp16_overflow 0"
+ * and the shape/dtype, over the whole tensor. */
+void dbg_print_stats(FILE *f, const char *name, const te_tensor *t);
+/* A text histogram of the finite values: `bins` rows "[lo, hi)  count  ####",
+ * bars scaled to width; NaN and Inf counts on a last line. */
+void dbg_print_hist(FILE *f, const char *name, const te_tensor *t, int bins, int width);
+
+/* ---- words (util.c) ---------------------------------------------------------- */
+
+/* Levenshtein distance, for "did you mean". */
+int dbg_edit_distance(const char *a, const char *b);
+
+#endif
