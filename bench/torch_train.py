@@ -2,7 +2,8 @@
 sizes and optimizer in PyTorch eager mode on the CPU.
 
     torch_train.py --model mlp|cnn --batch N --steps N --threads N
-                   [--mode eager|script|compile] [--optim sgd|adam] [--lr X] [--momentum X]
+                   [--mode eager|script|compile] [--watch none|anomaly|hooks]
+                   [--optim sgd|adam] [--lr X] [--momentum X]
 
 Prints `time: ms_per_step median=X min=X max=X steps=N` over the steps after
 WARMUP, the same line as the examples' --time, timing forward, loss,
@@ -11,7 +12,10 @@ script and compile, `compile_ms=X` (tracing or compiling, and the first
 step). Inputs are random batches made up front: the time of a step does not
 depend on the values. --mode script trains a torch.jit.trace of the model
 (TorchScript); --mode compile uses torch.compile, which needs PyTorch 2:
-without it the script says so and exits 3.
+without it the script says so and exits 3. --watch is what PyTorch offers
+a user hunting a NaN: anomaly mode (torch.autograd.set_detect_anomaly), or
+a forward and a backward hook on every module checking isnan().any() of
+its outputs and gradients, raising when one holds.
 """
 import argparse
 import resource
@@ -39,6 +43,20 @@ def cnn():
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
 
 
+def watch_modules(model):
+    """A NaN watch on every module, the usual hand-made one."""
+    def check(name, tensors):
+        for t in tensors:
+            if t is not None and torch.isnan(t).any():
+                raise RuntimeError(f"NaN in {name}")
+
+    for name, m in model.named_modules():
+        if m is model:
+            continue
+        m.register_forward_hook(lambda mod, inp, out, n=name: check(n, (out,)))
+        m.register_full_backward_hook(lambda mod, gin, gout, n=name: check(n, gin + gout))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=["mlp", "cnn"], required=True)
@@ -49,6 +67,7 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--mode", choices=["eager", "script", "compile"], default="eager")
+    p.add_argument("--watch", choices=["none", "anomaly", "hooks"], default="none")
     a = p.parse_args()
 
     torch.manual_seed(1)
@@ -73,6 +92,11 @@ def main():
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     else:
         opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+
+    if a.watch == "anomaly":
+        torch.autograd.set_detect_anomaly(True)
+    elif a.watch == "hooks":
+        watch_modules(model)
 
     ms = []
     for step in range(a.steps):

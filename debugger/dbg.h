@@ -115,7 +115,7 @@ bool dbg_cond_eval(const dbg_cond *c, const dbg_eval_ctx *ctx, dbg_hit *hit);
  * per dim, comma separated: "3", "-1", "1:4", ":", "::2", "2:-1:3"; fewer
  * than ndim means the rest are ':'. */
 typedef struct dbg_slice {
-    int64_t start, stop, step; /* resolved against a shape by dbg_slice_resolve */
+    int64_t start, stop, step; /* made concrete for a shape by dbg_ref_resolve */
     bool index;                /* a single index: the dim is dropped */
     bool has_start, has_stop;
 } dbg_slice;

@@ -12,6 +12,7 @@
 #include "te_internal.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +275,8 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
     te_tensor *ty = tx ? te_tensor_from(TE_I32, 1, (const int64_t[]){ s->count }, s->y) : NULL;
     if (!tx || !ty)
         return te_error_code() != TE_OK ? te_error_code() : TE_ERR_NOMEM;
+    snprintf(tx->name, sizeof tx->name, "batch:x"); /* what a debugger calls them */
+    snprintf(ty->name, sizeof ty->name, "batch:y");
 
     pthread_mutex_lock(&l->mu);
     l->consumed++;

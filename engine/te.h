@@ -86,6 +86,10 @@ float te_bf16_to_f32(uint16_t h);
 enum {
     TE_TENSOR_PERSISTENT = 1u << 0,  /* not freed by te_tape_reset() */
     TE_TENSOR_PARAM = 1u << 1,       /* registered parameter */
+    /* Graph mode: its memory is reused after its last use, so its values
+     * are valid only while the op that made or read it is reported to the
+     * hooks. te_observe_add() keeps a tensor to the end of the step. */
+    TE_TENSOR_TRANSIENT = 1u << 2,
 };
 
 typedef struct te_node te_node;
@@ -325,6 +329,7 @@ typedef struct te_op_record {
     int n_inputs;
     te_tensor *const *outputs;
     int n_outputs;
+    const char *kernel;  /* graph mode: "k3 fused-act: fc1/linear, fc1/relu"; NULL in eager mode */
 } te_op_record;
 
 typedef struct te_hooks {
@@ -426,6 +431,7 @@ te_graph_stats te_graph_stats_get(const te_graph *g);
  * no kernel fuses across them. Changing the set recompiles, and variants are
  * cached per set. */
 te_status te_observe_add(const char *glob);
+void te_observe_remove(const char *glob);   /* one glob added before */
 void te_observe_clear(void);
 
 /* ---- memory ------------------------------------------------------------ */
@@ -475,8 +481,9 @@ typedef struct te_loader_opts {
 
 typedef struct te_loader te_loader;
 te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o);
-/* Next batch as tape tensors x [B,...] f32 and y [B] i32, in the same order
- * whatever the worker count; starts the next epoch after the last batch. */
+/* Next batch as tape tensors x [B,...] f32 and y [B] i32 (named "batch:x"
+ * and "batch:y"), in the same order whatever the worker count; starts the
+ * next epoch after the last batch. */
 te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y);
 /* The epoch the next batch comes from: `while (te_loader_epoch(l) < E)` runs E epochs. */
 int64_t te_loader_epoch(const te_loader *l);

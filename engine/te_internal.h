@@ -176,6 +176,8 @@ void te_tape_track(te_tensor *t);
 te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
 
 void te_params_shutdown(void);
+/* With TDBG set, loads the debugger once per process (plugin.c). */
+void te_plugin_load(void);
 
 /* Hooks and injections cost one predictable branch each when none is set. */
 extern int te_hook_count;

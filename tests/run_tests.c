@@ -18,6 +18,10 @@ int main(void)
     srunner_add_suite(sr, suite_plan());
     srunner_add_suite(sr, suite_graph());
     srunner_add_suite(sr, suite_examples());
+    srunner_add_suite(sr, suite_dbg_cmd());
+    srunner_add_suite(sr, suite_dbg_cond());
+    srunner_add_suite(sr, suite_dbg_print());
+    srunner_add_suite(sr, suite_debugger());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -16,6 +16,10 @@ Suite *suite_optim(void);       /* SGD, Adam, AdamW, clipping, accumulation, det
 Suite *suite_data(void);        /* datasets and the loader */
 Suite *suite_plan(void);        /* the static memory planner of graph mode */
 Suite *suite_graph(void);       /* graph mode: passes, plans, shapes, observation, parity */
+Suite *suite_dbg_cmd(void);     /* the command layer: lookup, breakpoint commands, bad input */
+Suite *suite_dbg_cond(void);    /* tensor statistics and the breakpoint condition language */
+Suite *suite_dbg_print(void);   /* tensor references, slices, printing, histograms */
+Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 
 #endif

@@ -8,11 +8,11 @@
 
 #include <string.h>
 
-static void report(const tg_origin *o, int base)
+static void report(const tg_kernel *k, const tg_origin *o, int base)
 {
     const te_node *n = o->node;
     te_op_record rec = {
-        .step = te_step(), .op_id = n->id, .exec_index = base + o->exec, .loc = n->loc,
+        .step = te_step(), .op_id = n->id, .exec_index = base + o->exec, .loc = n->loc, .kernel = k->desc,
     };
     if (!o->backward) {
         rec.phase = TE_PHASE_FORWARD;
@@ -26,8 +26,8 @@ static void report(const tg_origin *o, int base)
         return;
     }
     te_tensor *grads_in[TE_MAX_OUT], *grads_out[TE_MAX_IN];
-    for (int k = 0; k < n->n_out; k++)
-        grads_in[k] = n->out[k]->grad;
+    for (int j = 0; j < n->n_out; j++)
+        grads_in[j] = n->out[j]->grad;
     for (int i = 0; i < n->n_in; i++)
         grads_out[i] = te_needs_grad(n->in[i]) ? n->in[i]->grad : NULL;
     rec.phase = TE_PHASE_BACKWARD;
@@ -117,7 +117,7 @@ te_status tg_execute(tg_plan *p, te_tensor *const *inputs, te_tensor **outputs)
             return st;
         if (te_hook_count || te_inject_count)
             for (int j = 0; j < k->n_orig; j++)
-                report(&k->orig[j], base);
+                report(k, &k->orig[j], base);
     }
     te_set_exec_index(base + p->exec_total);
     for (int i = 0; i < p->n_outputs; i++)

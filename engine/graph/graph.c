@@ -50,6 +50,16 @@ te_status te_observe_add(const char *glob)
     return TE_OK;
 }
 
+void te_observe_remove(const char *glob)
+{
+    for (int i = 0; i < n_observed; i++)
+        if (strcmp(observed[i], glob) == 0) {
+            memmove(observed[i], observed[i + 1], (size_t)(n_observed - i - 1) * sizeof observed[0]);
+            n_observed--;
+            return;
+        }
+}
+
 void te_observe_clear(void) { n_observed = 0; }
 
 /* "conv1/bn:out0" matches a glob of the tensor or of its op ("conv1/bn", "conv1/x*"). */
@@ -165,6 +175,20 @@ static void save_stage(const te_graph *g, const tg_plan *p, int stage, const cha
     fclose(f);
 }
 
+/* "k3 fused-act: fc1/linear, fc1/relu": what hooks say a kernel is. */
+static void describe_kernel(tg_kernel *k, int index)
+{
+    size_t cap = 64 + (size_t)k->n_orig * TE_NAME_MAX, len;
+    if (!(k->desc = malloc(cap)))
+        abort(); /* out of memory while compiling */
+    len = (size_t)snprintf(k->desc, cap, "k%d %s", index, tg_kernel_kind_name(k->kind));
+    for (int j = 0; j < k->n_orig && k->n_orig > 1; j++) {
+        const te_node *n = k->orig[j].node;
+        len += (size_t)snprintf(k->desc + len, cap - len, "%s%s", j ? ", " : ": ",
+                                k->orig[j].backward ? n->grad_name : n->name);
+    }
+}
+
 /* TDBG_GRAPH_DISABLE=fuse-ew,cse turns passes off without rebuilding: the
  * way to find which pass makes a graph-mode run differ from eager mode. */
 static unsigned env_disabled(void)
@@ -235,6 +259,8 @@ static te_status compile(te_graph *g, tg_plan *p)
     te_status st = tg_plan_memory(p);
     if (st == TE_OK)
         save_stage(g, p, stage, "memory");
+    for (int i = 0; i < p->n_kernels && st == TE_OK; i++)
+        describe_kernel(&p->kernels[i], i);
     return st;
 }
 

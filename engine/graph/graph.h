@@ -98,6 +98,7 @@ typedef struct tg_kernel {
     int n_params;
     float max_norm;
     tg_ew *ew;              /* EW */
+    char *desc;             /* "k3 fused-act: fc1/linear, fc1/relu", for hooks */
     te_tensor *fold_w, *fold_b; /* BN_FOLD: the folded weight and bias (arena scratch) */
 } tg_kernel;
 
@@ -188,6 +189,8 @@ int tg_pass_fuse_elementwise(tg_plan *p);
 /* Liveness, arena offsets, binding; verifies the plan. */
 te_status tg_plan_memory(tg_plan *p);
 
+/* "fwd", "fused-act", ...: a kernel kind as the text IR names it. */
+const char *tg_kernel_kind_name(tg_kkind k);
 /* Writes the plan as text: kernels, values, fused groups, offsets, peak. */
 void tg_print(const tg_plan *p, FILE *f, const char *title);
 

@@ -130,6 +130,7 @@ static void kernel_free(tg_kernel *k)
     free(k->seed_dy);
     free(k->params);
     free(k->ew);
+    free(k->desc);
 }
 
 void tg_compact(tg_plan *p)

@@ -78,6 +78,8 @@ te_status tg_plan_memory(tg_plan *p)
             tg_value *val = &p->values[which[i]];
             val->offset = off[i];
             val->t->data = (char *)p->arena + off[i];
+            if (val->last_use < p->n_kernels)
+                val->t->flags |= TE_TENSOR_TRANSIENT;
         }
     free(which);
     free(bufs);

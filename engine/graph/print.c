@@ -5,7 +5,7 @@
  */
 #include "graph/graph.h"
 
-static const char *kind_name(tg_kkind k)
+const char *tg_kernel_kind_name(tg_kkind k)
 {
     static const char *const names[] = { "fwd", "bwd", "seed", "optim", "clip", "zero_grad",
                                          "fused-act", "fused-act-grad", "fused-ew", "bn-fold" };
@@ -47,7 +47,7 @@ void tg_print(const tg_plan *p, FILE *f, const char *title)
     int ids[TG_IO_MAX];
     for (int i = 0; i < p->n_kernels; i++) {
         const tg_kernel *k = &p->kernels[i];
-        fprintf(f, "k%-4d %-9s %-8s", i, kind_name(k->kind), te_phase_name(k->phase));
+        fprintf(f, "k%-4d %-9s %-8s", i, tg_kernel_kind_name(k->kind), te_phase_name(k->phase));
         if (k->kind == TG_K_OPTIM)
             fprintf(f, " update/* of every parameter with a gradient");
         if (k->kind == TG_K_CLIP)

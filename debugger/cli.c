@@ -1,0 +1,146 @@
+/*
+ * cli.c — where commands come from: first the -x/-ex script the launcher
+ * passed in TDBG_SCRIPT, then, at a terminal, GNU readline (history in
+ * ~/.tdbg_history, ~/.inputrc honoured, completion of commands, ops and
+ * tensors), else plain lines from stdin. --batch reads the script only.
+ */
+#include "cmd.h"
+#include "session.h"
+
+#include <readline/history.h>
+#include <readline/readline.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static bool use_readline;
+static char history_path[4096];
+
+/* ---- completion ------------------------------------------------------------ */
+
+static const char **cands;
+static int n_cands, cap_cands;
+
+static void cand_add(const char *s)
+{
+    if (n_cands == cap_cands) {
+        int cap = cap_cands ? 2 * cap_cands : 256;
+        const char **p = realloc(cands, (size_t)cap * sizeof *p);
+        if (!p)
+            return;
+        cands = p;
+        cap_cands = cap;
+    }
+    cands[n_cands++] = s;
+}
+
+static char *next_candidate(const char *text, int state)
+{
+    static int i;
+    if (!state)
+        i = 0;
+    size_t len = strlen(text);
+    while (i < n_cands) {
+        const char *c = cands[i++];
+        if (strncmp(c, text, len) == 0)
+            return strdup(c);
+    }
+    return NULL;
+}
+
+static char **complete(const char *text, int start, int end)
+{
+    (void)end;
+    rl_attempted_completion_over = 1; /* never fall back to file names */
+    n_cands = 0;
+    bool first = strspn(rl_line_buffer, " \t") == (size_t)start;
+    if (first) {
+        for (const char *const *n = dbg_cmd_names(); *n; n++)
+            cand_add(*n);
+    } else {
+        static const char *const words[] = { "nan", "inf", "nonfinite", "step", "breakpoints", "ops", "op", "if",
+                                             "and", "or", "not", "has_nan", "has_inf", "abs_max", "l2norm" };
+        for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+            cand_add(words[k]);
+        const dbg_op *ops = dbg.n_ops ? dbg.ops : dbg.last_ops;
+        int n = dbg.n_ops ? dbg.n_ops : dbg.n_last_ops;
+        for (int i = 0; i < n; i++) {
+            cand_add(ops[i].name);
+            for (int k = 0; k < ops[i].n_out; k++)
+                if (ops[i].out_name[k][0])
+                    cand_add(ops[i].out_name[k]);
+        }
+        te_tensor **p = te_params();
+        for (int i = 0; i < te_param_count(); i++)
+            cand_add(p[i]->name);
+    }
+    return rl_completion_matches(text, next_candidate);
+}
+
+/* ---- lines ------------------------------------------------------------------- */
+
+void dbg_cli_init(void)
+{
+    const char *script = getenv("TDBG_SCRIPT");
+    if (script && script[0]) {
+        char *copy = strdup(script), *save = NULL;
+        for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+            char **s = realloc(dbg.script, (size_t)(dbg.n_script + 1) * sizeof *s);
+            if (!s)
+                break;
+            dbg.script = s;
+            dbg.script[dbg.n_script++] = strdup(l);
+        }
+        free(copy);
+    }
+    use_readline = dbg.interactive && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    if (!use_readline)
+        return;
+    rl_readline_name = "tdbg"; /* $if tdbg in ~/.inputrc */
+    rl_attempted_completion_function = complete;
+    rl_basic_word_break_characters = " \t[=";
+    const char *home = getenv("HOME");
+    if (home) {
+        snprintf(history_path, sizeof history_path, "%s/.tdbg_history", home);
+        read_history(history_path);
+    }
+}
+
+void dbg_cli_finish(void)
+{
+    for (int i = dbg.script_pos; i < dbg.n_script; i++)
+        free(dbg.script[i]);
+    dbg.script_pos = dbg.n_script;
+}
+
+char *dbg_read_line(const char *prompt)
+{
+    if (dbg.script_pos < dbg.n_script) {
+        char *l = dbg.script[dbg.script_pos++];
+        fprintf(dbg_out, "%s%s\n", prompt, l);
+        return l;
+    }
+    if (dbg.batch)
+        return NULL;
+    if (use_readline) {
+        char *l = readline(prompt);
+        if (l && l[strspn(l, " \t")]) {
+            add_history(l);
+            if (history_path[0] && append_history(1, history_path) != 0)
+                write_history(history_path); /* the first time: make the file */
+        }
+        return l;
+    }
+    fprintf(dbg_out, "%s", prompt);
+    fflush(dbg_out);
+    size_t cap = 0;
+    char *l = NULL;
+    ssize_t n = getline(&l, &cap, stdin);
+    if (n < 0) {
+        free(l);
+        return NULL;
+    }
+    if (n && l[n - 1] == '\n')
+        l[n - 1] = '\0';
+    return l;
+}

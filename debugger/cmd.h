@@ -1,0 +1,41 @@
+/*
+ * cmd.h — the command table. Each group of commands lives in its own file
+ * (cmd_exec.c, cmd_break.c, cmd_inspect.c) and exports a table; cmd.c
+ * looks names up (exact, alias, or an unambiguous prefix, as in gdb),
+ * suggests the nearest command for a typo, and prints help.
+ */
+#ifndef TDBG_CMD_H
+#define TDBG_CMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct dbg_cmd {
+    const char *name;
+    const char *alias;   /* one-letter shortcut, or NULL */
+    const char *usage;   /* "break WHAT [if COND]" */
+    const char *help;    /* one line, then details after a newline */
+    /* args: the rest of the line, trimmed; returns true to resume training */
+    bool (*run)(const char *args);
+} dbg_cmd;
+
+extern const dbg_cmd dbg_cmds_exec[];
+extern const dbg_cmd dbg_cmds_break[];
+extern const dbg_cmd dbg_cmds_inspect[];
+
+/* The command named (or abbreviated) by word; NULL after printing why. */
+const dbg_cmd *dbg_cmd_lookup(const char *word);
+/* Every command name, for completion; NULL-terminated. */
+const char *const *dbg_cmd_names(void);
+
+/* `help [COMMAND]`, listed with the inspection commands. */
+bool dbg_help(const char *args);
+
+/* Words of the command line, shared by the command files. */
+const char *dbg_skip_space(const char *s);
+/* Copies the first word of s into w; returns the rest, trimmed. */
+const char *dbg_word(const char *s, char *w, size_t n);
+/* A whole-number argument; false (after an error naming what) otherwise. */
+bool dbg_parse_int(const char *s, const char *what, long long lo, long long *out);
+
+#endif

@@ -1,0 +1,269 @@
+/*
+ * cmd_break.c — breakpoints: break, tbreak, delete, disable, enable,
+ * condition, ignore, and the table `info breakpoints` prints.
+ */
+#include "cmd.h"
+#include "session.h"
+
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dbg_break *find(long long id)
+{
+    for (int i = 0; i < dbg.n_breaks; i++)
+        if (dbg.breaks[i].id == id)
+            return &dbg.breaks[i];
+    dbg_error("no breakpoint %lld; 'info breakpoints' lists them", id);
+    return NULL;
+}
+
+void dbg_break_remove(int id)
+{
+    for (int i = 0; i < dbg.n_breaks; i++)
+        if (dbg.breaks[i].id == id) {
+            dbg_cond_free(dbg.breaks[i].cond);
+            memmove(&dbg.breaks[i], &dbg.breaks[i + 1], (size_t)(dbg.n_breaks - i - 1) * sizeof dbg.breaks[0]);
+            dbg.n_breaks--;
+            dbg_breaks_changed();
+            return;
+        }
+}
+
+/* Splits "WHAT if COND" at the word "if". */
+static const char *split_if(const char *args, char *what, size_t n)
+{
+    const char *p = args;
+    while ((p = strstr(p, "if")) != NULL) {
+        bool word = (p == args || p[-1] == ' ' || p[-1] == '\t') && (p[2] == ' ' || p[2] == '\t' || !p[2]);
+        if (word)
+            break;
+        p += 2;
+    }
+    size_t len = p ? (size_t)(p - args) : strlen(args);
+    while (len && (args[len - 1] == ' ' || args[len - 1] == '\t'))
+        len--;
+    if (len >= n)
+        len = n - 1;
+    memcpy(what, args, len);
+    what[len] = '\0';
+    return p ? dbg_skip_space(p + 2) : NULL;
+}
+
+/* Refuses an op glob that matches none of the ops seen in this step and
+ * the last one (the backward of this step has not run yet). */
+static bool known_ops(const char *glob)
+{
+    static const char *names[2 * DBG_MAX_OPS];
+    int n = 0;
+    for (int i = 0; i < dbg.n_ops; i++)
+        names[n++] = dbg.ops[i].name;
+    for (int i = 0; i < dbg.n_last_ops; i++)
+        names[n++] = dbg.last_ops[i].name;
+    if (n == 0)
+        return true; /* nothing ran yet: pending until an op matches */
+    for (int i = 0; i < n; i++)
+        if (fnmatch(glob, names[i], 0) == 0)
+            return true;
+    const char *near = dbg_suggest(glob, names, n);
+    if (near)
+        dbg_error("no op matches '%s' (did you mean %s?); 'info ops' lists them", glob, near);
+    else
+        dbg_error("no op matches '%s'; 'info ops' lists them", glob);
+    return false;
+}
+
+static bool add_break(const char *args, bool temporary)
+{
+    char what[TE_NAME_MAX];
+    const char *cond_text = split_if(args, what, sizeof what);
+    if (!what[0]) {
+        dbg_error("break: say where: OP_GLOB, type:TYPE, step N, nan, inf or nonfinite");
+        return false;
+    }
+    if (dbg.n_breaks == DBG_MAX_BREAKS) {
+        dbg_error("break: at most %d breakpoints", DBG_MAX_BREAKS);
+        return false;
+    }
+    dbg_break b = { .enabled = true, .temporary = temporary };
+    snprintf(b.what, sizeof b.what, "%s", what);
+    char w[32];
+    const char *rest = dbg_word(what, w, sizeof w);
+    if (strcmp(what, "nan") == 0)
+        b.kind = BK_NAN;
+    else if (strcmp(what, "inf") == 0)
+        b.kind = BK_INF;
+    else if (strcmp(what, "nonfinite") == 0)
+        b.kind = BK_NONFINITE;
+    else if (strcmp(w, "step") == 0) {
+        long long s;
+        if (!dbg_parse_int(rest, "break step N", 0, &s))
+            return false;
+        b.kind = BK_STEP;
+        b.step = s;
+    } else if (strncmp(what, "type:", 5) == 0 && what[5]) {
+        b.kind = BK_TYPE;
+        memmove(b.what, b.what + 5, strlen(b.what + 5) + 1);
+    } else if (strchr(what, ' ')) {
+        dbg_error("break: '%s' is not an op name, type:TYPE, step N, nan, inf or nonfinite", what);
+        return false;
+    } else {
+        if (!known_ops(what))
+            return false;
+        b.kind = BK_OP;
+    }
+    if (cond_text) {
+        if (b.kind == BK_STEP) {
+            dbg_error("break step N takes no condition (conditions look at an op's tensors)");
+            return false;
+        }
+        char err[256];
+        if (!cond_text[0] || !(b.cond = dbg_cond_parse(cond_text, err, sizeof err))) {
+            dbg_error("condition: %s", cond_text[0] ? err : "nothing after 'if'");
+            return false;
+        }
+    }
+    b.id = dbg.next_id++;
+    dbg.breaks[dbg.n_breaks++] = b;
+    dbg_breaks_changed();
+    const char *label = temporary ? "Temporary breakpoint" : "Breakpoint";
+    switch (b.kind) {
+    case BK_NAN: fprintf(dbg_out, "%s %d: the first op creating a NaN", label, b.id); break;
+    case BK_INF: fprintf(dbg_out, "%s %d: the first op creating an Inf", label, b.id); break;
+    case BK_NONFINITE: fprintf(dbg_out, "%s %d: the first op creating a NaN or Inf", label, b.id); break;
+    case BK_STEP: fprintf(dbg_out, "%s %d: the start of step %lld", label, b.id, (long long)b.step); break;
+    case BK_TYPE: fprintf(dbg_out, "%s %d: ops of type %s", label, b.id, b.what); break;
+    case BK_OP: fprintf(dbg_out, "%s %d: ops matching '%s'", label, b.id, b.what); break;
+    }
+    if (b.cond)
+        fprintf(dbg_out, " if %s", dbg_cond_text(b.cond));
+    fprintf(dbg_out, "\n");
+    return false;
+}
+
+static bool cmd_break(const char *args) { return add_break(args, false); }
+static bool cmd_tbreak(const char *args) { return add_break(args, true); }
+
+/* Runs fn on each breakpoint id in args, or on all when args is empty. */
+static void each(const char *args, void (*fn)(dbg_break *))
+{
+    if (!args[0]) {
+        for (int i = dbg.n_breaks - 1; i >= 0; i--)
+            fn(&dbg.breaks[i]);
+        return;
+    }
+    char w[32];
+    while (args[0]) {
+        args = dbg_word(args, w, sizeof w);
+        long long id;
+        dbg_break *b;
+        if (dbg_parse_int(w, "breakpoint number", 1, &id) && (b = find(id)))
+            fn(b);
+    }
+}
+
+static void do_delete(dbg_break *b) { dbg_break_remove(b->id); }
+static void do_disable(dbg_break *b) { b->enabled = false; }
+static void do_enable(dbg_break *b) { b->enabled = true; }
+
+static bool cmd_delete(const char *args)
+{
+    each(args, do_delete);
+    return false;
+}
+
+static bool cmd_disable(const char *args)
+{
+    each(args, do_disable);
+    dbg_breaks_changed();
+    return false;
+}
+
+static bool cmd_enable(const char *args)
+{
+    each(args, do_enable);
+    dbg_breaks_changed();
+    return false;
+}
+
+static bool cmd_condition(const char *args)
+{
+    char w[32];
+    const char *rest = dbg_word(args, w, sizeof w);
+    long long id;
+    dbg_break *b;
+    if (!dbg_parse_int(w, "condition N", 1, &id) || !(b = find(id)))
+        return false;
+    if (!rest[0]) {
+        dbg_cond_free(b->cond);
+        b->cond = NULL;
+        fprintf(dbg_out, "Breakpoint %d now unconditional.\n", b->id);
+        return false;
+    }
+    if (b->kind == BK_STEP) {
+        dbg_error("breakpoint %d stops at a step: conditions look at an op's tensors", b->id);
+        return false;
+    }
+    char err[256];
+    dbg_cond *c = dbg_cond_parse(rest, err, sizeof err);
+    if (!c) {
+        dbg_error("condition: %s", err);
+        return false;
+    }
+    dbg_cond_free(b->cond);
+    b->cond = c;
+    fprintf(dbg_out, "Breakpoint %d if %s\n", b->id, dbg_cond_text(c));
+    return false;
+}
+
+static bool cmd_ignore(const char *args)
+{
+    char w[32];
+    const char *rest = dbg_word(args, w, sizeof w);
+    long long id, count;
+    dbg_break *b;
+    if (!dbg_parse_int(w, "ignore N", 1, &id) || !(b = find(id)) ||
+        !dbg_parse_int(rest, "ignore N COUNT", 0, &count))
+        return false;
+    b->ignore = count;
+    fprintf(dbg_out, "Will ignore the next %lld hits of breakpoint %d.\n", count, b->id);
+    return false;
+}
+
+void dbg_info_breakpoints(void);
+void dbg_info_breakpoints(void)
+{
+    if (!dbg.n_breaks) {
+        fprintf(dbg_out, "No breakpoints.\n");
+        return;
+    }
+    fprintf(dbg_out, "%-4s %-10s %-5s %-4s %-6s %s\n", "Num", "Type", "Disp", "Enb", "Hits", "What");
+    static const char *const kinds[] = { "op", "type", "step", "nan", "inf", "nonfinite" };
+    for (int i = 0; i < dbg.n_breaks; i++) {
+        const dbg_break *b = &dbg.breaks[i];
+        fprintf(dbg_out, "%-4d %-10s %-5s %-4s %-6lld %s%s%s", b->id, kinds[b->kind], b->temporary ? "del" : "keep",
+                b->enabled ? "y" : "n", (long long)b->hits, b->what, b->cond ? " if " : "",
+                b->cond ? dbg_cond_text(b->cond) : "");
+        if (b->ignore)
+            fprintf(dbg_out, " (ignore next %lld)", (long long)b->ignore);
+        fprintf(dbg_out, "\n");
+    }
+}
+
+const dbg_cmd dbg_cmds_break[] = {
+    { "break", "b", "break WHAT [if COND]", "stop at ops, a step, or where values go non-finite\n"
+      "WHAT: an op name glob (fc*/linear), type:TYPE (type:MatMul), step N, nan, inf or\n"
+      "nonfinite (the first op creating one: not the ops that pass it on).\n"
+      "COND: has_nan, has_inf, comparisons on max, min, mean, std, abs_max, abs_mean,\n"
+      "l2norm, zero_frac, fp16_overflow, rel_change (vs the previous step), with and,\n"
+      "or, not and parentheses; scopes inputs., outputs. (default), params., grads.,\n"
+      "in0., out1.; phase == forward|backward|update. e.g. break fc* if abs_max > 1e4", cmd_break },
+    { "tbreak", NULL, "tbreak WHAT [if COND]", "a breakpoint deleted after its first stop", cmd_tbreak },
+    { "delete", "d", "delete [N...]", "delete breakpoints (all without N)", cmd_delete },
+    { "disable", NULL, "disable [N...]", "disable breakpoints (all without N)", cmd_disable },
+    { "enable", NULL, "enable [N...]", "enable breakpoints (all without N)", cmd_enable },
+    { "condition", NULL, "condition N [COND]", "set or (without COND) remove breakpoint N's condition",
+      cmd_condition },
+    { "ignore", NULL, "ignore N COUNT", "let breakpoint N pass its next COUNT hits", cmd_ignore },
+    { NULL, NULL, NULL, NULL, NULL },
+};

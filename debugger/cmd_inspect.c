@@ -1,0 +1,261 @@
+/*
+ * cmd_inspect.c — looking around: info (breakpoints, ops, op, step), print,
+ * stats, hist, trend, set, help.
+ */
+#include "cmd.h"
+#include "session.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dbg_info_breakpoints(void);
+
+static const dbg_op *ops_shown(int *n, const char **which)
+{
+    if (dbg.n_ops) {
+        *n = dbg.n_ops;
+        *which = "this step";
+        return dbg.ops;
+    }
+    *n = dbg.n_last_ops;
+    *which = "the last step";
+    return dbg.last_ops;
+}
+
+static void info_ops(void)
+{
+    int n;
+    const char *which;
+    const dbg_op *ops = ops_shown(&n, &which);
+    if (!n) {
+        fprintf(dbg_out, "No op has run yet ('run' starts training).\n");
+        return;
+    }
+    fprintf(dbg_out, "Ops of %s (step %lld), in execution order; ! made NaN/Inf:\n", which, (long long)dbg.step);
+    fprintf(dbg_out, "  %-5s %-32s %-16s %-9s %-18s %s\n", "exec", "op", "type", "phase", "out0", "last statistics");
+    for (int i = 0; i < n; i++) {
+        const dbg_op *o = &ops[i];
+        char sh[64] = "-", st[96] = "";
+        const te_tensor *t = o->n_out ? o->out[0] : NULL;
+        if (t)
+            te_shape_str(t->ndim, t->shape, sh, sizeof sh);
+        if (o->has_stats)
+            snprintf(st, sizeof st, "abs_max %.4g l2norm %.4g nan %lld inf %lld", o->out_stats.abs_max,
+                     o->out_stats.l2norm, (long long)o->out_stats.nan, (long long)o->out_stats.inf);
+        fprintf(dbg_out, "%c %-5d %-32s %-16s %-9s %-18s %s\n", o->bad ? '!' : ' ', o->exec, o->name, o->type,
+                te_phase_name(o->phase), sh, st);
+    }
+}
+
+/* The ops of this step that made tensor `name` and that read it. */
+static void producers_consumers(const char *name, bool want_producer)
+{
+    int n;
+    const char *which;
+    const dbg_op *ops = ops_shown(&n, &which);
+    int shown = 0;
+    for (int i = 0; i < n; i++) {
+        const dbg_op *o = &ops[i];
+        int cnt = want_producer ? o->n_out : o->n_in;
+        for (int k = 0; k < cnt; k++)
+            if (strcmp(want_producer ? o->out_name[k] : o->in_name[k], name) == 0 && shown < 8)
+                fprintf(dbg_out, "%s%s", shown++ ? ", " : "", o->name);
+    }
+    if (!shown)
+        fprintf(dbg_out, "%s", want_producer ? (strncmp(name, "param:", 6) == 0 ? "parameter" : "input")
+                                             : "no op so far");
+}
+
+static void info_op(const char *name)
+{
+    const dbg_op *o = dbg_op_find(name);
+    if (!o) {
+        static const char *names[2 * DBG_MAX_OPS];
+        int n = 0;
+        for (int i = 0; i < dbg.n_ops; i++)
+            names[n++] = dbg.ops[i].name;
+        for (int i = 0; i < dbg.n_last_ops; i++)
+            names[n++] = dbg.last_ops[i].name;
+        const char *near = dbg_suggest(name, names, n);
+        dbg_error("info op: no op '%s' in this step or the last%s%s%s", name, near ? " (did you mean " : "",
+                  near ? near : "", near ? "?)" : "");
+        return;
+    }
+    fprintf(dbg_out, "%s (%s), %s phase, execution index %d\n  created at %s:%d\n", o->name, o->type,
+            te_phase_name(o->phase), o->exec, dbg_short_path(o->loc.file), o->loc.line);
+    for (int k = 0; k < o->n_in; k++) {
+        fprintf(dbg_out, "  in%d  %s  from ", k, o->in_name[k][0] ? o->in_name[k] : "-");
+        producers_consumers(o->in_name[k], true);
+        fprintf(dbg_out, "\n");
+    }
+    for (int k = 0; k < o->n_out; k++) {
+        fprintf(dbg_out, "  out%d %s  to ", k, o->out_name[k][0] ? o->out_name[k] : "-");
+        producers_consumers(o->out_name[k], false);
+        fprintf(dbg_out, "\n");
+    }
+    if (o->kernel[0])
+        fprintf(dbg_out, "  graph mode: runs in kernel %s\n", o->kernel);
+}
+
+static bool cmd_info(const char *args)
+{
+    char w[32];
+    const char *rest = dbg_word(args, w, sizeof w);
+    size_t n = strlen(w);
+    if (n && strncmp(w, "breakpoints", n) == 0)
+        dbg_info_breakpoints();
+    else if (strcmp(w, "ops") == 0)
+        info_ops();
+    else if (strcmp(w, "op") == 0 && rest[0])
+        info_op(rest);
+    else if (n && strncmp(w, "step", n) == 0 && n >= 2)
+        fprintf(dbg_out, "step %lld, %s phase, %d ops run in it%s\n", (long long)(dbg.step < 0 ? 0 : dbg.step),
+                te_phase_name(dbg.phase), dbg.n_ops, dbg.started ? "" : " (training not started)");
+    else
+        dbg_error("info: expected breakpoints, ops, op NAME or step");
+    return false;
+}
+
+static bool cmd_print(const char *args)
+{
+    dbg_ref r;
+    char err[512];
+    const te_tensor *t;
+    if (!dbg_ref_parse(args, &r, err, sizeof err) || !(t = dbg_tensor_find(r.name, err, sizeof err)) ||
+        !dbg_ref_resolve(&r, t, err, sizeof err)) {
+        dbg_error("print: %s", err);
+        return false;
+    }
+    if (r.n_slices == 0)
+        dbg_print_stats(dbg_out, r.name, t);
+    dbg_print_tensor(dbg_out, r.name, t, &r, r.n_slices ? 1000 : 100);
+    return false;
+}
+
+static const te_tensor *tensor_arg(const char *cmd, const char *name)
+{
+    char err[512];
+    const te_tensor *t = name[0] ? dbg_tensor_find(name, err, sizeof err) : NULL;
+    if (!name[0])
+        dbg_error("%s: which tensor? (OP:out0, OP:in1, param:NAME, grad:NAME)", cmd);
+    else if (!t)
+        dbg_error("%s: %s", cmd, err);
+    return t;
+}
+
+static bool cmd_stats(const char *args)
+{
+    const te_tensor *t = tensor_arg("stats", args);
+    if (t)
+        dbg_print_stats(dbg_out, args, t);
+    return false;
+}
+
+static bool cmd_hist(const char *args)
+{
+    char name[TE_NAME_MAX];
+    const char *rest = dbg_word(args, name, sizeof name);
+    long long bins = 10;
+    if (rest[0] && !dbg_parse_int(rest, "hist TENSOR [BINS]", 1, &bins))
+        return false;
+    const te_tensor *t = tensor_arg("hist", name);
+    if (t) {
+        char sh[96];
+        fprintf(dbg_out, "%s %s %s, %d bins over the finite values:\n", name, te_dtype_name(t->dtype),
+                te_shape_str(t->ndim, t->shape, sh, sizeof sh), (int)(bins > 100 ? 100 : bins));
+        dbg_print_hist(dbg_out, name, t, (int)(bins > 100 ? 100 : bins), 40);
+    }
+    return false;
+}
+
+static bool cmd_trend(const char *args)
+{
+    if (!args[0]) {
+        dbg_error("trend: which tensor? e.g. trend fc1/linear:out0");
+        return false;
+    }
+    dbg_trend *t = dbg_trend_get(args, false);
+    bool watched = false;
+    for (int i = 0; i < dbg.n_watch; i++)
+        watched |= strcmp(dbg.watch[i], args) == 0;
+    if (!watched && dbg.n_watch < DBG_MAX_WATCH) {
+        snprintf(dbg.watch[dbg.n_watch++], TE_NAME_MAX, "%s", args);
+        dbg_breaks_changed();
+    }
+    if (!t || !t->n) {
+        fprintf(dbg_out, "No statistics of %s yet; recording them from now on, every step.\n", args);
+        return false;
+    }
+    fprintf(dbg_out, "%-7s %-11s %-11s %-11s %-7s %s\n", "step", "abs_max", "l2norm", "mean", "nan", "inf");
+    for (int i = 0; i < t->n; i++) {
+        int j = (t->head - t->n + i + DBG_TREND_STEPS) % DBG_TREND_STEPS;
+        const dbg_stats *s = &t->s[j];
+        fprintf(dbg_out, "%-7lld %-11.4g %-11.4g %-11.4g %-7lld %lld\n", (long long)t->step[j], s->abs_max,
+                s->l2norm, s->mean, (long long)s->nan, (long long)s->inf);
+    }
+    return false;
+}
+
+static bool cmd_set(const char *args)
+{
+    const char *eq = strchr(args, '=');
+    if (!eq) {
+        dbg_error("set: expected TENSOR[INDEX] = VALUE");
+        return false;
+    }
+    char lhs[TE_NAME_MAX + 64], err[512];
+    size_t len = (size_t)(eq - args);
+    if (len >= sizeof lhs)
+        len = sizeof lhs - 1;
+    while (len && (args[len - 1] == ' ' || args[len - 1] == '\t'))
+        len--;
+    memcpy(lhs, args, len);
+    lhs[len] = '\0';
+    const char *rhs = dbg_skip_space(eq + 1);
+    char *end;
+    errno = 0;
+    double v = strtod(rhs, &end);
+    if (end == rhs || *dbg_skip_space(end)) {
+        dbg_error("set: '%s' is not a number (nan and inf are)", rhs);
+        return false;
+    }
+    dbg_ref r;
+    const te_tensor *t;
+    if (!dbg_ref_parse(lhs, &r, err, sizeof err) || !(t = dbg_tensor_find(r.name, err, sizeof err)) ||
+        !dbg_ref_resolve(&r, t, err, sizeof err)) {
+        dbg_error("set: %s", err);
+        return false;
+    }
+    int64_t flat = 0, stride = 1;
+    bool single = r.n_slices == t->ndim;
+    for (int d = t->ndim - 1; d >= 0 && single; d--) {
+        single = r.slices[d].index;
+        flat += r.slices[d].start * stride;
+        stride *= t->shape[d];
+    }
+    if (!single) {
+        dbg_error("set: give one index per dim of %s (%d-d): one element at a time", r.name, t->ndim);
+        return false;
+    }
+    float old = te_get(t, flat);
+    te_set((te_tensor *)t, flat, (float)v);
+    fprintf(dbg_out, "%s: %g -> %g\n", lhs, (double)old, (double)te_get(t, flat));
+    return false;
+}
+
+const dbg_cmd dbg_cmds_inspect[] = {
+    { "info", "i", "info breakpoints|ops|op NAME|step", "the breakpoints, the step's ops, one op, the step",
+      cmd_info },
+    { "print", "p", "print TENSOR[SLICES]", "a tensor's values, numpy-style\n"
+      "TENSOR: OP:out0, OP:in1, param:NAME, grad:NAME or a name from 'info op';\n"
+      "SLICES: one per dim: 3, -1, 1:4, :, ::2. Without slices: statistics and a summary.", cmd_print },
+    { "stats", NULL, "stats TENSOR", "min, max, mean, std, abs_max, l2norm, zeros, NaN, Inf", cmd_stats },
+    { "hist", NULL, "hist TENSOR [BINS]", "a text histogram of the finite values", cmd_hist },
+    { "trend", NULL, "trend TENSOR", "the tensor's statistics over the last steps recorded\n"
+      "Recorded while a breakpoint checks it, and every step once 'trend' named it.", cmd_trend },
+    { "set", NULL, "set TENSOR[INDEX] = VALUE", "change one element, then go on", cmd_set },
+    { "help", "h", "help [COMMAND]", "list the commands, or explain one", dbg_help },
+    { NULL, NULL, NULL, NULL, NULL },
+};

@@ -1,0 +1,310 @@
+/*
+ * session.c — the debugger in the training process: the plugin entry
+ * point, the hooks, and the decision to stop.
+ *
+ * Checks run on the training thread after each op. `break nan` (inf,
+ * nonfinite) stops only at an op that creates the value: an output is
+ * non-finite while every input is finite. An op that merely passes a NaN
+ * on is not a stop, so the answer is the origin, not the hundreds of ops
+ * downstream. Graph mode is asked to keep every op's tensors visible while
+ * any breakpoint exists (te_observe_add), so both modes stop at the same op.
+ */
+#include "session.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+dbg_session dbg;
+volatile sig_atomic_t dbg_interrupted;
+
+void dbg_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(dbg_out, "error: ");
+    vfprintf(dbg_out, fmt, ap);
+    fprintf(dbg_out, "\n");
+    va_end(ap);
+    fflush(dbg_out);
+}
+
+void dbg_on_sigint(int sig)
+{
+    (void)sig;
+    dbg_interrupted = 1;
+}
+
+/* ---- breakpoints and the engine --------------------------------------- */
+
+void dbg_breaks_changed(void)
+{
+    bool any = false;
+    for (int i = 0; i < dbg.n_breaks; i++)
+        any |= dbg.breaks[i].enabled && dbg.breaks[i].kind != BK_STEP;
+    if (any && !dbg.observing)
+        te_observe_add("*");
+    else if (!any && dbg.observing)
+        te_observe_remove("*");
+    dbg.observing = any;
+    for (; dbg.n_observed_watch < dbg.n_watch; dbg.n_observed_watch++)
+        te_observe_add(dbg.watch[dbg.n_observed_watch]);
+}
+
+/* ---- the ops of this step ------------------------------------------------ */
+
+static void remember_op(const te_op_record *r)
+{
+    if (dbg.n_ops == DBG_MAX_OPS)
+        return;
+    dbg_op *o = &dbg.ops[dbg.n_ops++];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", r->name);
+    o->type = r->type;
+    o->phase = r->phase;
+    o->exec = r->exec_index;
+    o->loc = r->loc;
+    o->n_in = r->n_inputs < 8 ? r->n_inputs : 8;
+    o->n_out = r->n_outputs < 8 ? r->n_outputs : 8;
+    for (int i = 0; i < o->n_in; i++) {
+        o->in[i] = r->inputs[i];
+        snprintf(o->in_name[i], TE_NAME_MAX, "%s", r->inputs[i] ? r->inputs[i]->name : "");
+    }
+    for (int i = 0; i < o->n_out; i++) {
+        o->out[i] = r->outputs[i];
+        snprintf(o->out_name[i], TE_NAME_MAX, "%s", r->outputs[i] ? r->outputs[i]->name : "");
+    }
+    if (r->kernel)
+        snprintf(o->kernel, sizeof o->kernel, "%s", r->kernel);
+}
+
+/* `trend` names: their statistics every step. */
+static void record_watched(const te_op_record *r)
+{
+    for (int k = 0; k < r->n_outputs; k++) {
+        const te_tensor *t = r->outputs[k];
+        if (!t || !t->data || !te_dtype_is_float(t->dtype))
+            continue;
+        for (int w = 0; w < dbg.n_watch; w++)
+            if (strcmp(dbg.watch[w], t->name) == 0) {
+                dbg_stats s;
+                dbg_stats_compute(t, &s);
+                dbg_trend_add(t->name, dbg.step, &s);
+            }
+    }
+}
+
+void dbg_on_step_end(int64_t step, void *user)
+{
+    (void)step;
+    (void)user;
+    /* The tensors go with the step: keep names and statistics only. */
+    dbg_op *t = dbg.last_ops;
+    dbg.last_ops = dbg.ops;
+    dbg.n_last_ops = dbg.n_ops;
+    dbg.ops = t;
+    dbg.n_ops = 0;
+    for (int i = 0; i < dbg.n_last_ops; i++) {
+        memset(dbg.last_ops[i].in, 0, sizeof dbg.last_ops[i].in);
+        memset(dbg.last_ops[i].out, 0, sizeof dbg.last_ops[i].out);
+    }
+    dbg.in_step = false;
+}
+
+/* ---- stops ---------------------------------------------------------------- */
+
+static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec)
+{
+    dbg.stopped_ever = true;
+    dbg.mode = RUN_GO;
+    dbg.rec = rec;
+    dbg.stopped_id = b ? b->id : 0;
+    dbg_report_stop(b, reason, hit, rec);
+    if (b && b->temporary) /* as gdb: a tbreak is gone once it stopped */
+        dbg_break_remove(b->id);
+    dbg_command_loop();
+    dbg.rec = NULL;
+    dbg.stopped_id = 0;
+}
+
+void dbg_on_step_begin(int64_t step, void *user)
+{
+    (void)user;
+    dbg.step = step;
+    dbg.in_step = true;
+    dbg.phase = TE_PHASE_FORWARD;
+    dbg.n_ops = 0;
+    for (int i = 0; i < dbg.n_breaks; i++) {
+        dbg_break *b = &dbg.breaks[i];
+        if (b->enabled && b->kind == BK_STEP && b->step == step) {
+            b->hits++;
+            if (b->ignore > 0) {
+                b->ignore--;
+                continue;
+            }
+            stop(b, "step", NULL, NULL);
+            return;
+        }
+    }
+    if ((dbg.mode == RUN_NEXT) || (dbg.mode == RUN_UNTIL && step >= dbg.until_step) ||
+        (dbg.mode == RUN_FINISH && step > dbg.finish_step))
+        stop(NULL, dbg.mode == RUN_FINISH ? "finish" : "step", NULL, NULL);
+}
+
+void dbg_on_phase(int64_t step, te_phase p, void *user)
+{
+    (void)user;
+    dbg.phase = p;
+    if (dbg.mode == RUN_FINISH && (step > dbg.finish_step || p != dbg.finish_phase))
+        stop(NULL, "finish", NULL, NULL);
+}
+
+static bool tensor_bad(const te_tensor *t, bool want_nan, bool want_inf, dbg_stats *s)
+{
+    if (!t || !t->data || !te_dtype_is_float(t->dtype))
+        return false;
+    dbg_stats_quick(t, s);
+    return (want_nan && s->nan > 0) || (want_inf && s->inf > 0);
+}
+
+/* Did an op of this step produce t? Parameters, data and constants did
+ * not: a NaN coming from them first appears at the op reading them. */
+bool dbg_made_this_step(const te_tensor *t)
+{
+    for (int i = dbg.n_ops - 2; i >= 0; i--) /* the last entry is the op being checked */
+        for (int k = 0; k < dbg.ops[i].n_out; k++)
+            if (dbg.ops[i].out[k] == t)
+                return true;
+    return false;
+}
+
+/* For a nonfinite breakpoint: does this op create such a value? Sets hit
+ * to the first bad output and its first bad element. */
+static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hit *hit, dbg_op *o)
+{
+    bool want_nan = kind != BK_INF, want_inf = kind != BK_NAN;
+    dbg_stats s;
+    for (int k = 0; k < r->n_outputs; k++) {
+        bool bad = tensor_bad(r->outputs[k], want_nan, want_inf, &s);
+        if (r->outputs[k] && r->outputs[k]->data && te_dtype_is_float(r->outputs[k]->dtype))
+            dbg_trend_add(r->outputs[k]->name, dbg.step, &s); /* the history `trend` shows */
+        if (!bad) {
+            if (k == 0 && r->outputs[0] && r->outputs[0]->data && o) {
+                o->out_stats = s;
+                o->has_stats = true;
+            }
+            continue;
+        }
+        if (o) {
+            o->bad = true;
+            if (k == 0) {
+                o->out_stats = s;
+                o->has_stats = true;
+            }
+        }
+        dbg_stats si;
+        for (int i = 0; i < r->n_inputs; i++)
+            if (tensor_bad(r->inputs[i], true, true, &si) && dbg_made_this_step(r->inputs[i]))
+                return false; /* inherited from an op of this step: the origin stopped already */
+        *hit = (dbg_hit){ .tensor = r->outputs[k], .slot = k, .is_output = true, .index = s.first_bad };
+        snprintf(hit->func, sizeof hit->func, "%s", s.nan ? "has_nan" : "has_inf");
+        hit->value = s.nan ? (double)s.nan : (double)s.inf;
+        return true;
+    }
+    return false;
+}
+
+static const te_tensor *prev_value(const te_tensor *t, void *user)
+{
+    (void)user;
+    dbg_trend *tr = dbg_trend_get(t->name, false);
+    return tr && tr->prev && tr->prev_step == dbg.step - 1 ? tr->prev : NULL;
+}
+
+/* Keeps a copy of the outputs of ops whose conditions use rel_change. */
+static void keep_previous(const te_op_record *r)
+{
+    for (int k = 0; k < r->n_outputs; k++) {
+        const te_tensor *t = r->outputs[k];
+        if (!t || !t->data)
+            continue;
+        dbg_trend *tr = dbg_trend_get(t->name, true);
+        if (!tr)
+            return;
+        if (tr->prev && (tr->prev->numel != t->numel || tr->prev->dtype != t->dtype)) {
+            te_tensor_free(tr->prev);
+            tr->prev = NULL;
+        }
+        if (!tr->prev && !(tr->prev = te_tensor_persistent(t->dtype, t->ndim, t->shape)))
+            return;
+        memcpy(tr->prev->data, t->data, t->nbytes);
+        tr->prev_step = dbg.step;
+    }
+}
+
+static bool op_matches(const dbg_break *b, const te_op_record *r)
+{
+    switch (b->kind) {
+    case BK_OP: return fnmatch(b->what, r->name, 0) == 0;
+    case BK_TYPE: return strcmp(b->what, r->type) == 0;
+    case BK_NAN: case BK_INF: case BK_NONFINITE: return true;
+    case BK_STEP: return false;
+    }
+    return false;
+}
+
+void dbg_on_op_end(const te_op_record *r, void *user)
+{
+    (void)user;
+    remember_op(r);
+    dbg_op *o = &dbg.ops[dbg.n_ops - 1];
+    if (dbg.n_watch)
+        record_watched(r);
+    for (int i = 0; i < dbg.n_breaks; i++) {
+        dbg_break *b = &dbg.breaks[i];
+        if (!b->enabled || !op_matches(b, r))
+            continue;
+        dbg_hit hit = { .index = -1 };
+        bool fire;
+        if (b->kind == BK_NAN || b->kind == BK_INF || b->kind == BK_NONFINITE)
+            fire = creates_nonfinite(r, b->kind, &hit, o);
+        else
+            fire = true;
+        if (fire && b->cond) {
+            dbg_eval_ctx ctx = { .rec = r, .prev = prev_value };
+            dbg_hit ch = { .index = -1 };
+            fire = dbg_cond_eval(b->cond, &ctx, &ch);
+            if (fire && !hit.tensor)
+                hit = ch;
+        }
+        if (b->cond && dbg_cond_uses_rel_change(b->cond))
+            keep_previous(r);
+        if (fire && hit.tensor && hit.is_output && hit.slot == 0) {
+            dbg_stats s;
+            dbg_stats_quick(hit.tensor, &s);
+            dbg_trend_add(hit.tensor->name, dbg.step, &s);
+        }
+        if (!fire)
+            continue;
+        b->hits++;
+        if (b->ignore > 0) {
+            b->ignore--;
+            continue;
+        }
+        const char *reason = b->kind == BK_NAN ? "nan" : b->kind == BK_INF ? "inf"
+                             : b->kind == BK_NONFINITE ? (strcmp(hit.func, "has_inf") == 0 ? "inf" : "nan")
+                             : b->cond ? "condition" : "breakpoint";
+        stop(b, reason, &hit, r);
+        return;
+    }
+    if (dbg_interrupted) {
+        dbg_interrupted = 0;
+        fprintf(dbg_out, "\nInterrupted.\n");
+        stop(NULL, "interrupt", NULL, r);
+    } else if (dbg.mode == RUN_STEP) {
+        stop(NULL, "step", NULL, r);
+    }
+}

@@ -1,0 +1,144 @@
+/*
+ * session.h — the debugger session inside the training process.
+ *
+ * The engine loads the debugger (plugin.c) when TDBG is set; the session
+ * attaches hooks and, at every stop, runs the command loop on the training
+ * thread itself: a hook returns only when a command (continue, step, ...)
+ * says training goes on. Breakpoints are checked in the op_end hook;
+ * step/next/finish/until stops in the step and phase hooks.
+ */
+#ifndef TDBG_SESSION_H
+#define TDBG_SESSION_H
+
+#include "dbg.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+#define DBG_MAX_BREAKS 64
+#define DBG_MAX_OPS 4096
+#define DBG_TREND_STEPS 32   /* steps of statistics kept per tensor */
+#define DBG_MAX_TRENDS 1024  /* tensors with a statistics history */
+#define DBG_MAX_WATCH 16     /* tensors `trend` records every step */
+
+typedef enum {
+    BK_OP,        /* an op name glob */
+    BK_TYPE,      /* type:TYPE */
+    BK_STEP,      /* the start of step N */
+    BK_NAN, BK_INF, BK_NONFINITE, /* the first op creating such a value */
+} dbg_break_kind;
+
+typedef struct dbg_break {
+    int id;                 /* as the user sees it, from 1 */
+    dbg_break_kind kind;
+    char what[TE_NAME_MAX]; /* glob, type or step as typed */
+    int64_t step;           /* BK_STEP */
+    dbg_cond *cond;         /* NULL: none */
+    bool enabled, temporary;
+    int64_t hits, ignore;
+} dbg_break;
+
+/* An op seen in the current step (or the last one), in execution order. */
+typedef struct dbg_op {
+    char name[TE_NAME_MAX];
+    const char *type;        /* static strings from the engine */
+    te_phase phase;
+    int exec;
+    te_loc loc;
+    int n_in, n_out;
+    const te_tensor *in[8], *out[8]; /* valid while the step runs (see dbg_tensor_readable) */
+    char in_name[8][TE_NAME_MAX], out_name[8][TE_NAME_MAX];
+    bool has_stats;
+    dbg_stats out_stats;     /* of output 0, when a check computed them */
+    bool bad;                /* produced NaN/Inf this step */
+    char kernel[128];        /* graph mode: the kernel that ran it */
+} dbg_op;
+
+typedef struct dbg_trend {
+    char name[TE_NAME_MAX];
+    int64_t step[DBG_TREND_STEPS];
+    dbg_stats s[DBG_TREND_STEPS];
+    int n, head;             /* ring buffer */
+    te_tensor *prev;         /* previous step's copy, for rel_change */
+    int64_t prev_step;
+} dbg_trend;
+
+typedef enum { RUN_GO, RUN_STEP, RUN_NEXT, RUN_FINISH, RUN_UNTIL } dbg_run_mode;
+
+typedef struct dbg_session {
+    bool batch, interactive;
+    const char *program;
+    dbg_break breaks[DBG_MAX_BREAKS];
+    int n_breaks, next_id;
+    dbg_run_mode mode;
+    int64_t until_step;
+    te_phase finish_phase;
+    int64_t finish_step;
+    bool started;            /* `run` was given */
+    bool stopped_ever;
+    bool ending;             /* the debugger ends the program (quit, script over) */
+    bool in_step;
+    int64_t step;
+    te_phase phase;
+    dbg_op *ops;             /* this step's ops */
+    int n_ops;
+    dbg_op *last_ops;        /* the previous step's */
+    int n_last_ops;
+    const te_op_record *rec; /* the op stopped at, while stopped */
+    int stopped_id;          /* the breakpoint stopped at, 0 if none */
+    dbg_trend *trends;
+    int n_trends;
+    bool observing;          /* te_observe_add("*") is in force */
+    char watch[DBG_MAX_WATCH][TE_NAME_MAX]; /* `trend` names */
+    int n_watch, n_observed_watch;
+    char **script;           /* batch / -ex commands still to run */
+    int n_script, script_pos;
+} dbg_session;
+
+extern dbg_session dbg;
+extern volatile sig_atomic_t dbg_interrupted;
+
+/* The hooks plugin.c attaches, and its SIGINT handler. */
+void dbg_on_step_begin(int64_t step, void *user);
+void dbg_on_step_end(int64_t step, void *user);
+void dbg_on_phase(int64_t step, te_phase p, void *user);
+void dbg_on_op_end(const te_op_record *r, void *user);
+void dbg_on_sigint(int sig);
+
+/* The command loop: returns when a command resumes training. */
+void dbg_command_loop(void);
+/* Runs one command line; returns true when training should resume. */
+bool dbg_execute(const char *line);
+/* Reads the next command line (script, readline or stdin); NULL at the end. */
+char *dbg_read_line(const char *prompt);
+void dbg_cli_init(void);
+void dbg_cli_finish(void);
+
+/* Did an op of this step produce t (an output of a recorded op)? */
+bool dbg_made_this_step(const te_tensor *t);
+/* Removes breakpoint id if it still exists (a tbreak after its hit). */
+void dbg_break_remove(int id);
+/* Breakpoints changed: keeps the engine observing what they need. */
+void dbg_breaks_changed(void);
+/* Prints the stop report for a hit of b (or a step/interrupt stop when b
+ * is NULL, with reason) and the `stopped:` line. */
+void dbg_report_stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec);
+
+/* Tensors by the names users type: "OP:out0", "OP:in1", "param:NAME",
+ * "grad:NAME". NULL with err naming what is wrong (and a suggestion). */
+const te_tensor *dbg_tensor_find(const char *name, char *err, size_t errlen);
+/* "examples/mlp.c" for a build's absolute source path. */
+const char *dbg_short_path(const char *file);
+/* An op of the current (else the last) step by exact name. */
+const dbg_op *dbg_op_find(const char *name);
+/* The nearest of n candidate words to w (edit distance <= 3), or NULL. */
+const char *dbg_suggest(const char *w, const char *const *cands, int n);
+/* A tensor's statistics history, made on first use. */
+dbg_trend *dbg_trend_get(const char *name, bool create);
+void dbg_trend_add(const char *name, int64_t step, const dbg_stats *s);
+
+/* Command output goes here (stdout; a TUI would redirect it). */
+#define dbg_out stdout
+void dbg_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

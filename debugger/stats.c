@@ -1,0 +1,222 @@
+/*
+ * stats.c — tensor statistics in one vectorised pass.
+ *
+ * A tensor is cut into chunks whose size depends only on its length; threads
+ * take whole chunks and the partial results are merged in chunk order, so
+ * the answer is the same bit for bit on any thread count. f32 is read in
+ * place; other dtypes are converted a block at a time into an f32 buffer so
+ * that one kernel serves them all.
+ */
+#include "dbg.h"
+
+#include <math.h>
+#include <string.h>
+
+#define CHUNK_MIN 65536  /* elements: smaller tensors are one chunk, run serially */
+#define MAX_CHUNKS 256   /* bigger tensors get bigger chunks, never more of them */
+#define BLOCK 4096       /* f32 staging buffer for f16, bf16 and i32 */
+#define SHIFT_SCAN 64    /* elements searched for a finite shift value */
+#define F16_MAX 65504.0f
+
+/* One chunk's share. Moments are of (x - shift), shift being one of the
+ * chunk's own values, so that a large mean does not cancel the variance. */
+typedef struct part {
+    int64_t n, fin, nan, zero, ovf, first_bad;
+    float min, max, abs_max, shift;
+    double s1, s2;      /* sum and sum of squares of x - shift, finite x */
+    double sq, abs_sum; /* sum of x^2 and of |x|, finite x */
+} part;
+
+static inline int finite_bits(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return (u & 0x7f800000u) != 0x7f800000u;
+}
+
+/* v when f, else 0, by masking bits: a float select here would keep the loop
+ * from vectorising under the default -ftrapping-math. */
+static inline float keep_if(float v, int f)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u &= 0u - (uint32_t)f;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static int64_t first_nonfinite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!finite_bits(x[i]))
+            return i;
+    return -1;
+}
+
+static float shift_of(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n && i < SHIFT_SCAN; i++)
+        if (finite_bits(x[i]))
+            return x[i];
+    return 0.0f;
+}
+
+/* Adds n elements, the first at flat index base, to p. */
+static void kernel_full(part *p, const float *x, int64_t n, int64_t base)
+{
+    const double k = p->shift;
+    int64_t fin = 0, nan = 0, zero = 0, ovf = 0;
+    float mn = INFINITY, mx = -INFINITY, amx = 0.0f;
+    double s1 = 0, s2 = 0, sq = 0, as = 0;
+#pragma omp simd reduction(+ : fin, nan, zero, ovf, s1, s2, sq, as) reduction(min : mn) \
+    reduction(max : mx, amx)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        int f = finite_bits(v);
+        float a = fabsf(keep_if(v, f)), lo = f ? v : INFINITY, hi = f ? v : -INFINITY;
+        double y = keep_if(v, f), d = y - k * f;
+        fin += f;
+        nan += v != v;
+        zero += v == 0.0f;
+        ovf += a > F16_MAX;
+        mn = lo < mn ? lo : mn;
+        mx = hi > mx ? hi : mx;
+        amx = a > amx ? a : amx;
+        s1 += d;
+        s2 += d * d;
+        sq += y * y;
+        as += a;
+    }
+    if (fin < n && p->first_bad < 0)
+        p->first_bad = base + first_nonfinite(x, n);
+    p->fin += fin;
+    p->nan += nan;
+    p->zero += zero;
+    p->ovf += ovf;
+    p->min = mn < p->min ? mn : p->min;
+    p->max = mx > p->max ? mx : p->max;
+    p->abs_max = amx > p->abs_max ? amx : p->abs_max;
+    p->s1 += s1;
+    p->s2 += s2;
+    p->sq += sq;
+    p->abs_sum += as;
+}
+
+static void kernel_quick(part *p, const float *x, int64_t n, int64_t base)
+{
+    int64_t fin = 0, nan = 0;
+    float amx = 0.0f;
+    double sq = 0;
+#pragma omp simd reduction(+ : fin, nan, sq) reduction(max : amx)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        int f = finite_bits(v);
+        float a = fabsf(keep_if(v, f));
+        double y = a;
+        fin += f;
+        nan += v != v;
+        amx = a > amx ? a : amx;
+        sq += y * y;
+    }
+    if (fin < n && p->first_bad < 0)
+        p->first_bad = base + first_nonfinite(x, n);
+    p->fin += fin;
+    p->nan += nan;
+    p->abs_max = amx > p->abs_max ? amx : p->abs_max;
+    p->sq += sq;
+}
+
+static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, part *p)
+{
+    void (*kernel)(part *, const float *, int64_t, int64_t) = quick ? kernel_quick : kernel_full;
+    *p = (part){ .n = hi - lo, .first_bad = -1, .min = INFINITY, .max = -INFINITY };
+    if (t->dtype == TE_F32) {
+        const float *x = (const float *)t->data + lo;
+        p->shift = quick ? 0.0f : shift_of(x, hi - lo);
+        kernel(p, x, hi - lo, lo);
+        return;
+    }
+    float buf[BLOCK];
+    for (int64_t b = lo; b < hi; b += BLOCK) {
+        int64_t m = hi - b < BLOCK ? hi - b : BLOCK;
+        for (int64_t i = 0; i < m; i++)
+            buf[i] = te_get(t, b + i);
+        if (b == lo && !quick)
+            p->shift = shift_of(buf, m);
+        kernel(p, buf, m, b);
+    }
+}
+
+/* Merges the chunks in order; the moments combine by Chan's formula. */
+static void finish(const part *parts, int nch, int64_t n, dbg_stats *s)
+{
+    *s = (dbg_stats){ .n = n, .first_bad = -1 };
+    int64_t fin = 0;
+    double mean = 0, m2 = 0, sq = 0, abs_sum = 0;
+    double mn = INFINITY, mx = -INFINITY;
+    for (int c = 0; c < nch; c++) {
+        const part *p = &parts[c];
+        s->nan += p->nan;
+        s->inf += p->n - p->fin - p->nan;
+        s->zero += p->zero;
+        s->fp16_overflow += p->ovf;
+        if (s->first_bad < 0)
+            s->first_bad = p->first_bad;
+        mn = p->min < mn ? p->min : mn;
+        mx = p->max > mx ? p->max : mx;
+        s->abs_max = p->abs_max > s->abs_max ? p->abs_max : s->abs_max;
+        sq += p->sq;
+        abs_sum += p->abs_sum;
+        if (p->fin == 0)
+            continue;
+        double nb = (double)p->fin, mb = p->shift + p->s1 / nb;
+        double m2b = fmax(p->s2 - p->s1 * p->s1 / nb, 0.0);
+        double na = (double)fin, tot = na + nb, delta = mb - mean;
+        mean += delta * nb / tot;
+        m2 += m2b + delta * delta * na * nb / tot;
+        fin += p->fin;
+    }
+    s->l2norm = sqrt(sq);
+    if (fin == 0)
+        return;
+    s->min = mn;
+    s->max = mx;
+    s->mean = mean;
+    s->std = sqrt(m2 / (double)fin);
+    s->abs_mean = abs_sum / (double)fin;
+}
+
+static void scan(const te_tensor *t, bool quick, dbg_stats *s)
+{
+    int64_t n = t->numel;
+    int64_t size = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;
+    size = size < CHUNK_MIN ? CHUNK_MIN : (size + BLOCK - 1) / BLOCK * BLOCK;
+    int nch = (int)((n + size - 1) / size);
+    part parts[MAX_CHUNKS];
+#pragma omp parallel for schedule(static) if (nch > 1)
+    for (int c = 0; c < nch; c++) {
+        int64_t lo = (int64_t)c * size, hi = lo + size < n ? lo + size : n;
+        scan_chunk(t, lo, hi, quick, &parts[c]);
+    }
+    finish(parts, nch, n, s);
+    if (quick) /* the fields the quick kernel does not compute stay 0 */
+        *s = (dbg_stats){ .n = s->n, .nan = s->nan, .inf = s->inf, .first_bad = s->first_bad,
+                          .abs_max = s->abs_max, .l2norm = s->l2norm };
+}
+
+void dbg_stats_compute(const te_tensor *t, dbg_stats *s) { scan(t, false, s); }
+
+void dbg_stats_quick(const te_tensor *t, dbg_stats *s) { scan(t, true, s); }
+
+char *dbg_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n)
+{
+    int64_t idx[TE_MAX_DIMS];
+    for (int d = t->ndim - 1; d > 0; d--) {
+        int64_t dim = t->shape[d] > 0 ? t->shape[d] : 1;
+        idx[d] = flat % dim;
+        flat /= dim;
+    }
+    if (t->ndim > 0)
+        idx[0] = flat; /* what remains, so an index past the end reads as such */
+    return te_shape_str(t->ndim, idx, buf, n);
+}

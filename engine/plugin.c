@@ -1,0 +1,38 @@
+/*
+ * plugin.c — the engine's one way to a debugger it knows nothing about.
+ *
+ * `tdbg -- PROGRAM` (or TDBG=cli set by hand) makes te_init() load the
+ * debugger library by path (TDBG_PLUGIN, else the installed one) and call
+ * its entry point, which attaches through the public hook API as any other
+ * consumer would.
+ */
+#include "te_internal.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef TDBG_PLUGIN_PATH
+#define TDBG_PLUGIN_PATH "libtdbg-debugger.so"
+#endif
+
+void te_plugin_load(void)
+{
+    static bool loaded;
+    const char *mode = getenv("TDBG");
+    if (loaded || !mode || !mode[0])
+        return;
+    loaded = true;
+    const char *path = getenv("TDBG_PLUGIN");
+    if (!path || !path[0])
+        path = TDBG_PLUGIN_PATH;
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    int (*start)(void) = h ? (int (*)(void))dlsym(h, "dbg_plugin_start") : NULL;
+    if (!start) {
+        /* The user asked for a debugger: running without one would be worse. */
+        fprintf(stderr, "tdbg: cannot load the debugger from %s: %s\n", path, dlerror());
+        exit(2);
+    }
+    if (start() != 0)
+        exit(2);
+}

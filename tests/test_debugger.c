@@ -1,0 +1,302 @@
+/*
+ * test_debugger.c — scripted debugger sessions: `tdbg --batch` on the
+ * example programs with injected and natural faults, in eager and graph
+ * mode, checking the exact `stopped:` line, the exit status and what the
+ * commands print.
+ */
+#include "suites.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define OUT_MAX (1 << 20)
+
+typedef struct {
+    int status;
+    char *out;
+} session;
+
+static const char *const MLP = "--hidden 64,64 --batch 32 --threads 2 --log-every 1";
+static const char *const CNN = "--channels 4,8,8 --batch 8 --threads 2 --log-every 1 --train-size 64";
+
+/* tdbg --batch with the -ex commands in `cmds` (separated by ';'), on PROG ARGS. */
+static session run_tdbg(const char *cmds, const char *prog, const char *fmt, ...)
+{
+    char args[1024], ex[2048] = "", cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    char *copy = strdup(cmds), *save = NULL;
+    for (char *c = strtok_r(copy, ";", &save); c; c = strtok_r(NULL, ";", &save)) {
+        size_t n = strlen(ex);
+        snprintf(ex + n, sizeof ex - n, " -ex '%s'", c + strspn(c, " "));
+    }
+    free(copy);
+    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' --batch%s -- '%s/examples/%s' %s 2>&1 </dev/null", TDBG_BUILDDIR,
+             ex, TDBG_BUILDDIR, prog, args);
+    session s = { .out = calloc(1, OUT_MAX) };
+    ck_assert(s.out != NULL);
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "cannot run %s", cmd);
+    size_t n = fread(s.out, 1, OUT_MAX - 1, p);
+    s.out[n] = '\0';
+    int st = pclose(p);
+    s.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return s;
+}
+
+/* The k-th (from 0) `stopped:` line of the session, without its newline. */
+static const char *stopped_line(const session *s, int k, char *buf, size_t n)
+{
+    const char *p = s->out;
+    for (int i = 0; p && (p = strstr(p, "stopped: ")) != NULL; i++, p++) {
+        if (p != s->out && p[-1] != '\n')
+            continue;
+        if (i == k) {
+            size_t len = strcspn(p, "\n");
+            snprintf(buf, n, "%.*s", (int)len, p);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+static void assert_stop(const session *s, int k, const char *want)
+{
+    char buf[512];
+    const char *got = stopped_line(s, k, buf, sizeof buf);
+    ck_assert_msg(got && strcmp(got, want) == 0, "stop %d:\n  want %s\n  got  %s\nsession:\n%s", k, want,
+                  got ? got : "(none)", s->out);
+}
+
+static void assert_has(const session *s, const char *want)
+{
+    ck_assert_msg(strstr(s->out, want) != NULL, "no '%s' in the session:\n%s", want, s->out);
+}
+
+static void done(session *s) { free(s->out); }
+
+/* ---- injected faults, both modes ----------------------------------------------- */
+
+START_TEST(test_inject_nan_forward)
+{
+    static const char *const modes[] = { "eager", "graph" };
+    for (int m = 0; m < 2; m++) {
+        session s = run_tdbg("break nan;run", "mlp", "%s --steps 6 --mode %s --inject nan@op=fc2/linear,step=3",
+                             MLP, modes[m]);
+        assert_stop(&s, 0, "stopped: step=3 phase=forward op=fc2/linear type=Linear reason=nan "
+                           "tensor=fc2/linear:out0 index=[0,0] origin=created");
+        ck_assert_msg(s.status == 1, "%s: exit %d, want 1 (stopped on a breakpoint):\n%s", modes[m], s.status,
+                      s.out);
+        assert_has(&s, "verdict: created here (every input is finite)");
+        assert_has(&s, "step=2 loss=");
+        ck_assert_msg(!strstr(s.out, "step=3 loss="), "training went past the stop:\n%s", s.out);
+        done(&s);
+    }
+}
+END_TEST
+
+START_TEST(test_inject_inf_backward_and_cnn)
+{
+    static const char *const modes[] = { "eager", "graph" };
+    for (int m = 0; m < 2; m++) {
+        /* In the backward: the gradient LinearGrad hands to fc1/relu. */
+        session s = run_tdbg("break nonfinite;run", "mlp", "%s --steps 4 --mode %s "
+                             "--inject inf@op=grad/fc2/linear,step=1,index=5", MLP, modes[m]);
+        assert_stop(&s, 0, "stopped: step=1 phase=backward op=grad/fc2/linear type=LinearGrad reason=inf "
+                           "tensor=grad:fc1/relu:out0 index=[0,5] origin=created");
+        done(&s);
+        /* In the CNN, at a batch norm inside a fused conv+bn+relu group. */
+        s = run_tdbg("break inf;run", "cnn", "%s --steps 3 --mode %s --inject inf@op=conv2/bn,step=1,index=7",
+                     CNN, modes[m]);
+        assert_stop(&s, 0, "stopped: step=1 phase=forward op=conv2/bn type=BatchNorm reason=inf "
+                           "tensor=conv2/bn:out0 index=[0,0,0,7] origin=created");
+        ck_assert_int_eq(s.status, 1);
+        done(&s);
+    }
+}
+END_TEST
+
+START_TEST(test_natural_nan)
+{
+    /* A learning rate this large blows the weights up within a few steps;
+     * the first op making a non-finite value is the same in both modes and
+     * every one of its inputs is finite. */
+    char first[512] = "";
+    static const char *const modes[] = { "eager", "graph" };
+    for (int m = 0; m < 2; m++) {
+        session s = run_tdbg("break nonfinite;run", "mlp", "%s --steps 30 --optim sgd --lr 1e4 --mode %s", MLP,
+                             modes[m]);
+        char buf[512];
+        const char *line = stopped_line(&s, 0, buf, sizeof buf);
+        ck_assert_msg(line && strstr(line, "origin=created"), "%s: no stop at an origin:\n%s", modes[m], s.out);
+        if (m == 0)
+            snprintf(first, sizeof first, "%s", line);
+        else
+            ck_assert_msg(strcmp(first, line) == 0, "eager and graph differ:\n  %s\n  %s", first, line);
+        assert_has(&s, "verdict: created here");
+        done(&s);
+    }
+}
+END_TEST
+
+/* ---- breakpoints ------------------------------------------------------------------ */
+
+START_TEST(test_threshold_condition)
+{
+    session s = run_tdbg("break fc*/linear if abs_max > 1000;run;info breakpoints", "mlp",
+                         "%s --steps 5 --inject scale@op=fc2/linear,step=2,value=1e5", MLP);
+    assert_stop(&s, 0, "stopped: step=2 phase=forward op=fc2/linear type=Linear reason=condition "
+                       "tensor=fc2/linear:out0 index=- origin=-");
+    assert_has(&s, "Breakpoint 1: ops matching 'fc*/linear' if outputs.abs_max > 1000");
+    assert_has(&s, "abs_max = ");
+    ck_assert_int_eq(s.status, 1);
+    done(&s);
+}
+END_TEST
+
+START_TEST(test_tbreak_ignore_disable)
+{
+    /* break fc1/linear, ignore its first 2 hits: the stop is at step 2; then
+     * a tbreak stops once at grad/fc1/linear and goes away; disabled, the
+     * first breakpoint lets training finish. */
+    session s = run_tdbg("break fc1/linear;ignore 1 2;run;tbreak grad/fc1/linear;continue;info breakpoints;"
+                         "disable 1;continue", "mlp", "%s --steps 4", MLP);
+    assert_stop(&s, 0, "stopped: step=2 phase=forward op=fc1/linear type=Linear reason=breakpoint "
+                       "tensor=- index=- origin=-");
+    assert_stop(&s, 1, "stopped: step=2 phase=backward op=grad/fc1/linear type=LinearGrad reason=breakpoint "
+                       "tensor=- index=- origin=-");
+    char buf[512];
+    ck_assert_msg(!stopped_line(&s, 2, buf, sizeof buf), "a third stop:\n%s", s.out);
+    assert_has(&s, "Will ignore the next 2 hits of breakpoint 1.");
+    assert_has(&s, "1    op         keep  y    3      fc1/linear");
+    ck_assert_msg(!strstr(s.out, "2    op         del"), "the tbreak was not deleted:\n%s", s.out);
+    assert_has(&s, "step=3 loss=");
+    ck_assert_int_eq(s.status, 1); /* it did stop on breakpoints */
+    done(&s);
+}
+END_TEST
+
+START_TEST(test_stepping)
+{
+    session s = run_tdbg("break step 1;run;step;finish;next;until step 3;info step", "mlp", "%s --steps 5 --mode graph",
+                         MLP);
+    assert_stop(&s, 0, "stopped: step=1 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    assert_stop(&s, 1, "stopped: step=1 phase=forward op=fc1/linear type=Linear reason=step tensor=- index=- origin=-");
+    assert_stop(&s, 2, "stopped: step=1 phase=backward op=- type=- reason=finish tensor=- index=- origin=-");
+    assert_stop(&s, 3, "stopped: step=2 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    assert_stop(&s, 4, "stopped: step=3 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    assert_has(&s, "step 3, forward phase, 0 ops run in it");
+    done(&s);
+}
+END_TEST
+
+/* ---- looking around and changing values ------------------------------------------ */
+
+START_TEST(test_inspect)
+{
+    session s = run_tdbg("break fc2/relu;run;info ops;info op fc2/linear;print fc2/relu:out0[0, :4];"
+                         "stats param:fc1.bias;hist fc2/relu:out0 4;print fc2/linear:in1[0:2,0:2];trend fc2/relu:out0;"
+                         "help break", "mlp", "%s --steps 2", MLP);
+    assert_has(&s, "fc1/linear");
+    assert_has(&s, "Linear");
+    assert_has(&s, "in0  fc1/relu:out0  from fc1/relu");
+    assert_has(&s, "out0 fc2/linear:out0  to fc2/relu");
+    assert_has(&s, "fc2/relu:out0 f32 [32,64]");
+    assert_has(&s, "param:fc1.bias f32 [64]");
+    assert_has(&s, "usage: break WHAT [if COND]");
+    done(&s);
+}
+END_TEST
+
+START_TEST(test_set_changes_training)
+{
+    /* A NaN put into a weight by hand appears at the first op reading it:
+     * the stop says where it came from. */
+    session s = run_tdbg("break step 1;run;set param:fc1.weight[0,0] = nan;break nonfinite;continue", "mlp",
+                         "%s --steps 3", MLP);
+    assert_has(&s, "param:fc1.weight[0,0]: ");
+    assert_stop(&s, 1, "stopped: step=1 phase=forward op=fc1/linear type=Linear reason=nan "
+                       "tensor=fc1/linear:out0 index=[0,0] origin=propagated:param:fc1.weight");
+    done(&s);
+    /* A finite change: the loss of step 1 moves away from the clean run's. */
+    session clean = run_tdbg("run", "mlp", "%s --steps 2", MLP);
+    s = run_tdbg("break step 1;run;set param:fc3.bias[0] = 50;continue", "mlp", "%s --steps 2", MLP);
+    const char *a = strstr(clean.out, "step=1 loss="), *b = strstr(s.out, "step=1 loss=");
+    ck_assert_msg(a && b, "no step 1 line:\n%s\n%s", clean.out, s.out);
+    float la = strtof(a + 12, NULL), lb = strtof(b + 12, NULL);
+    ck_assert_msg(lb > la + 1.0f, "set bias 50: loss %g, clean %g", lb, la);
+    ck_assert_int_eq(clean.status, 0);
+    done(&s);
+    done(&clean);
+}
+END_TEST
+
+START_TEST(test_bad_commands)
+{
+    session s = run_tdbg("brek nan;print nosuch:out0;condition 7 has_nan;break fc1/linear if abs_mx > 3;"
+                         "break fc2/linear;run;break fc2/lnear;print fc1/linear:out9;set param:fc1.bias[99] = 1;"
+                         "print fc1/linear:out0[0,;info op fc1/relux;until step 0;info breakpoints", "mlp", "%s --steps 3",
+                         MLP);
+    assert_has(&s, "error: unknown command 'brek' (did you mean break?)");
+    assert_has(&s, "error: print: no op 'nosuch' in this step");
+    assert_has(&s, "error: no breakpoint 7");
+    assert_has(&s, "did you mean abs_max?");
+    assert_has(&s, "error: no op matches 'fc2/lnear' (did you mean fc2/linear?)");
+    assert_has(&s, "fc1/linear has 1 outputs (out0..out0)");
+    assert_has(&s, "error: set: ");
+    assert_has(&s, "error: print: ");
+    assert_has(&s, "error: info op: no op 'fc1/relux' in this step or the last (did you mean fc1/relu?)");
+    assert_has(&s, "error: until step 0: training is at step 0 already");
+    assert_has(&s, "1    op         keep  y    1      fc2/linear"); /* the session went on */
+    ck_assert_int_eq(s.status, 1);
+    done(&s);
+}
+END_TEST
+
+START_TEST(test_launcher)
+{
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' --bogus -- true 2>&1; echo status=$?", TDBG_BUILDDIR);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    ck_assert_msg(strstr(out, "tdbg: unknown option '--bogus'") && strstr(out, "usage: tdbg") &&
+                  strstr(out, "status=2"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' -x /no/such/file -- true 2>&1; echo status=$?", TDBG_BUILDDIR);
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    ck_assert_msg(strstr(out, "tdbg: -x /no/such/file: No such file or directory") && strstr(out, "status=2"), "%s",
+                  out);
+}
+END_TEST
+
+Suite *suite_debugger(void)
+{
+    Suite *s = suite_create("debugger");
+    TCase *tc = tcase_create("faults");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_inject_nan_forward);
+    tcase_add_test(tc, test_inject_inf_backward_and_cnn);
+    tcase_add_test(tc, test_natural_nan);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("session");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_threshold_condition);
+    tcase_add_test(tc, test_tbreak_ignore_disable);
+    tcase_add_test(tc, test_stepping);
+    tcase_add_test(tc, test_inspect);
+    tcase_add_test(tc, test_set_changes_training);
+    tcase_add_test(tc, test_bad_commands);
+    tcase_add_test(tc, test_launcher);
+    suite_add_tcase(s, tc);
+    return s;
+}
