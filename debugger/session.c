@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fnmatch.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,9 +210,16 @@ static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hi
         for (int i = 0; i < r->n_inputs; i++)
             if (tensor_bad(r->inputs[i], true, true, &si) && dbg_made_this_step(r->inputs[i]))
                 return false; /* inherited from an op of this step: the origin stopped already */
-        *hit = (dbg_hit){ .tensor = r->outputs[k], .slot = k, .is_output = true, .index = s.first_bad };
-        snprintf(hit->func, sizeof hit->func, "%s", s.nan ? "has_nan" : "has_inf");
-        hit->value = s.nan ? (double)s.nan : (double)s.inf;
+        /* The first element of the kind asked for (for nonfinite: of either). */
+        const te_tensor *t = r->outputs[k];
+        int64_t at = s.first_bad;
+        if (kind != BK_NONFINITE && (isnan(te_get(t, at)) != (kind == BK_NAN)))
+            for (at = 0; at < t->numel && isnan(te_get(t, at)) != (kind == BK_NAN); at++)
+                ;
+        bool is_nan = isnan(te_get(t, at));
+        *hit = (dbg_hit){ .tensor = t, .slot = k, .is_output = true, .index = at };
+        snprintf(hit->func, sizeof hit->func, "%s", is_nan ? "has_nan" : "has_inf");
+        hit->value = is_nan ? (double)s.nan : (double)s.inf;
         return true;
     }
     return false;

@@ -102,7 +102,8 @@ static void kernel_full(part *p, const float *x, int64_t n, int64_t base)
     p->abs_sum += as;
 }
 
-static void kernel_quick(part *p, const float *x, int64_t n, int64_t base)
+/* The exact quick pass over n elements that hold a NaN or Inf. */
+static void quick_exact(part *p, const float *x, int64_t n, int64_t base)
 {
     int64_t fin = 0, nan = 0;
     float amx = 0.0f;
@@ -124,6 +125,41 @@ static void kernel_quick(part *p, const float *x, int64_t n, int64_t base)
     p->nan += nan;
     p->abs_max = amx > p->abs_max ? amx : p->abs_max;
     p->sq += sq;
+}
+
+/* `break nan` runs this on every op's outputs, so the common case, a block
+ * with only finite values, is one f32 pass: x * 0 is NaN exactly when x is
+ * NaN or Inf, so one sum says whether the block is clean. A block that is
+ * not, or whose f32 sum of squares overflows, is done again exactly. */
+#define QUICK_BLOCK 1024
+
+static void kernel_quick(part *p, const float *x, int64_t n, int64_t base)
+{
+    for (int64_t b = 0; b < n; b += QUICK_BLOCK) {
+        const int64_t m = n - b < QUICK_BLOCK ? n - b : QUICK_BLOCK;
+        const float *xb = x + b;
+        float probe = 0.0f, sq = 0.0f;
+        uint32_t amx = 0; /* |x| as bits: for finite x, ordered as the floats are */
+#pragma omp simd reduction(+ : probe, sq) reduction(max : amx)
+        for (int64_t i = 0; i < m; i++) {
+            const float v = xb[i];
+            uint32_t u;
+            memcpy(&u, &v, sizeof u);
+            u &= 0x7fffffffu;
+            probe += v * 0.0f;
+            amx = u > amx ? u : amx;
+            sq += v * v;
+        }
+        if (probe != probe || isinf(sq)) {
+            quick_exact(p, xb, m, base + b);
+            continue;
+        }
+        float a;
+        memcpy(&a, &amx, sizeof a);
+        p->fin += m;
+        p->abs_max = a > p->abs_max ? a : p->abs_max;
+        p->sq += sq;
+    }
 }
 
 static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, part *p)

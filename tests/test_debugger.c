@@ -258,6 +258,37 @@ START_TEST(test_bad_commands)
 }
 END_TEST
 
+START_TEST(test_interrupt)
+{
+    /* Ctrl-C while training runs: a stop at the next op boundary. */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "'%s/debugger/tdbg' --batch -ex run -ex 'info step' -- '%s/examples/mlp' %s --steps 1000000 "
+             ">%s/interrupt.out 2>&1 </dev/null & pid=$!; sleep 3; kill -INT $pid; wait $pid; echo $?",
+             TDBG_BUILDDIR, TDBG_BUILDDIR, MLP, TDBG_BUILDDIR);
+    FILE *p = popen(cmd, "r");
+    int status = -1;
+    ck_assert(p && fscanf(p, "%d", &status) == 1);
+    pclose(p);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/interrupt.out", TDBG_BUILDDIR);
+    FILE *f = fopen(path, "r");
+    ck_assert(f != NULL);
+    session s = { .status = status, .out = calloc(1, OUT_MAX) };
+    size_t n = fread(s.out, 1, OUT_MAX - 1, f);
+    s.out[n] = '\0';
+    fclose(f);
+    remove(path);
+    assert_has(&s, "Interrupted.");
+    char buf[512];
+    const char *line = stopped_line(&s, 0, buf, sizeof buf);
+    ck_assert_msg(line && strstr(line, "reason=interrupt") && strstr(line, " op="), "no interrupt stop:\n%s", s.out);
+    assert_has(&s, "tdbg: the script ended while stopped at step");
+    ck_assert_msg(status == 1, "exit %d:\n%s", status, s.out);
+    done(&s);
+}
+END_TEST
+
 START_TEST(test_launcher)
 {
     char cmd[1024], out[4096];
@@ -297,6 +328,7 @@ Suite *suite_debugger(void)
     tcase_add_test(tc, test_set_changes_training);
     tcase_add_test(tc, test_bad_commands);
     tcase_add_test(tc, test_launcher);
+    tcase_add_test(tc, test_interrupt);
     suite_add_tcase(s, tc);
     return s;
 }
