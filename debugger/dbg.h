@@ -37,6 +37,9 @@ void dbg_stats_compute(const te_tensor *t, dbg_stats *s);
 /* The cheap pass of `break nonfinite` on every op: only n, nan, inf,
  * first_bad, abs_max and l2norm are set (the rest 0). */
 void dbg_stats_quick(const te_tensor *t, dbg_stats *s);
+/* Does t hold a NaN or Inf? The cheapest pass there is (x * 0 summed),
+ * for tensors whose statistics nobody keeps (parameters after an update). */
+bool dbg_has_nonfinite(const te_tensor *t);
 /* Flat index -> "[3,17]" for t's shape; returns buf. */
 char *dbg_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
 

@@ -171,6 +171,16 @@ static bool tensor_bad(const te_tensor *t, bool want_nan, bool want_inf, dbg_sta
     return (want_nan && s->nan > 0) || (want_inf && s->inf > 0);
 }
 
+/* An update's output is the whole parameter: check it with the cheapest
+ * pass, and count it only when that finds something. */
+static bool update_bad(const te_tensor *t, bool want_nan, bool want_inf, dbg_stats *s)
+{
+    *s = (dbg_stats){ .first_bad = -1 };
+    if (!t || !t->data || !te_dtype_is_float(t->dtype) || !dbg_has_nonfinite(t))
+        return false;
+    return tensor_bad(t, want_nan, want_inf, s);
+}
+
 /* Did an op of this step produce t? Parameters, data and constants did
  * not: a NaN coming from them first appears at the op reading them. */
 bool dbg_made_this_step(const te_tensor *t)
@@ -188,12 +198,14 @@ static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hi
 {
     bool want_nan = kind != BK_INF, want_inf = kind != BK_NAN;
     dbg_stats s;
+    const bool update = r->phase == TE_PHASE_UPDATE;
     for (int k = 0; k < r->n_outputs; k++) {
-        bool bad = tensor_bad(r->outputs[k], want_nan, want_inf, &s);
-        if (r->outputs[k] && r->outputs[k]->data && te_dtype_is_float(r->outputs[k]->dtype))
+        bool bad = update ? update_bad(r->outputs[k], want_nan, want_inf, &s)
+                          : tensor_bad(r->outputs[k], want_nan, want_inf, &s);
+        if (!update && r->outputs[k] && r->outputs[k]->data && te_dtype_is_float(r->outputs[k]->dtype))
             dbg_trend_add(r->outputs[k]->name, dbg.step, &s); /* the history `trend` shows */
         if (!bad) {
-            if (k == 0 && r->outputs[0] && r->outputs[0]->data && o) {
+            if (k == 0 && !update && r->outputs[0] && r->outputs[0]->data && o) {
                 o->out_stats = s;
                 o->has_stats = true;
             }

@@ -240,6 +240,22 @@ static void scan(const te_tensor *t, bool quick, dbg_stats *s)
                           .abs_max = s->abs_max, .l2norm = s->l2norm };
 }
 
+bool dbg_has_nonfinite(const te_tensor *t)
+{
+    if (t->dtype != TE_F32) {
+        dbg_stats s;
+        dbg_stats_quick(t, &s);
+        return s.nan || s.inf;
+    }
+    const float *x = t->data;
+    const int64_t n = t->numel;
+    float probe = 0.0f; /* NaN exactly when some x is NaN or Inf */
+#pragma omp parallel for simd reduction(+ : probe) if (n >= CHUNK_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        probe += x[i] * 0.0f;
+    return probe != probe;
+}
+
 void dbg_stats_compute(const te_tensor *t, dbg_stats *s) { scan(t, false, s); }
 
 void dbg_stats_quick(const te_tensor *t, dbg_stats *s) { scan(t, true, s); }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define OUT_MAX (1 << 20)
 
@@ -95,6 +96,12 @@ START_TEST(test_inject_nan_forward)
         assert_has(&s, "verdict: created here (every input is finite)");
         assert_has(&s, "step=2 loss=");
         ck_assert_msg(!strstr(s.out, "step=3 loss="), "training went past the stop:\n%s", s.out);
+        done(&s);
+        /* made by the optimizer: the update op is the origin */
+        s = run_tdbg("break nan;run", "mlp", "%s --steps 4 --mode %s --inject nan@op=update/fc2.weight,step=2,index=9",
+                     MLP, modes[m]);
+        assert_stop(&s, 0, "stopped: step=2 phase=update op=update/fc2.weight type=Adam reason=nan "
+                           "tensor=param:fc2.weight index=[0,9] origin=created");
         done(&s);
     }
 }
@@ -209,6 +216,31 @@ START_TEST(test_inspect)
     assert_has(&s, "fc2/relu:out0 f32 [32,64]");
     assert_has(&s, "param:fc1.bias f32 [64]");
     assert_has(&s, "usage: break WHAT [if COND]");
+    assert_has(&s, "fc2/relu:out0 f32 [32,64], 4 bins over the finite values:");
+    assert_has(&s, "No statistics of fc2/relu:out0 yet; recording them from now on, every step.");
+    done(&s);
+}
+END_TEST
+
+START_TEST(test_trend_and_continue_n)
+{
+    /* `break nan` checks every output, which is the history `trend` shows;
+     * `continue 3` passes the next two hits of the breakpoint stopped at. */
+    session s = run_tdbg("break nan;break fc1/linear;run;continue 3;trend fc1/linear:out0;quit", "mlp",
+                         "%s --steps 6", MLP);
+    assert_stop(&s, 0, "stopped: step=0 phase=forward op=fc1/linear type=Linear reason=breakpoint "
+                       "tensor=- index=- origin=-");
+    assert_stop(&s, 1, "stopped: step=3 phase=forward op=fc1/linear type=Linear reason=breakpoint "
+                       "tensor=- index=- origin=-");
+    assert_has(&s, "Will ignore the next 2 hits of breakpoint 2.");
+    assert_has(&s, "step    abs_max     l2norm      mean        nan     inf");
+    for (int step = 0; step <= 3; step++) {
+        char row[16];
+        snprintf(row, sizeof row, "\n%-7d ", step);
+        ck_assert_msg(strstr(s.out, row), "no trend row for step %d:\n%s", step, s.out);
+    }
+    assert_has(&s, "tdbg: training ended by quit at step 3");
+    ck_assert_int_eq(s.status, 1);
     done(&s);
 }
 END_TEST
@@ -306,6 +338,24 @@ START_TEST(test_launcher)
     pclose(p);
     ck_assert_msg(strstr(out, "tdbg: -x /no/such/file: No such file or directory") && strstr(out, "status=2"), "%s",
                   out);
+    /* -x FILE: commands from a file, comments and blank lines skipped, then -ex */
+    char script[] = "/tmp/tdbg-script-XXXXXX";
+    int fd = mkstemp(script);
+    ck_assert(fd >= 0);
+    const char text[] = "# find the NaN\n\n  break nan\nrun\n";
+    ck_assert(write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1));
+    close(fd);
+    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' --batch -x %s -ex 'info breakpoints' -- '%s/examples/mlp' %s "
+             "--steps 3 --inject nan@op=fc1/relu,step=1 2>&1; echo status=$?", TDBG_BUILDDIR, script,
+             TDBG_BUILDDIR, MLP);
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    unlink(script);
+    ck_assert_msg(strstr(out, "stopped: step=1 phase=forward op=fc1/relu type=Relu reason=nan") &&
+                  strstr(out, "(tdbg) info breakpoints") && strstr(out, "status=1") && !strstr(out, "find the NaN"),
+                  "%s", out);
 }
 END_TEST
 
@@ -325,6 +375,7 @@ Suite *suite_debugger(void)
     tcase_add_test(tc, test_tbreak_ignore_disable);
     tcase_add_test(tc, test_stepping);
     tcase_add_test(tc, test_inspect);
+    tcase_add_test(tc, test_trend_and_continue_n);
     tcase_add_test(tc, test_set_changes_training);
     tcase_add_test(tc, test_bad_commands);
     tcase_add_test(tc, test_launcher);
