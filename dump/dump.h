@@ -1,0 +1,79 @@
+/*
+ * dump.h — selective HDF5 dumps: the spec language, the step files and
+ * their reader. (The background writer, the engine hook and tdbg-dump are
+ * built on these.)
+ */
+#ifndef TDBG_DUMP_H
+#define TDBG_DUMP_H
+
+#include "te.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- the spec (spec.c) ----------------------------------------------------------
+ * `key=value` items joined by ';', lists by ','. Keys and defaults:
+ *   dir=PATH          output run directory            (default "tdbg-dump")
+ *   ops=GLOB,...      op name globs and type:TYPE     (default every op)
+ *   steps=SPEC        N, A-B, every:N, joined by '|'  (default every step)
+ *   io=outputs|inputs|both                            (default outputs)
+ *   phase=forward,backward,update,params,grads        (default forward,backward,update)
+ *   what=full|stats                                   (default full)
+ *   when=always|break|nonfinite                       (default always)
+ *   keep=K            flight recorder: steps kept in memory (default 0: off;
+ *                     needs when=nonfinite or break)
+ *   max=SIZE          stop dumping after SIZE bytes: 500M, 2G, 100K, 123 (default: no cap)
+ *   compress=none|gzip:N   N in 1..9                  (default none)
+ * "params" dumps the parameters at each selected step, "grads" their
+ * gradients. Whitespace around tokens is ignored. `@FILE` reads the spec
+ * from FILE (items may be on separate lines; '#' starts a comment).
+ */
+#define DUMP_MAX_GLOBS 32
+#define DUMP_MAX_RANGES 32
+
+typedef enum { DUMP_IO_OUTPUTS = 1, DUMP_IO_INPUTS = 2, DUMP_IO_BOTH = 3 } dump_io;
+typedef enum { DUMP_WHEN_ALWAYS, DUMP_WHEN_BREAK, DUMP_WHEN_NONFINITE } dump_when;
+
+enum { /* dump_spec.phases bits */
+    DUMP_PHASE_FORWARD = 1u << 0,
+    DUMP_PHASE_BACKWARD = 1u << 1,
+    DUMP_PHASE_UPDATE = 1u << 2,
+    DUMP_PHASE_PARAMS = 1u << 3,
+    DUMP_PHASE_GRADS = 1u << 4,
+};
+
+typedef struct dump_range {
+    int64_t lo, hi;   /* inclusive; hi = INT64_MAX for "every" */
+    int64_t every;    /* 1, or N for every:N (steps lo, lo+N, ...) */
+} dump_range;
+
+typedef struct dump_spec {
+    char dir[4096];
+    int n_ops;                          /* 0: every op */
+    char ops[DUMP_MAX_GLOBS][TE_NAME_MAX]; /* globs; "type:Conv2D" entries match op types */
+    int n_steps;                        /* 0: every step */
+    dump_range steps[DUMP_MAX_RANGES];
+    dump_io io;
+    unsigned phases;
+    bool stats_only;                    /* what=stats */
+    dump_when when;
+    int keep;
+    uint64_t max_bytes;                 /* 0: no cap */
+    int gzip;                           /* 0: none, else level 1..9 */
+} dump_spec;
+
+/* Fills s with the defaults, then parses text over them. On error returns
+ * false and writes into err a message naming the offending token and its
+ * 1-based column, e.g. "column 12: unknown key 'stpes' (did you mean
+ * steps?)", "column 20: bad step range '8-5' (the end is before the
+ * start)", "column 33: bad size '2X' (use K, M or G)". For "@FILE" the
+ * message names the file and its line instead of a column. */
+bool dump_spec_parse(const char *text, dump_spec *s, char *err, size_t errlen);
+/* Does the spec select this step / op (name and type)? */
+bool dump_spec_step(const dump_spec *s, int64_t step);
+bool dump_spec_op(const dump_spec *s, const char *name, const char *type);
+/* The spec back as canonical text, defaults included. */
+void dump_spec_format(const dump_spec *s, char *buf, size_t n);
+
+#endif
