@@ -191,7 +191,7 @@ static bool cmd_trend(const char *args)
     fprintf(dbg_out, "%-7s %-11s %-11s %-11s %-7s %s\n", "step", "abs_max", "l2norm", "mean", "nan", "inf");
     for (int i = 0; i < t->n; i++) {
         int j = (t->head - t->n + i + DBG_TREND_STEPS) % DBG_TREND_STEPS;
-        const dbg_stats *s = &t->s[j];
+        const te_stats *s = &t->s[j];
         fprintf(dbg_out, "%-7lld %-11.4g %-11.4g %-11.4g %-7lld %lld\n", (long long)t->step[j], s->abs_max,
                 s->l2norm, s->mean, (long long)s->nan, (long long)s->inf);
     }

@@ -27,7 +27,7 @@ _Static_assert(sizeof func_names / sizeof *func_names == F_COUNT, "a name for ev
 
 /* Counts hold without a comparison ("count > 0"); the rest need one. */
 static bool func_is_count(func f) { return f == F_HAS_NAN || f == F_HAS_INF || f == F_FP16_OVERFLOW; }
-/* Functions dbg_stats_quick serves. */
+/* Functions te_stats_quick serves. */
 static bool func_is_quick(func f)
 {
     return f == F_HAS_NAN || f == F_HAS_INF || f == F_ABS_MAX || f == F_L2NORM;
@@ -605,7 +605,7 @@ typedef struct cached {
     bool full;          /* s holds every field, not just the quick ones */
     bool rel_done, rel_ok;
     double rel;
-    dbg_stats s;
+    te_stats s;
 } cached;
 
 typedef struct evaluator {
@@ -668,9 +668,9 @@ static bool func_value(evaluator *ev, func f, const te_tensor *t, double *v)
     }
     if (c->s.n < 0 || (!c->full && !func_is_quick(f))) {
         c->full = !func_is_quick(f);
-        (c->full ? dbg_stats_compute : dbg_stats_quick)(t, &c->s);
+        (c->full ? te_stats_compute : te_stats_quick)(t, &c->s);
     }
-    const dbg_stats *s = &c->s;
+    const te_stats *s = &c->s;
     switch (f) {
     case F_HAS_NAN: *v = (double)s->nan; break;
     case F_HAS_INF: *v = (double)s->inf; break;

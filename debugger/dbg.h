@@ -1,6 +1,6 @@
 /*
- * dbg.h — the debugger's parts that are not the session: tensor
- * statistics, breakpoint conditions, tensor slices and printing.
+ * dbg.h — the debugger's parts that are not the session: breakpoint
+ * conditions, tensor slices and printing.
  *
  * The session (session.h) attaches to the engine through te_hook_add() and
  * calls these on the tensors of each op record. Everything here works on
@@ -16,32 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* ---- statistics (stats.c) ---------------------------------------------------
- * One pass over a tensor of any float dtype (f32, f16, bf16; i32 too, read
- * as float). min/max/mean/std/abs_max/abs_mean/l2norm are over the finite
- * elements (0 when there are none); counts are over all elements.
- */
-typedef struct dbg_stats {
-    int64_t n;              /* elements */
-    int64_t nan, inf;       /* non-finite counts */
-    int64_t zero;           /* elements == 0 */
-    int64_t fp16_overflow;  /* finite elements with |x| > 65504, the largest f16 */
-    int64_t first_bad;      /* flat index of the first NaN or Inf; -1 if none */
-    double min, max, mean, std; /* std: population (divide by the finite count) */
-    double abs_max, abs_mean, l2norm;
-} dbg_stats;
-
-/* Full statistics. t->data must not be NULL. Deterministic: the same tensor
- * gives the same result bit for bit whatever the thread count. */
-void dbg_stats_compute(const te_tensor *t, dbg_stats *s);
-/* The cheap pass of `break nonfinite` on every op: only n, nan, inf,
- * first_bad, abs_max and l2norm are set (the rest 0). */
-void dbg_stats_quick(const te_tensor *t, dbg_stats *s);
-/* Does t hold a NaN or Inf? The cheapest pass there is (x * 0 summed),
- * for tensors whose statistics nobody keeps (parameters after an update). */
-bool dbg_has_nonfinite(const te_tensor *t);
-/* Flat index -> "[3,17]" for t's shape; returns buf. */
-char *dbg_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
+/* Tensor statistics (te_stats, te_stats_compute, te_stats_quick) are the
+ * engine's: te.h. */
 
 /* ---- conditions (cond.c) ------------------------------------------------------
  * The language of `break ... if COND` and `condition N COND`:

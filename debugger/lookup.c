@@ -192,7 +192,7 @@ dbg_trend *dbg_trend_get(const char *name, bool create)
     }
 }
 
-void dbg_trend_add(const char *name, int64_t step, const dbg_stats *s)
+void dbg_trend_add(const char *name, int64_t step, const te_stats *s)
 {
     dbg_trend *t = dbg_trend_get(name, true);
     if (!t)

@@ -479,8 +479,8 @@ void dbg_print_stats(FILE *f, const char *name, const te_tensor *t)
         fprintf(f, " no data\n");
         return;
     }
-    dbg_stats s;
-    dbg_stats_compute(t, &s);
+    te_stats s;
+    te_stats_compute(t, &s);
     fprintf(f, " min %.6g max %.6g mean %.6g std %.6g abs_max %.6g l2norm %.6g zero %.1f%%"
             " nan %lld inf %lld fp16_overflow %lld\n",
             s.min, s.max, s.mean, s.std, s.abs_max, s.l2norm,
@@ -544,8 +544,8 @@ void dbg_print_hist(FILE *f, const char *name, const te_tensor *t, int bins, int
         fprintf(f, "%s: no data\n", name);
         return;
     }
-    dbg_stats s;
-    dbg_stats_compute(t, &s);
+    te_stats s;
+    te_stats_compute(t, &s);
     if (s.n - s.nan - s.inf > 0) {
         bins = bins < 1 || s.min == s.max ? 1 : bins;
         if (!hist_rows(f, t, s.min, s.max, bins, width < 1 ? 1 : width)) {

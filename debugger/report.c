@@ -21,8 +21,8 @@ static void describe_tensor(const char *label, const te_tensor *t)
                 te_dtype_name(t->dtype));
         return;
     }
-    dbg_stats s;
-    dbg_stats_compute(t, &s);
+    te_stats s;
+    te_stats_compute(t, &s);
     fprintf(dbg_out, "  %-8s %s %s %s  %s  min %.4g max %.4g abs_max %.4g l2norm %.4g", label, t->name, sh,
             te_dtype_name(t->dtype), s.nan || s.inf ? "NON-FINITE" : "finite", s.min, s.max, s.abs_max,
             s.l2norm);
@@ -39,16 +39,16 @@ static const char *origin_of(const te_op_record *rec, const dbg_hit *hit, char *
 {
     if (!hit || !hit->tensor || !hit->tensor->data)
         return NULL;
-    dbg_stats s;
-    dbg_stats_quick(hit->tensor, &s);
+    te_stats s;
+    te_stats_quick(hit->tensor, &s);
     if (!s.nan && !s.inf)
         return NULL;
     for (int i = 0; i < rec->n_inputs; i++) {
         const te_tensor *t = rec->inputs[i];
         if (!t || !t->data || !te_dtype_is_float(t->dtype))
             continue;
-        dbg_stats si;
-        dbg_stats_quick(t, &si);
+        te_stats si;
+        te_stats_quick(t, &si);
         if (si.nan || si.inf) {
             snprintf(buf, n, "propagated from %s", t->name);
             return buf;
@@ -76,9 +76,9 @@ void dbg_report_stop(const dbg_break *b, const char *reason, const dbg_hit *hit,
         char sh[96];
         te_shape_str(t->ndim, t->shape, sh, sizeof sh);
         if (hit->index >= 0) {
-            dbg_index_str(t, hit->index, idx, sizeof idx);
-            dbg_stats s;
-            dbg_stats_quick(t, &s);
+            te_index_str(t, hit->index, idx, sizeof idx);
+            te_stats s;
+            te_stats_quick(t, &s);
             fprintf(dbg_out, "  %s %s %s: %lld NaN and %lld Inf of %lld; first at %s = %g\n", t->name, sh,
                     te_dtype_name(t->dtype), (long long)s.nan, (long long)s.inf, (long long)s.n, idx,
                     (double)te_get(t, hit->index));

@@ -91,8 +91,8 @@ static void record_watched(const te_op_record *r)
             continue;
         for (int w = 0; w < dbg.n_watch; w++)
             if (strcmp(dbg.watch[w], t->name) == 0) {
-                dbg_stats s;
-                dbg_stats_compute(t, &s);
+                te_stats s;
+                te_stats_compute(t, &s);
                 dbg_trend_add(t->name, dbg.step, &s);
             }
     }
@@ -163,20 +163,20 @@ void dbg_on_phase(int64_t step, te_phase p, void *user)
         stop(NULL, "finish", NULL, NULL);
 }
 
-static bool tensor_bad(const te_tensor *t, bool want_nan, bool want_inf, dbg_stats *s)
+static bool tensor_bad(const te_tensor *t, bool want_nan, bool want_inf, te_stats *s)
 {
     if (!t || !t->data || !te_dtype_is_float(t->dtype))
         return false;
-    dbg_stats_quick(t, s);
+    te_stats_quick(t, s);
     return (want_nan && s->nan > 0) || (want_inf && s->inf > 0);
 }
 
 /* An update's output is the whole parameter: check it with the cheapest
  * pass, and count it only when that finds something. */
-static bool update_bad(const te_tensor *t, bool want_nan, bool want_inf, dbg_stats *s)
+static bool update_bad(const te_tensor *t, bool want_nan, bool want_inf, te_stats *s)
 {
-    *s = (dbg_stats){ .first_bad = -1 };
-    if (!t || !t->data || !te_dtype_is_float(t->dtype) || !dbg_has_nonfinite(t))
+    *s = (te_stats){ .first_bad = -1 };
+    if (!t || !t->data || !te_dtype_is_float(t->dtype) || !te_has_nonfinite(t))
         return false;
     return tensor_bad(t, want_nan, want_inf, s);
 }
@@ -197,7 +197,7 @@ bool dbg_made_this_step(const te_tensor *t)
 static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hit *hit, dbg_op *o)
 {
     bool want_nan = kind != BK_INF, want_inf = kind != BK_NAN;
-    dbg_stats s;
+    te_stats s;
     const bool update = r->phase == TE_PHASE_UPDATE;
     for (int k = 0; k < r->n_outputs; k++) {
         bool bad = update ? update_bad(r->outputs[k], want_nan, want_inf, &s)
@@ -218,7 +218,7 @@ static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hi
                 o->has_stats = true;
             }
         }
-        dbg_stats si;
+        te_stats si;
         for (int i = 0; i < r->n_inputs; i++)
             if (tensor_bad(r->inputs[i], true, true, &si) && dbg_made_this_step(r->inputs[i]))
                 return false; /* inherited from an op of this step: the origin stopped already */
@@ -303,8 +303,8 @@ void dbg_on_op_end(const te_op_record *r, void *user)
         if (b->cond && dbg_cond_uses_rel_change(b->cond))
             keep_previous(r);
         if (fire && hit.tensor && hit.is_output && hit.slot == 0) {
-            dbg_stats s;
-            dbg_stats_quick(hit.tensor, &s);
+            te_stats s;
+            te_stats_quick(hit.tensor, &s);
             dbg_trend_add(hit.tensor->name, dbg.step, &s);
         }
         if (!fire)

@@ -49,7 +49,7 @@ typedef struct dbg_op {
     const te_tensor *in[8], *out[8]; /* valid while the step runs (see dbg_tensor_readable) */
     char in_name[8][TE_NAME_MAX], out_name[8][TE_NAME_MAX];
     bool has_stats;
-    dbg_stats out_stats;     /* of output 0, when a check computed them */
+    te_stats out_stats;     /* of output 0, when a check computed them */
     bool bad;                /* produced NaN/Inf this step */
     char kernel[128];        /* graph mode: the kernel that ran it */
 } dbg_op;
@@ -57,7 +57,7 @@ typedef struct dbg_op {
 typedef struct dbg_trend {
     char name[TE_NAME_MAX];
     int64_t step[DBG_TREND_STEPS];
-    dbg_stats s[DBG_TREND_STEPS];
+    te_stats s[DBG_TREND_STEPS];
     int n, head;             /* ring buffer */
     te_tensor *prev;         /* previous step's copy, for rel_change */
     int64_t prev_step;
@@ -135,7 +135,7 @@ const dbg_op *dbg_op_find(const char *name);
 const char *dbg_suggest(const char *w, const char *const *cands, int n);
 /* A tensor's statistics history, made on first use. */
 dbg_trend *dbg_trend_get(const char *name, bool create);
-void dbg_trend_add(const char *name, int64_t step, const dbg_stats *s);
+void dbg_trend_add(const char *name, int64_t step, const te_stats *s);
 
 /* Command output goes here (stdout; a TUI would redirect it). */
 #define dbg_out stdout

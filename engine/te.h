@@ -434,6 +434,33 @@ te_status te_observe_add(const char *glob);
 void te_observe_remove(const char *glob);   /* one glob added before */
 void te_observe_clear(void);
 
+/* ---- statistics (stats.c) -----------------------------------------------------
+ * One pass over a tensor of any float dtype (f32, f16, bf16; i32 too, read
+ * as float). min/max/mean/std/abs_max/abs_mean/l2norm are over the finite
+ * elements (0 when there are none); counts are over all elements.
+ */
+typedef struct te_stats {
+    int64_t n;              /* elements */
+    int64_t nan, inf;       /* non-finite counts */
+    int64_t zero;           /* elements == 0 */
+    int64_t fp16_overflow;  /* finite elements with |x| > 65504, the largest f16 */
+    int64_t first_bad;      /* flat index of the first NaN or Inf; -1 if none */
+    double min, max, mean, std; /* std: population (divide by the finite count) */
+    double abs_max, abs_mean, l2norm;
+} te_stats;
+
+/* Full statistics. t->data must not be NULL. Deterministic: the same tensor
+ * gives the same result bit for bit whatever the thread count. */
+void te_stats_compute(const te_tensor *t, te_stats *s);
+/* The cheap pass of `break nonfinite` on every op: only n, nan, inf,
+ * first_bad, abs_max and l2norm are set (the rest 0). */
+void te_stats_quick(const te_tensor *t, te_stats *s);
+/* Does t hold a NaN or Inf? The cheapest pass there is (x * 0 summed),
+ * for tensors whose statistics nobody keeps (parameters after an update). */
+bool te_has_nonfinite(const te_tensor *t);
+/* Flat index -> "[3,17]" for t's shape; returns buf. */
+char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
+
 /* ---- memory ------------------------------------------------------------ */
 
 typedef struct te_mem_stats {

@@ -46,8 +46,8 @@ static te_tensor view(float *data, int64_t n)
 START_TEST(test_stats_basic)
 {
     te_tensor *t = te_tensor_from(TE_F32, te_shape(2, 3), (float[]){ 1, -2, 3, 0, 4, -6 });
-    dbg_stats s;
-    dbg_stats_compute(t, &s);
+    te_stats s;
+    te_stats_compute(t, &s);
     assert_i64(s.n, 6);
     assert_i64(s.nan, 0);
     assert_i64(s.inf, 0);
@@ -67,8 +67,8 @@ END_TEST
 START_TEST(test_stats_nonfinite_excluded)
 {
     te_tensor *t = mk("x", 7, (float[]){ 1, NAN, 3, INFINITY, -INFINITY, NAN, 5 });
-    dbg_stats s;
-    dbg_stats_compute(t, &s);
+    te_stats s;
+    te_stats_compute(t, &s);
     assert_i64(s.n, 7);
     assert_i64(s.nan, 2);
     assert_i64(s.inf, 2);
@@ -84,7 +84,7 @@ START_TEST(test_stats_nonfinite_excluded)
     assert_near(s.l2norm, sqrt(35.0), 1e-12);
 
     te_tensor *first_inf = mk("y", 4, (float[]){ 2, 2, -INFINITY, NAN });
-    dbg_stats_compute(first_inf, &s);
+    te_stats_compute(first_inf, &s);
     assert_i64(s.first_bad, 2);
     assert_i64(s.nan, 1);
     assert_i64(s.inf, 1);
@@ -95,8 +95,8 @@ END_TEST
 START_TEST(test_stats_all_nonfinite)
 {
     te_tensor *t = mk("x", 3, (float[]){ NAN, INFINITY, NAN });
-    dbg_stats s;
-    dbg_stats_compute(t, &s);
+    te_stats s;
+    te_stats_compute(t, &s);
     assert_i64(s.nan, 2);
     assert_i64(s.inf, 1);
     assert_i64(s.first_bad, 0);
@@ -111,20 +111,20 @@ START_TEST(test_stats_empty_and_single)
 {
     te_tensor *e = te_tensor_new(TE_F32, te_shape(3, 0));
     ck_assert_msg(e != NULL, "%s", te_error());
-    dbg_stats s;
+    te_stats s;
     memset(&s, 0x55, sizeof s);
-    dbg_stats_compute(e, &s);
+    te_stats_compute(e, &s);
     assert_i64(s.n, 0);
     assert_i64(s.nan + s.inf + s.zero + s.fp16_overflow, 0);
     assert_i64(s.first_bad, -1);
     ck_assert_msg(s.min == 0 && s.max == 0 && s.mean == 0 && s.std == 0 && s.l2norm == 0,
                   "empty: min %g max %g mean %g std %g l2 %g", s.min, s.max, s.mean, s.std, s.l2norm);
-    dbg_stats_quick(e, &s);
+    te_stats_quick(e, &s);
     assert_i64(s.n, 0);
     assert_i64(s.first_bad, -1);
 
     te_tensor *one = mk("one", 1, (float[]){ -7 });
-    dbg_stats_compute(one, &s);
+    te_stats_compute(one, &s);
     assert_i64(s.n, 1);
     assert_near(s.min, -7, 0);
     assert_near(s.max, -7, 0);
@@ -139,15 +139,15 @@ START_TEST(test_stats_zeros)
 {
     te_tensor *z = te_tensor_zeros(TE_F32, te_shape(4, 4));
     te_set(z, 5, -0.0f); /* negative zero is zero too */
-    dbg_stats s;
-    dbg_stats_compute(z, &s);
+    te_stats s;
+    te_stats_compute(z, &s);
     assert_i64(s.n, 16);
     assert_i64(s.zero, 16);
     assert_near(s.l2norm, 0, 0);
     assert_near(s.abs_max, 0, 0);
 
     te_tensor *some = mk("x", 5, (float[]){ 0, 1, 0, NAN, 2 });
-    dbg_stats_compute(some, &s);
+    te_stats_compute(some, &s);
     assert_i64(s.zero, 2); /* NaN is not zero */
     assert_near(s.mean, 0.75, 1e-15);
 }
@@ -155,16 +155,16 @@ END_TEST
 
 START_TEST(test_stats_fp16_overflow)
 {
-    dbg_stats s;
+    te_stats s;
     te_tensor *f32 = mk("x", 6, (float[]){ 70000, -65505, 65504, -65504, INFINITY, 1e30f });
-    dbg_stats_compute(f32, &s);
+    te_stats_compute(f32, &s);
     assert_i64(s.fp16_overflow, 3); /* 70000, -65505, 1e30; 65504 fits and inf is not finite */
     assert_i64(s.inf, 1);
 
     /* f16 cannot hold 70000: it is stored as inf, which is no overflow */
     te_tensor *h = mk_dtype(TE_F16, 3, (float[]){ 70000, 60000, -1 });
     ck_assert_msg(isinf(te_get(h, 0)), "70000 in f16 reads %g", te_get(h, 0));
-    dbg_stats_compute(h, &s);
+    te_stats_compute(h, &s);
     assert_i64(s.inf, 1);
     assert_i64(s.first_bad, 0);
     assert_i64(s.fp16_overflow, 0);
@@ -174,7 +174,7 @@ START_TEST(test_stats_fp16_overflow)
 
     /* bf16 keeps 70000 (rounded) finite: that one overflows f16 */
     te_tensor *b = mk_dtype(TE_BF16, 3, (float[]){ 70000, 60000, -1 });
-    dbg_stats_compute(b, &s);
+    te_stats_compute(b, &s);
     assert_i64(s.inf, 0);
     assert_i64(s.fp16_overflow, 1);
     assert_near(s.max, te_bf16_to_f32(te_f32_to_bf16(70000)), 0);
@@ -185,8 +185,8 @@ END_TEST
 START_TEST(test_stats_i32)
 {
     te_tensor *t = te_tensor_from(TE_I32, te_shape(4), (int32_t[]){ -3, 0, 5, 0 });
-    dbg_stats s;
-    dbg_stats_compute(t, &s);
+    te_stats s;
+    te_stats_compute(t, &s);
     assert_i64(s.zero, 2);
     assert_near(s.min, -3, 0);
     assert_near(s.max, 5, 0);
@@ -199,8 +199,8 @@ END_TEST
 START_TEST(test_stats_quick_fields)
 {
     te_tensor *t = mk("x", 5, (float[]){ 1, NAN, -3, INFINITY, 0 });
-    dbg_stats s;
-    dbg_stats_quick(t, &s);
+    te_stats s;
+    te_stats_quick(t, &s);
     assert_i64(s.n, 5);
     assert_i64(s.nan, 1);
     assert_i64(s.inf, 1);
@@ -227,22 +227,22 @@ START_TEST(test_stats_first_bad_across_chunks)
     x[1100000] = NAN;
     x[n - 1] = NAN;
     te_tensor t = view(x, n);
-    dbg_stats s;
-    dbg_stats_compute(&t, &s);
+    te_stats s;
+    te_stats_compute(&t, &s);
     assert_i64(s.first_bad, 700001);
     assert_i64(s.nan, 2);
     assert_i64(s.inf, 1);
     assert_near(s.mean, 1, 0);
     assert_near(s.std, 0, 0);
     assert_near(s.l2norm, sqrt((double)(n - 3)), 1e-9);
-    dbg_stats_quick(&t, &s);
+    te_stats_quick(&t, &s);
     assert_i64(s.first_bad, 700001);
     assert_i64(s.nan, 2);
     assert_i64(s.inf, 1);
 
     x[700001] = 1.0f;
     x[3] = -INFINITY; /* now in the first chunk */
-    dbg_stats_quick(&t, &s);
+    te_stats_quick(&t, &s);
     assert_i64(s.first_bad, 3);
     free(x);
 }
@@ -265,12 +265,12 @@ START_TEST(test_stats_thread_invariant)
         mx = fmax(mx, x[i]);
     }
     te_tensor t = view(x, n);
-    dbg_stats s2, s1, s3;
-    dbg_stats_compute(&t, &s2);
+    te_stats s2, s1, s3;
+    te_stats_compute(&t, &s2);
     te_init(&(te_config){ .seed = 1, .threads = 1 });
-    dbg_stats_compute(&t, &s1);
+    te_stats_compute(&t, &s1);
     te_init(&(te_config){ .seed = 1, .threads = 3 });
-    dbg_stats_compute(&t, &s3);
+    te_stats_compute(&t, &s3);
     ck_assert_msg(memcmp(&s1, &s2, sizeof s1) == 0, "1 vs 2 threads: mean %.17g / %.17g std %.17g / %.17g",
                   s1.mean, s2.mean, s1.std, s2.std);
     ck_assert_msg(memcmp(&s3, &s2, sizeof s3) == 0, "3 vs 2 threads: mean %.17g / %.17g std %.17g / %.17g",
@@ -293,8 +293,8 @@ START_TEST(test_stats_std_large_mean)
     for (int64_t i = 0; i < n; i++)
         x[i] = i % 2 ? 1e6f + 0.5f : 1e6f - 0.5f;
     te_tensor t = view(x, n);
-    dbg_stats s;
-    dbg_stats_compute(&t, &s);
+    te_stats s;
+    te_stats_compute(&t, &s);
     assert_near(s.mean, 1e6, 1e-9);
     assert_near(s.std, 0.5, 1e-9);
     free(x);
@@ -305,15 +305,15 @@ START_TEST(test_index_str)
 {
     char buf[64];
     te_tensor *m = te_tensor_new(TE_F32, te_shape(4, 16));
-    ck_assert_str_eq(dbg_index_str(m, 53, buf, sizeof buf), "[3,5]");
-    ck_assert_str_eq(dbg_index_str(m, 0, buf, sizeof buf), "[0,0]");
+    ck_assert_str_eq(te_index_str(m, 53, buf, sizeof buf), "[3,5]");
+    ck_assert_str_eq(te_index_str(m, 0, buf, sizeof buf), "[0,0]");
     te_tensor *c = te_tensor_new(TE_F32, te_shape(2, 3, 4));
-    ck_assert_str_eq(dbg_index_str(c, 23, buf, sizeof buf), "[1,2,3]");
-    ck_assert_str_eq(dbg_index_str(c, 13, buf, sizeof buf), "[1,0,1]");
+    ck_assert_str_eq(te_index_str(c, 23, buf, sizeof buf), "[1,2,3]");
+    ck_assert_str_eq(te_index_str(c, 13, buf, sizeof buf), "[1,0,1]");
     te_tensor *v = te_tensor_new(TE_F32, te_shape(10));
-    ck_assert_str_eq(dbg_index_str(v, 7, buf, sizeof buf), "[7]");
+    ck_assert_str_eq(te_index_str(v, 7, buf, sizeof buf), "[7]");
     te_tensor *sc = te_tensor_new(TE_F32, 0, (int64_t[]){ 1 });
-    ck_assert_str_eq(dbg_index_str(sc, 0, buf, sizeof buf), "[]");
+    ck_assert_str_eq(te_index_str(sc, 0, buf, sizeof buf), "[]");
 }
 END_TEST
 

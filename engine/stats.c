@@ -1,5 +1,6 @@
 /*
- * stats.c — tensor statistics in one vectorised pass.
+ * stats.c — tensor statistics in one vectorised pass, for the debugger's
+ * checks and the dump's statistics-only mode.
  *
  * A tensor is cut into chunks whose size depends only on its length; threads
  * take whole chunks and the partial results are merged in chunk order, so
@@ -7,7 +8,7 @@
  * place; other dtypes are converted a block at a time into an f32 buffer so
  * that one kernel serves them all.
  */
-#include "dbg.h"
+#include "te_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -184,9 +185,9 @@ static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, p
 }
 
 /* Merges the chunks in order; the moments combine by Chan's formula. */
-static void finish(const part *parts, int nch, int64_t n, dbg_stats *s)
+static void finish(const part *parts, int nch, int64_t n, te_stats *s)
 {
-    *s = (dbg_stats){ .n = n, .first_bad = -1 };
+    *s = (te_stats){ .n = n, .first_bad = -1 };
     int64_t fin = 0;
     double mean = 0, m2 = 0, sq = 0, abs_sum = 0;
     double mn = INFINITY, mx = -INFINITY;
@@ -222,7 +223,7 @@ static void finish(const part *parts, int nch, int64_t n, dbg_stats *s)
     s->abs_mean = abs_sum / (double)fin;
 }
 
-static void scan(const te_tensor *t, bool quick, dbg_stats *s)
+static void scan(const te_tensor *t, bool quick, te_stats *s)
 {
     int64_t n = t->numel;
     int64_t size = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;
@@ -236,15 +237,15 @@ static void scan(const te_tensor *t, bool quick, dbg_stats *s)
     }
     finish(parts, nch, n, s);
     if (quick) /* the fields the quick kernel does not compute stay 0 */
-        *s = (dbg_stats){ .n = s->n, .nan = s->nan, .inf = s->inf, .first_bad = s->first_bad,
+        *s = (te_stats){ .n = s->n, .nan = s->nan, .inf = s->inf, .first_bad = s->first_bad,
                           .abs_max = s->abs_max, .l2norm = s->l2norm };
 }
 
-bool dbg_has_nonfinite(const te_tensor *t)
+bool te_has_nonfinite(const te_tensor *t)
 {
     if (t->dtype != TE_F32) {
-        dbg_stats s;
-        dbg_stats_quick(t, &s);
+        te_stats s;
+        te_stats_quick(t, &s);
         return s.nan || s.inf;
     }
     const float *x = t->data;
@@ -256,11 +257,11 @@ bool dbg_has_nonfinite(const te_tensor *t)
     return probe != probe;
 }
 
-void dbg_stats_compute(const te_tensor *t, dbg_stats *s) { scan(t, false, s); }
+void te_stats_compute(const te_tensor *t, te_stats *s) { scan(t, false, s); }
 
-void dbg_stats_quick(const te_tensor *t, dbg_stats *s) { scan(t, true, s); }
+void te_stats_quick(const te_tensor *t, te_stats *s) { scan(t, true, s); }
 
-char *dbg_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n)
+char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n)
 {
     int64_t idx[TE_MAX_DIMS];
     for (int d = t->ndim - 1; d > 0; d--) {

@@ -1,0 +1,212 @@
+/*
+ * h5file.h — the HDF5 files of a dump run: one step file per step and the
+ * run's metadata file, written crash-safe and read back with validation.
+ * docs/dump-format.md describes the layout for h5py, h5dump and HDFView.
+ *
+ * Writing one step (the background writer does this on its own thread, which
+ * makes every HDF5 call):
+ *
+ *     char err[512];
+ *     dump_step_writer *w = dump_step_create("dumps/a", 42, 0, err, sizeof err);
+ *     dump_tensor_info ti = { .exec_index = 3, .phase = TE_PHASE_FORWARD,
+ *                             .io = DUMP_OUT, .slot = 0, .line = 58 };
+ *     snprintf(ti.op, sizeof ti.op, "fc1/linear");       // also op_type, tensor, file
+ *     if (!dump_step_add(w, &ti, t, err, sizeof err))     // dataset /fc1/linear/out0
+ *         fprintf(stderr, "%s\n", err);
+ *     if (!dump_step_commit(w, err, sizeof err))          // dumps/a/step-00000042.h5
+ *         fprintf(stderr, "%s\n", err);
+ *
+ * Reading it back:
+ *
+ *     dump_step_reader *r = dump_step_open("dumps/a/step-00000042.h5", err, sizeof err);
+ *     for (int i = 0; r && i < dump_step_count(r); i++) {
+ *         const dump_tensor_info *ti = dump_step_tensor(r, i);  // execution order
+ *         float *v = malloc(ti->numel * sizeof *v);
+ *         dump_step_read_f32(r, i, v, err, sizeof err);
+ *     }
+ *     dump_step_close(r);
+ *
+ * Errors never abort and never print: each failing call returns false, NULL
+ * or -1 and writes into err a message that names the file and the HDF5
+ * object, e.g. "dumps/a/step-00000003.h5: /fc1/linear/out0: attribute 'slot'
+ * is a string, expected int32". HDF5's own error printing is off inside
+ * these calls (and restored after them).
+ */
+#ifndef TDBG_H5FILE_H
+#define TDBG_H5FILE_H
+
+#include "te.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DUMP_FORMAT 1          /* run.h5's tdbg_format */
+#define DUMP_PATH_MAX 256      /* a tensor's path in its step file */
+#define DUMP_FILE_MAX 512      /* a source file name */
+#define DUMP_TEXT_MAX 1024     /* kernel descriptions, tensor name lists */
+
+typedef enum { DUMP_IN, DUMP_OUT } dump_iokind;   /* "in", "out" */
+
+/* One tensor of a step file. Writing: the caller fills op .. kernel (path
+ * and step are set by the writer; dump_step_add takes dtype and shape from
+ * the tensor, dump_step_add_raw from here). Reading: every field is set. */
+typedef struct dump_tensor_info {
+    char path[DUMP_PATH_MAX];     /* "/fc1/linear/out0" */
+    int64_t step;
+    char op[TE_NAME_MAX];         /* "fc1/linear" */
+    char op_type[TE_NAME_MAX];    /* "Linear" */
+    int exec_index;               /* position in the step's execution order */
+    te_phase phase;
+    dump_iokind io;
+    int slot;
+    char tensor[TE_NAME_MAX];     /* the tensor's own name: "param:fc1.weight" */
+    te_dtype dtype;
+    int ndim;                     /* 0..TE_MAX_DIMS */
+    int64_t shape[TE_MAX_DIMS];
+    int64_t numel;                /* read only */
+    size_t nbytes;                /* read only: numel * te_dtype_size(dtype) */
+    char file[DUMP_FILE_MAX];     /* source file:line of the op's call */
+    int line;
+    char kernel[DUMP_TEXT_MAX];   /* graph mode's kernel, "" in eager mode */
+} dump_tensor_info;
+
+/* One row of a statistics-only step file: the caller computed the numbers. */
+typedef struct dump_stats_row {
+    char path[DUMP_PATH_MAX];     /* set by the writer from op, io and slot */
+    char op[TE_NAME_MAX];
+    dump_iokind io;
+    int slot;
+    int exec_index;
+    double min, max, mean, std, abs_max, l2norm;
+    int64_t nan, inf;
+    double zero_frac;
+} dump_stats_row;
+
+/* run.h5's root attributes. */
+typedef struct dump_run_meta {
+    int format;                   /* read only: tdbg_format */
+    char engine_version[32];      /* TE_VERSION */
+    te_mode mode;
+    char amp[32];                 /* "none", "f16", "bf16" */
+    char backend[32];             /* "cpu" */
+    uint64_t seed;
+    char command_line[4096];
+    char created[32];             /* ISO 8601 UTC; writing "" means now */
+} dump_run_meta;
+
+/* One row of run.h5's /ops table, in execution order. */
+typedef struct dump_op_row {
+    int exec;
+    char name[TE_NAME_MAX];
+    char type[TE_NAME_MAX];
+    te_phase phase;
+    char file[DUMP_FILE_MAX];
+    int line;
+    char inputs[DUMP_TEXT_MAX];   /* tensor names joined by ',' */
+    char outputs[DUMP_TEXT_MAX];
+    char kernel[DUMP_TEXT_MAX];   /* "" in eager mode */
+} dump_op_row;
+
+/* The dataset path of an op's tensor: ("fc1/linear", DUMP_IN, 1) gives
+ * "/fc1/linear/in1". False when the op name cannot be a path (empty, a
+ * leading, trailing or double '/', a "." or ".." part) or buf is too small. */
+bool dump_tensor_path(const char *op, dump_iokind io, int slot, char *buf, size_t n);
+
+/* ---- writing (h5write.c) ---------------------------------------------------- */
+
+typedef struct dump_step_writer dump_step_writer;
+
+/* Starts DIR/.step-NNNNNNNN.h5.tmp (making DIR and its parents if needed);
+ * gzip 0 stores tensors plain, 1..9 compresses them. NULL on error. */
+dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char *err, size_t n);
+/* Writes one tensor, its values copied from t. A refused tensor (bad name,
+ * path taken, bad shape) leaves the step usable; an HDF5 or disk failure
+ * marks it failed, and commit then removes it. */
+bool dump_step_add(dump_step_writer *w, const dump_tensor_info *ti, const te_tensor *t,
+                   char *err, size_t n);
+/* The same from a copy: ti->dtype, ti->ndim and ti->shape describe data. */
+bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const void *data,
+                       char *err, size_t n);
+/* Appends rows to the step's /stats table (written at commit). */
+bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int count,
+                         char *err, size_t n);
+/* Marks the step complete, closes and fsyncs it and renames it to
+ * DIR/step-NNNNNNNN.h5. Frees w in every case; on failure the tmp file is
+ * removed and false returned. */
+bool dump_step_commit(dump_step_writer *w, char *err, size_t n);
+/* Closes w and removes its tmp file. */
+void dump_step_abort(dump_step_writer *w);
+
+/* Writes DIR/run.h5 (through DIR/.run.h5.tmp and a rename, so a reader sees
+ * the old or the new file, never half of one). */
+bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *ops, int n_ops,
+                    char *err, size_t n);
+
+/* ---- reading (h5read.c) ------------------------------------------------------ */
+
+/* A step file of a listing: "step-00000042.h5", or a leftover
+ * ".step-00000042.h5.tmp" (complete false: the writer stopped inside it). */
+typedef struct dump_step_entry {
+    int64_t step;
+    bool complete;
+    char name[40];
+} dump_step_entry;
+
+/* The step files of run directory dir sorted by step (a complete file before
+ * a tmp of the same step) into *out (free() it). Count, or -1 on error. */
+int dump_run_list(const char *dir, dump_step_entry **out, char *err, size_t n);
+
+/* Reads and validates dir/run.h5; *ops (free() it) gets its op rows. */
+bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_ops,
+                   char *err, size_t n);
+
+typedef struct dump_step_reader dump_step_reader;
+
+/* Opens a step file and validates its attributes and datasets (no values
+ * read). NULL with a message naming the first problem. */
+dump_step_reader *dump_step_open(const char *path, char *err, size_t n);
+void dump_step_close(dump_step_reader *r);
+int64_t dump_step_number(const dump_step_reader *r);
+/* Its tensor datasets ordered by (exec_index, in before out, slot). */
+int dump_step_count(const dump_step_reader *r);
+const dump_tensor_info *dump_step_tensor(const dump_step_reader *r, int i);
+int dump_step_find(const dump_step_reader *r, const char *path);   /* index or -1 */
+/* Tensor i's values as numel floats (f16, bf16 and i32 converted). */
+bool dump_step_read_f32(dump_step_reader *r, int i, float *dst, char *err, size_t n);
+/* Tensor i's values as stored: nbytes bytes in the engine's layout. */
+bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t n);
+/* The /stats table into *rows (free() it): its row count, 0 when the step has
+ * none, -1 on error. */
+int dump_step_stats(dump_step_reader *r, dump_stats_row **rows, char *err, size_t n);
+
+/* Problems found by dump_verify, one message each. */
+typedef struct dump_problems {
+    int n;
+    char **msg;
+} dump_problems;
+
+/* Checks a run directory (run.h5, every step file and every value in it,
+ * leftover tmp files), or one step file or run.h5. Returns p->n, the number
+ * of problems; free the list with dump_problems_free. */
+int dump_verify(const char *path, dump_problems *p);
+void dump_problems_free(dump_problems *p);
+
+/* ---- shared by h5write.c and h5read.c (not for callers) ------------------------ */
+
+/* Turns HDF5's error printing off on this thread, returning a token for
+ * dump_h5_loud, which restores it. Calls nest. */
+typedef struct dump_h5_quiet {
+    void (*func)(void);   /* the H5E_auto2_t handler, cast back when restored */
+    void *data;
+} dump_h5_quiet;
+dump_h5_quiet dump_h5_hush(void);
+void dump_h5_loud(dump_h5_quiet q);
+/* Why the last HDF5 call failed, from its error stack (the system's message
+ * when one is there, e.g. "File too large"); clears the stack. */
+const char *dump_h5_reason(char *buf, size_t n);
+/* The HDF5 datatype of a dtype in files (f16: an IEEE half built from
+ * F32LE); the caller closes it. Negative on error. */
+int64_t dump_h5_type(te_dtype dt);
+
+#endif
