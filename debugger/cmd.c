@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const dbg_cmd *const groups[] = { dbg_cmds_exec, dbg_cmds_break, dbg_cmds_inspect };
+static const dbg_cmd *const groups[] = { dbg_cmds_exec, dbg_cmds_break, dbg_cmds_inspect, dbg_cmds_dump };
 #define N_GROUPS (int)(sizeof groups / sizeof groups[0])
 
 const char *dbg_skip_space(const char *s)
@@ -144,7 +144,7 @@ bool dbg_help(const char *args)
                     c->alias ? c->alias : "", c->alias ? ")" : "", c->help);
         return false;
     }
-    static const char *const titles[] = { "running", "breakpoints", "looking around" };
+    static const char *const titles[] = { "running", "breakpoints", "looking around", "dumps" };
     for (int g = 0; g < N_GROUPS; g++) {
         fprintf(dbg_out, "%s:\n", titles[g]);
         for (const dbg_cmd *c = groups[g]; c->name; c++) {

@@ -22,6 +22,7 @@ typedef struct dbg_cmd {
 extern const dbg_cmd dbg_cmds_exec[];
 extern const dbg_cmd dbg_cmds_break[];
 extern const dbg_cmd dbg_cmds_inspect[];
+extern const dbg_cmd dbg_cmds_dump[];
 
 /* The command named (or abbreviated) by word; NULL after printing why. */
 const dbg_cmd *dbg_cmd_lookup(const char *word);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 void dbg_info_breakpoints(void);
+void dbg_info_dump(void);
 
 static const dbg_op *ops_shown(int *n, const char **which)
 {
@@ -108,13 +109,15 @@ static bool cmd_info(const char *args)
         dbg_info_breakpoints();
     else if (strcmp(w, "ops") == 0)
         info_ops();
+    else if (strcmp(w, "dump") == 0)
+        dbg_info_dump();
     else if (strcmp(w, "op") == 0 && rest[0])
         info_op(rest);
     else if (n && strncmp(w, "step", n) == 0 && n >= 2)
         fprintf(dbg_out, "step %lld, %s phase, %d ops run in it%s\n", (long long)(dbg.step < 0 ? 0 : dbg.step),
                 te_phase_name(dbg.phase), dbg.n_ops, dbg.started ? "" : " (training not started)");
     else
-        dbg_error("info: expected breakpoints, ops, op NAME or step");
+        dbg_error("info: expected breakpoints, ops, op NAME, step or dump");
     return false;
 }
 
@@ -246,7 +249,7 @@ static bool cmd_set(const char *args)
 }
 
 const dbg_cmd dbg_cmds_inspect[] = {
-    { "info", "i", "info breakpoints|ops|op NAME|step", "the breakpoints, the step's ops, one op, the step",
+    { "info", "i", "info breakpoints|ops|op NAME|step|dump", "the breakpoints, the step's ops, one op, the step, the dump",
       cmd_info },
     { "print", "p", "print TENSOR[SLICES]", "a tensor's values, numpy-style\n"
       "TENSOR: OP:out0, OP:in1, param:NAME, grad:NAME or a name from 'info op';\n"

@@ -16,13 +16,14 @@
  * `key=value` items joined by ';', lists by ','. Keys and defaults:
  *   dir=PATH          output run directory            (default "tdbg-dump")
  *   ops=GLOB,...      op name globs and type:TYPE     (default every op)
- *   steps=SPEC        N, A-B, every:N, joined by '|'  (default every step)
+ *   steps=SPEC        N, A-B, every:N, A-B:every:N, joined by '|' or ','
+ *                     (default every step: `*`)
  *   io=outputs|inputs|both                            (default outputs)
  *   phase=forward,backward,update,params,grads        (default forward,backward,update)
  *   what=full|stats                                   (default full)
  *   when=always|break|nonfinite                       (default always)
  *   keep=K            flight recorder: steps kept in memory (default 0: off;
- *                     needs when=nonfinite or break)
+ *                     K >= 1 needs when=nonfinite or break)
  *   max=SIZE          stop dumping after SIZE bytes: 500M, 2G, 100K, 123 (default: no cap)
  *   compress=none|gzip:N   N in 1..9                  (default none)
  * "params" dumps the parameters at each selected step, "grads" their
@@ -63,17 +64,53 @@ typedef struct dump_spec {
     int gzip;                           /* 0: none, else level 1..9 */
 } dump_spec;
 
-/* Fills s with the defaults, then parses text over them. On error returns
+/* Fills s with the defaults, then parses text over them. On error s holds
+ * the defaults again, and the call returns
  * false and writes into err a message naming the offending token and its
  * 1-based column, e.g. "column 12: unknown key 'stpes' (did you mean
  * steps?)", "column 20: bad step range '8-5' (the end is before the
  * start)", "column 33: bad size '2X' (use K, M or G)". For "@FILE" the
  * message names the file and its line instead of a column. */
 bool dump_spec_parse(const char *text, dump_spec *s, char *err, size_t errlen);
-/* Does the spec select this step / op (name and type)? */
+/* Does the spec select this step / op (name and type; either may be NULL)? */
 bool dump_spec_step(const dump_spec *s, int64_t step);
 bool dump_spec_op(const dump_spec *s, const char *name, const char *type);
-/* The spec back as canonical text, defaults included. */
+/* ---- dumping (writer.c) -----------------------------------------------------------
+ * A session attaches to the engine's hooks, copies the tensors the spec
+ * selects and hands them to a background thread that writes one HDF5 file
+ * per step (docs/dump-format.md). Graph mode keeps the selected ops'
+ * tensors visible (te_observe_add) while the session lasts.
+ */
+typedef struct dump_session dump_session;
+
+typedef struct dump_run_info {   /* what run.h5 says of the run */
+    te_mode mode;
+    const char *amp;             /* NULL: "none" */
+    const char *command_line;
+} dump_run_info;
+
+typedef struct dump_status {
+    uint64_t bytes_written;      /* tensor bytes handed to HDF5 */
+    int64_t steps_written, tensors_written;
+    size_t queued_bytes;         /* copies waiting for the disk */
+    bool failed;                 /* a write failed: dumping stopped */
+    bool capped;                 /* max= was reached */
+    char error[1024];            /* why it failed, naming the path */
+} dump_status;
+
+/* Starts dumping at the next step. NULL with err on a spec this writer
+ * cannot honour or when the thread cannot start. */
+dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char *err, size_t n);
+/* Waits until everything queued is on disk. */
+void dump_flush(dump_session *d);
+/* Flushes, stops the thread, detaches from the engine. A step in progress
+ * (stopped inside it) stays an incomplete tmp file, as after a crash. */
+void dump_stop(dump_session *d);
+dump_status dump_status_get(const dump_session *d);
+
+/* The spec back as canonical text, defaults included, which parses back
+ * to the same spec; a buffer of DUMP_SPEC_TEXT_MAX always holds it. */
+#define DUMP_SPEC_TEXT_MAX 16384
 void dump_spec_format(const dump_spec *s, char *buf, size_t n);
 
 #endif

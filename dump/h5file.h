@@ -194,7 +194,8 @@ void dump_problems_free(dump_problems *p);
 
 /* ---- shared by h5write.c and h5read.c (not for callers) ------------------------ */
 
-/* Turns HDF5's error printing off on this thread, returning a token for
+/* Turns HDF5's error printing off on this thread (keeping the first
+ * failure's reason for dump_h5_reason instead), returning a token for
  * dump_h5_loud, which restores it. Calls nest. */
 typedef struct dump_h5_quiet {
     void (*func)(void);   /* the H5E_auto2_t handler, cast back when restored */
@@ -202,8 +203,9 @@ typedef struct dump_h5_quiet {
 } dump_h5_quiet;
 dump_h5_quiet dump_h5_hush(void);
 void dump_h5_loud(dump_h5_quiet q);
-/* Why the last HDF5 call failed, from its error stack (the system's message
- * when one is there, e.g. "File too large"); clears the stack. */
+/* Why the first HDF5 call that failed since hushing (or since the last
+ * dump_h5_reason) failed: the system's message when there is one, e.g.
+ * "File too large", else HDF5's innermost description. */
 const char *dump_h5_reason(char *buf, size_t n);
 /* The HDF5 datatype of a dtype in files (f16: an IEEE half built from
  * F32LE); the caller closes it. Negative on error. */

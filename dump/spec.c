@@ -55,9 +55,9 @@ static size_t place(const ctx *c, const char *at)
 }
 
 /* Writes "column N: MESSAGE" (or "FILE:LINE: MESSAGE") for the token at `at`;
- * returns false so that callers can `return fail(...)`. */
-static bool fail(const ctx *c, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool fail(const ctx *c, const char *at, const char *fmt, ...)
+ * returns false so that callers can `return fail_at(...)`. */
+static bool fail_at(const ctx *c, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail_at(const ctx *c, const char *at, const char *fmt, ...)
 {
     if (!c->err || c->errlen == 0)
         return false;
@@ -179,10 +179,10 @@ static int choose(const ctx *c, tok t, const char *what, const char *const *word
         }
     }
     if (best >= 0 && best_d <= 2 && best_d < t.len)
-        fail(c, t.s, "unknown %s '%.*s' (did you mean %s?)", what, (int)t.len, t.s, words[best]);
+        fail_at(c, t.s, "unknown %s '%.*s' (did you mean %s?)", what, (int)t.len, t.s, words[best]);
     else {
         char list[256];
-        fail(c, t.s, "unknown %s '%.*s' (use %s)", what, (int)t.len, t.s, word_list(words, n, list, sizeof list));
+        fail_at(c, t.s, "unknown %s '%.*s' (use %s)", what, (int)t.len, t.s, word_list(words, n, list, sizeof list));
     }
     return -1;
 }
@@ -198,7 +198,7 @@ static const char *const when_names[] = { "always", "break", "nonfinite" }; /* d
 static bool parse_dir(const ctx *c, dump_spec *s, tok v)
 {
     if (v.len >= sizeof s->dir)
-        return fail(c, v.s, "dir too long (at most %zu characters)", sizeof s->dir - 1);
+        return fail_at(c, v.s, "dir too long (at most %zu characters)", sizeof s->dir - 1);
     memcpy(s->dir, v.s, v.len);
     s->dir[v.len] = '\0';
     return true;
@@ -212,19 +212,19 @@ static bool parse_ops(const ctx *c, dump_spec *s, tok v)
     tok e;
     while (next_elem(&v, ",", &e)) {
         if (e.len == 0)
-            return fail(c, e.s, "empty op glob");
+            return fail_at(c, e.s, "empty op glob");
         if (s->n_ops == DUMP_MAX_GLOBS)
-            return fail(c, e.s, "too many op globs (at most %d)", DUMP_MAX_GLOBS);
+            return fail_at(c, e.s, "too many op globs (at most %d)", DUMP_MAX_GLOBS);
         const char *prefix = "";
         if (tok_starts(e, "type:")) { /* "type: Conv2D" is stored as "type:Conv2D" */
             prefix = "type:";
             tok name = trim(e.s + strlen(prefix), tok_end(e));
             if (name.len == 0)
-                return fail(c, e.s, "'type:' needs an op type name, e.g. type:Conv2D");
+                return fail_at(c, e.s, "'type:' needs an op type name, e.g. type:Conv2D");
             e = name;
         }
         if (strlen(prefix) + e.len >= TE_NAME_MAX)
-            return fail(c, e.s, "op glob too long (at most %d characters)", TE_NAME_MAX - 1);
+            return fail_at(c, e.s, "op glob too long (at most %d characters)", TE_NAME_MAX - 1);
         snprintf(s->ops[s->n_ops++], TE_NAME_MAX, "%s%.*s", prefix, (int)e.len, e.s);
     }
     return true;
@@ -244,10 +244,10 @@ static bool parse_range(const ctx *c, tok t, dump_range *r)
         else if (tok_starts(tail, "every:"))
             n = trim(tail.s + strlen("every:"), tok_end(tail));
         else
-            return fail(c, t.s, "bad step range '%.*s' (use N, A-B or every:N)", (int)t.len, t.s);
+            return fail_at(c, t.s, "bad step range '%.*s' (use N, A-B or every:N)", (int)t.len, t.s);
         uint64_t every;
         if (parse_num(n, INT64_MAX, &every) != NUM_OK || every == 0)
-            return fail(c, t.s, "bad step range '%.*s' (every:N needs a whole number N >= 1)", (int)t.len, t.s);
+            return fail_at(c, t.s, "bad step range '%.*s' (every:N needs a whole number N >= 1)", (int)t.len, t.s);
         r->every = (int64_t)every;
         if (span.len == 0)
             return true;
@@ -256,17 +256,17 @@ static bool parse_range(const ctx *c, tok t, dump_range *r)
     tok lo = trim(span.s, dash ? dash : tok_end(span));
     tok hi = dash ? trim(dash + 1, tok_end(span)) : lo;
     if (lo.len == 0 && dash == span.s) /* "-5": a lone leading dash */
-        return fail(c, t.s, "bad step range '%.*s' (steps are never negative)", (int)t.len, t.s);
+        return fail_at(c, t.s, "bad step range '%.*s' (steps are never negative)", (int)t.len, t.s);
     if (hi.len > 0 && hi.s[0] == '-')
-        return fail(c, t.s, "bad step range '%.*s' (steps are never negative)", (int)t.len, t.s);
+        return fail_at(c, t.s, "bad step range '%.*s' (steps are never negative)", (int)t.len, t.s);
     uint64_t a, b;
     num_res ra = parse_num(lo, INT64_MAX, &a), rb = parse_num(hi, INT64_MAX, &b);
     if (ra == NUM_BAD || rb == NUM_BAD)
-        return fail(c, t.s, "bad step range '%.*s' (use N, A-B or every:N)", (int)t.len, t.s);
+        return fail_at(c, t.s, "bad step range '%.*s' (use N, A-B or every:N)", (int)t.len, t.s);
     if (ra == NUM_BIG || rb == NUM_BIG)
-        return fail(c, t.s, "bad step range '%.*s' (number too large)", (int)t.len, t.s);
+        return fail_at(c, t.s, "bad step range '%.*s' (number too large)", (int)t.len, t.s);
     if (b < a)
-        return fail(c, t.s, "bad step range '%.*s' (the end is before the start)", (int)t.len, t.s);
+        return fail_at(c, t.s, "bad step range '%.*s' (the end is before the start)", (int)t.len, t.s);
     r->lo = (int64_t)a;
     r->hi = (int64_t)b;
     return true;
@@ -280,9 +280,9 @@ static bool parse_steps(const ctx *c, dump_spec *s, tok v)
     tok e;
     while (next_elem(&v, "|,", &e)) {
         if (e.len == 0)
-            return fail(c, e.s, "empty step range");
+            return fail_at(c, e.s, "empty step range");
         if (s->n_steps == DUMP_MAX_RANGES)
-            return fail(c, e.s, "too many step ranges (at most %d)", DUMP_MAX_RANGES);
+            return fail_at(c, e.s, "too many step ranges (at most %d)", DUMP_MAX_RANGES);
         if (!parse_range(c, e, &s->steps[s->n_steps++]))
             return false;
     }
@@ -302,7 +302,7 @@ static bool parse_phase(const ctx *c, dump_spec *s, tok v)
     tok e;
     while (next_elem(&v, ",", &e)) {
         if (e.len == 0)
-            return fail(c, e.s, "empty phase");
+            return fail_at(c, e.s, "empty phase");
         int i = choose(c, e, "phase", phase_names, N_WORDS(phase_names));
         if (i < 0)
             return false;
@@ -332,8 +332,8 @@ static bool parse_keep(const ctx *c, dump_spec *s, tok v)
     uint64_t k;
     switch (parse_num(v, INT_MAX, &k)) {
     case NUM_OK: s->keep = (int)k; return true;
-    case NUM_BIG: return fail(c, v.s, "bad keep '%.*s' (too large)", (int)v.len, v.s);
-    default: return fail(c, v.s, "bad keep '%.*s' (a whole number of steps >= 1)", (int)v.len, v.s);
+    case NUM_BIG: return fail_at(c, v.s, "bad keep '%.*s' (too large)", (int)v.len, v.s);
+    default: return fail_at(c, v.s, "bad keep '%.*s' (a whole number of steps >= 1)", (int)v.len, v.s);
     }
 }
 
@@ -349,7 +349,7 @@ static bool parse_max(const ctx *c, dump_spec *s, tok v)
     while (nd < v.len && isdigit((unsigned char)v.s[nd]))
         nd++;
     if (nd == 0)
-        return fail(c, v.s, "bad size '%.*s' (a number of bytes with K, M or G, e.g. 500M)", (int)v.len, v.s);
+        return fail_at(c, v.s, "bad size '%.*s' (a number of bytes with K, M or G, e.g. 500M)", (int)v.len, v.s);
     tok unit = { v.s + nd, v.len - nd };
     uint64_t scale = 1;
     if (unit.len > 0) {
@@ -360,12 +360,12 @@ static bool parse_max(const ctx *c, dump_spec *s, tok v)
         }
     }
     if (unit.len > 1 || (unit.len == 1 && tolower((unsigned char)unit.s[0]) != 'b'))
-        return fail(c, v.s, "bad size '%.*s' (use K, M or G)", (int)v.len, v.s);
+        return fail_at(c, v.s, "bad size '%.*s' (use K, M or G)", (int)v.len, v.s);
     uint64_t n;
     if (parse_num((tok){ v.s, nd }, UINT64_MAX / scale, &n) != NUM_OK)
-        return fail(c, v.s, "bad size '%.*s' (too large)", (int)v.len, v.s);
+        return fail_at(c, v.s, "bad size '%.*s' (too large)", (int)v.len, v.s);
     if (n == 0)
-        return fail(c, v.s, "bad size '%.*s' (must be > 0; max=none means no cap)", (int)v.len, v.s);
+        return fail_at(c, v.s, "bad size '%.*s' (must be > 0; max=none means no cap)", (int)v.len, v.s);
     s->max_bytes = n * scale;
     return true;
 }
@@ -377,11 +377,11 @@ static bool parse_compress(const ctx *c, dump_spec *s, tok v)
         return true;
     }
     if (!tok_starts(v, "gzip:"))
-        return fail(c, v.s, "bad compress '%.*s' (use none or gzip:N with N in 1..9)", (int)v.len, v.s);
+        return fail_at(c, v.s, "bad compress '%.*s' (use none or gzip:N with N in 1..9)", (int)v.len, v.s);
     tok n = trim(v.s + strlen("gzip:"), tok_end(v));
     uint64_t level;
     if (parse_num(n, 9, &level) != NUM_OK || level == 0)
-        return fail(c, n.len ? n.s : v.s, "bad gzip level '%.*s' (use 1..9)", (int)n.len, n.s);
+        return fail_at(c, n.len ? n.s : v.s, "bad gzip level '%.*s' (use 1..9)", (int)n.len, n.s);
     s->gzip = (int)level;
     return true;
 }
@@ -421,26 +421,26 @@ static bool parse_items(const ctx *c, const char *seps, dump_spec *s)
             continue;
         const char *eq = memchr(item.s, '=', item.len);
         if (!eq)
-            return fail(c, item.s, "'%.*s' is not key=value", (int)item.len, item.s);
+            return fail_at(c, item.s, "'%.*s' is not key=value", (int)item.len, item.s);
         tok key = trim(item.s, eq), val = trim(eq + 1, tok_end(item));
         if (key.len == 0)
-            return fail(c, item.s, "'%.*s' has no key before '='", (int)item.len, item.s);
+            return fail_at(c, item.s, "'%.*s' has no key before '='", (int)item.len, item.s);
         int k = choose(c, key, "key", key_names, N_WORDS(key_names));
         if (k < 0)
             return false;
         if (seen[k])
-            return fail(c, key.s, "'%s' given twice (first at %s %zu)", key_names[k],
-                        c->file ? "line" : "column", place(c, seen[k]));
+            return fail_at(c, key.s, "'%s' given twice (first at %s %zu)", key_names[k],
+                           c->file ? "line" : "column", place(c, seen[k]));
         seen[k] = key.s;
         if (val.len == 0)
-            return fail(c, val.s, "'%s' needs a value", key_names[k]);
+            return fail_at(c, val.s, "'%s' needs a value", key_names[k]);
         if (!key_parsers[k](c, s, val))
             return false;
     }
     if (s->keep > 0 && s->when == DUMP_WHEN_ALWAYS)
-        return fail(c, seen[K_KEEP],
-                    "keep=%d needs when=nonfinite or when=break: with when=always every step is written anyway",
-                    s->keep);
+        return fail_at(c, seen[K_KEEP],
+                       "keep=%d needs when=nonfinite or when=break: with when=always every step is written anyway",
+                       s->keep);
     return true;
 }
 
@@ -491,9 +491,9 @@ bool dump_spec_parse(const char *text, dump_spec *s, char *err, size_t errlen)
         tok path = trim(all.s + 1, tok_end(all));
         char name[4096];
         if (path.len == 0)
-            return fail(&c, all.s, "'@' needs a file name");
+            return fail_at(&c, all.s, "'@' needs a file name");
         if (path.len >= sizeof name)
-            return fail(&c, path.s, "spec file name too long");
+            return fail_at(&c, path.s, "spec file name too long");
         memcpy(name, path.s, path.len);
         name[path.len] = '\0';
         char *body = read_spec_file(name);

@@ -2,6 +2,7 @@
  * common.c — flags, the training loop and evaluation shared by the examples.
  */
 #include "common.h"
+#include "dump.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -21,7 +22,7 @@ static const char *prog_name = "example";
 
 typedef enum {
     F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
-    F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH,
+    F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH, F_DUMP,
     F_HELP,
 } flag_id;
 
@@ -45,6 +46,8 @@ static const common_flag common_flags[] = {
     { F_WORKERS, "--workers", "N", "data loader threads; 0: load in the training thread" },
     { F_MODE, "--mode", "MODE", "eager, or graph: trace the step once, compile it, replay it" },
     { F_SAVE_GRAPH, "--save-graph", "DIR", "graph mode: write the IR after each pass into DIR" },
+    { F_DUMP, "--dump", "SPEC", "HDF5 dumps: dir=D;ops=GLOB,...;steps=0|5-8;io=both;what=full|stats\n"
+      "                         ... or @FILE (docs/dump-format.md; TDBG_DUMP does the same)" },
     { F_LOG_EVERY, "--log-every", "N", "print a step line every N steps" },
     { F_INJECT, "--inject", "SPEC", "KIND@op=GLOB,step=N[,value=X][,index=I], KIND nan, inf,\n"
       "                         scale, noise or zero: alter that op's output (repeatable)" },
@@ -72,7 +75,7 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     case F_THREADS: snprintf(buf, n, "%d", d->threads); break;
     case F_WORKERS: snprintf(buf, n, "%d", d->workers); break;
     case F_MODE: snprintf(buf, n, "%s", te_mode_name(d->mode)); break;
-    case F_SAVE_GRAPH: buf[0] = '\0'; break;
+    case F_SAVE_GRAPH: case F_DUMP: buf[0] = '\0'; break;
     case F_LOG_EVERY: snprintf(buf, n, "%d", d->log_every); break;
     case F_INJECT: case F_TIME: case F_HELP: buf[0] = '\0'; break;
     }
@@ -223,6 +226,10 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
         *expected = "a folder";
         o->save_graph = v;
         return v[0] != '\0';
+    case F_DUMP:
+        *expected = "a dump spec";
+        o->dump = v;
+        return v[0] != '\0';
     case F_INJECT:
         *expected = "at most 16 injections";
         if (o->n_inject == EX_MAX_INJECT)
@@ -236,10 +243,16 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
     return false;
 }
 
+/* The command line, for the dump's run.h5. */
+static char command_line[4096];
+
 void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
 {
     const ex_opts def = *o;
     prog_name = p->name;
+    size_t used = 0;
+    for (int i = 0; i < argc && used < sizeof command_line; i++)
+        used += (size_t)snprintf(command_line + used, sizeof command_line - used, "%s%s", i ? " " : "", argv[i]);
     for (int i = 1; i < argc; i++) {
         /* "--flag value" or "--flag=value" */
         char name[64];
@@ -284,6 +297,34 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
     }
 }
 
+static dump_session *dumping;
+
+/* Everything queued reaches the disk however the program ends. */
+static void stop_dumping(void)
+{
+    dump_stop(dumping);
+    dumping = NULL;
+}
+
+static void start_dumping(const ex_opts *o)
+{
+    const char *text = o->dump ? o->dump : getenv("TDBG_DUMP");
+    if (!text || !text[0])
+        return;
+    dump_spec spec;
+    char err[1024];
+    if (!dump_spec_parse(text, &spec, err, sizeof err)) {
+        fprintf(stderr, "%s: %s '%s': %s\n", prog_name, o->dump ? "--dump" : "TDBG_DUMP", text, err);
+        exit(2);
+    }
+    dump_run_info info = { .mode = o->mode, .command_line = command_line };
+    if (!(dumping = dump_start(&spec, &info, err, sizeof err))) {
+        fprintf(stderr, "%s: %s\n", prog_name, err);
+        exit(2);
+    }
+    atexit(stop_dumping);
+}
+
 void ex_start(const ex_opts *o)
 {
     if (te_init(&(te_config){ .seed = o->seed, .threads = o->threads }) != TE_OK)
@@ -294,6 +335,7 @@ void ex_start(const ex_opts *o)
             te_shutdown();
             exit(2);
         }
+    start_dumping(o);
 }
 
 int ex_fail(const char *what)

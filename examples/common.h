@@ -6,7 +6,7 @@
  * ex_program, and then:
  *
  *     ex_parse(argc, argv, &prog, &opts);  // exits 0 on --help, 2 on a bad flag
- *     ex_start(&opts);                     // te_init and --inject; exits 2 on a bad spec
+ *     ex_start(&opts);                     // te_init, --inject, --dump; exits 2 on a bad spec
  *     ... build datasets and parameters ...
  *     return ex_train(&opts, &task);       // step=N loss=X acc=Y lines, then final:
  */
@@ -37,6 +37,7 @@ typedef struct ex_opts {
     bool time;          /* print ms per step and peak memory at the end */
     te_mode mode;       /* eager, or graph: the step traced, compiled and replayed */
     const char *save_graph; /* graph mode: write the IR after each pass here */
+    const char *dump;       /* dump spec (--dump), else TDBG_DUMP's */
     const char *inject[EX_MAX_INJECT];
     int n_inject;
 } ex_opts;

@@ -19,6 +19,8 @@ Suite *suite_graph(void);       /* graph mode: passes, plans, shapes, observatio
 Suite *suite_dbg_cmd(void);     /* the command layer: lookup, breakpoint commands, bad input */
 Suite *suite_dbg_cond(void);    /* tensor statistics and the breakpoint condition language */
 Suite *suite_dbg_print(void);   /* tensor references, slices, printing, histograms */
+Suite *suite_dump_spec(void);   /* the dump spec language */
+Suite *suite_dump(void);        /* dump sessions: round trips, selection, stats, cap, errors */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 

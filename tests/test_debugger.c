@@ -321,6 +321,35 @@ START_TEST(test_interrupt)
 }
 END_TEST
 
+START_TEST(test_dump_commands)
+{
+    /* the spec from a file: this test's -ex lists are split at ';' */
+    char dir[] = "/tmp/tdbg-dbgdump-XXXXXX", cmds[512], path[128];
+    ck_assert(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/spec", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert(f != NULL);
+    fprintf(f, "dir=%s/run\nops=fc2/*   # the second layer\nsteps=1-2\n", dir);
+    fclose(f);
+    snprintf(cmds, sizeof cmds, "dump @%s;break step 2;run;info dump;dump off;dump steps=x;info dump;continue", path);
+    session s = run_tdbg(cmds, "mlp", "%s --steps 4", MLP);
+    assert_has(&s, "Dumping from step 0: dir=");
+    assert_has(&s, ";ops=fc2/*;steps=1-2;io=outputs;");
+    assert_has(&s, "stopped: step=2 phase=forward op=- type=- reason=step");
+    assert_has(&s, "steps and 2 tensors written");
+    assert_has(&s, "stopped: 1 steps and 2 tensors written");
+    assert_has(&s, "error: dump: column 7: ");
+    assert_has(&s, "No dump is running ('dump SPEC' starts one).");
+    snprintf(path, sizeof path, "%s/run/step-00000001.h5", dir);
+    ck_assert_msg(access(path, R_OK) == 0, "no %s:\n%s", path, s.out);
+    snprintf(path, sizeof path, "%s/run/step-00000002.h5", dir);
+    ck_assert_msg(access(path, R_OK) != 0, "%s written after dump off", path);
+    snprintf(cmds, sizeof cmds, "rm -rf %s", dir);
+    ck_assert(system(cmds) == 0);
+    done(&s);
+}
+END_TEST
+
 START_TEST(test_launcher)
 {
     char cmd[1024], out[4096];
@@ -379,6 +408,7 @@ Suite *suite_debugger(void)
     tcase_add_test(tc, test_set_changes_training);
     tcase_add_test(tc, test_bad_commands);
     tcase_add_test(tc, test_launcher);
+    tcase_add_test(tc, test_dump_commands);
     tcase_add_test(tc, test_interrupt);
     suite_add_tcase(s, tc);
     return s;

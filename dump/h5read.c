@@ -1,0 +1,993 @@
+/* h5read.c — lists, reads and verifies step files and run.h5, checking
+ * every object and attribute against docs/dump-format.md. */
+#include "h5file.h"
+
+#include <hdf5.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- problems ----------------------------------------------------------------- */
+
+static bool fail(char *err, size_t n, const char *fmt, ...)
+{
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+/* Appends a message (out of memory loses it). */
+static void problem(dump_problems *p, const char *fmt, ...)
+{
+    char buf[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **m = realloc(p->msg, (size_t)(p->n + 1) * sizeof *m);
+    char *copy = m ? strdup(buf) : NULL;
+    if (m)
+        p->msg = m;
+    if (copy)
+        m[p->n++] = copy;
+}
+
+void dump_problems_free(dump_problems *p)
+{
+    for (int i = 0; p->msg && i < p->n; i++)
+        free(p->msg[i]);
+    free(p->msg);
+    p->msg = NULL;
+    p->n = 0;
+}
+
+/* The first problem as err, with how many follow. */
+static bool first_problem(const dump_problems *p, char *err, size_t n)
+{
+    const char *m = p->n > 0 ? p->msg[0] : "out of memory";
+    if (p->n > 1)
+        return fail(err, n, "%s (and %d more problems)", m, p->n - 1);
+    return fail(err, n, "%s", m);
+}
+
+/* One file being checked: its name for messages and where problems go. */
+typedef struct scan {
+    const char *path;
+    hid_t file;
+    dump_problems *p;
+} scan;
+
+static bool h5_problem(scan *s, const char *obj, const char *what)
+{
+    char why[256];
+    problem(s->p, "%s: %s: %s: %s", s->path, obj, what, dump_h5_reason(why, sizeof why));
+    return false;
+}
+
+/* ---- typed attributes ------------------------------------------------------------ */
+
+/* "a string", "an int32", "a uint16", "a float64", ... */
+static const char *type_desc(hid_t t, char *buf, size_t n)
+{
+    size_t bits = 8 * H5Tget_size(t);
+    switch (H5Tget_class(t)) {
+    case H5T_INTEGER:
+        snprintf(buf, n, H5Tget_sign(t) == H5T_SGN_NONE ? "a uint%zu" : "an int%zu", bits);
+        break;
+    case H5T_FLOAT: snprintf(buf, n, "a float%zu", bits); break;
+    case H5T_STRING:
+        snprintf(buf, n, H5Tis_variable_str(t) > 0 ? "a string" : "a fixed-length string");
+        break;
+    case H5T_COMPOUND: snprintf(buf, n, "a compound"); break;
+    default: snprintf(buf, n, "an unsupported type"); break;
+    }
+    return buf;
+}
+
+/* Opens attribute name of obj (called where in messages) holding one value. */
+static hid_t attr_open(scan *s, hid_t obj, const char *where, const char *name)
+{
+    htri_t there = H5Aexists(obj, name);
+    if (there < 0) {
+        char what[96];
+        snprintf(what, sizeof what, "cannot read attribute '%s'", name);
+        h5_problem(s, where, what);
+        return -1;
+    }
+    if (!there) {
+        problem(s->p, "%s: %s: attribute '%s' is missing", s->path, where, name);
+        return -1;
+    }
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    hid_t sp = a < 0 ? -1 : H5Aget_space(a);
+    hssize_t np = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (a >= 0 && np != 1) {
+        problem(s->p, "%s: %s: attribute '%s' holds %lld values, expected one", s->path, where,
+                name, (long long)np);
+        H5Aclose(a);
+        return -1;
+    }
+    if (a < 0) {
+        char what[96];
+        snprintf(what, sizeof what, "cannot open attribute '%s'", name);
+        h5_problem(s, where, what);
+    }
+    return a;
+}
+
+typedef enum { K_I32, K_I64, K_U64 } int_kind;
+static const char *const int_names[] = { "int32", "int64", "uint64" };
+
+static bool int_type_ok(hid_t t, int_kind k)
+{
+    return H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == (k == K_I32 ? 4u : 8u) &&
+           (H5Tget_sign(t) == H5T_SGN_NONE) == (k == K_U64);
+}
+
+/* An integer attribute of exactly kind k, read into *v (uint64 as its bits). */
+static bool attr_int(scan *s, hid_t obj, const char *where, const char *name, int_kind k,
+                     int64_t *v)
+{
+    hid_t a = attr_open(s, obj, where, name);
+    if (a < 0)
+        return false;
+    hid_t t = H5Aget_type(a);
+    bool ok = t >= 0 && int_type_ok(t, k);
+    if (t >= 0 && !ok) {
+        char d[48];
+        problem(s->p, "%s: %s: attribute '%s' is %s, expected %s", s->path, where, name,
+                type_desc(t, d, sizeof d), int_names[k]);
+    } else if (ok && H5Aread(a, k == K_U64 ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, v) < 0) {
+        char what[96];
+        snprintf(what, sizeof what, "cannot read attribute '%s'", name);
+        ok = h5_problem(s, where, what);
+    }
+    if (t >= 0)
+        H5Tclose(t);
+    H5Aclose(a);
+    return ok;
+}
+
+/* An int32 attribute read into an int. */
+static bool attr_i32(scan *s, hid_t obj, const char *where, const char *name, int *v)
+{
+    int64_t x = 0;
+    bool ok = attr_int(s, obj, where, name, K_I32, &x);
+    *v = (int)x;
+    return ok;
+}
+
+/* A string attribute (variable or fixed length) into buf. */
+static bool attr_text(scan *s, hid_t obj, const char *where, const char *name, char *buf,
+                      size_t n)
+{
+    buf[0] = '\0';
+    hid_t a = attr_open(s, obj, where, name);
+    if (a < 0)
+        return false;
+    hid_t t = H5Aget_type(a);
+    bool ok = t >= 0 && H5Tget_class(t) == H5T_STRING;
+    char *text = NULL;
+    if (t >= 0 && !ok) {
+        char d[48];
+        problem(s->p, "%s: %s: attribute '%s' is %s, expected a string", s->path, where, name,
+                type_desc(t, d, sizeof d));
+    } else if (ok && H5Tis_variable_str(t) > 0) {
+        ok = H5Aread(a, t, &text) >= 0;
+    } else if (ok) {
+        size_t size = H5Tget_size(t);
+        text = calloc(size + 1, 1);
+        ok = text && H5Aread(a, t, text) >= 0;
+    }
+    if (t >= 0 && H5Tget_class(t) == H5T_STRING && !ok) {
+        char what[96];
+        snprintf(what, sizeof what, "cannot read attribute '%s'", name);
+        h5_problem(s, where, what);
+    }
+    if (ok && strlen(text ? text : "") >= n) {
+        problem(s->p, "%s: %s: attribute '%s' is longer than %zu bytes", s->path, where, name,
+                n - 1);
+        ok = false;
+    }
+    if (ok)
+        snprintf(buf, n, "%s", text ? text : "");
+    if (t >= 0 && H5Tis_variable_str(t) > 0)
+        H5free_memory(text);
+    else
+        free(text);
+    if (t >= 0)
+        H5Tclose(t);
+    H5Aclose(a);
+    return ok;
+}
+
+/* Index of text among names[0..count), or -1. */
+static int name_index(const char *text, const char *(*name)(int), int count)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(text, name(i)) == 0)
+            return i;
+    return -1;
+}
+
+static const char *phase_name(int i) { return te_phase_name((te_phase)i); }
+static const char *dtype_name(int i) { return te_dtype_name((te_dtype)i); }
+static const char *io_name(int i) { return i == DUMP_IN ? "in" : "out"; }
+static const char *mode_name(int i) { return te_mode_name((te_mode)i); }
+
+/* A string attribute that must be one of count names; its index in *v. */
+static bool attr_enum(scan *s, hid_t obj, const char *where, const char *attr,
+                      const char *(*name)(int), int count, int *v)
+{
+    char text[64];
+    if (!attr_text(s, obj, where, attr, text, sizeof text))
+        return false;
+    *v = name_index(text, name, count);
+    if (*v >= 0)
+        return true;
+    char list[128] = "";
+    for (int i = 0; i < count; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "|" : "", name(i));
+    problem(s->p, "%s: %s: attribute '%s' is '%s', expected %s", s->path, where, attr, text,
+            list);
+    return false;
+}
+
+/* ---- tables: 1-D compound datasets, read one field at a time ------------------ */
+
+typedef enum { C_STR, C_I32, C_I64, C_F64, C_PHASE, C_IO } col_kind;
+
+/* A field and where it goes in the caller's row struct. */
+typedef struct col {
+    const char *name;
+    col_kind kind;
+    size_t off, cap;   /* cap: C_STR's buffer size */
+} col;
+
+static bool col_type_ok(hid_t t, col_kind k)
+{
+    switch (k) {
+    case C_I32: return int_type_ok(t, K_I32);
+    case C_I64: return int_type_ok(t, K_I64);
+    case C_F64: return H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 8;
+    default: return H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0;
+    }
+}
+
+static const char *col_expected(col_kind k)
+{
+    switch (k) {
+    case C_I32: return "int32";
+    case C_I64: return "int64";
+    case C_F64: return "float64";
+    default: return "a string";
+    }
+}
+
+/* Stores one string value of column c into row (a problem names row i). */
+static void col_store_text(scan *s, const char *table, const col *c, int i, const char *v,
+                           char *row)
+{
+    v = v ? v : "";
+    if (c->kind == C_STR) {
+        if (strlen(v) >= c->cap)
+            problem(s->p, "%s: %s: row %d: field '%s' is longer than %zu bytes", s->path, table,
+                    i, c->name, c->cap - 1);
+        snprintf(row + c->off, c->cap, "%s", v);
+        return;
+    }
+    int k = c->kind == C_PHASE ? name_index(v, phase_name, TE_PHASE_COUNT)
+                               : name_index(v, io_name, 2);
+    if (k < 0)
+        problem(s->p, "%s: %s: row %d: field '%s' is '%s', expected %s", s->path, table, i,
+                c->name, v, c->kind == C_PHASE ? "forward|backward|update" : "in|out");
+    *(int *)(void *)(row + c->off) = k < 0 ? 0 : k;
+}
+
+/* Reads column c of nrows into rows (row size rsize). */
+static void col_read(scan *s, hid_t ds, hid_t ftype, const char *table, const col *c,
+                     char *rows, size_t rsize, int nrows)
+{
+    int idx = H5Tget_member_index(ftype, c->name);
+    if (idx < 0) {
+        problem(s->p, "%s: %s: field '%s' is missing", s->path, table, c->name);
+        return;
+    }
+    hid_t mt = H5Tget_member_type(ftype, (unsigned)idx);
+    bool ok = mt >= 0 && col_type_ok(mt, c->kind);
+    if (mt >= 0 && !ok) {
+        char d[48];
+        problem(s->p, "%s: %s: field '%s' is %s, expected %s", s->path, table, c->name,
+                type_desc(mt, d, sizeof d), col_expected(c->kind));
+    }
+    bool text = c->kind == C_STR || c->kind == C_PHASE || c->kind == C_IO;
+    hid_t vt = text ? H5Tcopy(mt) : c->kind == C_F64 ? H5Tcopy(H5T_NATIVE_DOUBLE)
+                                                    : H5Tcopy(H5T_NATIVE_INT64);
+    size_t esize = text ? sizeof(char *) : 8;
+    void *buf = ok ? calloc(nrows ? (size_t)nrows : 1, esize) : NULL;
+    hid_t one = ok ? H5Tcreate(H5T_COMPOUND, esize) : -1;
+    ok = ok && buf && one >= 0 && H5Tinsert(one, c->name, 0, vt) >= 0;
+    if (ok && nrows > 0 && H5Dread(ds, one, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+        char what[96];
+        snprintf(what, sizeof what, "cannot read field '%s'", c->name);
+        ok = h5_problem(s, table, what);
+    }
+    for (int i = 0; ok && i < nrows; i++) {
+        char *row = rows + (size_t)i * rsize;
+        if (text)
+            col_store_text(s, table, c, i, ((char **)buf)[i], row);
+        else if (c->kind == C_F64)
+            *(double *)(void *)(row + c->off) = ((double *)buf)[i];
+        else if (c->kind == C_I64)
+            *(int64_t *)(void *)(row + c->off) = ((int64_t *)buf)[i];
+        else
+            *(int *)(void *)(row + c->off) = (int)((int64_t *)buf)[i];
+    }
+    if (ok && text && nrows > 0) {
+        hid_t sp = H5Dget_space(ds);
+        H5Dvlen_reclaim(one, sp, H5P_DEFAULT, buf);
+        H5Sclose(sp);
+    }
+    free(buf);
+    if (one >= 0)
+        H5Tclose(one);
+    H5Tclose(vt);
+    if (mt >= 0)
+        H5Tclose(mt);
+}
+
+/* Reads table name of s->file into a new array of rows (its count in
+ * *nrows); NULL with problems when it is not a 1-D compound table. */
+static void *table_read(scan *s, const char *name, const col *cols, int ncols, size_t rsize,
+                        int *nrows)
+{
+    *nrows = 0;
+    hid_t ds = H5Dopen2(s->file, name, H5P_DEFAULT);
+    if (ds < 0) {
+        h5_problem(s, name, "cannot open the table");
+        return NULL;
+    }
+    hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
+    hsize_t dims[1] = { 0 };
+    char *rows = NULL;
+    if (ft < 0 || sp < 0) {
+        h5_problem(s, name, "cannot read the table's type");
+    } else if (H5Tget_class(ft) != H5T_COMPOUND || H5Sget_simple_extent_ndims(sp) != 1) {
+        char d[48];
+        problem(s->p, "%s: %s: is %s of rank %d, expected a 1-D compound table", s->path, name,
+                type_desc(ft, d, sizeof d), H5Sget_simple_extent_ndims(sp));
+    } else if (H5Sget_simple_extent_dims(sp, dims, NULL) < 0 || dims[0] > (hsize_t)INT32_MAX) {
+        problem(s->p, "%s: %s: bad row count", s->path, name);
+    } else {
+        int before = s->p->n;
+        rows = calloc(dims[0] ? dims[0] : 1, rsize);
+        for (int c = 0; rows && c < ncols; c++)
+            col_read(s, ds, ft, name, &cols[c], rows, rsize, (int)dims[0]);
+        if (!rows)
+            problem(s->p, "%s: %s: out of memory", s->path, name);
+        if (s->p->n > before) {
+            free(rows);
+            rows = NULL;
+        }
+    }
+    if (rows)
+        *nrows = (int)dims[0];
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (ft >= 0)
+        H5Tclose(ft);
+    H5Dclose(ds);
+    return rows;
+}
+
+#define COL(st, f, k) { #f, k, offsetof(st, f), sizeof(((st *)0)->f) }
+
+static const col stats_cols[] = {
+    COL(dump_stats_row, path, C_STR),     COL(dump_stats_row, op, C_STR),
+    COL(dump_stats_row, io, C_IO),        COL(dump_stats_row, slot, C_I32),
+    COL(dump_stats_row, exec_index, C_I32), COL(dump_stats_row, min, C_F64),
+    COL(dump_stats_row, max, C_F64),      COL(dump_stats_row, mean, C_F64),
+    COL(dump_stats_row, std, C_F64),      COL(dump_stats_row, abs_max, C_F64),
+    COL(dump_stats_row, l2norm, C_F64),   COL(dump_stats_row, nan, C_I64),
+    COL(dump_stats_row, inf, C_I64),      COL(dump_stats_row, zero_frac, C_F64),
+};
+
+static const col op_cols[] = {
+    COL(dump_op_row, exec, C_I32),   COL(dump_op_row, name, C_STR),
+    COL(dump_op_row, type, C_STR),   COL(dump_op_row, phase, C_PHASE),
+    COL(dump_op_row, file, C_STR),   COL(dump_op_row, line, C_I32),
+    COL(dump_op_row, inputs, C_STR), COL(dump_op_row, outputs, C_STR),
+    COL(dump_op_row, kernel, C_STR),
+};
+
+#define NCOLS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ---- files ------------------------------------------------------------------------ */
+
+/* Opens path read-only; a problem names it when it is not a readable HDF5 file. */
+static hid_t file_open(scan *s)
+{
+    struct stat st;
+    if (stat(s->path, &st) != 0) {
+        problem(s->p, "%s: cannot open: %s", s->path, strerror(errno));
+        return -1;
+    }
+    hid_t f = H5Fopen(s->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        char why[256];
+        problem(s->p, "%s: not a readable HDF5 file: %s", s->path,
+                dump_h5_reason(why, sizeof why));
+    }
+    return f;
+}
+
+/* ---- step files -------------------------------------------------------------------- */
+
+struct dump_step_reader {
+    char *path;
+    hid_t file;
+    int64_t step;
+    int n, cap;
+    dump_tensor_info *t;
+};
+
+/* A chunked dataset must hold all its chunks: a missing one would read
+ * as zeros. */
+static void chunks_check(scan *s, hid_t ds, hid_t sp, const char *path, int rank,
+                         const hsize_t *dims)
+{
+    hid_t dcpl = H5Dget_create_plist(ds);
+    hsize_t chunk[TE_MAX_DIMS], want = 1, have = 0;
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+        H5Pget_chunk(dcpl, rank, chunk) == rank) {
+        for (int i = 0; i < rank; i++)
+            want *= (dims[i] + chunk[i] - 1) / chunk[i];
+        if (H5Dget_num_chunks(ds, sp, &have) < 0)
+            h5_problem(s, path, "cannot count its chunks");
+        else if (have != want)
+            problem(s->p, "%s: %s: %llu of its %llu chunks were written", s->path, path,
+                    (unsigned long long)have, (unsigned long long)want);
+    }
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+}
+
+/* Checks one tensor dataset against its attributes, filling ti. */
+static bool tensor_scan(scan *s, hid_t ds, const char *path, int64_t step, dump_tensor_info *ti)
+{
+    int before = s->p->n;
+    int64_t v = 0;
+    int k = 0;
+    memset(ti, 0, sizeof *ti);
+    snprintf(ti->path, sizeof ti->path, "%s", path);
+    if (attr_int(s, ds, path, "step", K_I64, &ti->step) && ti->step != step)
+        problem(s->p, "%s: %s: attribute 'step' is %lld, the file's step is %lld", s->path, path,
+                (long long)ti->step, (long long)step);
+    attr_text(s, ds, path, "op", ti->op, sizeof ti->op);
+    attr_text(s, ds, path, "op_type", ti->op_type, sizeof ti->op_type);
+    attr_i32(s, ds, path, "exec_index", &ti->exec_index);
+    if (attr_enum(s, ds, path, "phase", phase_name, TE_PHASE_COUNT, &k))
+        ti->phase = (te_phase)k;
+    if (attr_enum(s, ds, path, "io", io_name, 2, &k))
+        ti->io = (dump_iokind)k;
+    attr_i32(s, ds, path, "slot", &ti->slot);
+    attr_text(s, ds, path, "tensor", ti->tensor, sizeof ti->tensor);
+    bool typed = attr_enum(s, ds, path, "dtype", dtype_name, TE_DTYPE_COUNT, &k);
+    ti->dtype = typed ? (te_dtype)k : TE_F32;
+    attr_text(s, ds, path, "file", ti->file, sizeof ti->file);
+    attr_i32(s, ds, path, "line", &ti->line);
+    attr_text(s, ds, path, "kernel", ti->kernel, sizeof ti->kernel);
+    bool scalar = false;
+    htri_t has_ndim = H5Aexists(ds, "ndim");
+    if (has_ndim > 0 && attr_int(s, ds, path, "ndim", K_I32, &v)) {
+        scalar = v == 0;
+        if (!scalar)
+            problem(s->p, "%s: %s: attribute 'ndim' is %lld, expected 0 (only 0-d tensors "
+                    "have it)", s->path, path, (long long)v);
+    }
+    char want[DUMP_PATH_MAX] = "";
+    if (s->p->n == before) {
+        bool valid = dump_tensor_path(ti->op, ti->io, ti->slot, want, sizeof want);
+        if (!valid || strcmp(want, path) != 0)
+            problem(s->p, "%s: %s: attributes say op '%s' %s%d, which belongs at %s", s->path,
+                    path, ti->op, io_name(ti->io), ti->slot, valid ? want : "no valid path");
+    }
+
+    hid_t t = H5Dget_type(ds), sp = H5Dget_space(ds);
+    hid_t expect = typed ? dump_h5_type(ti->dtype) : -1;
+    int rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    hsize_t dims[TE_MAX_DIMS] = { 0 };
+    if (t < 0 || sp < 0) {
+        h5_problem(s, path, "cannot read the dataset's type");
+    } else if (typed && H5Tequal(t, expect) <= 0) {
+        char d[48];
+        problem(s->p, "%s: %s: stored as %s, which is not dtype '%s'", s->path, path,
+                type_desc(t, d, sizeof d), te_dtype_name(ti->dtype));
+    } else if (rank < 1 || rank > TE_MAX_DIMS) {
+        problem(s->p, "%s: %s: rank %d, expected 1..%d", s->path, path, rank, TE_MAX_DIMS);
+    } else {
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+        if (scalar && (rank != 1 || dims[0] != 1))
+            problem(s->p, "%s: %s: a 0-d tensor stored with %lld values, expected 1", s->path,
+                    path, (long long)H5Sget_simple_extent_npoints(sp));
+        ti->ndim = scalar ? 0 : rank;
+        ti->numel = 1;
+        for (int i = 0; i < ti->ndim; i++) {
+            ti->shape[i] = (int64_t)dims[i];
+            ti->numel *= ti->shape[i];
+        }
+        ti->nbytes = (size_t)ti->numel * te_dtype_size(ti->dtype);
+        if (ti->numel > 0)
+            chunks_check(s, ds, sp, path, rank, dims);
+    }
+    if (expect >= 0)
+        H5Tclose(expect);
+    if (t >= 0)
+        H5Tclose(t);
+    if (sp >= 0)
+        H5Sclose(sp);
+    return s->p->n == before;
+}
+
+typedef struct visit {
+    scan *s;
+    dump_step_reader *r;
+    bool stats;   /* a /stats table is there */
+} visit;
+
+static herr_t visit_object(hid_t root, const char *name, const H5O_info_t *info, void *data)
+{
+    visit *v = data;
+    if (info->type != H5O_TYPE_DATASET)
+        return 0;
+    if (strcmp(name, "stats") == 0) {
+        v->stats = true;
+        return 0;
+    }
+    char path[DUMP_PATH_MAX];
+    snprintf(path, sizeof path, "/%s", name);
+    hid_t ds = H5Dopen2(root, name, H5P_DEFAULT);
+    if (ds < 0) {
+        h5_problem(v->s, path, "cannot open the dataset");
+        return 0;
+    }
+    dump_step_reader *r = v->r;
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 16;
+        dump_tensor_info *t = realloc(r->t, (size_t)cap * sizeof *t);
+        if (!t) {
+            problem(v->s->p, "%s: out of memory", v->s->path);
+            H5Dclose(ds);
+            return -1;
+        }
+        r->t = t;
+        r->cap = cap;
+    }
+    if (tensor_scan(v->s, ds, path, r->step, &r->t[r->n]))
+        r->n++;
+    H5Dclose(ds);
+    return 0;
+}
+
+/* Execution order: exec_index, inputs before outputs, slot. */
+static int tensor_order(const void *pa, const void *pb)
+{
+    const dump_tensor_info *a = pa, *b = pb;
+    if (a->exec_index != b->exec_index)
+        return a->exec_index < b->exec_index ? -1 : 1;
+    if (a->io != b->io)
+        return a->io == DUMP_IN ? -1 : 1;
+    if (a->slot != b->slot)
+        return a->slot < b->slot ? -1 : 1;
+    return strcmp(a->path, b->path);
+}
+
+/* The step in a file name "step-NNNNNNNN.h5" (or its tmp form), or -1. */
+static int64_t name_step(const char *name, bool *complete)
+{
+    const char *p = name;
+    *complete = p[0] != '.';
+    if (!*complete)
+        p++;
+    if (strncmp(p, "step-", 5) != 0)
+        return -1;
+    p += 5;
+    size_t digits = strspn(p, "0123456789");
+    if (digits < 8 || digits > 18 || strcmp(p + digits, *complete ? ".h5" : ".h5.tmp") != 0)
+        return -1;
+    return strtoll(p, NULL, 10);
+}
+
+/* Checks the root attributes and every dataset of a step file into r. */
+static void step_scan(scan *s, dump_step_reader *r, int *n_tensors, bool *stats)
+{
+    int complete = 0;
+    *n_tensors = -1;
+    attr_int(s, s->file, "/", "step", K_I64, &r->step);
+    if (attr_i32(s, s->file, "/", "complete", &complete) && complete != 1)
+        problem(s->p, "%s: /: attribute 'complete' is %d, expected 1 (the step was not "
+                "finished)", s->path, complete);
+    attr_i32(s, s->file, "/", "n_tensors", n_tensors);
+    const char *base = strrchr(s->path, '/');
+    bool named_complete;
+    int64_t named = name_step(base ? base + 1 : s->path, &named_complete);
+    if (named >= 0 && named != r->step)
+        problem(s->p, "%s: /: attribute 'step' is %lld, the file name says %lld", s->path,
+                (long long)r->step, (long long)named);
+    visit v = { s, r, false };
+    if (H5Ovisit2(s->file, H5_INDEX_NAME, H5_ITER_INC, visit_object, &v, H5O_INFO_BASIC) < 0)
+        h5_problem(s, "/", "cannot list the objects");
+    *stats = v.stats;
+    if (r->n > 1)
+        qsort(r->t, (size_t)r->n, sizeof *r->t, tensor_order);
+}
+
+static void reader_free(dump_step_reader *r)
+{
+    if (r->file >= 0)
+        H5Fclose(r->file);
+    free(r->t);
+    free(r->path);
+    free(r);
+}
+
+/* Opens and checks a step file; the reader is returned even with problems
+ * (as much as could be read), NULL only when the file did not open. */
+static dump_step_reader *step_load(const char *path, dump_problems *p, int *n_tensors,
+                                   bool *stats)
+{
+    dump_step_reader *r = calloc(1, sizeof *r);
+    scan s = { path, -1, p };
+    if (!r || !(r->path = strdup(path))) {
+        problem(p, "%s: out of memory", path);
+        free(r);
+        return NULL;
+    }
+    r->file = s.file = file_open(&s);
+    if (r->file < 0) {
+        reader_free(r);
+        return NULL;
+    }
+    step_scan(&s, r, n_tensors, stats);
+    return r;
+}
+
+dump_step_reader *dump_step_open(const char *path, char *err, size_t n)
+{
+    dump_problems p = { 0, NULL };
+    int n_tensors;
+    bool stats;
+    dump_h5_quiet q = dump_h5_hush();
+    dump_step_reader *r = step_load(path, &p, &n_tensors, &stats);
+    if (p.n > 0) {
+        first_problem(&p, err, n);
+        if (r)
+            reader_free(r);
+        r = NULL;
+    }
+    dump_h5_loud(q);
+    dump_problems_free(&p);
+    return r;
+}
+
+void dump_step_close(dump_step_reader *r)
+{
+    if (!r)
+        return;
+    dump_h5_quiet q = dump_h5_hush();
+    reader_free(r);
+    dump_h5_loud(q);
+}
+
+int64_t dump_step_number(const dump_step_reader *r) { return r->step; }
+int dump_step_count(const dump_step_reader *r) { return r->n; }
+
+const dump_tensor_info *dump_step_tensor(const dump_step_reader *r, int i)
+{
+    return i >= 0 && i < r->n ? &r->t[i] : NULL;
+}
+
+int dump_step_find(const dump_step_reader *r, const char *path)
+{
+    for (int i = 0; i < r->n; i++)
+        if (strcmp(r->t[i].path, path) == 0)
+            return i;
+    return -1;
+}
+
+bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t n)
+{
+    if (i < 0 || i >= r->n)
+        return fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+    const dump_tensor_info *ti = &r->t[i];
+    if (ti->numel == 0)
+        return true;
+    dump_h5_quiet q = dump_h5_hush();
+    hid_t ds = H5Dopen2(r->file, ti->path, H5P_DEFAULT);
+    hid_t t = dump_h5_type(ti->dtype);
+    bool ok = ds >= 0 && t >= 0 && H5Dread(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) >= 0;
+    if (!ok) {
+        char why[256];
+        fail(err, n, "%s: %s: cannot read the values: %s", r->path, ti->path,
+             dump_h5_reason(why, sizeof why));
+    }
+    if (t >= 0)
+        H5Tclose(t);
+    if (ds >= 0)
+        H5Dclose(ds);
+    dump_h5_loud(q);
+    return ok;
+}
+
+bool dump_step_read_f32(dump_step_reader *r, int i, float *dst, char *err, size_t n)
+{
+    if (i < 0 || i >= r->n)
+        return fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+    const dump_tensor_info *ti = &r->t[i];
+    if (ti->dtype == TE_F32)
+        return dump_step_read_raw(r, i, dst, err, n);
+    void *raw = malloc(ti->nbytes ? ti->nbytes : 1);
+    if (!raw)
+        return fail(err, n, "%s: %s: out of memory", r->path, ti->path);
+    bool ok = dump_step_read_raw(r, i, raw, err, n);
+    for (int64_t k = 0; ok && k < ti->numel; k++) {
+        if (ti->dtype == TE_F16)
+            dst[k] = te_f16_to_f32(((const uint16_t *)raw)[k]);
+        else if (ti->dtype == TE_BF16)
+            dst[k] = te_bf16_to_f32(((const uint16_t *)raw)[k]);
+        else
+            dst[k] = (float)((const int32_t *)raw)[k];
+    }
+    free(raw);
+    return ok;
+}
+
+/* Checks /stats rows: known paths that agree with op, io and slot. */
+static void stats_check(scan *s, const dump_stats_row *rows, int count)
+{
+    for (int i = 0; i < count; i++) {
+        char want[DUMP_PATH_MAX];
+        if (!dump_tensor_path(rows[i].op, rows[i].io, rows[i].slot, want, sizeof want) ||
+            strcmp(want, rows[i].path) != 0)
+            problem(s->p, "%s: /stats: row %d: path '%s' does not match op '%s' %s%d", s->path,
+                    i, rows[i].path, rows[i].op, io_name(rows[i].io), rows[i].slot);
+    }
+}
+
+int dump_step_stats(dump_step_reader *r, dump_stats_row **rows, char *err, size_t n)
+{
+    *rows = NULL;
+    dump_problems p = { 0, NULL };
+    scan s = { r->path, r->file, &p };
+    int count = 0;
+    dump_h5_quiet q = dump_h5_hush();
+    htri_t there = H5Lexists(r->file, "/stats", H5P_DEFAULT);
+    if (there < 0)
+        h5_problem(&s, "/stats", "cannot look it up");
+    else if (there)
+        *rows = table_read(&s, "/stats", stats_cols, NCOLS(stats_cols), sizeof **rows, &count);
+    if (*rows)
+        stats_check(&s, *rows, count);
+    dump_h5_loud(q);
+    if (p.n > 0) {
+        first_problem(&p, err, n);
+        dump_problems_free(&p);
+        free(*rows);
+        *rows = NULL;
+        return -1;
+    }
+    return count;
+}
+
+/* ---- run.h5 ---------------------------------------------------------------------- */
+
+static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
+{
+    int64_t seed = 0;
+    int mode = 0;
+    memset(m, 0, sizeof *m);
+    if (attr_i32(s, s->file, "/", "tdbg_format", &m->format) && m->format != DUMP_FORMAT)
+        problem(s->p, "%s: /: attribute 'tdbg_format' is %d, this tdbg reads %d", s->path,
+                m->format, DUMP_FORMAT);
+    attr_text(s, s->file, "/", "engine_version", m->engine_version, sizeof m->engine_version);
+    if (attr_enum(s, s->file, "/", "mode", mode_name, 2, &mode))
+        m->mode = (te_mode)mode;
+    attr_text(s, s->file, "/", "amp", m->amp, sizeof m->amp);
+    attr_text(s, s->file, "/", "backend", m->backend, sizeof m->backend);
+    if (attr_int(s, s->file, "/", "seed", K_U64, &seed))
+        m->seed = (uint64_t)seed;
+    attr_text(s, s->file, "/", "command_line", m->command_line, sizeof m->command_line);
+    attr_text(s, s->file, "/", "created", m->created, sizeof m->created);
+    *ops = table_read(s, "/ops", op_cols, NCOLS(op_cols), sizeof **ops, n_ops);
+}
+
+bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_ops, char *err,
+                   size_t n)
+{
+    *ops = NULL;
+    *n_ops = 0;
+    size_t len = strlen(dir) + sizeof "/run.h5";
+    char *path = malloc(len);
+    if (!path)
+        return fail(err, n, "%s: out of memory", dir);
+    snprintf(path, len, "%s/run.h5", dir);
+    dump_problems p = { 0, NULL };
+    scan s = { path, -1, &p };
+    dump_h5_quiet q = dump_h5_hush();
+    s.file = file_open(&s);
+    if (s.file >= 0) {
+        run_scan(&s, m, ops, n_ops);
+        H5Fclose(s.file);
+    }
+    dump_h5_loud(q);
+    bool ok = p.n == 0;
+    if (!ok) {
+        first_problem(&p, err, n);
+        free(*ops);
+        *ops = NULL;
+        *n_ops = 0;
+    }
+    dump_problems_free(&p);
+    free(path);
+    return ok;
+}
+
+/* ---- listing and verifying ---------------------------------------------------------- */
+
+static int entry_order(const void *pa, const void *pb)
+{
+    const dump_step_entry *a = pa, *b = pb;
+    if (a->step != b->step)
+        return a->step < b->step ? -1 : 1;
+    return (int)b->complete - (int)a->complete;
+}
+
+int dump_run_list(const char *dir, dump_step_entry **out, char *err, size_t n)
+{
+    *out = NULL;
+    DIR *d = opendir(dir);
+    if (!d) {
+        fail(err, n, "%s: cannot read the directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    int count = 0, cap = 0;
+    dump_step_entry *e = NULL;
+    for (struct dirent *de; (de = readdir(d));) {
+        bool complete;
+        int64_t step = name_step(de->d_name, &complete);
+        size_t len = strlen(de->d_name);
+        if (step < 0 || len >= sizeof e->name)
+            continue;
+        if (count == cap) {
+            cap = cap ? 2 * cap : 64;
+            dump_step_entry *more = realloc(e, (size_t)cap * sizeof *e);
+            if (!more) {
+                free(e);
+                closedir(d);
+                fail(err, n, "%s: out of memory", dir);
+                return -1;
+            }
+            e = more;
+        }
+        e[count].step = step;
+        e[count].complete = complete;
+        memcpy(e[count].name, de->d_name, len + 1);
+        count++;
+    }
+    closedir(d);
+    if (count > 1)
+        qsort(e, (size_t)count, sizeof *e, entry_order);
+    *out = e;
+    return count;
+}
+
+/* Reads every value of a step (so damaged chunks are found) and its
+ * /stats table, and compares n_tensors with what is there. */
+static void step_verify(const char *path, dump_problems *p)
+{
+    int n_tensors = 0, before = p->n;
+    bool stats = false;
+    dump_step_reader *r = step_load(path, p, &n_tensors, &stats);
+    if (!r)
+        return;
+    scan s = { path, r->file, p };
+    char err[1024];
+    int found = r->n;
+    for (int i = 0; i < r->n; i++) {
+        void *buf = malloc(r->t[i].nbytes ? r->t[i].nbytes : 1);
+        if (!buf || !dump_step_read_raw(r, i, buf, err, sizeof err))
+            problem(p, "%s", buf ? err : "out of memory");
+        free(buf);
+    }
+    if (stats) {
+        int count = 0;
+        dump_stats_row *rows = table_read(&s, "/stats", stats_cols, NCOLS(stats_cols),
+                                          sizeof *rows, &count);
+        if (rows)
+            stats_check(&s, rows, count);
+        found += count;
+        free(rows);
+    }
+    if (n_tensors >= 0 && n_tensors != found && p->n == before)
+        problem(p, "%s: /: attribute 'n_tensors' is %d, the file holds %d", path, n_tensors,
+                found);
+    reader_free(r);
+}
+
+static void run_verify(const char *path, dump_problems *p)
+{
+    scan s = { path, -1, p };
+    s.file = file_open(&s);
+    if (s.file < 0)
+        return;
+    dump_run_meta m;
+    dump_op_row *ops = NULL;
+    int n_ops = 0;
+    run_scan(&s, &m, &ops, &n_ops);
+    free(ops);
+    H5Fclose(s.file);
+}
+
+static void dir_verify(const char *dir, dump_problems *p)
+{
+    char err[1024];
+    dump_step_entry *e = NULL;
+    size_t len = strlen(dir) + 64;
+    char *path = malloc(len);
+    if (!path) {
+        problem(p, "%s: out of memory", dir);
+        return;
+    }
+    snprintf(path, len, "%s/run.h5", dir);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        problem(p, "%s: missing (every run directory has one)", path);
+    else
+        run_verify(path, p);
+    int count = dump_run_list(dir, &e, err, sizeof err);
+    if (count < 0)
+        problem(p, "%s", err);
+    for (int i = 0; i < count; i++) {
+        snprintf(path, len, "%s/%s", dir, e[i].name);
+        if (e[i].complete)
+            step_verify(path, p);
+        else
+            problem(p, "%s: incomplete step %lld (the writer stopped before finishing it)", path,
+                    (long long)e[i].step);
+    }
+    free(e);
+    free(path);
+}
+
+int dump_verify(const char *path, dump_problems *p)
+{
+    p->n = 0;
+    p->msg = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        problem(p, "%s: cannot open: %s", path, strerror(errno));
+        return p->n;
+    }
+    dump_h5_quiet q = dump_h5_hush();
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (S_ISDIR(st.st_mode))
+        dir_verify(path, p);
+    else if (strcmp(base, "run.h5") == 0)
+        run_verify(path, p);
+    else
+        step_verify(path, p);
+    dump_h5_loud(q);
+    return p->n;
+}

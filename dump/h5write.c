@@ -1,0 +1,832 @@
+/* h5write.c — writes step files and run.h5 (see docs/dump-format.md), and
+ * the HDF5 helpers h5read.c shares. */
+#include "h5file.h"
+
+#include <hdf5.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK_MAX (1u << 20)   /* bytes in one chunk at most */
+
+/* ---- helpers shared with h5read.c ----------------------------------------- */
+
+/* Why the first HDF5 call failed since the last dump_h5_reason (per thread:
+ * HDF5's error handler is too). Calls after a failure clear HDF5's own
+ * stack, so the handler takes the message as the failing call returns. */
+static _Thread_local char first_reason[256];
+
+/* Walked from the innermost entry out: the first description wins unless an
+ * outer one quotes the system's message ("error message = '...'"). */
+static herr_t reason_entry(unsigned i, const H5E_error2_t *e, void *data)
+{
+    (void)i;
+    bool *have = data;
+    if (!e->desc || !e->desc[0])
+        return 0;
+    const char *sys = strstr(e->desc, "error message = '");
+    if (sys) {
+        sys += strlen("error message = '");
+        const char *end = strchr(sys, '\'');
+        int len = end ? (int)(end - sys) : (int)strlen(sys);
+        snprintf(first_reason, sizeof first_reason, "%.*s", len, sys);
+        return 1;
+    }
+    if (!*have)
+        snprintf(first_reason, sizeof first_reason, "%s", e->desc);
+    *have = true;
+    return 0;
+}
+
+/* The error handler while hushed: keeps the first failure's reason. */
+static herr_t keep_reason(hid_t stack, void *data)
+{
+    (void)data;
+    bool have = false;
+    if (!first_reason[0])
+        H5Ewalk2(stack, H5E_WALK_UPWARD, reason_entry, &have);
+    return 0;
+}
+
+dump_h5_quiet dump_h5_hush(void)
+{
+    H5E_auto2_t func = NULL;
+    void *data = NULL;
+    H5Eget_auto2(H5E_DEFAULT, &func, &data);
+    H5Eset_auto2(H5E_DEFAULT, keep_reason, NULL);
+    first_reason[0] = '\0';
+    return (dump_h5_quiet){ (void (*)(void))func, data };
+}
+
+void dump_h5_loud(dump_h5_quiet q)
+{
+    H5Eset_auto2(H5E_DEFAULT, (H5E_auto2_t)q.func, q.data);
+}
+
+const char *dump_h5_reason(char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", first_reason[0] ? first_reason : "unknown HDF5 error");
+    first_reason[0] = '\0';
+    return buf;
+}
+
+int64_t dump_h5_type(te_dtype dt)
+{
+    switch (dt) {
+    case TE_F32: return H5Tcopy(H5T_IEEE_F32LE);
+    case TE_I32: return H5Tcopy(H5T_STD_I32LE);
+    case TE_BF16: return H5Tcopy(H5T_STD_U16LE);   /* the top half of an f32 */
+    case TE_F16: {
+        /* IEEE half: sign bit 15, exponent bits 10..14 (bias 15), mantissa
+         * bits 0..9, which h5py maps to numpy float16. */
+        hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+        if (t < 0 || H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 ||
+            H5Tset_precision(t, 16) < 0 || H5Tset_ebias(t, 15) < 0) {
+            H5Tclose(t);
+            return -1;
+        }
+        return t;
+    }
+    default: return -1;
+    }
+}
+
+bool dump_tensor_path(const char *op, dump_iokind io, int slot, char *buf, size_t n)
+{
+    size_t len = strlen(op);
+    if (len == 0 || op[0] == '/' || op[len - 1] == '/' || strstr(op, "//") || slot < 0 ||
+        (io != DUMP_IN && io != DUMP_OUT))
+        return false;
+    for (const char *p = op; p; p = strchr(p, '/')) {
+        p += *p == '/';
+        size_t part = strcspn(p, "/");
+        if ((part == 1 && p[0] == '.') || (part == 2 && p[0] == '.' && p[1] == '.'))
+            return false;
+    }
+    int w = snprintf(buf, n, "/%s/%s%d", op, io == DUMP_IN ? "in" : "out", slot);
+    return w > 0 && (size_t)w < n;
+}
+
+/* ---- small writing helpers ------------------------------------------------- */
+
+static bool fail(char *err, size_t n, const char *fmt, ...)
+{
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t len = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(len);
+    if (p)
+        snprintf(p, len, "%s/%s", dir, name);
+    return p;
+}
+
+/* mkdir -p. On failure errno says why. */
+static bool make_dirs(const char *dir)
+{
+    char *p = strdup(dir);
+    if (!p)
+        return false;
+    bool ok = true;
+    for (char *s = p + 1; ok; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        ok = mkdir(p, 0777) == 0 || errno == EEXIST;
+        *s = c;
+        if (c == '\0')
+            break;
+    }
+    struct stat st;
+    if (ok && (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        errno = ENOTDIR;
+        ok = false;
+    }
+    free(p);
+    return ok;
+}
+
+static int sync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+static bool write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, buf, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        buf += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
+/* Renames the synced tmp to final and syncs the directory: after a crash
+ * the final name holds either nothing or the whole file. */
+static bool publish(const char *tmp, const char *final, const char *dir, char *err, size_t n)
+{
+    if (rename(tmp, final) != 0)
+        return fail(err, n, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+    if (sync_dir(dir) != 0)
+        return fail(err, n, "%s: cannot sync the directory: %s", dir, strerror(errno));
+    return true;
+}
+
+static hid_t str_type(void)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t >= 0 && (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+static bool attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    bool ok = a >= 0 && H5Awrite(a, mtype, v) >= 0;
+    if (a >= 0)
+        ok = H5Aclose(a) >= 0 && ok;
+    if (sp >= 0)
+        H5Sclose(sp);
+    return ok;
+}
+
+static bool attr_str(hid_t obj, const char *name, const char *v)
+{
+    hid_t t = str_type();
+    bool ok = t >= 0 && attr_write(obj, name, t, t, &v);
+    if (t >= 0)
+        H5Tclose(t);
+    return ok;
+}
+
+static bool attr_i32(hid_t obj, const char *name, int32_t v)
+{
+    return attr_write(obj, name, H5T_STD_I32LE, H5T_NATIVE_INT32, &v);
+}
+
+static bool attr_i64(hid_t obj, const char *name, int64_t v)
+{
+    return attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+
+/* A fixed char field holds a C string (the caller may have filled it all). */
+static bool terminated(const char *s, size_t size) { return memchr(s, '\0', size) != NULL; }
+
+/* Files are built in memory by HDF5's core driver and saved by us, so that
+ * HDF5 never meets a disk error: in 1.10 a file whose close failed on one
+ * stays half closed, and closing it again (at exit, at the latest) crashes.
+ * Our own writes fail cleanly with errno. The format: 1.10 objects, whose
+ * headers, chunk indexes and heaps carry checksums. */
+static hid_t new_fapl(void)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0 && (H5Pset_fapl_core(fapl, CHUNK_MAX, 0) < 0 ||
+                      H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0 ||
+                      H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)) {
+        H5Pclose(fapl);
+        return -1;
+    }
+    return fapl;
+}
+
+/* Creates the file tmp on disk (*fd, empty until saved: a crash leaves an
+ * incomplete step behind) and its HDF5 file in memory. */
+static hid_t create_file(const char *tmp, int *fd, char *err, size_t n)
+{
+    *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (*fd < 0) {
+        fail(err, n, "%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    hid_t fapl = new_fapl();
+    hid_t f = fapl < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (f < 0) {
+        char why[256];
+        fail(err, n, "%s: cannot create: %s", tmp, dump_h5_reason(why, sizeof why));
+        close(*fd);
+        unlink(tmp);
+    }
+    return f;
+}
+
+/* Closes the memory file f and its disk file fd, having written f's image
+ * into fd and synced it when save is set. False with err on failure. */
+static bool finish_file(hid_t f, int fd, const char *tmp, bool save, char *err, size_t n)
+{
+    char why[256];
+    char *buf = NULL;
+    ssize_t size = 0;
+    if (save) {
+        size = H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 ? -1 : H5Fget_file_image(f, NULL, 0);
+        buf = size > 0 ? malloc((size_t)size) : NULL;
+        if (!buf || H5Fget_file_image(f, buf, (size_t)size) != size)
+            save = fail(err, n, "%s: cannot take the file's image: %s", tmp,
+                        buf ? dump_h5_reason(why, sizeof why) : "out of memory");
+    }
+    if (H5Fclose(f) < 0 && save)
+        save = fail(err, n, "%s: cannot close the file: %s", tmp, dump_h5_reason(why, sizeof why));
+    if (save && !write_all(fd, buf, (size_t)size))
+        save = fail(err, n, "%s: cannot write: %s", tmp, strerror(errno));
+    if (save && fsync(fd) != 0)
+        save = fail(err, n, "%s: cannot sync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && save)
+        save = fail(err, n, "%s: cannot close: %s", tmp, strerror(errno));
+    free(buf);
+    return save;
+}
+
+/* Chunks of whole rows up to CHUNK_MAX bytes; when one row is larger, whole
+ * sub-rows of the first dimension whose rest fits. */
+static void chunk_dims(int rank, const hsize_t *dims, size_t esize, hsize_t *chunk)
+{
+    for (int k = 0; k < rank; k++) {
+        size_t rest = esize;
+        for (int j = k + 1; j < rank; j++)
+            rest *= dims[j];
+        if (rest > CHUNK_MAX)
+            continue;
+        for (int j = 0; j < rank; j++)
+            chunk[j] = j < k ? 1 : dims[j];
+        hsize_t fit = CHUNK_MAX / rest;
+        chunk[k] = dims[k] < fit ? dims[k] : fit;
+        return;
+    }
+}
+
+/* Dataset creation: chunked with the Fletcher-32 checksum (after shuffle and
+ * deflate when gzip > 0) unless empty; attributes kept in the header. */
+static hid_t new_dcpl(int rank, const hsize_t *dims, size_t esize, int gzip)
+{
+    hid_t p = H5Pcreate(H5P_DATASET_CREATE);
+    if (p < 0)
+        return -1;
+    bool ok = H5Pset_attr_phase_change(p, 24, 16) >= 0;
+    hsize_t total = 1, chunk[TE_MAX_DIMS];
+    for (int i = 0; i < rank; i++)
+        total *= dims[i];
+    if (ok && total > 0) {
+        chunk_dims(rank, dims, esize, chunk);
+        ok = H5Pset_chunk(p, rank, chunk) >= 0;
+        if (ok && gzip > 0)
+            ok = H5Pset_shuffle(p) >= 0 && H5Pset_deflate(p, (unsigned)gzip) >= 0;
+        ok = ok && H5Pset_fletcher32(p) >= 0;
+    }
+    if (!ok) {
+        H5Pclose(p);
+        return -1;
+    }
+    return p;
+}
+
+/* Link creation making the groups of nested op names. */
+static hid_t new_lcpl(void)
+{
+    hid_t p = H5Pcreate(H5P_LINK_CREATE);
+    if (p >= 0 && H5Pset_create_intermediate_group(p, 1) < 0) {
+        H5Pclose(p);
+        return -1;
+    }
+    return p;
+}
+
+/* ---- step files ------------------------------------------------------------ */
+
+struct dump_step_writer {
+    hid_t file;
+    int fd;
+    int64_t step;
+    int gzip;
+    int n_tensors;
+    char *dir, *tmp, *final;
+    dump_stats_row *stats;
+    int n_stats, cap_stats;
+    bool failed;
+    char why[1024];   /* the failure commit reports */
+};
+
+static void writer_free(dump_step_writer *w)
+{
+    free(w->dir);
+    free(w->tmp);
+    free(w->final);
+    free(w->stats);
+    free(w);
+}
+
+dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char *err, size_t n)
+{
+    if (step < 0 || gzip < 0 || gzip > 9) {
+        fail(err, n, "%s: bad step %lld or gzip level %d (0..9)", dir, (long long)step, gzip);
+        return NULL;
+    }
+    if (!make_dirs(dir)) {
+        fail(err, n, "%s: cannot make the directory: %s", dir, strerror(errno));
+        return NULL;
+    }
+    dump_step_writer *w = calloc(1, sizeof *w);
+    char tmp[64], final[64];
+    snprintf(tmp, sizeof tmp, ".step-%08lld.h5.tmp", (long long)step);
+    snprintf(final, sizeof final, "step-%08lld.h5", (long long)step);
+    if (w) {
+        w->dir = strdup(dir);
+        w->tmp = path_join(dir, tmp);
+        w->final = path_join(dir, final);
+    }
+    if (!w || !w->dir || !w->tmp || !w->final) {
+        fail(err, n, "%s: out of memory", dir);
+        if (w)
+            writer_free(w);
+        return NULL;
+    }
+    w->step = step;
+    w->gzip = gzip;
+    dump_h5_quiet q = dump_h5_hush();
+    w->file = create_file(w->tmp, &w->fd, err, n);
+    if (w->file >= 0 && !attr_i64(w->file, "step", step)) {
+        char why[256];
+        fail(err, n, "%s: /: cannot write attribute 'step': %s", w->tmp,
+             dump_h5_reason(why, sizeof why));
+        finish_file(w->file, w->fd, w->tmp, false, NULL, 0);
+        unlink(w->tmp);
+        w->file = -1;
+    }
+    dump_h5_loud(q);
+    if (w->file < 0) {
+        writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Refuses what cannot be written; fills path. */
+static bool check_tensor(const dump_step_writer *w, const dump_tensor_info *ti, char *path,
+                         char *err, size_t n)
+{
+    if (w->failed)
+        return fail(err, n, "%s", w->why);
+    if (!terminated(ti->op, sizeof ti->op) || !terminated(ti->op_type, sizeof ti->op_type) ||
+        !terminated(ti->tensor, sizeof ti->tensor) || !terminated(ti->file, sizeof ti->file) ||
+        !terminated(ti->kernel, sizeof ti->kernel))
+        return fail(err, n, "%s: a name of the tensor is not terminated", w->tmp);
+    if (!dump_tensor_path(ti->op, ti->io, ti->slot, path, DUMP_PATH_MAX))
+        return fail(err, n, "%s: op '%s' (io %d, slot %d) cannot be an HDF5 path", w->tmp, ti->op,
+                    (int)ti->io, ti->slot);
+    if ((unsigned)ti->phase >= TE_PHASE_COUNT || (unsigned)ti->dtype >= TE_DTYPE_COUNT ||
+        ti->ndim < 0 || ti->ndim > TE_MAX_DIMS)
+        return fail(err, n, "%s: %s: bad phase %d, dtype %d or ndim %d", w->tmp, path,
+                    (int)ti->phase, (int)ti->dtype, ti->ndim);
+    for (int i = 0; i < ti->ndim; i++)
+        if (ti->shape[i] < 0)
+            return fail(err, n, "%s: %s: negative dimension %lld", w->tmp, path,
+                        (long long)ti->shape[i]);
+    /* Every prefix of the path must be free or a group. */
+    char prefix[DUMP_PATH_MAX];
+    for (const char *s = strchr(path + 1, '/');; s = strchr(s + 1, '/')) {
+        size_t len = s ? (size_t)(s - path) : strlen(path);
+        snprintf(prefix, sizeof prefix, "%.*s", (int)len, path);
+        htri_t there = H5Lexists(w->file, prefix, H5P_DEFAULT);
+        if (there <= 0)
+            return true;
+        H5O_info_t oi;
+        if (!s || H5Oget_info_by_name2(w->file, prefix, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+            oi.type != H5O_TYPE_GROUP)
+            return fail(err, n, "%s: %s: already in the file (as %s)", w->tmp, path, prefix);
+    }
+}
+
+/* Records an HDF5 failure: the step cannot be committed any more. */
+static bool writer_failed(dump_step_writer *w, const char *path, const char *what, char *err,
+                          size_t n)
+{
+    char why[256];
+    snprintf(w->why, sizeof w->why, "%s: %s: %s: %s", w->tmp, path, what,
+             dump_h5_reason(why, sizeof why));
+    w->failed = true;
+    return fail(err, n, "%s", w->why);
+}
+
+static bool tensor_attrs(hid_t ds, const dump_step_writer *w, const dump_tensor_info *ti)
+{
+    return attr_i64(ds, "step", w->step) && attr_str(ds, "op", ti->op) &&
+           attr_str(ds, "op_type", ti->op_type) && attr_i32(ds, "exec_index", ti->exec_index) &&
+           attr_str(ds, "phase", te_phase_name(ti->phase)) &&
+           attr_str(ds, "io", ti->io == DUMP_IN ? "in" : "out") &&
+           attr_i32(ds, "slot", ti->slot) && attr_str(ds, "tensor", ti->tensor) &&
+           attr_str(ds, "dtype", te_dtype_name(ti->dtype)) && attr_str(ds, "file", ti->file) &&
+           attr_i32(ds, "line", ti->line) && attr_str(ds, "kernel", ti->kernel) &&
+           (ti->ndim > 0 || attr_i32(ds, "ndim", 0));
+}
+
+bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const void *data,
+                       char *err, size_t n)
+{
+    char path[DUMP_PATH_MAX];
+    if (!w)
+        return fail(err, n, "no step file");
+    dump_h5_quiet q = dump_h5_hush();
+    bool ok = check_tensor(w, ti, path, err, n);
+    if (!ok) {
+        dump_h5_loud(q);
+        return false;
+    }
+    int rank = ti->ndim ? ti->ndim : 1;   /* a 0-d tensor is stored as [1] */
+    hsize_t dims[TE_MAX_DIMS] = { 1 };
+    size_t esize = te_dtype_size(ti->dtype);
+    hsize_t total = 1;
+    for (int i = 0; i < ti->ndim; i++) {
+        dims[i] = (hsize_t)ti->shape[i];
+        total *= dims[i];
+    }
+    if (total > 0 && !data) {
+        dump_h5_loud(q);
+        return fail(err, n, "%s: %s: no data", w->tmp, path);
+    }
+    hid_t type = dump_h5_type(ti->dtype);
+    hid_t sp = H5Screate_simple(rank, dims, NULL);
+    hid_t dcpl = new_dcpl(rank, dims, esize, w->gzip);
+    hid_t lcpl = new_lcpl();
+    hid_t ds = -1;
+    const char *what = "cannot create the dataset";
+    /* every value is written: no fill values first */
+    if (type >= 0 && sp >= 0 && dcpl >= 0 && lcpl >= 0 &&
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0)
+        ds = H5Dcreate2(w->file, path, type, sp, lcpl, dcpl, H5P_DEFAULT);
+    if (ds >= 0) {
+        what = "cannot write the data";
+        ok = total == 0 || H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
+        if (ok) {
+            what = "cannot write the attributes";
+            ok = tensor_attrs(ds, w, ti);
+        }
+        if (H5Dclose(ds) < 0 && ok) {   /* closing writes the cached chunks */
+            what = "cannot write the data";
+            ok = false;
+        }
+    } else {
+        ok = false;
+    }
+    if (ok)
+        w->n_tensors++;
+    else
+        writer_failed(w, path, what, err, n);
+    H5Pclose(lcpl);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    H5Tclose(type);
+    dump_h5_loud(q);
+    return ok;
+}
+
+bool dump_step_add(dump_step_writer *w, const dump_tensor_info *ti, const te_tensor *t, char *err,
+                   size_t n)
+{
+    if (!t)
+        return fail(err, n, "no tensor");
+    dump_tensor_info copy = *ti;
+    copy.dtype = t->dtype;
+    copy.ndim = t->ndim;
+    memcpy(copy.shape, t->shape, sizeof copy.shape);
+    return dump_step_add_raw(w, &copy, t->data, err, n);
+}
+
+bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int count, char *err,
+                         size_t n)
+{
+    if (!w)
+        return fail(err, n, "no step file");
+    if (w->failed)
+        return fail(err, n, "%s", w->why);
+    if (count < 0)
+        return fail(err, n, "%s: /stats: negative row count %d", w->tmp, count);
+    if (w->n_stats + count > w->cap_stats) {
+        int cap = w->cap_stats ? w->cap_stats : 64;
+        while (cap < w->n_stats + count)
+            cap *= 2;
+        dump_stats_row *s = realloc(w->stats, (size_t)cap * sizeof *s);
+        if (!s)
+            return fail(err, n, "%s: /stats: out of memory", w->tmp);
+        w->stats = s;
+        w->cap_stats = cap;
+    }
+    for (int i = 0; i < count; i++) {
+        dump_stats_row r = rows[i];
+        if (!terminated(r.op, sizeof r.op) ||
+            !dump_tensor_path(r.op, r.io, r.slot, r.path, sizeof r.path))
+            return fail(err, n, "%s: /stats: row %d: op '%.*s' (io %d, slot %d) cannot be an "
+                        "HDF5 path", w->tmp, i, (int)sizeof r.op, r.op, (int)r.io, r.slot);
+        w->stats[w->n_stats + i] = r;
+    }
+    w->n_stats += count;
+    return true;
+}
+
+/* The /stats row as HDF5 converts it: strings as pointers. */
+typedef struct stats_mem {
+    const char *path, *op, *io;
+    int32_t slot, exec_index;
+    double min, max, mean, std, abs_max, l2norm;
+    int64_t nan, inf;
+    double zero_frac;
+} stats_mem;
+
+/* A compound type for mem structs; the file type is the same, packed. */
+static hid_t stats_type(hid_t str)
+{
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(stats_mem));
+    if (t < 0)
+        return -1;
+    bool ok = H5Tinsert(t, "path", HOFFSET(stats_mem, path), str) >= 0 &&
+              H5Tinsert(t, "op", HOFFSET(stats_mem, op), str) >= 0 &&
+              H5Tinsert(t, "io", HOFFSET(stats_mem, io), str) >= 0 &&
+              H5Tinsert(t, "slot", HOFFSET(stats_mem, slot), H5T_NATIVE_INT32) >= 0 &&
+              H5Tinsert(t, "exec_index", HOFFSET(stats_mem, exec_index), H5T_NATIVE_INT32) >= 0;
+    static const char *const dbl[] = { "min", "max", "mean", "std", "abs_max", "l2norm" };
+    for (int i = 0; i < 6; i++)
+        ok = ok && H5Tinsert(t, dbl[i], HOFFSET(stats_mem, min) + (size_t)i * sizeof(double),
+                             H5T_NATIVE_DOUBLE) >= 0;
+    ok = ok && H5Tinsert(t, "nan", HOFFSET(stats_mem, nan), H5T_NATIVE_INT64) >= 0 &&
+         H5Tinsert(t, "inf", HOFFSET(stats_mem, inf), H5T_NATIVE_INT64) >= 0 &&
+         H5Tinsert(t, "zero_frac", HOFFSET(stats_mem, zero_frac), H5T_NATIVE_DOUBLE) >= 0;
+    if (!ok) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+/* Writes a 1-D compound table of count rows at name; false sets the HDF5 error. */
+static bool write_table(hid_t file, const char *name, hid_t mtype, size_t row, int count,
+                        const void *rows)
+{
+    hid_t ftype = H5Tcopy(mtype);
+    hsize_t dims[1] = { (hsize_t)count };
+    hid_t sp = H5Screate_simple(1, dims, NULL);
+    hid_t dcpl = ftype < 0 || H5Tpack(ftype) < 0 ? -1 : new_dcpl(1, dims, row, 0);
+    hid_t ds = sp < 0 || dcpl < 0 ? -1 : H5Dcreate2(file, name, ftype, sp, H5P_DEFAULT, dcpl,
+                                                    H5P_DEFAULT);
+    bool ok = ds >= 0 && (count == 0 || H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                                  rows) >= 0);
+    if (ds >= 0)
+        ok = H5Dclose(ds) >= 0 && ok;
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (ftype >= 0)
+        H5Tclose(ftype);
+    return ok;
+}
+
+static bool write_stats(dump_step_writer *w)
+{
+    stats_mem *m = calloc(w->n_stats ? (size_t)w->n_stats : 1, sizeof *m);
+    hid_t str = str_type();
+    hid_t t = str < 0 ? -1 : stats_type(str);
+    bool ok = m && t >= 0;
+    for (int i = 0; ok && i < w->n_stats; i++) {
+        const dump_stats_row *r = &w->stats[i];
+        m[i] = (stats_mem){ r->path, r->op, r->io == DUMP_IN ? "in" : "out", r->slot,
+                            r->exec_index, r->min, r->max, r->mean, r->std, r->abs_max,
+                            r->l2norm, r->nan, r->inf, r->zero_frac };
+    }
+    ok = ok && write_table(w->file, "/stats", t, sizeof *m, w->n_stats, m);
+    if (t >= 0)
+        H5Tclose(t);
+    if (str >= 0)
+        H5Tclose(str);
+    free(m);
+    return ok;
+}
+
+bool dump_step_commit(dump_step_writer *w, char *err, size_t n)
+{
+    if (!w)
+        return fail(err, n, "no step file");
+    dump_h5_quiet q = dump_h5_hush();
+    bool ok = !w->failed;
+    if (!ok)
+        fail(err, n, "%s", w->why);
+    if (ok && w->n_stats > 0 && !write_stats(w))
+        ok = writer_failed(w, "/stats", "cannot write the table", err, n);
+    /* complete goes last: a file without it was not finished. */
+    if (ok && !(attr_i32(w->file, "n_tensors", w->n_tensors + w->n_stats) &&
+                attr_i32(w->file, "complete", 1)))
+        ok = writer_failed(w, "/", "cannot write the attributes", err, n);
+    ok = finish_file(w->file, w->fd, w->tmp, ok, err, n) && ok;
+    dump_h5_loud(q);
+    if (ok)
+        ok = publish(w->tmp, w->final, w->dir, err, n);
+    if (!ok)
+        unlink(w->tmp);
+    writer_free(w);
+    return ok;
+}
+
+void dump_step_abort(dump_step_writer *w)
+{
+    if (!w)
+        return;
+    dump_h5_quiet q = dump_h5_hush();
+    finish_file(w->file, w->fd, w->tmp, false, NULL, 0);
+    dump_h5_loud(q);
+    unlink(w->tmp);
+    writer_free(w);
+}
+
+/* ---- run.h5 ---------------------------------------------------------------- */
+
+typedef struct op_mem {
+    int32_t exec;
+    const char *name, *type, *phase, *file;
+    int32_t line;
+    const char *inputs, *outputs, *kernel;
+} op_mem;
+
+static hid_t ops_type(hid_t str)
+{
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(op_mem));
+    if (t >= 0 && (H5Tinsert(t, "exec", HOFFSET(op_mem, exec), H5T_NATIVE_INT32) < 0 ||
+                   H5Tinsert(t, "name", HOFFSET(op_mem, name), str) < 0 ||
+                   H5Tinsert(t, "type", HOFFSET(op_mem, type), str) < 0 ||
+                   H5Tinsert(t, "phase", HOFFSET(op_mem, phase), str) < 0 ||
+                   H5Tinsert(t, "file", HOFFSET(op_mem, file), str) < 0 ||
+                   H5Tinsert(t, "line", HOFFSET(op_mem, line), H5T_NATIVE_INT32) < 0 ||
+                   H5Tinsert(t, "inputs", HOFFSET(op_mem, inputs), str) < 0 ||
+                   H5Tinsert(t, "outputs", HOFFSET(op_mem, outputs), str) < 0 ||
+                   H5Tinsert(t, "kernel", HOFFSET(op_mem, kernel), str) < 0)) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+static bool meta_attrs(hid_t f, const dump_run_meta *m)
+{
+    char now[32];
+    const char *created = m->created;
+    if (!created[0]) {
+        time_t t = time(NULL);
+        struct tm tm;
+        strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        created = now;
+    }
+    uint64_t seed = m->seed;
+    return attr_i32(f, "tdbg_format", DUMP_FORMAT) &&
+           attr_str(f, "engine_version", m->engine_version) &&
+           attr_str(f, "mode", te_mode_name(m->mode)) && attr_str(f, "amp", m->amp) &&
+           attr_str(f, "backend", m->backend) &&
+           attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed) &&
+           attr_str(f, "command_line", m->command_line) && attr_str(f, "created", created);
+}
+
+static bool write_ops(hid_t f, const dump_op_row *ops, int n_ops)
+{
+    op_mem *m = calloc(n_ops ? (size_t)n_ops : 1, sizeof *m);
+    hid_t str = str_type();
+    hid_t t = str < 0 ? -1 : ops_type(str);
+    bool ok = m && t >= 0;
+    for (int i = 0; ok && i < n_ops; i++) {
+        const dump_op_row *r = &ops[i];
+        m[i] = (op_mem){ r->exec, r->name, r->type, te_phase_name(r->phase), r->file, r->line, r->inputs,
+                         r->outputs, r->kernel };
+    }
+    ok = ok && write_table(f, "/ops", t, sizeof *m, n_ops, m);
+    if (t >= 0)
+        H5Tclose(t);
+    if (str >= 0)
+        H5Tclose(str);
+    free(m);
+    return ok;
+}
+
+static bool run_valid(const char *path, const dump_run_meta *m, const dump_op_row *ops,
+                      int n_ops, char *err, size_t n)
+{
+    if (!terminated(m->engine_version, sizeof m->engine_version) ||
+        !terminated(m->amp, sizeof m->amp) || !terminated(m->backend, sizeof m->backend) ||
+        !terminated(m->command_line, sizeof m->command_line) ||
+        !terminated(m->created, sizeof m->created) ||
+        (m->mode != TE_MODE_EAGER && m->mode != TE_MODE_GRAPH))
+        return fail(err, n, "%s: bad run metadata (unterminated text or mode %d)", path,
+                    (int)m->mode);
+    if (n_ops < 0 || (n_ops > 0 && !ops))
+        return fail(err, n, "%s: /ops: bad row count %d", path, n_ops);
+    for (int i = 0; i < n_ops; i++) {
+        const dump_op_row *r = &ops[i];
+        if (!terminated(r->name, sizeof r->name) || !terminated(r->type, sizeof r->type) ||
+            !terminated(r->file, sizeof r->file) || !terminated(r->inputs, sizeof r->inputs) ||
+            !terminated(r->outputs, sizeof r->outputs) ||
+            !terminated(r->kernel, sizeof r->kernel) || (unsigned)r->phase >= TE_PHASE_COUNT)
+            return fail(err, n, "%s: /ops: row %d: unterminated text or bad phase %d", path, i,
+                        (int)r->phase);
+    }
+    return true;
+}
+
+bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *ops, int n_ops,
+                    char *err, size_t n)
+{
+    if (!make_dirs(dir))
+        return fail(err, n, "%s: cannot make the directory: %s", dir, strerror(errno));
+    char *tmp = path_join(dir, ".run.h5.tmp");
+    char *final = path_join(dir, "run.h5");
+    bool ok = tmp && final;
+    if (!ok)
+        fail(err, n, "%s: out of memory", dir);
+    ok = ok && run_valid(final, m, ops, n_ops, err, n);
+    dump_h5_quiet q = dump_h5_hush();
+    int fd = -1;
+    hid_t f = ok ? create_file(tmp, &fd, err, n) : -1;
+    if (f >= 0) {
+        char why[256];
+        if (!meta_attrs(f, m))
+            ok = fail(err, n, "%s: /: cannot write the attributes: %s", tmp,
+                      dump_h5_reason(why, sizeof why));
+        else if (!write_ops(f, ops, n_ops))
+            ok = fail(err, n, "%s: /ops: cannot write the table: %s", tmp,
+                      dump_h5_reason(why, sizeof why));
+        ok = finish_file(f, fd, tmp, ok, err, n) && ok;
+        ok = ok && publish(tmp, final, dir, err, n);
+        if (!ok)
+            unlink(tmp);
+    } else {
+        ok = false;
+    }
+    dump_h5_loud(q);
+    free(tmp);
+    free(final);
+    return ok;
+}

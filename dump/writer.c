@@ -1,0 +1,437 @@
+/*
+ * writer.c — the dump session: engine hooks pick the tensors the spec
+ * selects, copy them, and queue them to one background thread that makes
+ * every HDF5 call (h5write.c), a step file per step.
+ *
+ * The queue holds copies up to a memory cap. When the disk is slower than
+ * training and the cap is reached, the training thread waits for room: a
+ * dump never drops a tensor silently. A write error (full disk, no
+ * permission) stops dumping with a message naming the path; training goes
+ * on, and the steps already written stay complete and readable.
+ */
+#include "dump.h"
+#include "h5file.h"
+
+#include <fnmatch.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUEUE_CAP_BYTES ((size_t)256 << 20) /* copies waiting for the disk */
+#define MAX_OPS 4096                         /* rows of run.h5's op table */
+
+typedef enum { ITEM_BEGIN, ITEM_TENSOR, ITEM_STATS, ITEM_COMMIT } item_kind;
+
+typedef struct item {
+    item_kind kind;
+    int64_t step;
+    dump_tensor_info ti;  /* ITEM_TENSOR */
+    dump_stats_row row;   /* ITEM_STATS */
+    void *data;           /* ITEM_TENSOR: the copy */
+    size_t bytes;
+    struct item *next;
+} item;
+
+struct dump_session {
+    dump_spec spec;
+    dump_run_meta meta;
+    int hook;
+    bool step_selected;
+    int64_t step;
+    /* queue */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t nonempty, room, drained;
+    item *head, *tail;
+    size_t queued_bytes;
+    bool closing, busy;
+    /* what the writer did, for `info dump` */
+    uint64_t bytes_written;
+    int64_t steps_written, tensors_written;
+    bool failed, capped;
+    char error[1024];
+    /* op table of the first selected step, for run.h5 */
+    dump_op_row *ops;
+    int n_ops;
+    bool ops_written;
+};
+
+/* ---- the writer thread --------------------------------------------------------- */
+
+static void fail(dump_session *d, const char *msg)
+{
+    pthread_mutex_lock(&d->mu);
+    if (!d->failed) {
+        d->failed = true;
+        snprintf(d->error, sizeof d->error, "%s", msg);
+        fprintf(stderr, "tdbg: dump stopped: %s (training goes on; the steps written so far are "
+                        "complete)\n", msg);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Writes one item; returns 1 for a tensor or stats row written, 2 for a
+ * step committed, 0 otherwise. */
+static int write_item(dump_session *d, dump_step_writer **w, const item *it)
+{
+    char err[1024];
+    int done = 0;
+    switch (it->kind) {
+    case ITEM_BEGIN:
+        if (!(*w = dump_step_create(d->spec.dir, it->step, d->spec.gzip, err, sizeof err)))
+            fail(d, err);
+        break;
+    case ITEM_TENSOR:
+        if (*w && !dump_step_add_raw(*w, &it->ti, it->data, err, sizeof err))
+            fail(d, err);
+        else if (*w)
+            done = 1;
+        break;
+    case ITEM_STATS:
+        if (*w && !dump_step_add_stats(*w, &it->row, 1, err, sizeof err))
+            fail(d, err);
+        else if (*w)
+            done = 1;
+        break;
+    case ITEM_COMMIT:
+        if (*w && !d->failed) {
+            if (dump_step_commit(*w, err, sizeof err))
+                done = 2;
+            else
+                fail(d, err);
+        } else if (*w) {
+            dump_step_abort(*w);
+        }
+        *w = NULL;
+        if (!d->ops_written && d->n_ops && !d->failed) {
+            if (!dump_run_write(d->spec.dir, &d->meta, d->ops, d->n_ops, err, sizeof err))
+                fail(d, err);
+            d->ops_written = true;
+        }
+        break;
+    }
+    return done;
+}
+
+static void *writer_main(void *arg)
+{
+    dump_session *d = arg;
+    dump_step_writer *w = NULL;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->head && !d->closing)
+            pthread_cond_wait(&d->nonempty, &d->mu);
+        if (!d->head)
+            break;
+        item *it = d->head;
+        d->head = it->next;
+        if (!d->head)
+            d->tail = NULL;
+        d->busy = true;
+        bool failed = d->failed;
+        pthread_mutex_unlock(&d->mu);
+        int done = failed ? 0 : write_item(d, &w, it);
+        pthread_mutex_lock(&d->mu);
+        d->tensors_written += done == 1;
+        d->steps_written += done == 2;
+        d->busy = false;
+        d->queued_bytes -= it->bytes;
+        d->bytes_written += it->kind == ITEM_TENSOR ? it->bytes : 0;
+        free(it->data);
+        free(it);
+        pthread_cond_broadcast(&d->room);
+        if (!d->head)
+            pthread_cond_broadcast(&d->drained);
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (w)
+        dump_step_abort(w); /* stopped inside a step: it stays incomplete, by design */
+    return NULL;
+}
+
+static void enqueue(dump_session *d, item *it)
+{
+    pthread_mutex_lock(&d->mu);
+    while (d->queued_bytes > 0 && d->queued_bytes + it->bytes > QUEUE_CAP_BYTES && !d->failed)
+        pthread_cond_wait(&d->room, &d->mu);
+    it->next = NULL;
+    if (d->tail)
+        d->tail->next = it;
+    else
+        d->head = it;
+    d->tail = it;
+    d->queued_bytes += it->bytes;
+    pthread_cond_signal(&d->nonempty);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static item *new_item(item_kind kind, int64_t step)
+{
+    item *it = calloc(1, sizeof *it);
+    if (it) {
+        it->kind = kind;
+        it->step = step;
+    }
+    return it;
+}
+
+/* ---- selection ------------------------------------------------------------------ */
+
+static bool capped(dump_session *d, size_t more)
+{
+    pthread_mutex_lock(&d->mu);
+    bool over = d->spec.max_bytes && d->bytes_written + d->queued_bytes + more > d->spec.max_bytes;
+    pthread_mutex_unlock(&d->mu);
+    if (!over)
+        return false;
+    if (!d->capped) {
+        d->capped = true;
+        fprintf(stderr, "tdbg: dump reached its size cap (max=%llu bytes): no more tensors are "
+                        "written\n", (unsigned long long)d->spec.max_bytes);
+    }
+    return true;
+}
+
+static bool failed(dump_session *d)
+{
+    pthread_mutex_lock(&d->mu);
+    bool f = d->failed;
+    pthread_mutex_unlock(&d->mu);
+    return f;
+}
+
+static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor *t, dump_iokind io, int slot)
+{
+    if (!t || !t->data || failed(d))
+        return;
+    item *it = new_item(d->spec.stats_only ? ITEM_STATS : ITEM_TENSOR, d->step);
+    if (!it)
+        return;
+    if (d->spec.stats_only) {
+        te_stats s;
+        te_stats_compute(t, &s);
+        dump_stats_row *row = &it->row;
+        snprintf(row->op, sizeof row->op, "%s", r->name);
+        row->io = io;
+        row->slot = slot;
+        row->exec_index = r->exec_index;
+        row->min = s.min, row->max = s.max, row->mean = s.mean, row->std = s.std;
+        row->abs_max = s.abs_max, row->l2norm = s.l2norm, row->nan = s.nan, row->inf = s.inf;
+        row->zero_frac = s.n ? (double)s.zero / (double)s.n : 0.0;
+        enqueue(d, it);
+        return;
+    }
+    if (capped(d, t->nbytes) || !(it->data = malloc(t->nbytes ? t->nbytes : 1))) {
+        free(it);
+        return;
+    }
+    memcpy(it->data, t->data, t->nbytes);
+    it->bytes = t->nbytes;
+    dump_tensor_info *ti = &it->ti;
+    snprintf(ti->op, sizeof ti->op, "%s", r->name);
+    snprintf(ti->op_type, sizeof ti->op_type, "%s", r->type);
+    snprintf(ti->tensor, sizeof ti->tensor, "%s", t->name);
+    snprintf(ti->file, sizeof ti->file, "%s", r->loc.file ? r->loc.file : "");
+    snprintf(ti->kernel, sizeof ti->kernel, "%s", r->kernel ? r->kernel : "");
+    ti->exec_index = r->exec_index;
+    ti->phase = r->phase;
+    ti->io = io;
+    ti->slot = slot;
+    ti->line = r->loc.line;
+    ti->dtype = t->dtype;
+    ti->ndim = t->ndim;
+    memcpy(ti->shape, t->shape, sizeof ti->shape);
+    enqueue(d, it);
+}
+
+static void join_names(char *buf, size_t n, te_tensor *const *ts, int count)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < count && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "," : "", ts[i] ? ts[i]->name : "");
+}
+
+static void remember_op(dump_session *d, const te_op_record *r)
+{
+    if (d->ops_written || d->n_ops == MAX_OPS)
+        return;
+    dump_op_row *o = &d->ops[d->n_ops++];
+    memset(o, 0, sizeof *o);
+    o->exec = r->exec_index;
+    snprintf(o->name, sizeof o->name, "%s", r->name);
+    snprintf(o->type, sizeof o->type, "%s", r->type);
+    o->phase = r->phase;
+    snprintf(o->file, sizeof o->file, "%s", r->loc.file ? r->loc.file : "");
+    o->line = r->loc.line;
+    join_names(o->inputs, sizeof o->inputs, r->inputs, r->n_inputs);
+    join_names(o->outputs, sizeof o->outputs, r->outputs, r->n_outputs);
+    snprintf(o->kernel, sizeof o->kernel, "%s", r->kernel ? r->kernel : "");
+}
+
+static unsigned phase_bit(te_phase p)
+{
+    return p == TE_PHASE_FORWARD ? DUMP_PHASE_FORWARD : p == TE_PHASE_BACKWARD ? DUMP_PHASE_BACKWARD
+                                                                               : DUMP_PHASE_UPDATE;
+}
+
+static void on_step_begin(int64_t step, void *user)
+{
+    dump_session *d = user;
+    d->step = step;
+    d->step_selected = !failed(d) && dump_spec_step(&d->spec, step);
+    if (d->step_selected) {
+        item *it = new_item(ITEM_BEGIN, step);
+        if (it)
+            enqueue(d, it);
+    }
+}
+
+static void on_op_end(const te_op_record *r, void *user)
+{
+    dump_session *d = user;
+    if (!d->step_selected)
+        return;
+    remember_op(d, r);
+    if (!(d->spec.phases & phase_bit(r->phase)) || !dump_spec_op(&d->spec, r->name, r->type))
+        return;
+    if (d->spec.io & DUMP_IO_INPUTS)
+        for (int i = 0; i < r->n_inputs; i++)
+            queue_tensor(d, r, r->inputs[i], DUMP_IN, i);
+    if (d->spec.io & DUMP_IO_OUTPUTS)
+        for (int i = 0; i < r->n_outputs; i++)
+            queue_tensor(d, r, r->outputs[i], DUMP_OUT, i);
+}
+
+/* params and grads: every parameter (and its gradient) as the step ends,
+ * recorded as outputs of pseudo-ops "param" and "grad". */
+static void dump_params(dump_session *d)
+{
+    te_tensor **p = te_params();
+    for (int i = 0; i < te_param_count(); i++) {
+        te_op_record r = { .step = d->step, .phase = TE_PHASE_UPDATE, .op_id = -1, .exec_index = -1,
+                           .type = "Parameter" };
+        char name[TE_NAME_MAX + 8];
+        const char *pname = p[i]->name + 6; /* after "param:" */
+        if (d->spec.phases & DUMP_PHASE_PARAMS) {
+            snprintf(name, sizeof name, "param/%s", pname);
+            r.name = name;
+            queue_tensor(d, &r, p[i], DUMP_OUT, 0);
+        }
+        if ((d->spec.phases & DUMP_PHASE_GRADS) && p[i]->grad) {
+            snprintf(name, sizeof name, "grad/%s", pname);
+            r.name = name;
+            r.type = "Gradient";
+            queue_tensor(d, &r, p[i]->grad, DUMP_OUT, 0);
+        }
+    }
+}
+
+static void on_step_end(int64_t step, void *user)
+{
+    dump_session *d = user;
+    if (!d->step_selected)
+        return;
+    if (d->spec.phases & (DUMP_PHASE_PARAMS | DUMP_PHASE_GRADS))
+        dump_params(d);
+    item *it = new_item(ITEM_COMMIT, step);
+    if (it)
+        enqueue(d, it);
+    d->step_selected = false;
+}
+
+/* ---- the session ----------------------------------------------------------------- */
+
+dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char *err, size_t n)
+{
+    if (spec->when != DUMP_WHEN_ALWAYS || spec->keep) {
+        snprintf(err, n, "dump: when=%s and keep need the flight recorder, which this build's "
+                 "writer does not have yet; use when=always",
+                 spec->when == DUMP_WHEN_BREAK ? "break" : spec->when == DUMP_WHEN_NONFINITE ? "nonfinite"
+                                                                                            : "always");
+        return NULL;
+    }
+    dump_session *d = calloc(1, sizeof *d);
+    if (!d || !(d->ops = calloc(MAX_OPS, sizeof *d->ops))) {
+        free(d);
+        snprintf(err, n, "dump: out of memory");
+        return NULL;
+    }
+    d->spec = *spec;
+    d->hook = -1;
+    snprintf(d->meta.engine_version, sizeof d->meta.engine_version, "%s", TE_VERSION);
+    d->meta.mode = info ? info->mode : TE_MODE_EAGER;
+    snprintf(d->meta.amp, sizeof d->meta.amp, "%s", info && info->amp ? info->amp : "none");
+    snprintf(d->meta.backend, sizeof d->meta.backend, "cpu");
+    d->meta.seed = te_seed();
+    snprintf(d->meta.command_line, sizeof d->meta.command_line, "%s", info && info->command_line ? info->command_line : "");
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->nonempty, NULL);
+    pthread_cond_init(&d->room, NULL);
+    pthread_cond_init(&d->drained, NULL);
+    if (pthread_create(&d->thread, NULL, writer_main, d) != 0) {
+        snprintf(err, n, "dump: cannot start the writer thread");
+        free(d->ops);
+        free(d);
+        return NULL;
+    }
+    te_hooks h = { .step_begin = on_step_begin, .step_end = on_step_end, .op_end = on_op_end };
+    if ((d->hook = te_hook_add(&h, d)) < 0) {
+        snprintf(err, n, "dump: %s", te_error());
+        dump_stop(d);
+        return NULL;
+    }
+    /* graph mode keeps the selected ops' tensors visible */
+    if (spec->n_ops == 0)
+        te_observe_add("*");
+    for (int i = 0; i < spec->n_ops; i++)
+        if (strncmp(spec->ops[i], "type:", 5) != 0)
+            te_observe_add(spec->ops[i]);
+        else
+            te_observe_add("*"); /* types are not names: keep everything */
+    return d;
+}
+
+void dump_stop(dump_session *d)
+{
+    if (!d)
+        return;
+    if (d->hook >= 0)
+        te_hook_remove(d->hook);
+    pthread_mutex_lock(&d->mu);
+    d->closing = true;
+    pthread_cond_signal(&d->nonempty);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);
+    if (d->spec.n_ops == 0)
+        te_observe_remove("*");
+    for (int i = 0; i < d->spec.n_ops; i++)
+        te_observe_remove(strncmp(d->spec.ops[i], "type:", 5) != 0 ? d->spec.ops[i] : "*");
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->nonempty);
+    pthread_cond_destroy(&d->room);
+    pthread_cond_destroy(&d->drained);
+    free(d->ops);
+    free(d);
+}
+
+void dump_flush(dump_session *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while (d->head || d->busy)
+        pthread_cond_wait(&d->drained, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+dump_status dump_status_get(const dump_session *d)
+{
+    dump_session *m = (dump_session *)d;
+    pthread_mutex_lock(&m->mu);
+    dump_status s = { .bytes_written = d->bytes_written, .steps_written = d->steps_written,
+                      .tensors_written = d->tensors_written, .queued_bytes = d->queued_bytes,
+                      .failed = d->failed, .capped = d->capped };
+    snprintf(s.error, sizeof s.error, "%s", d->error);
+    pthread_mutex_unlock(&m->mu);
+    return s;
+}

@@ -1,0 +1,313 @@
+/*
+ * test_dump.c — dump sessions end to end: a small training step dumped
+ * under several specs, read back with the reader and compared bit for bit
+ * with the tensors the engine's hooks saw; selection by each spec key;
+ * statistics mode; the size cap; eager and graph dumps alike; a write error.
+ */
+#include "dump.h"
+#include "h5file.h"
+#include "suites.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- a step to dump ------------------------------------------------------------- */
+
+typedef struct {
+    te_tensor *w1, *b1, *w2;
+    te_optim *opt;
+} net;
+
+static te_status step_fn(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    net *n = ctx;
+    te_scope_push("fc1");
+    te_tensor *h = te_relu(te_linear(in[0], n->w1, n->b1));
+    te_scope_pop();
+    te_scope_push("fc2");
+    out[0] = te_mse(te_linear(h, n->w2, NULL), in[1]);
+    te_scope_pop();
+    te_status st = te_backward(out[0]);
+    return st == TE_OK ? te_optim_step(n->opt) : st;
+}
+
+/* What the hooks saw: copies of every op's tensors, by dataset path. */
+#define MAX_SEEN 256
+typedef struct {
+    char path[DUMP_PATH_MAX];
+    int64_t step;
+    te_dtype dtype;
+    size_t bytes;
+    void *data;
+} seen_tensor;
+
+static seen_tensor seen[MAX_SEEN];
+static int n_seen;
+
+static void see(const te_op_record *r, void *user)
+{
+    (void)user;
+    for (int io = 0; io < 2; io++) {
+        int n = io ? r->n_outputs : r->n_inputs;
+        for (int k = 0; k < n && n_seen < MAX_SEEN; k++) {
+            const te_tensor *t = io ? r->outputs[k] : r->inputs[k];
+            if (!t || !t->data)
+                continue;
+            seen_tensor *s = &seen[n_seen++];
+            ck_assert(dump_tensor_path(r->name, io ? DUMP_OUT : DUMP_IN, k, s->path, sizeof s->path));
+            s->step = r->step;
+            s->dtype = t->dtype;
+            s->bytes = t->nbytes;
+            s->data = malloc(t->nbytes);
+            memcpy(s->data, t->data, t->nbytes);
+        }
+    }
+}
+
+static char dir[64];
+
+static void setup(void)
+{
+    tu_setup();
+    snprintf(dir, sizeof dir, "/tmp/tdbg-dump-XXXXXX");
+    ck_assert(mkdtemp(dir) != NULL);
+    n_seen = 0;
+}
+
+static void teardown(void)
+{
+    for (int i = 0; i < n_seen; i++)
+        free(seen[i].data);
+    n_seen = 0;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+    tu_teardown();
+}
+
+/* Trains `steps` steps in mode with spec text (dir prepended) and the
+ * recording hook; returns after the dump is flushed and stopped. */
+static void train(const char *spec_text, te_mode mode, int steps)
+{
+    net n = { .w1 = te_param_new("fc1.weight", TE_F32, te_shape(8, 6)),
+              .b1 = te_param_new("fc1.bias", TE_F32, te_shape(8)),
+              .w2 = te_param_new("fc2.weight", TE_F32, te_shape(3, 8)) };
+    te_init_linear(n.w1, n.b1);
+    te_init_linear(n.w2, NULL);
+    n.opt = te_sgd_new(te_params(), te_param_count(), &(te_sgd_opts){ .lr = 0.1f, .momentum = 0.9f });
+    char text[1024], err[1024];
+    snprintf(text, sizeof text, "dir=%s;%s", dir, spec_text);
+    dump_spec spec;
+    ck_assert_msg(dump_spec_parse(text, &spec, err, sizeof err), "%s", err);
+    dump_session *d = dump_start(&spec, &(dump_run_info){ .mode = mode, .command_line = "test" }, err,
+                                 sizeof err);
+    ck_assert_msg(d != NULL, "%s", err);
+    int h = te_hook_add(&(te_hooks){ .op_end = see }, NULL);
+    te_graph *g = te_graph_new(step_fn, &n, &(te_graph_opts){ .mode = mode, .n_inputs = 2, .n_outputs = 1 });
+    for (int s = 0; s < steps; s++) {
+        te_tensor *in[2] = { te_tensor_new(TE_F32, te_shape(4, 6)), te_tensor_new(TE_F32, te_shape(4, 3)) }, *out[1];
+        for (int64_t i = 0; i < in[0]->numel; i++)
+            te_set(in[0], i, sinf((float)(i + s)));
+        for (int64_t i = 0; i < in[1]->numel; i++)
+            te_set(in[1], i, cosf((float)(2 * i + s)));
+        te_step_begin();
+        ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s", te_error());
+        te_step_end();
+    }
+    te_graph_free(g);
+    te_hook_remove(h);
+    dump_stop(d);
+    te_optim_free(n.opt);
+}
+
+static const seen_tensor *find_seen(int64_t step, const char *path)
+{
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].step == step && strcmp(seen[i].path, path) == 0)
+            return &seen[i];
+    return NULL;
+}
+
+static dump_step_reader *open_step(int64_t step)
+{
+    char path[128], err[1024];
+    snprintf(path, sizeof path, "%s/step-%08lld.h5", dir, (long long)step);
+    dump_step_reader *r = dump_step_open(path, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    return r;
+}
+
+/* Every dumped tensor equals, byte for byte, what the hook saw. */
+static int check_against_hooks(int64_t step)
+{
+    dump_step_reader *r = open_step(step);
+    char err[1024];
+    for (int i = 0; i < dump_step_count(r); i++) {
+        const dump_tensor_info *ti = dump_step_tensor(r, i);
+        const seen_tensor *s = find_seen(step, ti->path);
+        ck_assert_msg(s, "step %lld: %s was dumped but the hooks never saw it", (long long)step, ti->path);
+        ck_assert_msg(s->bytes == ti->nbytes && s->dtype == ti->dtype, "%s: %zu bytes %s, hook %zu %s", ti->path,
+                      ti->nbytes, te_dtype_name(ti->dtype), s->bytes, te_dtype_name(s->dtype));
+        void *buf = malloc(ti->nbytes ? ti->nbytes : 1);
+        ck_assert_msg(dump_step_read_raw(r, i, buf, err, sizeof err), "%s", err);
+        ck_assert_msg(memcmp(buf, s->data, s->bytes) == 0, "step %lld: %s differs from the engine's tensor",
+                      (long long)step, ti->path);
+        free(buf);
+    }
+    int n = dump_step_count(r);
+    dump_step_close(r);
+    return n;
+}
+
+START_TEST(test_round_trip_every_tensor)
+{
+    train("io=both;phase=forward,backward,update", TE_MODE_EAGER, 3);
+    for (int s = 0; s < 3; s++)
+        ck_assert_int_gt(check_against_hooks(s), 20);
+    dump_run_meta m;
+    dump_op_row *ops;
+    int n_ops;
+    char err[1024];
+    ck_assert_msg(dump_run_read(dir, &m, &ops, &n_ops, err, sizeof err), "%s", err);
+    ck_assert_str_eq(m.command_line, "test");
+    ck_assert_int_eq(m.mode, TE_MODE_EAGER);
+    ck_assert_str_eq(ops[0].name, "fc1/linear");
+    ck_assert_str_eq(ops[0].type, "Linear");
+    ck_assert_str_eq(ops[0].outputs, "fc1/linear:out0");
+    free(ops);
+    dump_problems p;
+    ck_assert_msg(dump_verify(dir, &p) == 0, "verify: %s", p.n ? p.msg[0] : "");
+    dump_problems_free(&p);
+}
+END_TEST
+
+START_TEST(test_graph_mode_dumps_the_same)
+{
+    /* Graph mode keeps the selected tensors visible under their eager names. */
+    train("ops=fc1/*;io=outputs", TE_MODE_GRAPH, 2);
+    dump_step_reader *r = open_step(1);
+    ck_assert_int_eq(dump_step_count(r), 2); /* fc1/linear:out0 and fc1/relu:out0 */
+    ck_assert(dump_step_find(r, "/fc1/linear/out0") >= 0 && dump_step_find(r, "/fc1/relu/out0") >= 0);
+    dump_step_close(r);
+    check_against_hooks(1);
+}
+END_TEST
+
+START_TEST(test_selection)
+{
+    train("ops=type:Relu,fc2/*;steps=1|3-4;io=inputs;phase=forward", TE_MODE_EAGER, 6);
+    dump_step_entry *e;
+    char err[1024];
+    int n = dump_run_list(dir, &e, err, sizeof err);
+    ck_assert_int_eq(n, 3);
+    ck_assert(e[0].step == 1 && e[1].step == 3 && e[2].step == 4 && e[0].complete);
+    free(e);
+    dump_step_reader *r = open_step(3);
+    for (int i = 0; i < dump_step_count(r); i++) {
+        const dump_tensor_info *ti = dump_step_tensor(r, i);
+        ck_assert_msg(ti->io == DUMP_IN && ti->phase == TE_PHASE_FORWARD &&
+                      (strcmp(ti->op_type, "Relu") == 0 || strncmp(ti->op, "fc2/", 4) == 0),
+                      "%s selected", ti->path);
+    }
+    ck_assert(dump_step_find(r, "/fc1/relu/in0") >= 0 && dump_step_find(r, "/fc2/linear/in1") >= 0);
+    ck_assert(dump_step_find(r, "/fc1/linear/in0") < 0);
+    dump_step_close(r);
+    check_against_hooks(4);
+}
+END_TEST
+
+START_TEST(test_params_and_grads)
+{
+    train("ops=nothing;phase=params,grads", TE_MODE_EAGER, 2);
+    dump_step_reader *r = open_step(1);
+    ck_assert_int_eq(dump_step_count(r), 6); /* 3 parameters, 3 gradients */
+    int i = dump_step_find(r, "/param/fc1.weight/out0");
+    ck_assert(i >= 0);
+    ck_assert_str_eq(dump_step_tensor(r, i)->tensor, "param:fc1.weight");
+    ck_assert(dump_step_find(r, "/grad/fc2.weight/out0") >= 0);
+    dump_step_close(r);
+}
+END_TEST
+
+START_TEST(test_stats_mode)
+{
+    train("ops=fc1/relu;what=stats", TE_MODE_EAGER, 2);
+    dump_step_reader *r = open_step(0);
+    dump_stats_row *rows;
+    char err[1024];
+    int n = dump_step_stats(r, &rows, err, sizeof err);
+    ck_assert_msg(n == 1, "%d rows: %s", n, err);
+    const seen_tensor *s = find_seen(0, "/fc1/relu/out0");
+    te_tensor *t = te_tensor_from(TE_F32, te_shape(4, 8), s->data);
+    te_stats st;
+    te_stats_compute(t, &st);
+    ck_assert_str_eq(rows[0].op, "fc1/relu");
+    ck_assert(rows[0].min == st.min && rows[0].max == st.max && rows[0].l2norm == st.l2norm &&
+              rows[0].zero_frac == (double)st.zero / 32.0 && rows[0].nan == 0);
+    free(rows);
+    ck_assert_int_eq(dump_step_count(r), 0); /* no tensor datasets */
+    dump_step_close(r);
+}
+END_TEST
+
+START_TEST(test_size_cap)
+{
+    /* fc1/linear:out0 is 128 bytes: a 300-byte cap holds two of them. */
+    train("ops=fc1/linear;max=300", TE_MODE_EAGER, 4);
+    int total = 0;
+    for (int s = 0; s < 4; s++) {
+        dump_step_reader *r = open_step(s);
+        total += dump_step_count(r);
+        dump_step_close(r);
+    }
+    ck_assert_int_eq(total, 2);
+}
+END_TEST
+
+START_TEST(test_unwritable_dir)
+{
+    /* A run directory that cannot be made (a file is in the way; root
+     * cannot either): dumping stops with the path named, training goes on. */
+    char file[128], err[1024], text[256];
+    snprintf(file, sizeof file, "%s/plain-file", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert(f != NULL);
+    fclose(f);
+    snprintf(text, sizeof text, "dir=%s/run", file);
+    dump_spec spec;
+    ck_assert(dump_spec_parse(text, &spec, err, sizeof err));
+    dump_session *d = dump_start(&spec, NULL, err, sizeof err);
+    ck_assert(d != NULL);
+    te_step_begin();
+    te_tensor *x = te_relu(te_tensor_zeros(TE_F32, te_shape(4)));
+    ck_assert(x != NULL);
+    te_step_end();
+    te_step_begin(); /* training goes on */
+    te_step_end();
+    dump_flush(d);
+    dump_status st = dump_status_get(d);
+    ck_assert_msg(st.failed && strstr(st.error, file), "failed %d: %s", st.failed, st.error);
+    ck_assert_int_eq(st.steps_written, 0);
+    dump_stop(d);
+}
+END_TEST
+
+Suite *suite_dump(void)
+{
+    Suite *s = suite_create("dump");
+    TCase *tc = tcase_create("sessions");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_round_trip_every_tensor);
+    tcase_add_test(tc, test_graph_mode_dumps_the_same);
+    tcase_add_test(tc, test_selection);
+    tcase_add_test(tc, test_params_and_grads);
+    tcase_add_test(tc, test_stats_mode);
+    tcase_add_test(tc, test_size_cap);
+    tcase_add_test(tc, test_unwritable_dir);
+    suite_add_tcase(s, tc);
+    return s;
+}
