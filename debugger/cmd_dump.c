@@ -76,6 +76,8 @@ static bool cmd_dump(const char *args)
     return false;
 }
 
+void dbg_dump_stopped(void) { dump_trigger(dumping); }
+
 void dbg_info_dump(void);
 void dbg_info_dump(void)
 {

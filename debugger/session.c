@@ -123,6 +123,7 @@ static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, con
     dbg.mode = RUN_GO;
     dbg.rec = rec;
     dbg.stopped_id = b ? b->id : 0;
+    dbg_dump_stopped();
     dbg_report_stop(b, reason, hit, rec);
     if (b && b->temporary) /* as gdb: a tbreak is gone once it stopped */
         dbg_break_remove(b->id);

@@ -116,6 +116,8 @@ void dbg_cli_finish(void);
 
 /* Did an op of this step produce t (an output of a recorded op)? */
 bool dbg_made_this_step(const te_tensor *t);
+/* Training stopped: a flight-recorder dump (when=break) writes its steps. */
+void dbg_dump_stopped(void);
 /* Removes breakpoint id if it still exists (a tbreak after its hit). */
 void dbg_break_remove(int id);
 /* Breakpoints changed: keeps the engine observing what they need. */

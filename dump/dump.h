@@ -107,6 +107,9 @@ void dump_flush(dump_session *d);
  * (stopped inside it) stays an incomplete tmp file, as after a crash. */
 void dump_stop(dump_session *d);
 dump_status dump_status_get(const dump_session *d);
+/* when=break: the debugger stopped; the held steps up to this one are
+ * written when the step ends. Nothing for other sessions. */
+void dump_trigger(dump_session *d);
 
 /* The spec back as canonical text, defaults included, which parses back
  * to the same spec; a buffer of DUMP_SPEC_TEXT_MAX always holds it. */

@@ -8,6 +8,11 @@
  * dump never drops a tensor silently. A write error (full disk, no
  * permission) stops dumping with a message naming the path; training goes
  * on, and the steps already written stay complete and readable.
+ *
+ * The flight recorder (when=nonfinite|break): a selected step's copies are
+ * held in memory instead, the last `keep` steps of them; when a selected
+ * tensor holds a NaN or Inf (nonfinite) or the debugger stops (break,
+ * dump_trigger), the held steps up to and including that one are written.
  */
 #include "dump.h"
 #include "h5file.h"
@@ -33,6 +38,11 @@ typedef struct item {
     struct item *next;
 } item;
 
+/* One step's copies held by the flight recorder. */
+typedef struct held_step {
+    struct item *head, *tail;
+} held_step;
+
 struct dump_session {
     dump_spec spec;
     dump_run_meta meta;
@@ -55,6 +65,12 @@ struct dump_session {
     dump_op_row *ops;
     int n_ops;
     bool ops_written;
+    /* flight recorder */
+    bool recording;
+    held_step cur;
+    held_step *ring;    /* the last keep-1 completed steps, oldest at ring_start */
+    int ring_cap, ring_n, ring_start;
+    bool triggered;
 };
 
 /* ---- the writer thread --------------------------------------------------------- */
@@ -166,6 +182,72 @@ static void enqueue(dump_session *d, item *it)
     pthread_mutex_unlock(&d->mu);
 }
 
+static void free_items(item *it)
+{
+    while (it) {
+        item *next = it->next;
+        free(it->data);
+        free(it);
+        it = next;
+    }
+}
+
+/* To the writer, or into the held step while the flight recorder runs. */
+static void put(dump_session *d, item *it)
+{
+    if (!d->recording) {
+        enqueue(d, it);
+        return;
+    }
+    it->next = NULL;
+    if (d->cur.tail)
+        d->cur.tail->next = it;
+    else
+        d->cur.head = it;
+    d->cur.tail = it;
+}
+
+static void enqueue_list(dump_session *d, item *it)
+{
+    while (it) {
+        item *next = it->next;
+        enqueue(d, it);
+        it = next;
+    }
+}
+
+/* At a step's end: writes the held steps and this one when triggered,
+ * else keeps this one and forgets the oldest beyond `keep`. */
+static void recorder_step_end(dump_session *d)
+{
+    held_step cur = d->cur;
+    d->cur = (held_step){ 0 };
+    if (d->triggered) {
+        for (int i = 0; i < d->ring_n; i++)
+            enqueue_list(d, d->ring[(d->ring_start + i) % d->ring_cap].head);
+        enqueue_list(d, cur.head);
+        d->ring_n = 0;
+        d->triggered = false;
+        return;
+    }
+    if (d->ring_cap == 0) {
+        free_items(cur.head);
+        return;
+    }
+    if (d->ring_n == d->ring_cap) {
+        free_items(d->ring[d->ring_start].head);
+        d->ring_start = (d->ring_start + 1) % d->ring_cap;
+        d->ring_n--;
+    }
+    d->ring[(d->ring_start + d->ring_n++) % d->ring_cap] = cur;
+}
+
+void dump_trigger(dump_session *d)
+{
+    if (d && d->recording)
+        d->triggered = true;
+}
+
 static item *new_item(item_kind kind, int64_t step)
 {
     item *it = calloc(1, sizeof *it);
@@ -219,7 +301,9 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
         row->min = s.min, row->max = s.max, row->mean = s.mean, row->std = s.std;
         row->abs_max = s.abs_max, row->l2norm = s.l2norm, row->nan = s.nan, row->inf = s.inf;
         row->zero_frac = s.n ? (double)s.zero / (double)s.n : 0.0;
-        enqueue(d, it);
+        if (d->spec.when == DUMP_WHEN_NONFINITE && (s.nan || s.inf))
+            d->triggered = true;
+        put(d, it);
         return;
     }
     if (capped(d, t->nbytes) || !(it->data = malloc(t->nbytes ? t->nbytes : 1))) {
@@ -242,7 +326,9 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
     ti->dtype = t->dtype;
     ti->ndim = t->ndim;
     memcpy(ti->shape, t->shape, sizeof ti->shape);
-    enqueue(d, it);
+    if (d->spec.when == DUMP_WHEN_NONFINITE && te_dtype_is_float(t->dtype) && te_has_nonfinite(t))
+        d->triggered = true;
+    put(d, it);
 }
 
 static void join_names(char *buf, size_t n, te_tensor *const *ts, int count)
@@ -284,7 +370,7 @@ static void on_step_begin(int64_t step, void *user)
     if (d->step_selected) {
         item *it = new_item(ITEM_BEGIN, step);
         if (it)
-            enqueue(d, it);
+            put(d, it);
     }
 }
 
@@ -337,7 +423,9 @@ static void on_step_end(int64_t step, void *user)
         dump_params(d);
     item *it = new_item(ITEM_COMMIT, step);
     if (it)
-        enqueue(d, it);
+        put(d, it);
+    if (d->recording)
+        recorder_step_end(d);
     d->step_selected = false;
 }
 
@@ -345,19 +433,18 @@ static void on_step_end(int64_t step, void *user)
 
 dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char *err, size_t n)
 {
-    if (spec->when != DUMP_WHEN_ALWAYS || spec->keep) {
-        snprintf(err, n, "dump: when=%s and keep need the flight recorder, which this build's "
-                 "writer does not have yet; use when=always",
-                 spec->when == DUMP_WHEN_BREAK ? "break" : spec->when == DUMP_WHEN_NONFINITE ? "nonfinite"
-                                                                                            : "always");
-        return NULL;
-    }
     dump_session *d = calloc(1, sizeof *d);
-    if (!d || !(d->ops = calloc(MAX_OPS, sizeof *d->ops))) {
+    int held = spec->keep > 1 ? spec->keep - 1 : 0; /* the current step is the keep-th */
+    if (!d || !(d->ops = calloc(MAX_OPS, sizeof *d->ops)) ||
+        (held && !(d->ring = calloc((size_t)held, sizeof *d->ring)))) {
+        if (d)
+            free(d->ops);
         free(d);
         snprintf(err, n, "dump: out of memory");
         return NULL;
     }
+    d->recording = spec->when != DUMP_WHEN_ALWAYS;
+    d->ring_cap = held;
     d->spec = *spec;
     d->hook = -1;
     snprintf(d->meta.engine_version, sizeof d->meta.engine_version, "%s", TE_VERSION);
@@ -408,6 +495,10 @@ void dump_stop(dump_session *d)
         te_observe_remove("*");
     for (int i = 0; i < d->spec.n_ops; i++)
         te_observe_remove(strncmp(d->spec.ops[i], "type:", 5) != 0 ? d->spec.ops[i] : "*");
+    free_items(d->cur.head); /* held, never triggered: not written */
+    for (int i = 0; i < d->ring_n; i++)
+        free_items(d->ring[(d->ring_start + i) % d->ring_cap].head);
+    free(d->ring);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->nonempty);
     pthread_cond_destroy(&d->room);

@@ -254,6 +254,30 @@ START_TEST(test_stats_mode)
 }
 END_TEST
 
+START_TEST(test_flight_recorder)
+{
+    /* keep=3: nothing is written until fc1/relu holds a NaN at step 4, then
+     * steps 2, 3 and 4 (not 0 and 1). The NaN reaches the weights through the
+     * update, so every later step fires again and is written too. */
+    ck_assert(te_inject_add("nan@op=fc1/relu,step=4,index=5") == TE_OK);
+    train("ops=fc1/relu;when=nonfinite;keep=3", TE_MODE_EAGER, 8);
+    te_inject_clear();
+    dump_step_entry *e;
+    char err[1024];
+    int n = dump_run_list(dir, &e, err, sizeof err);
+    ck_assert_msg(n == 6, "%d steps: %s", n, n >= 0 ? "" : err);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(e[i].step == 2 + i && e[i].complete, "entry %d is step %lld", i, (long long)e[i].step);
+    free(e);
+    dump_step_reader *r = open_step(4);
+    float v[32];
+    ck_assert(dump_step_read_f32(r, dump_step_find(r, "/fc1/relu/out0"), v, err, sizeof err));
+    ck_assert(isnan(v[5]) && !isnan(v[4]));
+    dump_step_close(r);
+    check_against_hooks(2);
+}
+END_TEST
+
 START_TEST(test_size_cap)
 {
     /* fc1/linear:out0 is 128 bytes: a 300-byte cap holds two of them. */
@@ -307,6 +331,7 @@ Suite *suite_dump(void)
     tcase_add_test(tc, test_params_and_grads);
     tcase_add_test(tc, test_stats_mode);
     tcase_add_test(tc, test_size_cap);
+    tcase_add_test(tc, test_flight_recorder);
     tcase_add_test(tc, test_unwritable_dir);
     suite_add_tcase(s, tc);
     return s;
