@@ -10,9 +10,11 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- a step to dump ------------------------------------------------------------- */
@@ -68,7 +70,7 @@ static void see(const te_op_record *r, void *user)
     }
 }
 
-static char dir[64];
+static char dir[128];
 
 static void setup(void)
 {
@@ -83,7 +85,7 @@ static void teardown(void)
     for (int i = 0; i < n_seen; i++)
         free(seen[i].data);
     n_seen = 0;
-    char cmd[128];
+    char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert(system(cmd) == 0);
     tu_teardown();
@@ -134,7 +136,7 @@ static const seen_tensor *find_seen(int64_t step, const char *path)
 
 static dump_step_reader *open_step(int64_t step)
 {
-    char path[128], err[1024];
+    char path[256], err[1024];
     snprintf(path, sizeof path, "%s/step-%08lld.h5", dir, (long long)step);
     dump_step_reader *r = dump_step_open(path, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
@@ -296,7 +298,7 @@ START_TEST(test_unwritable_dir)
 {
     /* A run directory that cannot be made (a file is in the way; root
      * cannot either): dumping stops with the path named, training goes on. */
-    char file[128], err[1024], text[256];
+    char file[256], err[1024], text[512];
     snprintf(file, sizeof file, "%s/plain-file", dir);
     FILE *f = fopen(file, "w");
     ck_assert(f != NULL);
@@ -320,6 +322,98 @@ START_TEST(test_unwritable_dir)
 }
 END_TEST
 
+/* ---- the examples dumping, killed and starved ------------------------------------ */
+
+static char out[1 << 16];
+
+static int shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int shell(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    ck_assert(p != NULL);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Every complete step of dir opens and reads; returns how many there are
+ * and stores the count of incomplete ones. */
+static int readable_steps(const char *where, int *incomplete)
+{
+    dump_step_entry *e;
+    char err[1024], path[512];
+    int n = dump_run_list(where, &e, err, sizeof err), complete = 0;
+    ck_assert_msg(n >= 0, "%s", err);
+    *incomplete = 0;
+    for (int i = 0; i < n; i++) {
+        if (!e[i].complete) {
+            (*incomplete)++;
+            continue;
+        }
+        snprintf(path, sizeof path, "%s/%s", where, e[i].name);
+        dump_step_reader *r = dump_step_open(path, err, sizeof err);
+        ck_assert_msg(r != NULL, "a completed step is damaged: %s", err);
+        for (int k = 0; k < dump_step_count(r); k++) {
+            float *v = malloc(dump_step_tensor(r, k)->numel * sizeof *v + 1);
+            ck_assert_msg(dump_step_read_f32(r, k, v, err, sizeof err), "%s", err);
+            free(v);
+        }
+        dump_step_close(r);
+        complete++;
+    }
+    free(e);
+    return complete;
+}
+
+START_TEST(test_kill_9)
+{
+    /* A completed step survives kill -9; a half-written one is a .tmp. */
+    shell("'%s/examples/mlp' --hidden 256,256 --batch 64 --threads 2 --steps 1000000 --log-every 1000000 "
+          "--dump 'dir=%s;io=both' >/dev/null 2>&1 & pid=$!; sleep 4; kill -9 $pid; wait $pid; echo $?",
+          TDBG_BUILDDIR, dir);
+    ck_assert_msg(atoi(out) == 137, "the program was not killed: %s", out);
+    int incomplete, complete = readable_steps(dir, &incomplete);
+    ck_assert_msg(complete >= 2, "only %d complete steps after 4 s", complete);
+    ck_assert_int_le(incomplete, 1);
+}
+END_TEST
+
+START_TEST(test_disk_full)
+{
+    /* A 4 MB tmpfs holds a few steps of this dump (about 1.2 MB each),
+     * then writing fails with ENOSPC. Dumping stops with the path named,
+     * training finishes, the steps written stay readable and the failed one
+     * leaves no tmp file. Without the right to mount, a file-size limit below one
+     * step's size stands in (SIGXFSZ ignored, as a daemon would). */
+    char fs[256];
+    snprintf(fs, sizeof fs, "%s/fs", dir);
+    bool mounted = shell("mkdir -p %s && mount -t tmpfs -o size=4m tmpfs %s 2>&1 && echo ok", fs, fs) == 0 &&
+                   strstr(out, "ok");
+    char run[320];
+    snprintf(run, sizeof run, "%s/run", mounted ? fs : dir);
+    int st = shell("trap '' XFSZ; %s '%s/examples/mlp' --hidden 64,64 --batch 32 --threads 2 --steps 12 "
+                   "--log-every 1000 --dump 'dir=%s;io=both' 2>&1; echo status=$?",
+                   mounted ? "" : "ulimit -f 600;", TDBG_BUILDDIR, run);
+    char log[sizeof out];
+    memcpy(log, out, sizeof out);
+    ck_assert_int_eq(st, 0);
+    ck_assert_msg(strstr(log, "tdbg: dump stopped: ") && strstr(log, run), "no message naming the path:\n%s", log);
+    ck_assert_msg(strstr(log, "final: loss=") && strstr(log, "status=0"), "training did not finish:\n%s", log);
+    int incomplete, complete = readable_steps(run, &incomplete);
+    if (mounted)
+        shell("umount %s", fs);
+    if (mounted)
+        ck_assert_msg(complete >= 1 && complete < 12, "%d complete steps on a 4 MB disk", complete);
+    ck_assert_int_eq(incomplete, 0);
+}
+END_TEST
+
 Suite *suite_dump(void)
 {
     Suite *s = suite_create("dump");
@@ -333,6 +427,13 @@ Suite *suite_dump(void)
     tcase_add_test(tc, test_size_cap);
     tcase_add_test(tc, test_flight_recorder);
     tcase_add_test(tc, test_unwritable_dir);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("crashes");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_kill_9);
+    tcase_add_test(tc, test_disk_full);
     suite_add_tcase(s, tc);
     return s;
 }
