@@ -414,6 +414,23 @@ START_TEST(test_disk_full)
 }
 END_TEST
 
+START_TEST(test_h5py_interop)
+{
+    /* h5py alone (no tdbg code) reads the dump, and numpy recomputes a conv
+     * and a linear op from their dumped inputs. Skipped without h5py. */
+    int st = shell("'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 --train-size 16 "
+                   "--dump 'dir=%s;ops=conv1/conv,fc/linear;io=both;steps=0' >/dev/null 2>&1 && "
+                   "/usr/bin/python3 '%s/tests/interop_dump.py' %s 2>&1; echo status=$?",
+                   TDBG_BUILDDIR, dir, TDBG_SRCDIR, dir);
+    ck_assert_int_eq(st, 0);
+    if (strstr(out, "status=77")) {
+        fprintf(stderr, "test_h5py_interop: %s", out);
+        return;
+    }
+    ck_assert_msg(strstr(out, "interop: conv and linear agree") && strstr(out, "status=0"), "%s", out);
+}
+END_TEST
+
 Suite *suite_dump(void)
 {
     Suite *s = suite_create("dump");
@@ -434,6 +451,7 @@ Suite *suite_dump(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_kill_9);
     tcase_add_test(tc, test_disk_full);
+    tcase_add_test(tc, test_h5py_interop);
     suite_add_tcase(s, tc);
     return s;
 }
