@@ -6,6 +6,7 @@
  */
 #include "cmd.h"
 #include "dump.h"
+#include "h5file.h"
 #include "session.h"
 
 #include <stdlib.h>
@@ -30,9 +31,83 @@ static void report(const dump_status *s)
         fprintf(dbg_out, "  %s\n", s->error);
 }
 
+/* The op, io and slot a tensor has in this step's ops (its first use as an
+ * output, else as an input); parameters and gradients by name. */
+static void place_of(const char *name, const te_tensor *t, dump_tensor_info *ti)
+{
+    for (int i = 0; i < dbg.n_ops; i++)
+        for (int io = 1; io >= 0; io--) {
+            const dbg_op *o = &dbg.ops[i];
+            int n = io ? o->n_out : o->n_in;
+            for (int k = 0; k < n; k++)
+                if ((io ? o->out[k] : o->in[k]) == t) {
+                    snprintf(ti->op, sizeof ti->op, "%s", o->name);
+                    snprintf(ti->op_type, sizeof ti->op_type, "%s", o->type);
+                    snprintf(ti->file, sizeof ti->file, "%s", o->loc.file ? o->loc.file : "");
+                    snprintf(ti->kernel, sizeof ti->kernel, "%s", o->kernel);
+                    ti->exec_index = o->exec;
+                    ti->phase = o->phase;
+                    ti->line = o->loc.line;
+                    ti->io = io ? DUMP_OUT : DUMP_IN;
+                    ti->slot = k;
+                    return;
+                }
+        }
+    /* "param:fc1.weight" -> op "param/fc1.weight", as parameter dumps are named */
+    const char *colon = strchr(name, ':');
+    snprintf(ti->op, sizeof ti->op, "%.*s/%.100s", colon ? (int)(colon - name) : 0, name,
+             colon ? colon + 1 : name);
+    snprintf(ti->op_type, sizeof ti->op_type, "%s", strncmp(name, "grad:", 5) == 0 ? "Gradient" : "Parameter");
+    ti->exec_index = -1;
+    ti->phase = dbg.phase;
+    ti->io = DUMP_OUT;
+}
+
+/* `dump now T...`: those tensors, at once, into DIR/now/step-N.h5 (DIR the
+ * running dump's, else tdbg-dump), replacing an earlier one of this step. */
+static bool dump_now(const char *args)
+{
+    const te_tensor *ts[32];
+    char names[32][TE_NAME_MAX], err[1024];
+    int n = 0;
+    while (args[0] && n < 32) {
+        args = dbg_word(args, names[n], sizeof names[n]);
+        if (!(ts[n] = dbg_tensor_find(names[n], err, sizeof err))) {
+            dbg_error("dump now: %s", err);
+            return false;
+        }
+        n++;
+    }
+    if (!n) {
+        dbg_error("dump now: which tensors? e.g. dump now fc1/linear:out0 param:fc1.weight");
+        return false;
+    }
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/now", dumping ? dumping_spec.dir : "tdbg-dump");
+    int64_t step = dbg.step < 0 ? 0 : dbg.step;
+    dump_step_writer *w = dump_step_create(dir, step, 0, err, sizeof err);
+    for (int i = 0; w && i < n; i++) {
+        dump_tensor_info ti = { 0 };
+        place_of(names[i], ts[i], &ti);
+        snprintf(ti.tensor, sizeof ti.tensor, "%s", ts[i]->name);
+        if (!dump_step_add(w, &ti, ts[i], err, sizeof err)) {
+            dump_step_abort(w);
+            w = NULL;
+        }
+    }
+    if (!w || !dump_step_commit(w, err, sizeof err)) {
+        dbg_error("dump now: %s", err);
+        return false;
+    }
+    fprintf(dbg_out, "Wrote %d tensor%s to %s/step-%08lld.h5\n", n, n == 1 ? "" : "s", dir, (long long)step);
+    return false;
+}
+
 static bool cmd_dump(const char *args)
 {
     static bool registered;
+    if (strncmp(args, "now", 3) == 0 && (args[3] == ' ' || !args[3]))
+        return dump_now(dbg_skip_space(args + 3));
     if (!args[0]) {
         dbg_error("dump: give a spec (dump dir=D;ops=GLOB;steps=0|5-8;...), or 'dump off'");
         return false;
@@ -93,9 +168,10 @@ void dbg_info_dump(void)
 }
 
 const dbg_cmd dbg_cmds_dump[] = {
-    { "dump", NULL, "dump SPEC | dump off", "write tensors to HDF5 from the next step, or stop\n"
+    { "dump", NULL, "dump SPEC | dump off | dump now TENSOR...", "write tensors to HDF5 from the next step, stop, or write some now\n"
       "SPEC as for --dump: dir=D;ops=GLOB,type:T;steps=0|5-8|every:N;io=inputs|outputs|both;\n"
       "phase=forward,backward,update,params,grads;what=full|stats;max=2G;compress=gzip:N,\n"
-      "or @FILE. 'info dump' shows what it selects and what it wrote.", cmd_dump },
+      "or @FILE. 'info dump' shows what it selects and what it wrote. 'dump now' writes the\n"
+      "tensors named into DIR/now/step-N.h5 at once.", cmd_dump },
     { NULL, NULL, NULL, NULL, NULL },
 };

@@ -331,7 +331,9 @@ START_TEST(test_dump_commands)
     ck_assert(f != NULL);
     fprintf(f, "dir=%s/run\nops=fc2/*   # the second layer\nsteps=1-2\n", dir);
     fclose(f);
-    snprintf(cmds, sizeof cmds, "dump @%s;break step 2;run;info dump;dump off;dump steps=x;info dump;continue", path);
+    snprintf(cmds, sizeof cmds, "dump @%s;break step 2;run;info dump;dump off;dump steps=x;info dump;"
+             "break fc2/linear;continue;dump now fc2/linear:out0 param:fc1.bias;dump now nosuch:out0;delete;"
+             "continue", path);
     session s = run_tdbg(cmds, "mlp", "%s --steps 4", MLP);
     assert_has(&s, "Dumping from step 0: dir=");
     assert_has(&s, ";ops=fc2/*;steps=1-2;io=outputs;");
@@ -340,11 +342,13 @@ START_TEST(test_dump_commands)
     assert_has(&s, "stopped: 1 steps and 2 tensors written");
     assert_has(&s, "error: dump: column 7: ");
     assert_has(&s, "No dump is running ('dump SPEC' starts one).");
+    assert_has(&s, "Wrote 2 tensors to tdbg-dump/now/step-00000002.h5");
+    assert_has(&s, "error: dump now: no op 'nosuch'");
     snprintf(path, sizeof path, "%s/run/step-00000001.h5", dir);
     ck_assert_msg(access(path, R_OK) == 0, "no %s:\n%s", path, s.out);
     snprintf(path, sizeof path, "%s/run/step-00000002.h5", dir);
     ck_assert_msg(access(path, R_OK) != 0, "%s written after dump off", path);
-    snprintf(cmds, sizeof cmds, "rm -rf %s", dir);
+    snprintf(cmds, sizeof cmds, "rm -rf %s tdbg-dump", dir); /* dump now wrote into ./tdbg-dump/now */
     ck_assert(system(cmds) == 0);
     done(&s);
 }
