@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define QUEUE_CAP_BYTES ((size_t)256 << 20) /* copies waiting for the disk */
 #define MAX_OPS 4096                         /* rows of run.h5's op table */
@@ -59,6 +60,7 @@ struct dump_session {
     /* what the writer did, for `info dump` */
     uint64_t bytes_written;
     int64_t steps_written, tensors_written;
+    double write_seconds;   /* the writer thread's time in HDF5 calls */
     bool failed, capped;
     char error[1024];
     /* op table of the first selected step, for run.h5 */
@@ -147,8 +149,12 @@ static void *writer_main(void *arg)
         d->busy = true;
         bool failed = d->failed;
         pthread_mutex_unlock(&d->mu);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         int done = failed ? 0 : write_item(d, &w, it);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
         pthread_mutex_lock(&d->mu);
+        d->write_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         d->tensors_written += done == 1;
         d->steps_written += done == 2;
         d->busy = false;
@@ -521,7 +527,7 @@ dump_status dump_status_get(const dump_session *d)
     pthread_mutex_lock(&m->mu);
     dump_status s = { .bytes_written = d->bytes_written, .steps_written = d->steps_written,
                       .tensors_written = d->tensors_written, .queued_bytes = d->queued_bytes,
-                      .failed = d->failed, .capped = d->capped };
+                      .write_seconds = d->write_seconds, .failed = d->failed, .capped = d->capped };
     snprintf(s.error, sizeof s.error, "%s", d->error);
     pthread_mutex_unlock(&m->mu);
     return s;

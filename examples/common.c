@@ -298,10 +298,18 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
 }
 
 static dump_session *dumping;
+static bool dump_report; /* --time: say how fast the dump wrote */
 
 /* Everything queued reaches the disk however the program ends. */
 static void stop_dumping(void)
 {
+    if (dumping && dump_report) {
+        dump_flush(dumping);
+        dump_status s = dump_status_get(dumping);
+        printf("dump: steps=%lld tensors=%lld bytes=%llu write_s=%.3f MB_per_s=%.1f\n",
+               (long long)s.steps_written, (long long)s.tensors_written, (unsigned long long)s.bytes_written,
+               s.write_seconds, s.write_seconds > 0 ? (double)s.bytes_written / 1e6 / s.write_seconds : 0.0);
+    }
     dump_stop(dumping);
     dumping = NULL;
 }
@@ -322,6 +330,7 @@ static void start_dumping(const ex_opts *o)
         fprintf(stderr, "%s: %s\n", prog_name, err);
         exit(2);
     }
+    dump_report = o->time;
     atexit(stop_dumping);
 }
 
