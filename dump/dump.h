@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* ---- the spec (spec.c) ----------------------------------------------------------
  * `key=value` items joined by ';', lists by ','. Keys and defaults:
@@ -111,6 +112,12 @@ dump_status dump_status_get(const dump_session *d);
 /* when=break: the debugger stopped; the held steps up to this one are
  * written when the step ends. Nothing for other sessions. */
 void dump_trigger(dump_session *d);
+
+/* ---- tdbg-dump (tdbg_dump.c) -------------------------------------------------------
+ * The inspector's commands (ls, show, stats, export, verify) with argv as
+ * the program gets it; output and messages go to out and err. Returns the
+ * exit status: 0, 1 (damage, nothing matched), 2 (trouble). */
+int tdbg_dump_main(int argc, char **argv, FILE *out, FILE *err);
 
 /* The spec back as canonical text, defaults included, which parses back
  * to the same spec; a buffer of DUMP_SPEC_TEXT_MAX always holds it. */
