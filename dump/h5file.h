@@ -117,12 +117,15 @@ bool dump_tensor_path(const char *op, dump_iokind io, int slot, char *buf, size_
 
 typedef struct dump_step_writer dump_step_writer;
 
-/* Starts DIR/.step-NNNNNNNN.h5.tmp (making DIR and its parents if needed);
- * gzip 0 stores tensors plain, 1..9 compresses them. NULL on error. */
+/* Starts step `step` in DIR (made with its parents if needed): creates the
+ * empty DIR/.step-NNNNNNNN.h5.tmp, which a crash leaves behind as the mark of
+ * an unfinished step, and builds the HDF5 file in memory until commit (so it
+ * takes as much memory as the file). gzip 0 stores tensors plain, 1..9
+ * compresses them. NULL on error. */
 dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char *err, size_t n);
-/* Writes one tensor, its values copied from t. A refused tensor (bad name,
- * path taken, bad shape) leaves the step usable; an HDF5 or disk failure
- * marks it failed, and commit then removes it. */
+/* Adds one tensor, its values copied from t. A refused tensor (bad name,
+ * path taken, bad shape) leaves the step usable; an HDF5 failure marks it
+ * failed, and commit then removes it. */
 bool dump_step_add(dump_step_writer *w, const dump_tensor_info *ti, const te_tensor *t,
                    char *err, size_t n);
 /* The same from a copy: ti->dtype, ti->ndim and ti->shape describe data. */
@@ -131,9 +134,9 @@ bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const vo
 /* Appends rows to the step's /stats table (written at commit). */
 bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int count,
                          char *err, size_t n);
-/* Marks the step complete, closes and fsyncs it and renames it to
- * DIR/step-NNNNNNNN.h5. Frees w in every case; on failure the tmp file is
- * removed and false returned. */
+/* Marks the step complete, writes and fsyncs the file and renames it to
+ * DIR/step-NNNNNNNN.h5 (then fsyncs DIR). Frees w in every case; on failure
+ * (a disk error, say) the tmp file is removed and false returned. */
 bool dump_step_commit(dump_step_writer *w, char *err, size_t n);
 /* Closes w and removes its tmp file. */
 void dump_step_abort(dump_step_writer *w);

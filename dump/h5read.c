@@ -55,7 +55,7 @@ static bool first_problem(const dump_problems *p, char *err, size_t n)
 {
     const char *m = p->n > 0 ? p->msg[0] : "out of memory";
     if (p->n > 1)
-        return fail(err, n, "%s (and %d more problems)", m, p->n - 1);
+        return fail(err, n, "%s (and %d more problem%s)", m, p->n - 1, p->n > 2 ? "s" : "");
     return fail(err, n, "%s", m);
 }
 
@@ -247,6 +247,10 @@ static bool attr_enum(scan *s, hid_t obj, const char *where, const char *attr,
 /* ---- tables: 1-D compound datasets, read one field at a time ------------------ */
 
 typedef enum { C_STR, C_I32, C_I64, C_F64, C_PHASE, C_IO } col_kind;
+
+/* Phase and io columns are stored through an int pointer. */
+_Static_assert(sizeof(te_phase) == sizeof(int) && sizeof(dump_iokind) == sizeof(int),
+               "enum fields are int-sized");
 
 /* A field and where it goes in the caller's row struct. */
 typedef struct col {
@@ -512,8 +516,15 @@ static bool tensor_scan(scan *s, hid_t ds, const char *path, int64_t step, dump_
         h5_problem(s, path, "cannot read the dataset's type");
     } else if (typed && H5Tequal(t, expect) <= 0) {
         char d[48];
-        problem(s->p, "%s: %s: stored as %s, which is not dtype '%s'", s->path, path,
-                type_desc(t, d, sizeof d), te_dtype_name(ti->dtype));
+        static const char *const need[TE_DTYPE_COUNT] = {
+            [TE_F32] = "a little-endian IEEE float32",
+            [TE_F16] = "a little-endian IEEE half (sign bit 15, exponent 10..14 bias 15, "
+                       "mantissa 0..9)",
+            [TE_BF16] = "a little-endian uint16",
+            [TE_I32] = "a little-endian int32",
+        };
+        problem(s->p, "%s: %s: stored as %s, dtype '%s' needs %s", s->path, path,
+                type_desc(t, d, sizeof d), te_dtype_name(ti->dtype), need[ti->dtype]);
     } else if (rank < 1 || rank > TE_MAX_DIMS) {
         problem(s->p, "%s: %s: rank %d, expected 1..%d", s->path, path, rank, TE_MAX_DIMS);
     } else {
@@ -867,7 +878,9 @@ int dump_run_list(const char *dir, dump_step_entry **out, char *err, size_t n)
         bool complete;
         int64_t step = name_step(de->d_name, &complete);
         size_t len = strlen(de->d_name);
-        if (step < 0 || len >= sizeof e->name)
+        struct stat st;
+        if (step < 0 || len >= sizeof e->name || fstatat(dirfd(d), de->d_name, &st, 0) != 0 ||
+            !S_ISREG(st.st_mode))
             continue;
         if (count == cap) {
             cap = cap ? 2 * cap : 64;

@@ -139,6 +139,10 @@ static char *path_join(const char *dir, const char *name)
 /* mkdir -p. On failure errno says why. */
 static bool make_dirs(const char *dir)
 {
+    if (!dir[0]) {
+        errno = ENOENT;
+        return false;
+    }
     char *p = strdup(dir);
     if (!p)
         return false;
@@ -180,6 +184,8 @@ static bool write_all(int fd, const char *buf, size_t len)
         ssize_t w = write(fd, buf, len);
         if (w < 0 && errno == EINTR)
             continue;
+        if (w == 0)
+            errno = EIO;
         if (w <= 0)
             return false;
         buf += w;
@@ -246,12 +252,80 @@ static bool terminated(const char *s, size_t size) { return memchr(s, '\0', size
 /* Files are built in memory by HDF5's core driver and saved by us, so that
  * HDF5 never meets a disk error: in 1.10 a file whose close failed on one
  * stays half closed, and closing it again (at exit, at the latest) crashes.
- * Our own writes fail cleanly with errno. The format: 1.10 objects, whose
- * headers, chunk indexes and heaps carry checksums. */
-static hid_t new_fapl(void)
+ * Our own writes fail cleanly with errno. (H5Fget_file_image cannot serve:
+ * 1.10 clears the superblock's status flags in the copy without updating its
+ * checksum.) The driver allocates through these callbacks and hands the
+ * buffer to image_free when the file closes: that is the finished file. */
+typedef struct mem_image {
+    size_t size;            /* of the driver's buffer */
+    unsigned char *closed;  /* the buffer, once the file closed */
+} mem_image;
+
+static void *image_malloc(size_t size, H5FD_file_image_op_t op, void *udata)
 {
+    (void)op;
+    ((mem_image *)udata)->size = size;
+    return malloc(size);
+}
+
+static void *image_memcpy(void *dst, const void *src, size_t size, H5FD_file_image_op_t op,
+                          void *udata)
+{
+    (void)op;
+    (void)udata;
+    return memcpy(dst, src, size);
+}
+
+static void *image_realloc(void *p, size_t size, H5FD_file_image_op_t op, void *udata)
+{
+    (void)op;
+    void *q = realloc(p, size);
+    if (q)
+        ((mem_image *)udata)->size = size;
+    return q;
+}
+
+static herr_t image_free(void *p, H5FD_file_image_op_t op, void *udata)
+{
+    mem_image *im = udata;
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && !im->closed)
+        im->closed = p;
+    else
+        free(p);
+    return 0;
+}
+
+static void *image_udata_copy(void *udata) { return udata; }   /* one image per file */
+static herr_t image_udata_free(void *udata)
+{
+    (void)udata;
+    return 0;
+}
+
+/* The file's length: the end-of-file address of its superblock (versions 2
+ * and 3, which the 1.10 format bounds give; 8-byte addresses at offset 28).
+ * 0 when the image is not such a file. */
+static size_t image_length(const mem_image *im)
+{
+    const unsigned char *p = im->closed;
+    if (!p || im->size < 48 || memcmp(p, "\211HDF\r\n\032\n", 8) != 0 || (p[8] != 2 && p[8] != 3) ||
+        p[9] != 8)
+        return 0;
+    uint64_t eof = 0;
+    for (int i = 7; i >= 0; i--)
+        eof = eof << 8 | p[28 + i];
+    return eof <= im->size ? (size_t)eof : 0;
+}
+
+/* File access for every file we write: in memory, into im; 1.10 format
+ * objects, whose headers and chunk indexes carry checksums. */
+static hid_t new_fapl(mem_image *im)
+{
+    H5FD_file_image_callbacks_t cb = { image_malloc, image_memcpy, image_realloc, image_free,
+                                       image_udata_copy, image_udata_free, im };
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl >= 0 && (H5Pset_fapl_core(fapl, CHUNK_MAX, 0) < 0 ||
+    if (fapl >= 0 && (H5Pset_fapl_core(fapl, 64 * 1024, 0) < 0 ||
+                      H5Pset_file_image_callbacks(fapl, &cb) < 0 ||
                       H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0 ||
                       H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)) {
         H5Pclose(fapl);
@@ -262,14 +336,14 @@ static hid_t new_fapl(void)
 
 /* Creates the file tmp on disk (*fd, empty until saved: a crash leaves an
  * incomplete step behind) and its HDF5 file in memory. */
-static hid_t create_file(const char *tmp, int *fd, char *err, size_t n)
+static hid_t create_file(const char *tmp, mem_image *im, int *fd, char *err, size_t n)
 {
     *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (*fd < 0) {
         fail(err, n, "%s: cannot create: %s", tmp, strerror(errno));
         return -1;
     }
-    hid_t fapl = new_fapl();
+    hid_t fapl = new_fapl(im);
     hid_t f = fapl < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0)
         H5Pclose(fapl);
@@ -282,29 +356,25 @@ static hid_t create_file(const char *tmp, int *fd, char *err, size_t n)
     return f;
 }
 
-/* Closes the memory file f and its disk file fd, having written f's image
+/* Closes the memory file f and the disk file fd, having written f's image
  * into fd and synced it when save is set. False with err on failure. */
-static bool finish_file(hid_t f, int fd, const char *tmp, bool save, char *err, size_t n)
+static bool finish_file(hid_t f, mem_image *im, int fd, const char *tmp, bool save, char *err,
+                        size_t n)
 {
     char why[256];
-    char *buf = NULL;
-    ssize_t size = 0;
-    if (save) {
-        size = H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 ? -1 : H5Fget_file_image(f, NULL, 0);
-        buf = size > 0 ? malloc((size_t)size) : NULL;
-        if (!buf || H5Fget_file_image(f, buf, (size_t)size) != size)
-            save = fail(err, n, "%s: cannot take the file's image: %s", tmp,
-                        buf ? dump_h5_reason(why, sizeof why) : "out of memory");
-    }
     if (H5Fclose(f) < 0 && save)
         save = fail(err, n, "%s: cannot close the file: %s", tmp, dump_h5_reason(why, sizeof why));
-    if (save && !write_all(fd, buf, (size_t)size))
+    size_t len = image_length(im);
+    if (save && len == 0)
+        save = fail(err, n, "%s: HDF5 gave back no file image", tmp);
+    if (save && !write_all(fd, (const char *)im->closed, len))
         save = fail(err, n, "%s: cannot write: %s", tmp, strerror(errno));
     if (save && fsync(fd) != 0)
         save = fail(err, n, "%s: cannot sync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && save)
         save = fail(err, n, "%s: cannot close: %s", tmp, strerror(errno));
-    free(buf);
+    free(im->closed);
+    im->closed = NULL;
     return save;
 }
 
@@ -366,6 +436,7 @@ static hid_t new_lcpl(void)
 
 struct dump_step_writer {
     hid_t file;
+    mem_image image;
     int fd;
     int64_t step;
     int gzip;
@@ -414,12 +485,12 @@ dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char
     w->step = step;
     w->gzip = gzip;
     dump_h5_quiet q = dump_h5_hush();
-    w->file = create_file(w->tmp, &w->fd, err, n);
+    w->file = create_file(w->tmp, &w->image, &w->fd, err, n);
     if (w->file >= 0 && !attr_i64(w->file, "step", step)) {
         char why[256];
         fail(err, n, "%s: /: cannot write attribute 'step': %s", w->tmp,
              dump_h5_reason(why, sizeof why));
-        finish_file(w->file, w->fd, w->tmp, false, NULL, 0);
+        finish_file(w->file, &w->image, w->fd, w->tmp, false, NULL, 0);
         unlink(w->tmp);
         w->file = -1;
     }
@@ -461,9 +532,12 @@ static bool check_tensor(const dump_step_writer *w, const dump_tensor_info *ti, 
         if (there <= 0)
             return true;
         H5O_info_t oi;
-        if (!s || H5Oget_info_by_name2(w->file, prefix, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+        if (!s)
+            return fail(err, n, "%s: %s: already in the file", w->tmp, path);
+        if (H5Oget_info_by_name2(w->file, prefix, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
             oi.type != H5O_TYPE_GROUP)
-            return fail(err, n, "%s: %s: already in the file (as %s)", w->tmp, path, prefix);
+            return fail(err, n, "%s: %s: cannot go under %s, which is a tensor", w->tmp, path,
+                        prefix);
     }
 }
 
@@ -685,7 +759,7 @@ bool dump_step_commit(dump_step_writer *w, char *err, size_t n)
     if (ok && !(attr_i32(w->file, "n_tensors", w->n_tensors + w->n_stats) &&
                 attr_i32(w->file, "complete", 1)))
         ok = writer_failed(w, "/", "cannot write the attributes", err, n);
-    ok = finish_file(w->file, w->fd, w->tmp, ok, err, n) && ok;
+    ok = finish_file(w->file, &w->image, w->fd, w->tmp, ok, err, n) && ok;
     dump_h5_loud(q);
     if (ok)
         ok = publish(w->tmp, w->final, w->dir, err, n);
@@ -700,7 +774,7 @@ void dump_step_abort(dump_step_writer *w)
     if (!w)
         return;
     dump_h5_quiet q = dump_h5_hush();
-    finish_file(w->file, w->fd, w->tmp, false, NULL, 0);
+    finish_file(w->file, &w->image, w->fd, w->tmp, false, NULL, 0);
     dump_h5_loud(q);
     unlink(w->tmp);
     writer_free(w);
@@ -809,7 +883,8 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
     ok = ok && run_valid(final, m, ops, n_ops, err, n);
     dump_h5_quiet q = dump_h5_hush();
     int fd = -1;
-    hid_t f = ok ? create_file(tmp, &fd, err, n) : -1;
+    mem_image im = { 0, NULL };
+    hid_t f = ok ? create_file(tmp, &im, &fd, err, n) : -1;
     if (f >= 0) {
         char why[256];
         if (!meta_attrs(f, m))
@@ -818,7 +893,7 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
         else if (!write_ops(f, ops, n_ops))
             ok = fail(err, n, "%s: /ops: cannot write the table: %s", tmp,
                       dump_h5_reason(why, sizeof why));
-        ok = finish_file(f, fd, tmp, ok, err, n) && ok;
+        ok = finish_file(f, &im, fd, tmp, ok, err, n) && ok;
         ok = ok && publish(tmp, final, dir, err, n);
         if (!ok)
             unlink(tmp);

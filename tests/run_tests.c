@@ -23,6 +23,7 @@ int main(void)
     srunner_add_suite(sr, suite_dbg_print());
     srunner_add_suite(sr, suite_debugger());
     srunner_add_suite(sr, suite_dump_spec());
+    srunner_add_suite(sr, suite_dump_h5());
     srunner_add_suite(sr, suite_dump());
     srunner_add_suite(sr, suite_tdbg_dump());
     srunner_run_all(sr, CK_NORMAL);

@@ -20,6 +20,7 @@ Suite *suite_dbg_cmd(void);     /* the command layer: lookup, breakpoint command
 Suite *suite_dbg_cond(void);    /* tensor statistics and the breakpoint condition language */
 Suite *suite_dbg_print(void);   /* tensor references, slices, printing, histograms */
 Suite *suite_dump_spec(void);   /* the dump spec language */
+Suite *suite_dump_h5(void);     /* HDF5 step files and run.h5: round trips, validation, disk errors */
 Suite *suite_dump(void);        /* dump sessions: round trips, selection, stats, cap, errors */
 Suite *suite_tdbg_dump(void);   /* the tdbg-dump inspector: ls, show, stats, export, verify */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
