@@ -55,11 +55,7 @@ static const char *split_if(const char *args, char *what, size_t n)
 static bool known_ops(const char *glob)
 {
     static const char *names[2 * DBG_MAX_OPS];
-    int n = 0;
-    for (int i = 0; i < dbg.n_ops; i++)
-        names[n++] = dbg.ops[i].name;
-    for (int i = 0; i < dbg.n_last_ops; i++)
-        names[n++] = dbg.last_ops[i].name;
+    int n = dbg_op_names(names);
     if (n == 0)
         return true; /* nothing ran yet: pending until an op matches */
     for (int i = 0; i < n; i++)

@@ -74,11 +74,7 @@ static void info_op(const char *name)
     const dbg_op *o = dbg_op_find(name);
     if (!o) {
         static const char *names[2 * DBG_MAX_OPS];
-        int n = 0;
-        for (int i = 0; i < dbg.n_ops; i++)
-            names[n++] = dbg.ops[i].name;
-        for (int i = 0; i < dbg.n_last_ops; i++)
-            names[n++] = dbg.last_ops[i].name;
+        int n = dbg_op_names(names);
         const char *near = dbg_suggest(name, names, n);
         dbg_error("info op: no op '%s' in this step or the last%s%s%s", name, near ? " (did you mean " : "",
                   near ? near : "", near ? "?)" : "");

@@ -36,6 +36,16 @@ const char *dbg_short_path(const char *file)
     return file ? file : "?";
 }
 
+int dbg_op_names(const char **names)
+{
+    int n = 0;
+    for (int i = 0; i < dbg.n_ops; i++)
+        names[n++] = dbg.ops[i].name;
+    for (int i = 0; i < dbg.n_last_ops; i++)
+        names[n++] = dbg.last_ops[i].name;
+    return n;
+}
+
 const dbg_op *dbg_op_find(const char *name)
 {
     for (int i = dbg.n_ops - 1; i >= 0; i--)

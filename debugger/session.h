@@ -131,6 +131,9 @@ void dbg_report_stop(const dbg_break *b, const char *reason, const dbg_hit *hit,
 const te_tensor *dbg_tensor_find(const char *name, char *err, size_t errlen);
 /* "examples/mlp.c" for a build's absolute source path. */
 const char *dbg_short_path(const char *file);
+/* The names of this step's and the last step's ops into names (room for
+ * 2 * DBG_MAX_OPS); returns how many. */
+int dbg_op_names(const char **names);
 /* An op of the current (else the last) step by exact name. */
 const dbg_op *dbg_op_find(const char *name);
 /* The nearest of n candidate words to w (edit distance <= 3), or NULL. */

@@ -343,15 +343,21 @@ static void drop_node(te_node *n)
     }
 }
 
-te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
+/* "NAME (Type) at FILE:LINE: message" as the error of the moment. */
+static void node_error(const te_node *n, te_status code, const char *fmt, va_list ap)
 {
     char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     te_set_error(code, "%s (%s) at %s:%d: %s", n->name, te_op_type_name(n->op), n->loc.file,
                  n->loc.line, msg);
+}
+
+te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    node_error(n, code, fmt, ap);
+    va_end(ap);
     drop_node(n);
     return NULL;
 }
@@ -540,13 +546,10 @@ bool te_node_needs_shadow(const te_node *n) { return needs_shadow(n); }
 
 te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
 {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    node_error(n, code, fmt, ap);
     va_end(ap);
-    te_set_error(code, "%s (%s) at %s:%d: %s", n->name, te_op_type_name(n->op), n->loc.file,
-                 n->loc.line, msg);
     return code;
 }
 
