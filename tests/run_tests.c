@@ -5,6 +5,8 @@
 
 int main(void)
 {
+    /* The example programs the tests start inherit this (sanitizer builds). */
+    setenv("LSAN_OPTIONS", "suppressions=" TDBG_SRCDIR "/tests/lsan.supp", 0);
     SRunner *sr = srunner_create(suite_core());
     srunner_add_suite(sr, suite_linear());
     srunner_add_suite(sr, suite_elementwise());
