@@ -36,6 +36,8 @@ typedef struct item {
     dump_stats_row row;   /* ITEM_STATS */
     void *data;           /* ITEM_TENSOR: the copy */
     size_t bytes;
+    dump_op_row *ops;     /* ITEM_COMMIT of the first step: its op table for run.h5 */
+    int n_ops;
     struct item *next;
 } item;
 
@@ -63,10 +65,10 @@ struct dump_session {
     double write_seconds;   /* the writer thread's time in HDF5 calls */
     bool failed, capped;
     char error[1024];
-    /* op table of the first selected step, for run.h5 */
+    /* op table of the first selected step (the training thread's), for run.h5 */
     dump_op_row *ops;
     int n_ops;
-    bool ops_written;
+    bool ops_done;
     /* flight recorder */
     bool recording;
     held_step cur;
@@ -122,11 +124,8 @@ static int write_item(dump_session *d, dump_step_writer **w, const item *it)
             dump_step_abort(*w);
         }
         *w = NULL;
-        if (!d->ops_written && d->n_ops && !d->failed) {
-            if (!dump_run_write(d->spec.dir, &d->meta, d->ops, d->n_ops, err, sizeof err))
-                fail(d, err);
-            d->ops_written = true;
-        }
+        if (it->ops && !d->failed && !dump_run_write(d->spec.dir, &d->meta, it->ops, it->n_ops, err, sizeof err))
+            fail(d, err);
         break;
     }
     return done;
@@ -161,6 +160,7 @@ static void *writer_main(void *arg)
         d->queued_bytes -= it->bytes;
         d->bytes_written += it->kind == ITEM_TENSOR ? it->bytes : 0;
         free(it->data);
+        free(it->ops);
         free(it);
         pthread_cond_broadcast(&d->room);
         if (!d->head)
@@ -193,6 +193,7 @@ static void free_items(item *it)
     while (it) {
         item *next = it->next;
         free(it->data);
+        free(it->ops);
         free(it);
         it = next;
     }
@@ -347,7 +348,7 @@ static void join_names(char *buf, size_t n, te_tensor *const *ts, int count)
 
 static void remember_op(dump_session *d, const te_op_record *r)
 {
-    if (d->ops_written || d->n_ops == MAX_OPS)
+    if (d->ops_done || d->n_ops == MAX_OPS)
         return;
     dump_op_row *o = &d->ops[d->n_ops++];
     memset(o, 0, sizeof *o);
@@ -428,6 +429,13 @@ static void on_step_end(int64_t step, void *user)
     if (d->spec.phases & (DUMP_PHASE_PARAMS | DUMP_PHASE_GRADS))
         dump_params(d);
     item *it = new_item(ITEM_COMMIT, step);
+    if (it && !d->ops_done && d->n_ops) { /* the first step's ops go with it to the writer */
+        if ((it->ops = malloc((size_t)d->n_ops * sizeof *it->ops))) {
+            memcpy(it->ops, d->ops, (size_t)d->n_ops * sizeof *it->ops);
+            it->n_ops = d->n_ops;
+        }
+        d->ops_done = true;
+    }
     if (it)
         put(d, it);
     if (d->recording)
