@@ -84,6 +84,8 @@ static bool dump_now(const char *args)
     }
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/now", dumping ? dumping_spec.dir : "tdbg-dump");
+    if (dumping) /* HDF5 is not thread-safe: the writer thread must be idle */
+        dump_flush(dumping);
     int64_t step = dbg.step < 0 ? 0 : dbg.step;
     dump_step_writer *w = dump_step_create(dir, step, 0, err, sizeof err);
     for (int i = 0; w && i < n; i++) {
