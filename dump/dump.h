@@ -100,8 +100,9 @@ typedef struct dump_status {
     char error[1024];            /* why it failed, naming the path */
 } dump_status;
 
-/* Starts dumping at the next step. NULL with err on a spec this writer
- * cannot honour or when the thread cannot start. */
+/* Starts dumping at the next step. NULL with err when the thread cannot
+ * start. A caller flushing the session at exit registers its atexit
+ * handler after this call (see writer.c). */
 dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char *err, size_t n);
 /* Waits until everything queued is on disk. */
 void dump_flush(dump_session *d);

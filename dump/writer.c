@@ -18,6 +18,7 @@
 #include "h5file.h"
 
 #include <fnmatch.h>
+#include <hdf5.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,6 +448,15 @@ static void on_step_end(int64_t step, void *user)
 
 dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char *err, size_t n)
 {
+    /* HDF5 shuts itself down in an atexit handler registered when it starts.
+     * Started here, before the caller registers its own handler that flushes
+     * this session, HDF5's runs after it; started lazily on the writer thread,
+     * it would run first and pull the library from under a writer that still
+     * has steps queued when the program ends. */
+    if (H5open() < 0) {
+        snprintf(err, n, "dump: cannot start the HDF5 library");
+        return NULL;
+    }
     dump_session *d = calloc(1, sizeof *d);
     int held = spec->keep > 1 ? spec->keep - 1 : 0; /* the current step is the keep-th */
     if (!d || !(d->ops = calloc(MAX_OPS, sizeof *d->ops)) ||

@@ -371,6 +371,21 @@ static int readable_steps(const char *where, int *incomplete)
     return complete;
 }
 
+START_TEST(test_backlog_at_exit)
+{
+    /* Training ends with steps still queued (every tensor of a wide MLP):
+     * the program's exit waits for them, and every one is complete. HDF5's
+     * own exit handler once ran first and cut the writer off mid-queue. */
+    int st = shell("'%s/examples/mlp' --batch 128 --threads 2 --steps 20 --log-every 1000 "
+                   "--dump 'dir=%s;io=both;phase=forward,backward,update,params,grads' 2>&1; echo status=$?",
+                   TDBG_BUILDDIR, dir);
+    ck_assert_msg(st == 0 && strstr(out, "status=0") && !strstr(out, "dump stopped"), "%s", out);
+    int incomplete, complete = readable_steps(dir, &incomplete);
+    ck_assert_int_eq(complete, 20);
+    ck_assert_int_eq(incomplete, 0);
+}
+END_TEST
+
 START_TEST(test_kill_9)
 {
     /* A completed step survives kill -9; a half-written one is a .tmp. */
@@ -449,6 +464,7 @@ Suite *suite_dump(void)
     tc = tcase_create("crashes");
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_backlog_at_exit);
     tcase_add_test(tc, test_kill_9);
     tcase_add_test(tc, test_disk_full);
     tcase_add_test(tc, test_h5py_interop);
