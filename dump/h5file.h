@@ -210,6 +210,8 @@ void dump_h5_loud(dump_h5_quiet q);
  * dump_h5_reason) failed: the system's message when there is one, e.g.
  * "File too large", else HDF5's innermost description. */
 const char *dump_h5_reason(char *buf, size_t n);
+/* Writes the message into err (when there is room) and returns false. */
+bool dump_h5_fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The HDF5 datatype of a dtype in files (f16: an IEEE half built from
  * F32LE); the caller closes it. Negative on error. */
 int64_t dump_h5_type(te_dtype dt);

@@ -14,17 +14,6 @@
 
 /* ---- problems ----------------------------------------------------------------- */
 
-static bool fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return false;
-}
-
 /* Appends a message (out of memory loses it). */
 static void problem(dump_problems *p, const char *fmt, ...)
 {
@@ -55,8 +44,8 @@ static bool first_problem(const dump_problems *p, char *err, size_t n)
 {
     const char *m = p->n > 0 ? p->msg[0] : "out of memory";
     if (p->n > 1)
-        return fail(err, n, "%s (and %d more problem%s)", m, p->n - 1, p->n > 2 ? "s" : "");
-    return fail(err, n, "%s", m);
+        return dump_h5_fail(err, n, "%s (and %d more problem%s)", m, p->n - 1, p->n > 2 ? "s" : "");
+    return dump_h5_fail(err, n, "%s", m);
 }
 
 /* One file being checked: its name for messages and where problems go. */
@@ -720,7 +709,7 @@ int dump_step_find(const dump_step_reader *r, const char *path)
 bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t n)
 {
     if (i < 0 || i >= r->n)
-        return fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
     const dump_tensor_info *ti = &r->t[i];
     if (ti->numel == 0)
         return true;
@@ -730,7 +719,7 @@ bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t
     bool ok = ds >= 0 && t >= 0 && H5Dread(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) >= 0;
     if (!ok) {
         char why[256];
-        fail(err, n, "%s: %s: cannot read the values: %s", r->path, ti->path,
+        dump_h5_fail(err, n, "%s: %s: cannot read the values: %s", r->path, ti->path,
              dump_h5_reason(why, sizeof why));
     }
     if (t >= 0)
@@ -744,13 +733,13 @@ bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t
 bool dump_step_read_f32(dump_step_reader *r, int i, float *dst, char *err, size_t n)
 {
     if (i < 0 || i >= r->n)
-        return fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
     const dump_tensor_info *ti = &r->t[i];
     if (ti->dtype == TE_F32)
         return dump_step_read_raw(r, i, dst, err, n);
     void *raw = malloc(ti->nbytes ? ti->nbytes : 1);
     if (!raw)
-        return fail(err, n, "%s: %s: out of memory", r->path, ti->path);
+        return dump_h5_fail(err, n, "%s: %s: out of memory", r->path, ti->path);
     bool ok = dump_step_read_raw(r, i, raw, err, n);
     for (int64_t k = 0; ok && k < ti->numel; k++) {
         if (ti->dtype == TE_F16)
@@ -831,7 +820,7 @@ bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_
     size_t len = strlen(dir) + sizeof "/run.h5";
     char *path = malloc(len);
     if (!path)
-        return fail(err, n, "%s: out of memory", dir);
+        return dump_h5_fail(err, n, "%s: out of memory", dir);
     snprintf(path, len, "%s/run.h5", dir);
     dump_problems p = { 0, NULL };
     scan s = { path, -1, &p };
@@ -869,7 +858,7 @@ int dump_run_list(const char *dir, dump_step_entry **out, char *err, size_t n)
     *out = NULL;
     DIR *d = opendir(dir);
     if (!d) {
-        fail(err, n, "%s: cannot read the directory: %s", dir, strerror(errno));
+        dump_h5_fail(err, n, "%s: cannot read the directory: %s", dir, strerror(errno));
         return -1;
     }
     int count = 0, cap = 0;
@@ -888,7 +877,7 @@ int dump_run_list(const char *dir, dump_step_entry **out, char *err, size_t n)
             if (!more) {
                 free(e);
                 closedir(d);
-                fail(err, n, "%s: out of memory", dir);
+                dump_h5_fail(err, n, "%s: out of memory", dir);
                 return -1;
             }
             e = more;

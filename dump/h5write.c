@@ -116,7 +116,7 @@ bool dump_tensor_path(const char *op, dump_iokind io, int slot, char *buf, size_
 
 /* ---- small writing helpers ------------------------------------------------- */
 
-static bool fail(char *err, size_t n, const char *fmt, ...)
+bool dump_h5_fail(char *err, size_t n, const char *fmt, ...)
 {
     if (err && n) {
         va_list ap;
@@ -199,9 +199,9 @@ static bool write_all(int fd, const char *buf, size_t len)
 static bool publish(const char *tmp, const char *final, const char *dir, char *err, size_t n)
 {
     if (rename(tmp, final) != 0)
-        return fail(err, n, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+        return dump_h5_fail(err, n, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
     if (sync_dir(dir) != 0)
-        return fail(err, n, "%s: cannot sync the directory: %s", dir, strerror(errno));
+        return dump_h5_fail(err, n, "%s: cannot sync the directory: %s", dir, strerror(errno));
     return true;
 }
 
@@ -340,7 +340,7 @@ static hid_t create_file(const char *tmp, mem_image *im, int *fd, char *err, siz
 {
     *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (*fd < 0) {
-        fail(err, n, "%s: cannot create: %s", tmp, strerror(errno));
+        dump_h5_fail(err, n, "%s: cannot create: %s", tmp, strerror(errno));
         return -1;
     }
     hid_t fapl = new_fapl(im);
@@ -349,7 +349,7 @@ static hid_t create_file(const char *tmp, mem_image *im, int *fd, char *err, siz
         H5Pclose(fapl);
     if (f < 0) {
         char why[256];
-        fail(err, n, "%s: cannot create: %s", tmp, dump_h5_reason(why, sizeof why));
+        dump_h5_fail(err, n, "%s: cannot create: %s", tmp, dump_h5_reason(why, sizeof why));
         close(*fd);
         unlink(tmp);
     }
@@ -363,16 +363,16 @@ static bool finish_file(hid_t f, mem_image *im, int fd, const char *tmp, bool sa
 {
     char why[256];
     if (H5Fclose(f) < 0 && save)
-        save = fail(err, n, "%s: cannot close the file: %s", tmp, dump_h5_reason(why, sizeof why));
+        save = dump_h5_fail(err, n, "%s: cannot close the file: %s", tmp, dump_h5_reason(why, sizeof why));
     size_t len = image_length(im);
     if (save && len == 0)
-        save = fail(err, n, "%s: HDF5 gave back no file image", tmp);
+        save = dump_h5_fail(err, n, "%s: HDF5 gave back no file image", tmp);
     if (save && !write_all(fd, (const char *)im->closed, len))
-        save = fail(err, n, "%s: cannot write: %s", tmp, strerror(errno));
+        save = dump_h5_fail(err, n, "%s: cannot write: %s", tmp, strerror(errno));
     if (save && fsync(fd) != 0)
-        save = fail(err, n, "%s: cannot sync: %s", tmp, strerror(errno));
+        save = dump_h5_fail(err, n, "%s: cannot sync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && save)
-        save = fail(err, n, "%s: cannot close: %s", tmp, strerror(errno));
+        save = dump_h5_fail(err, n, "%s: cannot close: %s", tmp, strerror(errno));
     free(im->closed);
     im->closed = NULL;
     return save;
@@ -460,11 +460,11 @@ static void writer_free(dump_step_writer *w)
 dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char *err, size_t n)
 {
     if (step < 0 || gzip < 0 || gzip > 9) {
-        fail(err, n, "%s: bad step %lld or gzip level %d (0..9)", dir, (long long)step, gzip);
+        dump_h5_fail(err, n, "%s: bad step %lld or gzip level %d (0..9)", dir, (long long)step, gzip);
         return NULL;
     }
     if (!make_dirs(dir)) {
-        fail(err, n, "%s: cannot make the directory: %s", dir, strerror(errno));
+        dump_h5_fail(err, n, "%s: cannot make the directory: %s", dir, strerror(errno));
         return NULL;
     }
     dump_step_writer *w = calloc(1, sizeof *w);
@@ -477,7 +477,7 @@ dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char
         w->final = path_join(dir, final);
     }
     if (!w || !w->dir || !w->tmp || !w->final) {
-        fail(err, n, "%s: out of memory", dir);
+        dump_h5_fail(err, n, "%s: out of memory", dir);
         if (w)
             writer_free(w);
         return NULL;
@@ -488,7 +488,7 @@ dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char
     w->file = create_file(w->tmp, &w->image, &w->fd, err, n);
     if (w->file >= 0 && !attr_i64(w->file, "step", step)) {
         char why[256];
-        fail(err, n, "%s: /: cannot write attribute 'step': %s", w->tmp,
+        dump_h5_fail(err, n, "%s: /: cannot write attribute 'step': %s", w->tmp,
              dump_h5_reason(why, sizeof why));
         finish_file(w->file, &w->image, w->fd, w->tmp, false, NULL, 0);
         unlink(w->tmp);
@@ -507,21 +507,21 @@ static bool check_tensor(const dump_step_writer *w, const dump_tensor_info *ti, 
                          char *err, size_t n)
 {
     if (w->failed)
-        return fail(err, n, "%s", w->why);
+        return dump_h5_fail(err, n, "%s", w->why);
     if (!terminated(ti->op, sizeof ti->op) || !terminated(ti->op_type, sizeof ti->op_type) ||
         !terminated(ti->tensor, sizeof ti->tensor) || !terminated(ti->file, sizeof ti->file) ||
         !terminated(ti->kernel, sizeof ti->kernel))
-        return fail(err, n, "%s: a name of the tensor is not terminated", w->tmp);
+        return dump_h5_fail(err, n, "%s: a name of the tensor is not terminated", w->tmp);
     if (!dump_tensor_path(ti->op, ti->io, ti->slot, path, DUMP_PATH_MAX))
-        return fail(err, n, "%s: op '%s' (io %d, slot %d) cannot be an HDF5 path", w->tmp, ti->op,
+        return dump_h5_fail(err, n, "%s: op '%s' (io %d, slot %d) cannot be an HDF5 path", w->tmp, ti->op,
                     (int)ti->io, ti->slot);
     if ((unsigned)ti->phase >= TE_PHASE_COUNT || (unsigned)ti->dtype >= TE_DTYPE_COUNT ||
         ti->ndim < 0 || ti->ndim > TE_MAX_DIMS)
-        return fail(err, n, "%s: %s: bad phase %d, dtype %d or ndim %d", w->tmp, path,
+        return dump_h5_fail(err, n, "%s: %s: bad phase %d, dtype %d or ndim %d", w->tmp, path,
                     (int)ti->phase, (int)ti->dtype, ti->ndim);
     for (int i = 0; i < ti->ndim; i++)
         if (ti->shape[i] < 0)
-            return fail(err, n, "%s: %s: negative dimension %lld", w->tmp, path,
+            return dump_h5_fail(err, n, "%s: %s: negative dimension %lld", w->tmp, path,
                         (long long)ti->shape[i]);
     /* Every prefix of the path must be free or a group. */
     char prefix[DUMP_PATH_MAX];
@@ -533,10 +533,10 @@ static bool check_tensor(const dump_step_writer *w, const dump_tensor_info *ti, 
             return true;
         H5O_info_t oi;
         if (!s)
-            return fail(err, n, "%s: %s: already in the file", w->tmp, path);
+            return dump_h5_fail(err, n, "%s: %s: already in the file", w->tmp, path);
         if (H5Oget_info_by_name2(w->file, prefix, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
             oi.type != H5O_TYPE_GROUP)
-            return fail(err, n, "%s: %s: cannot go under %s, which is a tensor", w->tmp, path,
+            return dump_h5_fail(err, n, "%s: %s: cannot go under %s, which is a tensor", w->tmp, path,
                         prefix);
     }
 }
@@ -549,7 +549,7 @@ static bool writer_failed(dump_step_writer *w, const char *path, const char *wha
     snprintf(w->why, sizeof w->why, "%s: %s: %s: %s", w->tmp, path, what,
              dump_h5_reason(why, sizeof why));
     w->failed = true;
-    return fail(err, n, "%s", w->why);
+    return dump_h5_fail(err, n, "%s", w->why);
 }
 
 static bool tensor_attrs(hid_t ds, const dump_step_writer *w, const dump_tensor_info *ti)
@@ -569,7 +569,7 @@ bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const vo
 {
     char path[DUMP_PATH_MAX];
     if (!w)
-        return fail(err, n, "no step file");
+        return dump_h5_fail(err, n, "no step file");
     dump_h5_quiet q = dump_h5_hush();
     bool ok = check_tensor(w, ti, path, err, n);
     if (!ok) {
@@ -586,7 +586,7 @@ bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const vo
     }
     if (total > 0 && !data) {
         dump_h5_loud(q);
-        return fail(err, n, "%s: %s: no data", w->tmp, path);
+        return dump_h5_fail(err, n, "%s: %s: no data", w->tmp, path);
     }
     hid_t type = dump_h5_type(ti->dtype);
     hid_t sp = H5Screate_simple(rank, dims, NULL);
@@ -628,7 +628,7 @@ bool dump_step_add(dump_step_writer *w, const dump_tensor_info *ti, const te_ten
                    size_t n)
 {
     if (!t)
-        return fail(err, n, "no tensor");
+        return dump_h5_fail(err, n, "no tensor");
     dump_tensor_info copy = *ti;
     copy.dtype = t->dtype;
     copy.ndim = t->ndim;
@@ -640,18 +640,18 @@ bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int co
                          size_t n)
 {
     if (!w)
-        return fail(err, n, "no step file");
+        return dump_h5_fail(err, n, "no step file");
     if (w->failed)
-        return fail(err, n, "%s", w->why);
+        return dump_h5_fail(err, n, "%s", w->why);
     if (count < 0)
-        return fail(err, n, "%s: /stats: negative row count %d", w->tmp, count);
+        return dump_h5_fail(err, n, "%s: /stats: negative row count %d", w->tmp, count);
     if (w->n_stats + count > w->cap_stats) {
         int cap = w->cap_stats ? w->cap_stats : 64;
         while (cap < w->n_stats + count)
             cap *= 2;
         dump_stats_row *s = realloc(w->stats, (size_t)cap * sizeof *s);
         if (!s)
-            return fail(err, n, "%s: /stats: out of memory", w->tmp);
+            return dump_h5_fail(err, n, "%s: /stats: out of memory", w->tmp);
         w->stats = s;
         w->cap_stats = cap;
     }
@@ -659,7 +659,7 @@ bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int co
         dump_stats_row r = rows[i];
         if (!terminated(r.op, sizeof r.op) ||
             !dump_tensor_path(r.op, r.io, r.slot, r.path, sizeof r.path))
-            return fail(err, n, "%s: /stats: row %d: op '%.*s' (io %d, slot %d) cannot be an "
+            return dump_h5_fail(err, n, "%s: /stats: row %d: op '%.*s' (io %d, slot %d) cannot be an "
                         "HDF5 path", w->tmp, i, (int)sizeof r.op, r.op, (int)r.io, r.slot);
         w->stats[w->n_stats + i] = r;
     }
@@ -748,11 +748,11 @@ static bool write_stats(dump_step_writer *w)
 bool dump_step_commit(dump_step_writer *w, char *err, size_t n)
 {
     if (!w)
-        return fail(err, n, "no step file");
+        return dump_h5_fail(err, n, "no step file");
     dump_h5_quiet q = dump_h5_hush();
     bool ok = !w->failed;
     if (!ok)
-        fail(err, n, "%s", w->why);
+        dump_h5_fail(err, n, "%s", w->why);
     if (ok && w->n_stats > 0 && !write_stats(w))
         ok = writer_failed(w, "/stats", "cannot write the table", err, n);
     /* complete goes last: a file without it was not finished. */
@@ -854,17 +854,17 @@ static bool run_valid(const char *path, const dump_run_meta *m, const dump_op_ro
         !terminated(m->command_line, sizeof m->command_line) ||
         !terminated(m->created, sizeof m->created) ||
         (m->mode != TE_MODE_EAGER && m->mode != TE_MODE_GRAPH))
-        return fail(err, n, "%s: bad run metadata (unterminated text or mode %d)", path,
+        return dump_h5_fail(err, n, "%s: bad run metadata (unterminated text or mode %d)", path,
                     (int)m->mode);
     if (n_ops < 0 || (n_ops > 0 && !ops))
-        return fail(err, n, "%s: /ops: bad row count %d", path, n_ops);
+        return dump_h5_fail(err, n, "%s: /ops: bad row count %d", path, n_ops);
     for (int i = 0; i < n_ops; i++) {
         const dump_op_row *r = &ops[i];
         if (!terminated(r->name, sizeof r->name) || !terminated(r->type, sizeof r->type) ||
             !terminated(r->file, sizeof r->file) || !terminated(r->inputs, sizeof r->inputs) ||
             !terminated(r->outputs, sizeof r->outputs) ||
             !terminated(r->kernel, sizeof r->kernel) || (unsigned)r->phase >= TE_PHASE_COUNT)
-            return fail(err, n, "%s: /ops: row %d: unterminated text or bad phase %d", path, i,
+            return dump_h5_fail(err, n, "%s: /ops: row %d: unterminated text or bad phase %d", path, i,
                         (int)r->phase);
     }
     return true;
@@ -874,12 +874,12 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
                     char *err, size_t n)
 {
     if (!make_dirs(dir))
-        return fail(err, n, "%s: cannot make the directory: %s", dir, strerror(errno));
+        return dump_h5_fail(err, n, "%s: cannot make the directory: %s", dir, strerror(errno));
     char *tmp = path_join(dir, ".run.h5.tmp");
     char *final = path_join(dir, "run.h5");
     bool ok = tmp && final;
     if (!ok)
-        fail(err, n, "%s: out of memory", dir);
+        dump_h5_fail(err, n, "%s: out of memory", dir);
     ok = ok && run_valid(final, m, ops, n_ops, err, n);
     dump_h5_quiet q = dump_h5_hush();
     int fd = -1;
@@ -888,10 +888,10 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
     if (f >= 0) {
         char why[256];
         if (!meta_attrs(f, m))
-            ok = fail(err, n, "%s: /: cannot write the attributes: %s", tmp,
+            ok = dump_h5_fail(err, n, "%s: /: cannot write the attributes: %s", tmp,
                       dump_h5_reason(why, sizeof why));
         else if (!write_ops(f, ops, n_ops))
-            ok = fail(err, n, "%s: /ops: cannot write the table: %s", tmp,
+            ok = dump_h5_fail(err, n, "%s: /ops: cannot write the table: %s", tmp,
                       dump_h5_reason(why, sizeof why));
         ok = finish_file(f, &im, fd, tmp, ok, err, n) && ok;
         ok = ok && publish(tmp, final, dir, err, n);

@@ -173,6 +173,8 @@ int tg_kernel_writes(const tg_plan *p, const tg_kernel *k, int *ids);
 /* For each value, how many kernels read it, plus 1 if it must outlive the
  * kernels (an output, observed). */
 void tg_count_uses(const tg_plan *p, int *uses);
+/* Does a kernel strictly between lo and hi (kernel positions) read value v? */
+bool tg_read_between(const tg_plan *p, int lo, int hi, int v);
 /* Replaces every use of tensor from by to (in nodes, fused programs, outputs). */
 void tg_replace_uses(tg_plan *p, te_tensor *from, te_tensor *to);
 

@@ -339,6 +339,20 @@ void tg_count_uses(const tg_plan *p, int *uses)
     }
 }
 
+bool tg_read_between(const tg_plan *p, int lo, int hi, int v)
+{
+    int ids[TG_IO_MAX];
+    for (int i = lo + 1; i < hi; i++) {
+        if (p->kernels[i].removed)
+            continue;
+        int n = tg_kernel_reads(p, &p->kernels[i], ids);
+        for (int j = 0; j < n; j++)
+            if (ids[j] == v)
+                return true;
+    }
+    return false;
+}
+
 void tg_replace_uses(tg_plan *p, te_tensor *from, te_tensor *to)
 {
     for (int i = 0; i < p->n_nodes; i++)

@@ -23,21 +23,6 @@ static int fwd_kernel_of(const tg_plan *p, const te_node *n, int before)
     return -1;
 }
 
-/* Does a kernel strictly between lo and hi read t? */
-static bool read_between(const tg_plan *p, int lo, int hi, int t)
-{
-    int ids[TG_IO_MAX];
-    for (int i = lo + 1; i < hi; i++) {
-        if (p->kernels[i].removed)
-            continue;
-        int n = tg_kernel_reads(p, &p->kernels[i], ids);
-        for (int j = 0; j < n; j++)
-            if (ids[j] == t)
-                return true;
-    }
-    return false;
-}
-
 int tg_pass_fuse_act(tg_plan *p)
 {
     int *uses = malloc((size_t)(p->n_values ? p->n_values : 1) * sizeof *uses);
@@ -57,7 +42,7 @@ int tg_pass_fuse_act(tg_plan *p)
             !producer_op(prod->op) || mid->dtype != TE_F32 || mid->slot != 0)
             continue;
         int k = fwd_kernel_of(p, prod, a);
-        if (k < 0 || p->kernels[k].shadow || read_between(p, k, a, m))
+        if (k < 0 || p->kernels[k].shadow || tg_read_between(p, k, a, m))
             continue;
         tg_kernel *kp = &p->kernels[k];
         tg_count_uses(p, uses);

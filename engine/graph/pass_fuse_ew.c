@@ -104,16 +104,9 @@ static int next_link(const tg_plan *p, int from, const te_tensor *t)
 /* Does a kernel strictly between lo and hi read one of the chain's results? */
 static bool chain_read_between(const tg_plan *p, const tg_ew *ew, int lo, int hi)
 {
-    int ids[TG_IO_MAX];
-    for (int i = lo + 1; i < hi; i++) {
-        if (p->kernels[i].removed)
-            continue;
-        int n = tg_kernel_reads(p, &p->kernels[i], ids);
-        for (int j = 0; j < n; j++)
-            for (int s = 0; s < ew->n_steps; s++)
-                if (p->values[ids[j]].t == ew->out[s])
-                    return true;
-    }
+    for (int s = 0; s < ew->n_steps; s++)
+        if (tg_read_between(p, lo, hi, tg_value_of(p, ew->out[s])))
+            return true;
     return false;
 }
 
