@@ -116,18 +116,32 @@ static float *state_buf(float **slot, int64_t n)
     return *slot;
 }
 
+/* One branch-free loop per case: a test inside the loop kept GCC from
+ * vectorising it (scalar code, a third of the MLP step at batch 32). The
+ * first momentum step is the general one with a zero buffer: 0*0 + 1*d. */
 static void sgd_update(const te_sgd_opts *s, float *restrict p, const float *restrict g,
                        float *restrict buf, bool first, int64_t n)
 {
-    const float lr = s->lr, wd = s->weight_decay, mom = s->momentum, damp = 1.0f - s->dampening;
+    const float lr = s->lr, wd = s->weight_decay;
+    const float mom = first ? 0.0f : s->momentum, damp = first ? 1.0f : 1.0f - s->dampening;
+    const float look = s->momentum; /* Nesterov's look-ahead uses momentum even on step 1 */
+    if (!buf) {
 #pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float d = g[i] + wd * p[i];
-        if (buf) {
-            buf[i] = first ? d : mom * buf[i] + damp * d;
-            d = s->nesterov ? d + mom * buf[i] : buf[i];
+        for (int64_t i = 0; i < n; i++)
+            p[i] -= lr * (g[i] + wd * p[i]);
+    } else if (s->nesterov) {
+#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i] + wd * p[i];
+            buf[i] = mom * buf[i] + damp * d;
+            p[i] -= lr * (d + look * buf[i]);
         }
-        p[i] -= lr * d;
+    } else {
+#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            buf[i] = mom * buf[i] + damp * (g[i] + wd * p[i]);
+            p[i] -= lr * buf[i];
+        }
     }
 }
 
