@@ -94,7 +94,7 @@ typedef struct dump_status {
     uint64_t bytes_written;      /* tensor bytes handed to HDF5 */
     int64_t steps_written, tensors_written;
     size_t queued_bytes;         /* copies waiting for the disk */
-    double write_seconds;        /* the writer thread's time writing (HDF5, fsync, rename) */
+    double write_seconds;        /* wall time with a step being written (HDF5, fsync, rename) */
     bool failed;                 /* a write failed: dumping stopped */
     bool capped;                 /* max= was reached */
     char error[1024];            /* why it failed, naming the path */

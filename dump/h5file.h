@@ -138,8 +138,20 @@ bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int co
  * DIR/step-NNNNNNNN.h5 (then fsyncs DIR). Frees w in every case; on failure
  * (a disk error, say) the tmp file is removed and false returned. */
 bool dump_step_commit(dump_step_writer *w, char *err, size_t n);
-/* Closes w and removes its tmp file. */
+/* Commit in parts, so that one thread can build the next step while
+ * another waits for the disk: seal marks the step complete and closes the
+ * HDF5 file (its image stays in memory); write (optional) writes the image
+ * into the tmp file and frees it, with the disk asked to start at once;
+ * publish writes the image if that was not done, fsyncs the tmp file and
+ * renames it. Each frees w and removes the tmp file on failure. */
+bool dump_step_seal(dump_step_writer *w, char *err, size_t n);
+bool dump_step_write(dump_step_writer *w, char *err, size_t n);
+bool dump_step_publish(dump_step_writer *w, char *err, size_t n);
+/* Closes w, sealed or not, and removes its tmp file. */
 void dump_step_abort(dump_step_writer *w);
+
+/* Frees the file images kept for the next step files (dump_stop does). */
+void dump_h5_spares_free(void);
 
 /* Writes DIR/run.h5 (through DIR/.run.h5.tmp and a rename, so a reader sees
  * the old or the new file, never half of one). */
@@ -212,6 +224,9 @@ void dump_h5_loud(dump_h5_quiet q);
 const char *dump_h5_reason(char *buf, size_t n);
 /* Writes the message into err (when there is room) and returns false. */
 bool dump_h5_fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* HDF5's Fletcher-32 checksum of len bytes, as its filter stores it after
+ * each chunk (little-endian), bit for bit. */
+uint32_t dump_fletcher32(const void *data, size_t len);
 /* The HDF5 datatype of a dtype in files (f16: an IEEE half built from
  * F32LE); the caller closes it. Negative on error. */
 int64_t dump_h5_type(te_dtype dt);

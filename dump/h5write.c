@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 #include <unistd.h>
 
 #define CHUNK_MAX (1u << 20)   /* bytes in one chunk at most */
+#define WRITE_PIECE (8u << 20) /* a file is handed to the disk this much at a time */
+#define SPARES 2               /* file images kept for reuse */
 
 /* ---- helpers shared with h5read.c ----------------------------------------- */
 
@@ -257,15 +260,71 @@ static bool terminated(const char *s, size_t size) { return memchr(s, '\0', size
  * checksum.) The driver allocates through these callbacks and hands the
  * buffer to image_free when the file closes: that is the finished file. */
 typedef struct mem_image {
-    size_t size;            /* of the driver's buffer */
+    size_t size;            /* of the driver's buffer, as it knows it */
+    size_t cap;             /* of the buffer itself */
     unsigned char *closed;  /* the buffer, once the file closed */
 } mem_image;
+
+/* Spare buffers: a step file of tens of MB built in fresh memory each step
+ * paid a page fault and a page clearing for every 4 KiB (a sixth of the
+ * writer's time). Images are reused instead and grow by half at a time,
+ * not by the driver's increment. */
+static struct spare {
+    void *buf;
+    size_t cap;
+} spares[SPARES];
+static pthread_mutex_t spares_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *spare_take(size_t size, size_t *cap)
+{
+    struct spare s = { 0 };
+    pthread_mutex_lock(&spares_mu);
+    for (int i = 0; i < SPARES; i++)
+        if (spares[i].buf && spares[i].cap > s.cap) {
+            struct spare t = s;
+            s = spares[i];
+            spares[i] = t;
+        }
+    pthread_mutex_unlock(&spares_mu);
+    if (s.buf && s.cap >= size) {
+        *cap = s.cap;
+        return s.buf;
+    }
+    free(s.buf);
+    *cap = size;
+    return malloc(size);
+}
+
+static void spare_give(void *p, size_t cap)
+{
+    pthread_mutex_lock(&spares_mu);
+    for (int i = 0; p && i < SPARES; i++)
+        if (!spares[i].buf || spares[i].cap < cap) {
+            struct spare t = spares[i];
+            spares[i] = (struct spare){ p, cap };
+            p = t.buf;
+            cap = t.cap;
+        }
+    pthread_mutex_unlock(&spares_mu);
+    free(p);
+}
+
+void dump_h5_spares_free(void)
+{
+    pthread_mutex_lock(&spares_mu);
+    for (int i = 0; i < SPARES; i++) {
+        free(spares[i].buf);
+        spares[i] = (struct spare){ 0 };
+    }
+    pthread_mutex_unlock(&spares_mu);
+}
 
 static void *image_malloc(size_t size, H5FD_file_image_op_t op, void *udata)
 {
     (void)op;
-    ((mem_image *)udata)->size = size;
-    return malloc(size);
+    mem_image *im = udata;
+    im->size = size;
+    return spare_take(size, &im->cap);
 }
 
 static void *image_memcpy(void *dst, const void *src, size_t size, H5FD_file_image_op_t op,
@@ -279,9 +338,17 @@ static void *image_memcpy(void *dst, const void *src, size_t size, H5FD_file_ima
 static void *image_realloc(void *p, size_t size, H5FD_file_image_op_t op, void *udata)
 {
     (void)op;
-    void *q = realloc(p, size);
-    if (q)
-        ((mem_image *)udata)->size = size;
+    mem_image *im = udata;
+    if (p && size <= im->cap) {
+        im->size = size;
+        return p;
+    }
+    size_t cap = p && im->cap + im->cap / 2 > size ? im->cap + im->cap / 2 : size;
+    void *q = realloc(p, cap);
+    if (q) {
+        im->size = size;
+        im->cap = cap;
+    }
     return q;
 }
 
@@ -291,7 +358,7 @@ static herr_t image_free(void *p, H5FD_file_image_op_t op, void *udata)
     if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && !im->closed)
         im->closed = p;
     else
-        free(p);
+        spare_give(p, im->cap);
     return 0;
 }
 
@@ -356,31 +423,70 @@ static hid_t create_file(const char *tmp, mem_image *im, int *fd, char *err, siz
     return f;
 }
 
-/* Closes the memory file f and the disk file fd, having written f's image
- * into fd and synced it when save is set. False with err on failure. */
-static bool finish_file(hid_t f, mem_image *im, int fd, const char *tmp, bool save, char *err,
-                        size_t n)
+/* Closes the memory file f; when save is set its image stays in im for
+ * save_image, else it is freed. False with err on failure. */
+static bool close_file(hid_t f, mem_image *im, const char *tmp, bool save, char *err, size_t n)
 {
     char why[256];
     if (H5Fclose(f) < 0 && save)
         save = dump_h5_fail(err, n, "%s: cannot close the file: %s", tmp, dump_h5_reason(why, sizeof why));
-    size_t len = image_length(im);
-    if (save && len == 0)
+    if (save && image_length(im) == 0)
         save = dump_h5_fail(err, n, "%s: HDF5 gave back no file image", tmp);
-    if (save && !write_all(fd, (const char *)im->closed, len))
+    if (!save) {
+        spare_give(im->closed, im->cap);
+        im->closed = NULL;
+    }
+    return save;
+}
+
+/* Writes the image a piece at a time, asking the kernel to start writing
+ * each piece out at once: the disk works while the rest is copied, instead
+ * of idling until the fsync. */
+static bool write_out(int fd, const unsigned char *buf, size_t len)
+{
+    for (size_t off = 0; off < len; off += WRITE_PIECE) {
+        size_t piece = len - off < WRITE_PIECE ? len - off : WRITE_PIECE;
+        if (!write_all(fd, (const char *)buf + off, piece))
+            return false;
+#ifdef SYNC_FILE_RANGE_WRITE
+        sync_file_range(fd, (off_t)off, (off_t)piece, SYNC_FILE_RANGE_WRITE); /* a hint: fsync reports */
+#endif
+    }
+    return true;
+}
+
+/* Writes the closed image into fd and fsyncs it when save is set; frees the
+ * image and closes fd in every case. */
+static bool write_image(mem_image *im, int fd, const char *tmp, bool save, char *err, size_t n)
+{
+    if (save && !write_out(fd, im->closed, image_length(im)))
         save = dump_h5_fail(err, n, "%s: cannot write: %s", tmp, strerror(errno));
-    if (save && fsync(fd) != 0)
-        save = dump_h5_fail(err, n, "%s: cannot sync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && save)
-        save = dump_h5_fail(err, n, "%s: cannot close: %s", tmp, strerror(errno));
-    free(im->closed);
+    spare_give(im->closed, im->cap);
     im->closed = NULL;
     return save;
 }
 
+/* fsyncs fd when save is set, and closes it. */
+static bool sync_close(int fd, const char *tmp, bool save, char *err, size_t n)
+{
+    if (save && fsync(fd) != 0)
+        save = dump_h5_fail(err, n, "%s: cannot sync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && save)
+        save = dump_h5_fail(err, n, "%s: cannot close: %s", tmp, strerror(errno));
+    return save;
+}
+
+/* Both, as one file's last steps. */
+static bool save_image(mem_image *im, int fd, const char *tmp, bool save, char *err, size_t n)
+{
+    save = write_image(im, fd, tmp, save, err, n);
+    return sync_close(fd, tmp, save, err, n);
+}
+
 /* Chunks of whole rows up to CHUNK_MAX bytes; when one row is larger, whole
- * sub-rows of the first dimension whose rest fits. */
-static void chunk_dims(int rank, const hsize_t *dims, size_t esize, hsize_t *chunk)
+ * sub-rows of the first dimension whose rest fits. Returns that dimension,
+ * the one split: every chunk is then one contiguous run of the data. */
+static int chunk_dims(int rank, const hsize_t *dims, size_t esize, hsize_t *chunk)
 {
     for (int k = 0; k < rank; k++) {
         size_t rest = esize;
@@ -392,8 +498,45 @@ static void chunk_dims(int rank, const hsize_t *dims, size_t esize, hsize_t *chu
             chunk[j] = j < k ? 1 : dims[j];
         hsize_t fit = CHUNK_MAX / rest;
         chunk[k] = dims[k] < fit ? dims[k] : fit;
-        return;
+        return k;
     }
+    return rank - 1; /* not reached: the last dimension's rest is one element */
+}
+
+/* Writes an uncompressed dataset chunk by chunk, each with its Fletcher-32
+ * checksum appended as HDF5's filter would, through H5Dwrite_chunk: no
+ * chunk cache, no filter pass. stage holds a chunk and its checksum; the
+ * padding of a last, partial chunk is zeros. */
+static bool write_chunks(hid_t ds, int rank, const hsize_t *dims, size_t esize,
+                         const unsigned char *data, unsigned char *stage)
+{
+    hsize_t chunk[TE_MAX_DIMS], offset[TE_MAX_DIMS] = { 0 };
+    int k = chunk_dims(rank, dims, esize, chunk);
+    size_t row = esize, outer = 1; /* bytes a step along dim k; runs of dims before k */
+    for (int j = k + 1; j < rank; j++)
+        row *= dims[j];
+    for (int j = 0; j < k; j++)
+        outer *= dims[j];
+    const size_t full = chunk[k] * row;
+    for (size_t o = 0; o < outer; o++) {
+        size_t rest = o;
+        for (int j = k - 1; j >= 0; j--) {
+            offset[j] = rest % dims[j];
+            rest /= dims[j];
+        }
+        for (hsize_t at = 0; at < dims[k]; at += chunk[k]) {
+            size_t used = (size_t)(dims[k] - at < chunk[k] ? dims[k] - at : chunk[k]) * row;
+            memcpy(stage, data + (o * dims[k] + at) * row, used);
+            memset(stage + used, 0, full - used);
+            uint32_t sum = dump_fletcher32(stage, full);
+            for (int b = 0; b < 4; b++)
+                stage[full + (size_t)b] = (unsigned char)(sum >> 8 * b);
+            offset[k] = at;
+            if (H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset, full + 4, stage) < 0)
+                return false;
+        }
+    }
+    return true;
 }
 
 /* Dataset creation: chunked with the Fletcher-32 checksum (after shuffle and
@@ -412,7 +555,7 @@ static hid_t new_dcpl(int rank, const hsize_t *dims, size_t esize, int gzip)
         ok = H5Pset_chunk(p, rank, chunk) >= 0;
         if (ok && gzip > 0)
             ok = H5Pset_shuffle(p) >= 0 && H5Pset_deflate(p, (unsigned)gzip) >= 0;
-        ok = ok && H5Pset_fletcher32(p) >= 0;
+        ok = ok && H5Pset_fletcher32(p) >= 0; /* write_chunks computes it the same way */
     }
     if (!ok) {
         H5Pclose(p);
@@ -442,6 +585,7 @@ struct dump_step_writer {
     int gzip;
     int n_tensors;
     char *dir, *tmp, *final;
+    unsigned char *stage;   /* a chunk and its checksum, for write_chunks */
     dump_stats_row *stats;
     int n_stats, cap_stats;
     bool failed;
@@ -453,6 +597,7 @@ static void writer_free(dump_step_writer *w)
     free(w->dir);
     free(w->tmp);
     free(w->final);
+    free(w->stage);
     free(w->stats);
     free(w);
 }
@@ -490,7 +635,8 @@ dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char
         char why[256];
         dump_h5_fail(err, n, "%s: /: cannot write attribute 'step': %s", w->tmp,
              dump_h5_reason(why, sizeof why));
-        finish_file(w->file, &w->image, w->fd, w->tmp, false, NULL, 0);
+        close_file(w->file, &w->image, w->tmp, false, NULL, 0);
+        save_image(&w->image, w->fd, w->tmp, false, NULL, 0);
         unlink(w->tmp);
         w->file = -1;
     }
@@ -600,7 +746,14 @@ bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const vo
         ds = H5Dcreate2(w->file, path, type, sp, lcpl, dcpl, H5P_DEFAULT);
     if (ds >= 0) {
         what = "cannot write the data";
-        ok = total == 0 || H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
+        if (total > 0 && w->gzip == 0 && !w->stage)
+            w->stage = malloc(CHUNK_MAX + 4);
+        if (total == 0)
+            ok = true;
+        else if (w->gzip == 0)
+            ok = w->stage && write_chunks(ds, rank, dims, esize, data, w->stage);
+        else
+            ok = H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
         if (ok) {
             what = "cannot write the attributes";
             ok = tensor_attrs(ds, w, ti);
@@ -745,7 +898,7 @@ static bool write_stats(dump_step_writer *w)
     return ok;
 }
 
-bool dump_step_commit(dump_step_writer *w, char *err, size_t n)
+bool dump_step_seal(dump_step_writer *w, char *err, size_t n)
 {
     if (!w)
         return dump_h5_fail(err, n, "no step file");
@@ -759,23 +912,57 @@ bool dump_step_commit(dump_step_writer *w, char *err, size_t n)
     if (ok && !(attr_i32(w->file, "n_tensors", w->n_tensors + w->n_stats) &&
                 attr_i32(w->file, "complete", 1)))
         ok = writer_failed(w, "/", "cannot write the attributes", err, n);
-    ok = finish_file(w->file, &w->image, w->fd, w->tmp, ok, err, n) && ok;
+    ok = close_file(w->file, &w->image, w->tmp, ok, err, n) && ok;
+    w->file = -1;
     dump_h5_loud(q);
-    if (ok)
-        ok = publish(w->tmp, w->final, w->dir, err, n);
+    if (!ok) {
+        save_image(&w->image, w->fd, w->tmp, false, NULL, 0);
+        unlink(w->tmp);
+        writer_free(w);
+    }
+    return ok;
+}
+
+bool dump_step_write(dump_step_writer *w, char *err, size_t n)
+{
+    if (!w)
+        return dump_h5_fail(err, n, "no step file");
+    if (write_image(&w->image, w->fd, w->tmp, true, err, n))
+        return true;
+    sync_close(w->fd, w->tmp, false, NULL, 0);
+    unlink(w->tmp);
+    writer_free(w);
+    return false;
+}
+
+bool dump_step_publish(dump_step_writer *w, char *err, size_t n)
+{
+    if (!w)
+        return dump_h5_fail(err, n, "no step file");
+    bool ok = (!w->image.closed || write_image(&w->image, w->fd, w->tmp, true, err, n));
+    ok = sync_close(w->fd, w->tmp, ok, err, n) && ok;
+    ok = ok && publish(w->tmp, w->final, w->dir, err, n);
     if (!ok)
         unlink(w->tmp);
     writer_free(w);
     return ok;
 }
 
+bool dump_step_commit(dump_step_writer *w, char *err, size_t n)
+{
+    return dump_step_seal(w, err, n) && dump_step_publish(w, err, n);
+}
+
 void dump_step_abort(dump_step_writer *w)
 {
     if (!w)
         return;
-    dump_h5_quiet q = dump_h5_hush();
-    finish_file(w->file, &w->image, w->fd, w->tmp, false, NULL, 0);
-    dump_h5_loud(q);
+    if (w->file >= 0) {
+        dump_h5_quiet q = dump_h5_hush();
+        close_file(w->file, &w->image, w->tmp, false, NULL, 0);
+        dump_h5_loud(q);
+    }
+    save_image(&w->image, w->fd, w->tmp, false, NULL, 0);
     unlink(w->tmp);
     writer_free(w);
 }
@@ -883,7 +1070,7 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
     ok = ok && run_valid(final, m, ops, n_ops, err, n);
     dump_h5_quiet q = dump_h5_hush();
     int fd = -1;
-    mem_image im = { 0, NULL };
+    mem_image im = { 0 };
     hid_t f = ok ? create_file(tmp, &im, &fd, err, n) : -1;
     if (f >= 0) {
         char why[256];
@@ -893,7 +1080,8 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
         else if (!write_ops(f, ops, n_ops))
             ok = dump_h5_fail(err, n, "%s: /ops: cannot write the table: %s", tmp,
                       dump_h5_reason(why, sizeof why));
-        ok = finish_file(f, &im, fd, tmp, ok, err, n) && ok;
+        ok = close_file(f, &im, tmp, ok, err, n) && ok;
+        ok = save_image(&im, fd, tmp, ok, err, n) && ok;
         ok = ok && publish(tmp, final, dir, err, n);
         if (!ok)
             unlink(tmp);

@@ -3,6 +3,12 @@
  * selects, copy them, and queue them to one background thread that makes
  * every HDF5 call (h5write.c), a step file per step.
  *
+ * A second thread, the syncer, deals with the disk: the writer seals a step
+ * (its file complete in memory) and hands it over while it builds the next.
+ * The syncer writes a step's file, then writes the next one (when it is
+ * there) before it fsyncs and renames the first: copying one file into the
+ * page cache overlaps the disk's work on the one before.
+ *
  * The queue holds copies up to a memory cap. When the disk is slower than
  * training and the cap is reached, the training thread waits for room: a
  * dump never drops a tensor silently. A write error (full disk, no
@@ -27,6 +33,7 @@
 
 #define QUEUE_CAP_BYTES ((size_t)256 << 20) /* copies waiting for the disk */
 #define MAX_OPS 4096                         /* rows of run.h5's op table */
+#define MAX_SEALED 3                         /* steps sealed, not yet renamed */
 
 typedef enum { ITEM_BEGIN, ITEM_TENSOR, ITEM_STATS, ITEM_COMMIT } item_kind;
 
@@ -42,6 +49,12 @@ typedef struct item {
     struct item *next;
 } item;
 
+/* A sealed step waiting for its fsync and rename. */
+typedef struct sealed {
+    dump_step_writer *w;
+    struct sealed *next;
+} sealed;
+
 /* One step's copies held by the flight recorder. */
 typedef struct held_step {
     struct item *head, *tail;
@@ -54,16 +67,21 @@ struct dump_session {
     bool step_selected;
     int64_t step;
     /* queue */
-    pthread_t thread;
+    pthread_t thread, syncer;
     pthread_mutex_t mu;
-    pthread_cond_t nonempty, room, drained;
+    pthread_cond_t nonempty, room, drained, to_sync, synced;
     item *head, *tail;
     size_t queued_bytes;
     bool closing, busy;
+    sealed *sync_head, *sync_tail; /* for the syncer, in step order */
+    int n_sealed;                  /* queued or being synced */
+    bool sync_closing;
     /* what the writer did, for `info dump` */
     uint64_t bytes_written;
     int64_t steps_written, tensors_written;
-    double write_seconds;   /* the writer thread's time in HDF5 calls */
+    int active;             /* items and sealed steps being worked on */
+    struct timespec active_since;
+    double write_seconds;   /* wall time with a step being built, written or synced */
     bool failed, capped;
     char error[1024];
     /* op table of the first selected step (the training thread's), for run.h5 */
@@ -92,8 +110,118 @@ static void fail(dump_session *d, const char *msg)
     pthread_mutex_unlock(&d->mu);
 }
 
-/* Writes one item; returns 1 for a tensor or stats row written, 2 for a
- * step committed, 0 otherwise. */
+static bool failed(dump_session *d)
+{
+    pthread_mutex_lock(&d->mu);
+    bool f = d->failed;
+    pthread_mutex_unlock(&d->mu);
+    return f;
+}
+
+/* Counts work in flight (d->mu held); write_seconds adds up the wall time
+ * during which there was some, so that building one step and syncing the
+ * one before it are not counted twice. */
+static void activity(dump_session *d, int delta)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (d->active == 0 && delta > 0)
+        d->active_since = now;
+    d->active += delta;
+    if (d->active == 0)
+        d->write_seconds += (double)(now.tv_sec - d->active_since.tv_sec) +
+                            1e-9 * (double)(now.tv_nsec - d->active_since.tv_nsec);
+}
+
+/* Hands a sealed step to the syncer, waiting while MAX_SEALED are ahead. */
+static void hand_over(dump_session *d, dump_step_writer *w)
+{
+    sealed *s = malloc(sizeof *s);
+    if (!s) {
+        char err[1024];
+        if (!dump_step_publish(w, err, sizeof err)) /* no memory: sync here */
+            fail(d, err);
+        pthread_mutex_lock(&d->mu);
+        d->steps_written++;
+        pthread_mutex_unlock(&d->mu);
+        return;
+    }
+    s->w = w;
+    s->next = NULL;
+    pthread_mutex_lock(&d->mu);
+    while (d->n_sealed >= MAX_SEALED)
+        pthread_cond_wait(&d->synced, &d->mu);
+    if (d->sync_tail)
+        d->sync_tail->next = s;
+    else
+        d->sync_head = s;
+    d->sync_tail = s;
+    d->n_sealed++;
+    activity(d, +1);
+    pthread_cond_signal(&d->to_sync);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* fsyncs and renames a written step (d->mu not held). */
+static bool publish_step(dump_session *d, dump_step_writer *w)
+{
+    char err[1024];
+    if (failed(d)) { /* dumping stopped: not published */
+        dump_step_abort(w);
+        return false;
+    }
+    if (dump_step_publish(w, err, sizeof err))
+        return true;
+    fail(d, err);
+    return false;
+}
+
+static void *syncer_main(void *arg)
+{
+    dump_session *d = arg;
+    dump_step_writer *written = NULL; /* written, its fsync still to come */
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->sync_head && !d->sync_closing && !written)
+            pthread_cond_wait(&d->to_sync, &d->mu);
+        sealed *s = d->sync_head;
+        if (s) {
+            d->sync_head = s->next;
+            if (!d->sync_head)
+                d->sync_tail = NULL;
+        } else if (!written) {
+            break; /* closing, nothing left */
+        }
+        pthread_mutex_unlock(&d->mu);
+        dump_step_writer *next = NULL;
+        char err[1024];
+        int done = 0, gone = 0; /* steps published; steps finished either way */
+        if (s && failed(d)) {
+            dump_step_abort(s->w);
+            gone++;
+        } else if (s && dump_step_write(s->w, err, sizeof err)) {
+            next = s->w;
+        } else if (s) {
+            fail(d, err);
+            gone++;
+        }
+        free(s);
+        if (written) {
+            done += publish_step(d, written);
+            gone++;
+        }
+        written = next;
+        pthread_mutex_lock(&d->mu);
+        d->steps_written += done;
+        d->n_sealed -= gone;
+        activity(d, -gone);
+        pthread_cond_broadcast(&d->synced);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Writes one item; returns 1 for a tensor or stats row written, 0 otherwise. */
 static int write_item(dump_session *d, dump_step_writer **w, const item *it)
 {
     char err[1024];
@@ -117,8 +245,8 @@ static int write_item(dump_session *d, dump_step_writer **w, const item *it)
         break;
     case ITEM_COMMIT:
         if (*w && !d->failed) {
-            if (dump_step_commit(*w, err, sizeof err))
-                done = 2;
+            if (dump_step_seal(*w, err, sizeof err))
+                hand_over(d, *w);
             else
                 fail(d, err);
         } else if (*w) {
@@ -147,16 +275,13 @@ static void *writer_main(void *arg)
         if (!d->head)
             d->tail = NULL;
         d->busy = true;
+        activity(d, +1);
         bool failed = d->failed;
         pthread_mutex_unlock(&d->mu);
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
         int done = failed ? 0 : write_item(d, &w, it);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
         pthread_mutex_lock(&d->mu);
-        d->write_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        d->tensors_written += done == 1;
-        d->steps_written += done == 2;
+        activity(d, -1);
+        d->tensors_written += done;
         d->busy = false;
         d->queued_bytes -= it->bytes;
         d->bytes_written += it->kind == ITEM_TENSOR ? it->bytes : 0;
@@ -281,14 +406,6 @@ static bool capped(dump_session *d, size_t more)
                         "written\n", (unsigned long long)d->spec.max_bytes);
     }
     return true;
-}
-
-static bool failed(dump_session *d)
-{
-    pthread_mutex_lock(&d->mu);
-    bool f = d->failed;
-    pthread_mutex_unlock(&d->mu);
-    return f;
 }
 
 static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor *t, dump_iokind io, int slot)
@@ -446,6 +563,16 @@ static void on_step_end(int64_t step, void *user)
 
 /* ---- the session ----------------------------------------------------------------- */
 
+/* Lets the syncer finish the sealed steps, then joins it. */
+static void stop_syncer(dump_session *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->sync_closing = true;
+    pthread_cond_signal(&d->to_sync);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->syncer, NULL);
+}
+
 dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char *err, size_t n)
 {
     /* HDF5 shuts itself down in an atexit handler registered when it starts.
@@ -481,9 +608,20 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
     pthread_cond_init(&d->nonempty, NULL);
     pthread_cond_init(&d->room, NULL);
     pthread_cond_init(&d->drained, NULL);
+    pthread_cond_init(&d->to_sync, NULL);
+    pthread_cond_init(&d->synced, NULL);
+    if (pthread_create(&d->syncer, NULL, syncer_main, d) != 0) {
+        snprintf(err, n, "dump: cannot start the writer's sync thread");
+        free(d->ops);
+        free(d->ring);
+        free(d);
+        return NULL;
+    }
     if (pthread_create(&d->thread, NULL, writer_main, d) != 0) {
         snprintf(err, n, "dump: cannot start the writer thread");
+        stop_syncer(d);
         free(d->ops);
+        free(d->ring);
         free(d);
         return NULL;
     }
@@ -515,6 +653,8 @@ void dump_stop(dump_session *d)
     pthread_cond_signal(&d->nonempty);
     pthread_mutex_unlock(&d->mu);
     pthread_join(d->thread, NULL);
+    stop_syncer(d);
+    dump_h5_spares_free();
     if (d->spec.n_ops == 0)
         te_observe_remove("*");
     for (int i = 0; i < d->spec.n_ops; i++)
@@ -527,6 +667,8 @@ void dump_stop(dump_session *d)
     pthread_cond_destroy(&d->nonempty);
     pthread_cond_destroy(&d->room);
     pthread_cond_destroy(&d->drained);
+    pthread_cond_destroy(&d->to_sync);
+    pthread_cond_destroy(&d->synced);
     free(d->ops);
     free(d);
 }
@@ -536,6 +678,8 @@ void dump_flush(dump_session *d)
     pthread_mutex_lock(&d->mu);
     while (d->head || d->busy)
         pthread_cond_wait(&d->drained, &d->mu);
+    while (d->n_sealed > 0)
+        pthread_cond_wait(&d->synced, &d->mu);
     pthread_mutex_unlock(&d->mu);
 }
 

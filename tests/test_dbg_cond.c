@@ -275,8 +275,10 @@ START_TEST(test_stats_thread_invariant)
                   s1.mean, s2.mean, s1.std, s2.std);
     ck_assert_msg(memcmp(&s3, &s2, sizeof s3) == 0, "3 vs 2 threads: mean %.17g / %.17g std %.17g / %.17g",
                   s3.mean, s2.mean, s3.std, s2.std);
+    /* f32 block sums (stats.c): the mean is good to a few parts in 1e6 of
+     * the mean distance from the shift (here under 1), the rest far better */
     double mean = sum / (double)n;
-    assert_near(s2.mean, mean, 1e-12);
+    assert_near(s2.mean, mean, 1e-8);
     assert_near(s2.std, sqrt(sq / (double)n - mean * mean), 1e-7);
     assert_near(s2.l2norm, sqrt(sq), 1e-6);
     assert_near(s2.min, mn, 0);

@@ -388,14 +388,16 @@ END_TEST
 
 START_TEST(test_kill_9)
 {
-    /* A completed step survives kill -9; a half-written one is a .tmp. */
+    /* A completed step survives kill -9; a half-written one is a .tmp: the
+     * step being built, and up to three sealed ones the syncer had not
+     * renamed yet (writer.c's MAX_SEALED). */
     shell("'%s/examples/mlp' --hidden 256,256 --batch 64 --threads 2 --steps 1000000 --log-every 1000000 "
           "--dump 'dir=%s;io=both' >/dev/null 2>&1 & pid=$!; sleep 4; kill -9 $pid; wait $pid; echo $?",
           TDBG_BUILDDIR, dir);
     ck_assert_msg(atoi(out) == 137, "the program was not killed: %s", out);
     int incomplete, complete = readable_steps(dir, &incomplete);
     ck_assert_msg(complete >= 2, "only %d complete steps after 4 s", complete);
-    ck_assert_int_le(incomplete, 1);
+    ck_assert_int_le(incomplete, 4);
 }
 END_TEST
 
