@@ -54,6 +54,22 @@ static inline float keep_if(float v, int f)
     return v;
 }
 
+/* Adds the counts and sums of b, a block of p's chunk, to p. */
+static void part_add(part *p, const part *b)
+{
+    p->fin += b->fin;
+    p->nan += b->nan;
+    p->zero += b->zero;
+    p->ovf += b->ovf;
+    p->min = b->min < p->min ? b->min : p->min;
+    p->max = b->max > p->max ? b->max : p->max;
+    p->abs_max = b->abs_max > p->abs_max ? b->abs_max : p->abs_max;
+    p->s1 += b->s1;
+    p->s2 += b->s2;
+    p->sq += b->sq;
+    p->abs_sum += b->abs_sum;
+}
+
 static int64_t first_nonfinite(const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -98,17 +114,8 @@ STATS_KERNEL static void full_exact(part *p, const float *x, int64_t n, int64_t 
     }
     if (fin < n && p->first_bad < 0)
         p->first_bad = base + first_nonfinite(x, n);
-    p->fin += fin;
-    p->nan += nan;
-    p->zero += zero;
-    p->ovf += ovf;
-    p->min = mn < p->min ? mn : p->min;
-    p->max = mx > p->max ? mx : p->max;
-    p->abs_max = amx > p->abs_max ? amx : p->abs_max;
-    p->s1 += s1;
-    p->s2 += s2;
-    p->sq += sq;
-    p->abs_sum += as;
+    part_add(p, &(part){ .fin = fin, .nan = nan, .zero = zero, .ovf = ovf, .min = mn, .max = mx,
+                         .abs_max = amx, .s1 = s1, .s2 = s2, .sq = sq, .abs_sum = as });
 }
 
 /* The exact quick pass over n elements that hold a NaN or Inf. */
@@ -206,18 +213,12 @@ STATS_KERNEL static void kernel_full(part *p, const float *x, int64_t n, int64_t
             full_exact(p, xb, m, base + b);
             continue;
         }
+        int64_t ovf = 0;
         if (amx > F16_MAX)
             for (int64_t i = 0; i < m; i++)
-                p->ovf += fabsf(xb[i]) > F16_MAX;
-        p->fin += m;
-        p->zero += zero;
-        p->min = mn < p->min ? mn : p->min;
-        p->max = mx > p->max ? mx : p->max;
-        p->abs_max = amx > p->abs_max ? amx : p->abs_max;
-        p->s1 += s1;
-        p->s2 += s2;
-        p->sq += sq;
-        p->abs_sum += as;
+                ovf += fabsf(xb[i]) > F16_MAX;
+        part_add(p, &(part){ .fin = m, .zero = zero, .ovf = ovf, .min = mn, .max = mx, .abs_max = amx,
+                             .s1 = s1, .s2 = s2, .sq = sq, .abs_sum = as });
     }
 }
 
