@@ -15,15 +15,8 @@
 # PYTHON (/usr/bin/python3).
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 BUILDDIR SRCDIR" >&2
-    exit 2
-fi
-build=$1
-src=$2
-threads=${THREADS:-$(nproc)}
-runs=${RUNS:-3}
-python=${PYTHON:-/usr/bin/python3}
+runs_default=3
+. "$(dirname "$0")/lib.sh"
 export OMP_WAIT_POLICY=PASSIVE
 optim=(--optim sgd --lr 0.01 --momentum 0.9)
 tdbg_configs=(none attached nan threshold)
@@ -35,7 +28,6 @@ trap 'rm -rf "$tmp"' EXIT
 
 batch_of() { [ "$1" = mlp ] && echo 128 || echo 32; }
 steps_of() { [ "$1" = mlp ] && echo "${STEPS_MLP:-60}" || echo "${STEPS_CNN:-12}"; }
-ms_of() { sed -n 's/^time: ms_per_step median=[0-9.]* min=\([0-9.]*\) .*/\1/p'; }
 
 run_tdbg() { # CONFIG MODEL MODE
     local pre=()
@@ -46,12 +38,12 @@ run_tdbg() { # CONFIG MODEL MODE
         threshold) pre=("$build/debugger/tdbg" --batch -ex "break * if abs_max > 1e30" --) ;;
     esac
     "${pre[@]}" "$build/examples/$2" --mode "$3" --batch "$(batch_of "$2")" --steps "$(steps_of "$2")" \
-        --threads "$threads" "${optim[@]}" --train-size 4096 --log-every 1000000 --time | ms_of
+        --threads "$threads" "${optim[@]}" --train-size 4096 --log-every 1000000 --time | fastest_ms
 }
 
 run_torch() { # WATCH MODEL
     "$python" "$src/bench/torch_train.py" --model "$2" --watch "$1" --batch "$(batch_of "$2")" \
-        --steps "$(steps_of "$2")" --threads "$threads" "${optim[@]}" | ms_of
+        --steps "$(steps_of "$2")" --threads "$threads" "${optim[@]}" | fastest_ms
 }
 
 for r in $(seq "$runs"); do
@@ -74,7 +66,6 @@ for r in $(seq "$runs"); do
     echo "round $r of $runs done" >&2
 done
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # "+X% (min..max)" of the per-round slowdowns of file $1 against file $2
 slowdown() { paste "$1" "$2" | awk '{ print 100 * ($1 / $2 - 1) }' | sort -g | awk '{ v[NR] = $1 } END {
     m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2

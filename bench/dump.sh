@@ -13,15 +13,8 @@
 # Environment: THREADS (all cores), RUNS (5), PYTHON (/usr/bin/python3).
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 BUILDDIR SRCDIR" >&2
-    exit 2
-fi
-build=$1
-src=$2
-threads=${THREADS:-$(nproc)}
-runs=${RUNS:-5}
-python=${PYTHON:-/usr/bin/python3}
+runs_default=5
+. "$(dirname "$0")/lib.sh"
 export OMP_WAIT_POLICY=PASSIVE
 tmp=$(mktemp -d "${TMPDIR:-/var/tmp}/tdbg-bench.XXXXXX") # on disk, not a tmpfs
 trap 'rm -rf "$tmp"' EXIT
@@ -29,15 +22,9 @@ mlp=("$build/examples/mlp" --batch 128 --threads "$threads" --optim sgd --lr 0.0
      --train-size 4096 --log-every 1000000 --time)
 all="io=both;phase=forward,backward,update,params,grads"
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-summary() { sort -g | awk -v f="${1:-%.1f}" '{ v[NR] = $1 } END {
-    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf f " (" f "-" f ")", m, v[1], v[NR] }'; }
-field() { sed -n "s/.*$1=\\([0-9.]*\\).*/\\1/p"; }
 # A training run's figure is its fastest step, as in bench/debug.sh: other
 # tenants move the median of a short run by 10-20%, the fastest step much
 # less, and what a dump costs is paid in every step.
-ms() { sed -n 's/^time: ms_per_step .*min=\([0-9.]*\) .*/\1/p'; }
 
 # Each round: the disk, then tdbg's writer and h5py on the same tensors, then
 # the four training runs. The disk's speed drifts by half between minutes
@@ -55,14 +42,14 @@ for r in $(seq "$runs"); do
         paste "$tmp/h5py.mbs" "$tmp/tdbg.mbs" | tail -1 | awk '{ print $2 / $1 }' >> "$tmp/tdbg_h5py"
     fi
     rm -rf "$tmp/tdbg" "$tmp/h5py"
-    none=$("${mlp[@]}" --steps 30 | ms)
+    none=$("${mlp[@]}" --steps 30 | fastest_ms)
     for k in full stats stats_all; do
         case $k in
         full) spec="dir=$tmp/d;$all" ;;
         stats) spec="dir=$tmp/d;what=stats" ;;
         stats_all) spec="dir=$tmp/d;$all;what=stats" ;;
         esac
-        t=$("${mlp[@]}" --steps 30 --dump "$spec" | ms)
+        t=$("${mlp[@]}" --steps 30 --dump "$spec" | fastest_ms)
         echo "$t" >> "$tmp/$k.ms"
         awk -v a="$t" -v b="$none" 'BEGIN { print 100 * (a / b - 1) }' >> "$tmp/$k.pct"
         rm -rf "$tmp/d"

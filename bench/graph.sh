@@ -14,15 +14,8 @@
 # PYTHON (/usr/bin/python3).
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 BUILDDIR SRCDIR" >&2
-    exit 2
-fi
-build=$1
-src=$2
-threads=${THREADS:-$(nproc)}
-runs=${RUNS:-3}
-python=${PYTHON:-/usr/bin/python3}
+runs_default=3
+. "$(dirname "$0")/lib.sh"
 optim=(--optim sgd --lr 0.01 --momentum 0.9)
 export OMP_WAIT_POLICY=PASSIVE
 
@@ -50,18 +43,13 @@ run() {
         out=$("$python" "$src/bench/torch_train.py" --model "$model" --mode "$mode" --batch "$batch" \
               --steps "$steps" --threads "$threads" "${optim[@]}")
     fi
-    sed -n 's/^time: ms_per_step median=\([0-9.]*\) .*/\1/p' <<< "$out" >> "$key.ms"
+    step_ms <<< "$out" >> "$key.ms"
     sed -n 's/.*peak_alloc_bytes=\([0-9]*\).*/\1/p' <<< "$out" >> "$key.alloc"
     sed -n 's/.*peak_rss_kb=\([0-9]*\).*/\1/p' <<< "$out" >> "$key.rss"
     sed -n 's/.*compile_ms=\([0-9.]*\).*/\1/p' <<< "$out" >> "$key.compile"
     [ -s "$key.ms" ] || { echo "bench: $1 on $model batch $batch printed no time line" >&2; exit 1; }
 }
 
-summary() { sort -g | awk '{ v[NR] = $1 } END {
-    if (!NR) { printf "-"; exit }
-    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%.2f (%.2f-%.2f)", m, v[1], v[NR] }'; }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 scaled() { awk -v d="$1" '{ print $1 / d }'; }
 
 echo "graph mode: $threads threads, OMP_WAIT_POLICY=PASSIVE, SGD lr 0.01 momentum 0.9, $runs rounds"

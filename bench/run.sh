@@ -16,15 +16,8 @@
 # PYTHON (/usr/bin/python3, Debian's python3-torch).
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 BUILDDIR SRCDIR" >&2
-    exit 2
-fi
-build=$1
-src=$2
-threads=${THREADS:-$(nproc)}
-runs=${RUNS:-5}
-python=${PYTHON:-/usr/bin/python3}
+runs_default=5
+. "$(dirname "$0")/lib.sh"
 optim=(--optim sgd --lr 0.01 --momentum 0.9)
 models=("mlp 128 ${MLP_STEPS:-40}" "cnn 64 ${CNN_STEPS:-15}")
 
@@ -43,14 +36,9 @@ run() {
     else
         env "${env[@]}" "$python" "$src/bench/torch_train.py" --model "$2" --batch "$3" \
             --steps "$4" --threads "$threads" "${optim[@]}"
-    fi | sed -n 's/^time: ms_per_step median=\([0-9.]*\) .*/\1/p'
+    fi | step_ms
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# "median (min-max)" of the numbers on stdin.
-summary() { sort -g | awk '{ v[NR] = $1 } END {
-    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%.2f (%.2f-%.2f)", m, v[1], v[NR] }'; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
