@@ -195,6 +195,34 @@ bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t
  * none, -1 on error. */
 int dump_step_stats(dump_step_reader *r, dump_stats_row **rows, char *err, size_t n);
 
+/* The step file's path, as opened. */
+const char *dump_step_path(const dump_step_reader *r);
+/* Elements [first, first + count) of tensor i's flat C-order values, as
+ * stored (count * te_dtype_size bytes), through an HDF5 hyperslab: a large
+ * tensor read in pieces of bounded size. */
+bool dump_step_read_range(dump_step_reader *r, int i, int64_t first, int64_t count, void *dst,
+                          char *err, size_t n);
+
+/* Reading values without HDF5, from any thread. A tensor stored in
+ * uncompressed chunks that are each one contiguous run of its values (every
+ * tensor tdbg writes without compress=) lies in its file as extents: pread()
+ * an extent's size bytes at its offset, then dump_extent_verify checks them
+ * (no HDF5 call, so threads may do both at once). */
+typedef struct dump_extent {
+    int64_t first, count;   /* elements [first, first + count) of the flat tensor */
+    uint64_t offset;        /* where the stored chunk starts in the file */
+    size_t size;            /* its bytes: the values (a last chunk zero-padded), then
+                             * their Fletcher-32 checksum, 4 bytes little-endian */
+} dump_extent;
+/* Tensor i's extents in element order into *out (free() it): their count;
+ * 0 (*out NULL) when the tensor is empty or stored another way (compressed,
+ * contiguous): read it with dump_step_read_range then; -1 on error. */
+int dump_step_extents(dump_step_reader *r, int i, dump_extent **out, char *err, size_t n);
+/* Checks an extent's bytes as read: false, with a message naming the file,
+ * the dataset and the elements, when the checksum does not match. */
+bool dump_extent_verify(const dump_step_reader *r, int i, const dump_extent *e,
+                        const void *stored, char *err, size_t n);
+
 /* Problems found by dump_verify, one message each. */
 typedef struct dump_problems {
     int n;

@@ -993,3 +993,211 @@ int dump_verify(const char *path, dump_problems *p)
     dump_h5_loud(q);
     return p->n;
 }
+
+/* ---- reading in pieces: ranges through HDF5, chunks without it --------------------- */
+
+const char *dump_step_path(const dump_step_reader *r) { return r->path; }
+
+/* Adds elements [first, first + count) of the C-order space dims[0..rank)
+ * to sp, with the dims before d fixed at start[0..d): whole rows of dim d
+ * as one hyperslab, a partial row by recursion into dim d + 1. */
+static bool select_range(hid_t sp, int rank, const hsize_t *dims, int d, hsize_t *start,
+                         hsize_t first, hsize_t count, bool *any)
+{
+    hsize_t inner = 1;
+    for (int j = d + 1; j < rank; j++)
+        inner *= dims[j];
+    while (count > 0) {
+        hsize_t row = first / inner, off = first % inner;
+        if (off != 0 || count < inner) {
+            hsize_t take = inner - off < count ? inner - off : count;
+            start[d] = row;
+            if (!select_range(sp, rank, dims, d + 1, start, off, take, any))
+                return false;
+            first += take;
+            count -= take;
+            continue;
+        }
+        hsize_t st[TE_MAX_DIMS], cnt[TE_MAX_DIMS], rows = count / inner;
+        for (int j = 0; j < rank; j++) {
+            st[j] = j < d ? start[j] : j == d ? row : 0;
+            cnt[j] = j < d ? 1 : j == d ? rows : dims[j];
+        }
+        if (H5Sselect_hyperslab(sp, *any ? H5S_SELECT_OR : H5S_SELECT_SET, st, NULL, cnt, NULL) < 0)
+            return false;
+        *any = true;
+        first += rows * inner;
+        count -= rows * inner;
+    }
+    return true;
+}
+
+bool dump_step_read_range(dump_step_reader *r, int i, int64_t first, int64_t count, void *dst,
+                          char *err, size_t n)
+{
+    if (i < 0 || i >= r->n)
+        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+    const dump_tensor_info *ti = &r->t[i];
+    if (first < 0 || count < 0 || first > ti->numel || count > ti->numel - first)
+        return dump_h5_fail(err, n, "%s: %s: elements %lld..%lld are outside its %lld", r->path,
+                            ti->path, (long long)first, (long long)(first + count - 1),
+                            (long long)ti->numel);
+    if (count == 0)
+        return true;
+    dump_h5_quiet q = dump_h5_hush();
+    hid_t ds = H5Dopen2(r->file, ti->path, H5P_DEFAULT);
+    hid_t t = dump_h5_type(ti->dtype);
+    hid_t fsp = ds < 0 ? -1 : H5Dget_space(ds);
+    hsize_t mdims[1] = { (hsize_t)count }, dims[TE_MAX_DIMS], start[TE_MAX_DIMS] = { 0 };
+    hid_t msp = H5Screate_simple(1, mdims, NULL);
+    int rank = fsp < 0 ? -1 : H5Sget_simple_extent_ndims(fsp);
+    bool any = false;
+    bool ok = ds >= 0 && t >= 0 && msp >= 0 && rank >= 1 && rank <= TE_MAX_DIMS &&
+              H5Sget_simple_extent_dims(fsp, dims, NULL) == rank &&
+              select_range(fsp, rank, dims, 0, start, (hsize_t)first, (hsize_t)count, &any) &&
+              H5Dread(ds, t, msp, fsp, H5P_DEFAULT, dst) >= 0;
+    if (!ok) {
+        char why[256];
+        dump_h5_fail(err, n, "%s: %s: cannot read the values: %s", r->path, ti->path,
+                     dump_h5_reason(why, sizeof why));
+    }
+    if (msp >= 0)
+        H5Sclose(msp);
+    if (fsp >= 0)
+        H5Sclose(fsp);
+    if (t >= 0)
+        H5Tclose(t);
+    if (ds >= 0)
+        H5Dclose(ds);
+    dump_h5_loud(q);
+    return ok;
+}
+
+/* The dimension k that tensor chunks split when each chunk is one
+ * contiguous run of the values ([1.., c_k, dims after k]); -1 otherwise. */
+static int contiguous_split(int rank, const hsize_t *dims, const hsize_t *chunk)
+{
+    int s = rank;   /* chunk[j] == dims[j] for every j >= s */
+    while (s > 0 && chunk[s - 1] == dims[s - 1])
+        s--;
+    int k = s > 0 ? s - 1 : 0;
+    for (int j = 0; j < k; j++)
+        if (chunk[j] != 1)
+            return -1;
+    return k;
+}
+
+int dump_step_extents(dump_step_reader *r, int i, dump_extent **out, char *err, size_t n)
+{
+    *out = NULL;
+    if (i < 0 || i >= r->n) {
+        dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+        return -1;
+    }
+    const dump_tensor_info *ti = &r->t[i];
+    if (ti->numel == 0)
+        return 0;
+    dump_h5_quiet q = dump_h5_hush();
+    hid_t ds = H5Dopen2(r->file, ti->path, H5P_DEFAULT);
+    hid_t dcpl = ds < 0 ? -1 : H5Dget_create_plist(ds);
+    hid_t fcpl = H5Fget_create_plist(r->file);
+    hid_t sp = ds < 0 ? -1 : H5Dget_space(ds);
+    int rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    hsize_t dims[TE_MAX_DIMS], chunk[TE_MAX_DIMS], base = 0;
+    unsigned flags = 0, conf[1] = { 0 };
+    size_t nconf = 0;
+    int count = -1;
+    dump_extent *e = NULL;
+    bool ok = dcpl >= 0 && fcpl >= 0 && rank >= 1 && rank <= TE_MAX_DIMS &&
+              H5Sget_simple_extent_dims(sp, dims, NULL) == rank &&
+              H5Pget_userblock(fcpl, &base) >= 0;
+    if (ok) {
+        count = 0;   /* stored some other way unless all checks below pass */
+        int k = -1;
+        if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, rank, chunk) == rank &&
+            H5Pget_nfilters(dcpl) == 1 &&
+            H5Pget_filter2(dcpl, 0, &flags, &nconf, conf, 0, NULL, NULL) == H5Z_FILTER_FLETCHER32)
+            k = contiguous_split(rank, dims, chunk);
+        hsize_t outer = 1, inner = 1, per = k >= 0 ? (dims[k] + chunk[k] - 1) / chunk[k] : 0;
+        for (int j = 0; j < k; j++)
+            outer *= dims[j];
+        for (int j = k + 1; j < rank; j++)
+            inner *= dims[j];
+        size_t full = k >= 0 ? (size_t)(chunk[k] * inner) * te_dtype_size(ti->dtype) : 0;
+        if (k >= 0 && outer * per <= (hsize_t)INT32_MAX)
+            e = malloc((size_t)(outer * per) * sizeof *e);
+        for (hsize_t o = 0; e && ok && o < outer; o++) {
+            hsize_t at[TE_MAX_DIMS] = { 0 }, rest = o;
+            for (int j = k - 1; j >= 0; j--) {
+                at[j] = rest % dims[j];
+                rest /= dims[j];
+            }
+            for (at[k] = 0; e && at[k] < dims[k]; at[k] += chunk[k]) {
+                unsigned mask = 0;
+                haddr_t addr = HADDR_UNDEF;
+                hsize_t size = 0;
+                if (H5Dget_chunk_info_by_coord(ds, at, &mask, &addr, &size) < 0 ||
+                    addr == HADDR_UNDEF) {
+                    char why[256];
+                    dump_h5_fail(err, n, "%s: %s: cannot locate the chunk at element %llu: %s",
+                                 r->path, ti->path, (unsigned long long)((o * dims[k] + at[k]) * inner),
+                                 dump_h5_reason(why, sizeof why));
+                    ok = false;
+                    break;
+                }
+                if (mask != 0 || size != full + 4) {   /* a filter skipped: not the usual chunk */
+                    free(e);
+                    e = NULL;
+                    count = 0;
+                    break;
+                }
+                hsize_t rows = dims[k] - at[k] < chunk[k] ? dims[k] - at[k] : chunk[k];
+                e[count++] = (dump_extent){ .first = (int64_t)((o * dims[k] + at[k]) * inner),
+                                            .count = (int64_t)(rows * inner),
+                                            .offset = (uint64_t)(base + addr),
+                                            .size = (size_t)size };
+            }
+        }
+    } else {
+        char why[256];
+        dump_h5_fail(err, n, "%s: %s: cannot read the storage layout: %s", r->path, ti->path,
+                     dump_h5_reason(why, sizeof why));
+    }
+    if (!ok) {
+        free(e);
+        e = NULL;
+        count = -1;
+    } else if (count == 0) {
+        free(e);
+        e = NULL;
+    }
+    *out = e;
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (ds >= 0)
+        H5Dclose(ds);
+    dump_h5_loud(q);
+    return count;
+}
+
+bool dump_extent_verify(const dump_step_reader *r, int i, const dump_extent *e,
+                        const void *stored, char *err, size_t n)
+{
+    const unsigned char *b = stored;
+    if (e->size < 4)
+        return dump_h5_fail(err, n, "%s: %s: a chunk of %zu bytes has no checksum", r->path,
+                            r->t[i].path, e->size);
+    uint32_t want = (uint32_t)b[e->size - 4] | (uint32_t)b[e->size - 3] << 8 |
+                    (uint32_t)b[e->size - 2] << 16 | (uint32_t)b[e->size - 1] << 24;
+    uint32_t sum = dump_fletcher32(b, e->size - 4);
+    /* HDF5's filter also accepts the halves swapped (files of HDF5 before 1.6.3). */
+    if (want == sum || want == (sum << 16 | sum >> 16))
+        return true;
+    return dump_h5_fail(err, n, "%s: %s: cannot read the values: data error detected by "
+                        "Fletcher32 checksum (elements %lld..%lld)", r->path, r->t[i].path,
+                        (long long)e->first, (long long)(e->first + e->count - 1));
+}

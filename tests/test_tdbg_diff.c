@@ -1,0 +1,1241 @@
+/* test_tdbg_diff.c — `tdbg-diff` (dump/diff*.c), run in process on dumps
+ * the example programs write (a run against itself, eager against graph,
+ * injected faults in eager and in a fused graph kernel, outputs-only dumps)
+ * and on step files written here with h5file.h, whose metrics are checked
+ * against values computed independently below; then NaN on one side,
+ * shapes, steps, --map, formats, damaged and foreign dumps, usage. */
+#include "diff.h"
+#include "h5file.h"
+#include "suites.h"
+#include "testutil.h"
+
+#include <hdf5.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Each test works under suite_dir, which the unchecked teardown removes. */
+static char suite_dir[64];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void suite_dir_make(void)
+{
+    snprintf(suite_dir, sizeof suite_dir, "/tmp/tdbg-diff-XXXXXX");
+    if (!mkdtemp(suite_dir))
+        abort();
+}
+
+static void suite_dir_remove(void) { nftw(suite_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static char *test_dir(char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/t-XXXXXX", suite_dir);
+    ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp: %s", strerror(errno));
+    return buf;
+}
+
+/* What one run of the tool printed and returned. */
+typedef struct result {
+    int rc;
+    char *out, *err;
+} result;
+
+/* Runs `tdbg-diff ARGS...` (a NULL-terminated list) in this process. */
+static result run_tool(const char *const *args)
+{
+    char *argv[32] = { "tdbg-diff" };
+    int argc = 1;
+    while (args[argc - 1] && argc < 31) {
+        argv[argc] = (char *)args[argc - 1];
+        argc++;
+    }
+    result r;
+    size_t no, ne;
+    FILE *o = open_memstream(&r.out, &no), *e = open_memstream(&r.err, &ne);
+    ck_assert(o && e);
+    r.rc = tdbg_diff_main(argc, argv, o, e);
+    fclose(o);
+    fclose(e);
+    return r;
+}
+#define RUN(...) run_tool((const char *const[]){ __VA_ARGS__, NULL })
+
+static void result_free(result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* Runs a shell command; its exit status, output in out. */
+static char shell_out[1 << 15];
+static int shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int shell(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    ck_assert(p != NULL);
+    size_t n = fread(shell_out, 1, sizeof shell_out - 1, p);
+    shell_out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Trains the example MLP (small, 3 steps, seeded) in mode with more flags,
+ * dumping into dir with spec (after dir=), with an injection when inject is
+ * not NULL. */
+static void mlp_dump_with(const char *dir, const char *mode, const char *spec, const char *inject,
+                          const char *flags)
+{
+    char inj[256] = "";
+    if (inject)
+        snprintf(inj, sizeof inj, "--inject '%s'", inject);
+    int st = shell("'%s/examples/mlp' --hidden 32,32 --batch 8 --steps 3 --train-size 64 "
+                   "--threads 2 --log-every 100 --mode %s %s %s --dump 'dir=%s;%s' 2>&1",
+                   TDBG_BUILDDIR, mode, flags, inj, dir, spec);
+    ck_assert_msg(st == 0, "mlp: exit %d:\n%s", st, shell_out);
+}
+
+static void mlp_dump(const char *dir, const char *mode, const char *spec, const char *inject)
+{
+    mlp_dump_with(dir, mode, spec, inject, "");
+}
+
+/* ---- CSV: the tool's rows, by column name ----------------------------------- */
+
+#define CSV_COLS 64
+
+typedef struct csv {
+    int ncols, nrows;
+    char *head[CSV_COLS];
+    char **cell;   /* nrows * ncols */
+} csv;
+
+/* One field at *p (quoted or not); advances past it and its separator. */
+static char *csv_field(const char **p)
+{
+    const char *s = *p;
+    size_t cap = strlen(s) + 1, len = 0;
+    char *f = malloc(cap);
+    if (*s == '"') {
+        for (s++; *s && !(*s == '"' && s[1] != '"'); s++) {
+            if (*s == '"')
+                s++;
+            f[len++] = *s;
+        }
+        s += *s == '"';
+    } else {
+        while (*s && *s != ',' && *s != '\n')
+            f[len++] = *s++;
+    }
+    f[len] = '\0';
+    if (*s == ',')
+        s++;
+    *p = s;
+    return f;
+}
+
+static csv csv_parse(const char *text)
+{
+    csv t = { 0 };
+    const char *p = text;
+    while (*p && *p != '\n') {
+        ck_assert(t.ncols < CSV_COLS);
+        t.head[t.ncols++] = csv_field(&p);
+    }
+    p += *p == '\n';
+    int cap = 0;
+    while (*p) {
+        if (t.nrows == cap) {
+            cap = cap ? 2 * cap : 64;
+            t.cell = realloc(t.cell, (size_t)cap * (size_t)t.ncols * sizeof *t.cell);
+        }
+        for (int c = 0; c < t.ncols; c++)
+            t.cell[t.nrows * t.ncols + c] = csv_field(&p);
+        ck_assert_msg(*p == '\n', "CSV row %d has more than %d fields", t.nrows, t.ncols);
+        p++;
+        t.nrows++;
+    }
+    return t;
+}
+
+static void csv_free(csv *t)
+{
+    for (int c = 0; c < t->ncols; c++)
+        free(t->head[c]);
+    for (int i = 0; i < t->nrows * t->ncols; i++)
+        free(t->cell[i]);
+    free(t->cell);
+}
+
+static const char *cell(const csv *t, int row, const char *col)
+{
+    for (int c = 0; c < t->ncols; c++)
+        if (strcmp(t->head[c], col) == 0)
+            return t->cell[row * t->ncols + c];
+    ck_abort_msg("no CSV column '%s'", col);
+    return NULL;
+}
+
+static double num(const csv *t, int row, const char *col) { return strtod(cell(t, row, col), NULL); }
+
+/* The row of (step, op, io, slot), or -1. */
+static int find_row(const csv *t, int step, const char *op, const char *io, int slot)
+{
+    for (int i = 0; i < t->nrows; i++)
+        if (atoi(cell(t, i, "step")) == step && strcmp(cell(t, i, "op"), op) == 0 &&
+            strcmp(cell(t, i, "io"), io) == 0 && atoi(cell(t, i, "slot")) == slot)
+            return i;
+    return -1;
+}
+
+static void assert_close(double got, double want, const char *what)
+{
+    double tol = 1e-9 * fmax(1.0, fabs(want));
+    ck_assert_msg((isinf(want) && got == want) || fabs(got - want) <= tol,
+                  "%s: %.17g, expected %.17g", what, got, want);
+}
+
+/* ---- step files written here ---------------------------------------------- */
+
+static dump_tensor_info meta(const char *op, dump_iokind io, int slot, int exec, const char *tensor,
+                             te_dtype dt, int ndim, const int64_t *shape)
+{
+    dump_tensor_info ti;
+    memset(&ti, 0, sizeof ti);
+    snprintf(ti.op, sizeof ti.op, "%s", op);
+    snprintf(ti.op_type, sizeof ti.op_type, "Test");
+    snprintf(ti.tensor, sizeof ti.tensor, "%s", tensor);
+    snprintf(ti.file, sizeof ti.file, "tests/model.c");
+    ti.io = io;
+    ti.slot = slot;
+    ti.exec_index = exec;
+    ti.phase = TE_PHASE_FORWARD;
+    ti.line = 10 + exec;
+    ti.dtype = dt;
+    ti.ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        ti.shape[i] = shape[i];
+    return ti;
+}
+
+static dump_step_writer *create(const char *dir, int64_t step, int gzip)
+{
+    char err[512] = "";
+    dump_step_writer *w = dump_step_create(dir, step, gzip, err, sizeof err);
+    ck_assert_msg(w != NULL, "dump_step_create: %s", err);
+    return w;
+}
+
+static void add(dump_step_writer *w, dump_tensor_info ti, const void *data)
+{
+    char err[512] = "";
+    ck_assert_msg(dump_step_add_raw(w, &ti, data, err, sizeof err), "add %s: %s", ti.op, err);
+}
+
+static void commit(dump_step_writer *w)
+{
+    char err[512] = "";
+    ck_assert_msg(dump_step_commit(w, err, sizeof err), "dump_step_commit: %s", err);
+}
+
+/* run.h5 with a chain of ops: op i reads "t<i-1>" and writes "t<i>". */
+static void write_run_h5(const char *dir, int n_ops)
+{
+    char err[512] = "";
+    dump_run_meta m = { .mode = TE_MODE_EAGER, .seed = 7 };
+    snprintf(m.engine_version, sizeof m.engine_version, "0.1.0");
+    snprintf(m.amp, sizeof m.amp, "none");
+    snprintf(m.backend, sizeof m.backend, "cpu");
+    snprintf(m.command_line, sizeof m.command_line, "test");
+    dump_op_row ops[8];
+    memset(ops, 0, sizeof ops);
+    for (int i = 0; i < n_ops; i++) {
+        ops[i].exec = i;
+        ops[i].phase = TE_PHASE_FORWARD;
+        ops[i].line = 10 + i;
+        snprintf(ops[i].name, sizeof ops[i].name, "op%d", i);
+        snprintf(ops[i].type, sizeof ops[i].type, "Test");
+        snprintf(ops[i].file, sizeof ops[i].file, "tests/model.c");
+        snprintf(ops[i].inputs, sizeof ops[i].inputs, i ? "t%d" : "batch:x", i - 1);
+        snprintf(ops[i].outputs, sizeof ops[i].outputs, "t%d", i);
+    }
+    ck_assert_msg(dump_run_write(dir, &m, ops, n_ops, err, sizeof err), "run.h5: %s", err);
+}
+
+/* A deterministic pseudo-random number in [-1, 1). */
+static float rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(*s >> 11) / (double)(1ull << 52) - 1.0);
+}
+
+/* ---- metrics, computed here the plain way ---------------------------------- */
+
+typedef struct expect {
+    double max_abs, mean_abs, max_rel, rmse, cosine, frac_fail, frac_low, frac_high;
+    double min_atol, min_rtol;
+    long max_abs_at, n_fail, max_ulp, nan_a, nan_b;
+} expect;
+
+/* The neighbour order of f32 bits: negative values mirrored below zero. */
+static long ordered(float f)
+{
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return i < 0 ? (long)INT32_MIN - (long)i : (long)i;
+}
+
+/* Metrics of b against reference a (both as doubles; a32/b32, when given,
+ * for ULP distances), with NaN equal to NaN. */
+static expect expect_of(const double *a, const double *b, const float *a32, const float *b32,
+                        long n, double atol, double rtol)
+{
+    expect e = { .max_abs_at = -1, .max_ulp = 0 };
+    double dot = 0, na = 0, nb = 0, sum = 0, sq = 0;
+    long finite = 0, fail = 0, low = 0, high = 0;
+    for (long i = 0; i < n; i++) {
+        e.nan_a += isnan(a[i]);
+        e.nan_b += isnan(b[i]);
+        if (isnan(a[i]) || isnan(b[i])) {
+            if (!(isnan(a[i]) && isnan(b[i]))) {
+                fail++, low++, high++;
+                e.min_atol = e.min_rtol = INFINITY;
+            }
+            continue;
+        }
+        double d = fabs(b[i] - a[i]), rel = d / fmax(fabs(a[i]), 1e-12);
+        finite++;
+        sum += d;
+        sq += d * d;
+        dot += a[i] * b[i];
+        na += a[i] * a[i];
+        nb += b[i] * b[i];
+        if (d > e.max_abs || e.max_abs_at < 0) {
+            e.max_abs = d;
+            e.max_abs_at = i;
+        }
+        e.max_rel = fmax(e.max_rel, rel);
+        low += rel > 1e-3;
+        high += rel > 5e-3;
+        fail += d > atol + rtol * fabs(a[i]);
+        e.min_atol = fmax(e.min_atol, d - rtol * fabs(a[i]));
+        if (d > atol)
+            e.min_rtol = fmax(e.min_rtol, a[i] != 0 ? (d - atol) / fabs(a[i]) : INFINITY);
+        if (a32) {
+            long u = labs(ordered(a32[i]) - ordered(b32[i]));
+            e.max_ulp = u > e.max_ulp ? u : e.max_ulp;
+        }
+    }
+    e.mean_abs = sum / (double)finite;
+    e.rmse = sqrt(sq / (double)finite);
+    e.cosine = dot / (sqrt(na) * sqrt(nb));
+    e.n_fail = fail;
+    e.frac_fail = (double)fail / (double)n;
+    e.frac_low = (double)low / (double)n;
+    e.frac_high = (double)high / (double)n;
+    return e;
+}
+
+static void assert_metrics(const csv *t, int row, const expect *e, const char *index)
+{
+    assert_close(num(t, row, "max_abs"), e->max_abs, "max_abs");
+    assert_close(num(t, row, "mean_abs"), e->mean_abs, "mean_abs");
+    assert_close(num(t, row, "max_rel"), e->max_rel, "max_rel");
+    assert_close(num(t, row, "rmse"), e->rmse, "rmse");
+    assert_close(num(t, row, "cosine"), e->cosine, "cosine");
+    assert_close(num(t, row, "frac_fail"), e->frac_fail, "frac_fail");
+    assert_close(num(t, row, "frac_rel_1e-3"), e->frac_low, "frac_rel_1e-3");
+    assert_close(num(t, row, "frac_rel_5e-3"), e->frac_high, "frac_rel_5e-3");
+    assert_close(num(t, row, "min_atol"), e->min_atol, "min_atol");
+    assert_close(num(t, row, "min_rtol"), e->min_rtol, "min_rtol");
+    ck_assert_int_eq(atol(cell(t, row, "n_fail")), e->n_fail);
+    ck_assert_int_eq(atol(cell(t, row, "nan_a")), e->nan_a);
+    ck_assert_int_eq(atol(cell(t, row, "nan_b")), e->nan_b);
+    if (index)
+        ck_assert_str_eq(cell(t, row, "max_abs_index"), index);
+}
+
+/* ---- whole runs ------------------------------------------------------------- */
+
+START_TEST(test_run_against_itself)
+{
+    char a[160], dir[128];
+    snprintf(a, sizeof a, "%s/a", test_dir(dir, sizeof dir));
+    mlp_dump(a, "eager", "io=both", NULL);
+    result r = RUN(a, a);
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(!strstr(r.out, "DIVERGES") && !strstr(r.out, "inherited  "), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "\n0     fc1/linear          out0  ") &&
+                  strstr(r.out, " tensors compared in 3 steps: 0 diverge here, 0 inherited, "),
+                  "%s", r.out);
+    ck_assert_str_eq(r.err, "");
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_eager_vs_graph)
+{
+    char a[160], b[160], dir[128];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/eager", dir);
+    snprintf(b, sizeof b, "%s/graph", dir);
+    mlp_dump(a, "eager", "io=both", NULL);
+    mlp_dump(b, "graph", "io=both", NULL);
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    ck_assert_int_gt(t.nrows, 100);
+    for (int i = 0; i < t.nrows; i++)
+        ck_assert_msg(strcmp(cell(&t, i, "status"), "compared") == 0 &&
+                      strcmp(cell(&t, i, "verdict"), "same") == 0,
+                      "row %d: %s %s %s", i, cell(&t, i, "op"), cell(&t, i, "status"),
+                      cell(&t, i, "verdict"));
+    csv_free(&t);
+    result_free(&r);
+    r = RUN(b, a, "--format", "csv");   /* graph as the reference: its kernels are named */
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    t = csv_parse(r.out);
+    int k = find_row(&t, 2, "grad/fc1/linear", "out", 1);
+    ck_assert_msg(k >= 0 && strstr(cell(&t, k, "kernel"), " bwd"), "kernel '%s'",
+                  k >= 0 ? cell(&t, k, "kernel") : "(no row)");
+    csv_free(&t);
+    result_free(&r);
+}
+END_TEST
+
+/* The rows of an injected run against a clean one: the first divergent
+ * tensor is op's output slot 0 at step, diverging there; every other
+ * divergence is inherited, and so are the named later rows. */
+static void assert_injected(const csv *t, int step, const char *op, const char *const *later)
+{
+    int first = -1;
+    for (int i = 0; i < t->nrows; i++) {
+        const char *v = cell(t, i, "verdict");
+        if (strcmp(cell(t, i, "first"), "1") == 0) {
+            ck_assert_msg(first < 0, "two first divergences");
+            first = i;
+            continue;
+        }
+        ck_assert_msg(strcmp(v, "diverges here") != 0, "step %s %s %s%s also diverges here",
+                      cell(t, i, "step"), cell(t, i, "op"), cell(t, i, "io"), cell(t, i, "slot"));
+        if (first < 0)
+            ck_assert_msg(strcmp(v, "same") == 0, "step %s %s %s%s is '%s' before the fault",
+                          cell(t, i, "step"), cell(t, i, "op"), cell(t, i, "io"),
+                          cell(t, i, "slot"), v);
+    }
+    ck_assert_msg(first >= 0, "no first divergence");
+    ck_assert_int_eq(atoi(cell(t, first, "step")), step);
+    ck_assert_str_eq(cell(t, first, "op"), op);
+    ck_assert_str_eq(cell(t, first, "io"), "out");
+    ck_assert_str_eq(cell(t, first, "slot"), "0");
+    ck_assert_str_eq(cell(t, first, "verdict"), "diverges here");
+    for (int k = 0; later[k]; k += 4) {
+        int i = find_row(t, atoi(later[k]), later[k + 1], later[k + 2], atoi(later[k + 3]));
+        ck_assert_msg(i >= 0, "no row step %s %s %s%s", later[k], later[k + 1], later[k + 2],
+                      later[k + 3]);
+        ck_assert_msg(strcmp(cell(t, i, "verdict"), "inherited") == 0,
+                      "step %s %s %s%s: '%s', expected inherited", later[k], later[k + 1],
+                      later[k + 2], later[k + 3], cell(t, i, "verdict"));
+    }
+}
+
+START_TEST(test_injected_noise)
+{
+    char a[160], b[160], dir[128];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/clean", dir);
+    snprintf(b, sizeof b, "%s/noisy", dir);
+    mlp_dump(a, "eager", "io=both", NULL);
+    mlp_dump(b, "eager", "io=both", "noise@op=fc2/relu,step=1");
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    static const char *const later[] = {
+        "1", "fc3/linear", "in", "0",  "1", "fc3/linear", "out", "0",
+        "1", "grad/cross_entropy", "out", "0",  "1", "grad/fc2/relu", "out", "0",
+        "1", "grad/fc2/linear", "out", "1",  "1", "grad/fc1/linear", "out", "1",
+        "1", "update/fc1.weight", "in", "0",  "1", "update/fc1.weight", "out", "0",
+        "2", "fc1/linear", "in", "1",  "2", "fc1/linear", "out", "0",
+        "2", "grad/fc1/linear", "out", "1",  "2", "update/fc2.weight", "out", "0", NULL
+    };
+    assert_injected(&t, 1, "fc2/relu", later);
+    csv_free(&t);
+    result_free(&r);
+
+    /* The table and the summary name it with its source line. */
+    r = RUN(a, b);
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_msg(strstr(r.out, "\n1     fc2/relu            out0  ") &&
+                  strstr(r.out, "DIVERGES HERE  first divergence; ") &&
+                  strstr(r.out, "root cause (its inputs agree, its outputs differ):\n"
+                                "  step 1  fc2/relu (Relu, forward)  at ") &&
+                  strstr(r.out, "examples/mlp.c:") &&
+                  strstr(r.out, "first divergence: step 1, fc2/relu (Relu) out0 fc2/relu:out0\n"),
+                  "%s", r.out);
+    result_free(&r);
+
+    /* --first stops there; --summary and -q print less, with the same status. */
+    r = RUN(a, b, "--first");
+    ck_assert_int_eq(r.rc, 1);
+    const char *last = strstr(r.out, "\n1     fc2/relu            out0");
+    ck_assert_msg(last && strstr(last, "\n\nroot cause") == strchr(last + 1, '\n') &&
+                  strstr(r.out, "(stopped there: --first)"), "%s", r.out);
+    result_free(&r);
+    r = RUN(a, b, "--summary");
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_msg(strncmp(r.out, "root cause (", 12) == 0 && !strstr(r.out, "\n0     "), "%s",
+                  r.out);
+    result_free(&r);
+    r = RUN("-q", a, b);
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_str_eq(r.err, "");
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_injected_backward_scale)
+{
+    /* A backward op scaled: it diverges; what reads its output inherits. */
+    char a[160], b[160], dir[128];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/clean", dir);
+    snprintf(b, sizeof b, "%s/scaled", dir);
+    mlp_dump(a, "eager", "io=both", NULL);
+    mlp_dump(b, "eager", "io=both", "scale@op=grad/fc2/linear,step=1");
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    static const char *const later[] = {
+        "1", "grad/fc1/relu", "in", "0",  "1", "grad/fc1/relu", "out", "0",
+        "1", "grad/fc1/linear", "out", "1",  "1", "update/fc1.bias", "out", "0",
+        "2", "fc1/linear", "out", "0",  "2", "cross_entropy", "out", "0", NULL
+    };
+    assert_injected(&t, 1, "grad/fc2/linear", later);
+    csv_free(&t);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_injected_accumulation)
+{
+    /* Two micro-batches a step: the second adds its gradients to those of
+     * the first, which the noise reached; so its gradients inherit. */
+    char a[160], b[160], dir[128];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/clean", dir);
+    snprintf(b, sizeof b, "%s/noisy", dir);
+    mlp_dump_with(a, "eager", "io=both", NULL, "--accum 2");
+    mlp_dump_with(b, "eager", "io=both", "noise@op=fc1/relu,step=0", "--accum 2");
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    static const char *const later[] = {
+        "0", "grad/fc2/linear_1", "out", "1",  "0", "grad/fc1/linear_1", "out", "1",
+        "0", "update/fc2.weight", "in", "0",  "1", "fc1/linear_1", "out", "0", NULL
+    };
+    assert_injected(&t, 0, "fc1/relu", later);
+    ck_assert_str_eq(cell(&t, find_row(&t, 0, "fc1/relu_1", "out", 0), "verdict"), "same");
+    csv_free(&t);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_injected_outputs_only)
+{
+    /* Without the inputs in the dump, the op graph of run.h5 says who read
+     * what, through the parameters into the next steps. */
+    char a[160], b[160], dir[128];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/clean", dir);
+    snprintf(b, sizeof b, "%s/noisy", dir);
+    mlp_dump(a, "eager", "io=outputs", NULL);
+    mlp_dump(b, "eager", "io=outputs", "noise@op=fc1/relu,step=1");
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    static const char *const later[] = {
+        "1", "fc2/linear", "out", "0",  "1", "grad/cross_entropy", "out", "0",
+        "1", "grad/fc1/relu", "out", "0",  "1", "grad/fc1/linear", "out", "1",
+        "1", "update/fc1.weight", "out", "0",  "2", "fc1/linear", "out", "0",
+        "2", "fc1/relu", "out", "0",  "2", "update/fc3.weight", "out", "0", NULL
+    };
+    assert_injected(&t, 1, "fc1/relu", later);
+    csv_free(&t);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_injected_fused_kernel)
+{
+    /* Graph mode fuses fc1/linear and fc1/relu into one kernel when the
+     * linear's output is not dumped; noise on fc1/relu's output inside it. */
+    char a[160], b[160], dir[128];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/clean", dir);
+    snprintf(b, sizeof b, "%s/noisy", dir);
+    const char *spec = "ops=*/relu,fc3/*,cross_entropy,grad/*,update/*;io=both";
+    mlp_dump(a, "graph", spec, NULL);
+    mlp_dump(b, "graph", spec, "noise@op=fc1/relu,step=1");
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    static const char *const later[] = {
+        "1", "fc2/relu", "out", "0",  "1", "fc3/linear", "out", "0",
+        "1", "grad/fc1/relu", "out", "0",  "1", "update/fc1.weight", "out", "0",
+        "2", "fc1/relu", "out", "0", NULL
+    };
+    assert_injected(&t, 1, "fc1/relu", later);
+    int k = find_row(&t, 1, "fc1/relu", "out", 0);
+    ck_assert_msg(strstr(cell(&t, k, "kernel"), "fused-act: fc1/linear, fc1/relu"), "kernel '%s'",
+                  cell(&t, k, "kernel"));
+    csv_free(&t);
+    result_free(&r);
+    r = RUN(a, b, "--summary");
+    ck_assert_msg(strstr(r.out, "in kernel k0 fused-act: fc1/linear, fc1/relu\n") &&
+                  strstr(r.out, "(its inputs were not compared: the cause may be upstream)"),
+                  "%s", r.out);
+    result_free(&r);
+}
+END_TEST
+
+/* ---- metrics ---------------------------------------------------------------- */
+
+START_TEST(test_metrics_small)
+{
+    /* Hand-made values: a zero in A (the relative error's epsilon), a sign
+     * change, an exact match, a NaN on both sides at the same place. */
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    const float va[8] = { 1, -2, 0, 3.5f, 100, -0.25f, NAN, 7 };
+    const float vb[8] = { 1.001f, -2, 1e-6f, -3.5f, 100.5f, -0.25f, NAN, 7.0001f };
+    write_run_h5(a, 1);
+    write_run_h5(b, 1);
+    dump_step_writer *w = create(a, 0, 0);
+    add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(2, 4)), va);
+    commit(w);
+    w = create(b, 0, 0);
+    add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(2, 4)), vb);
+    commit(w);
+    result r = RUN(a, b, "--format", "csv", "--atol", "1e-3", "--rtol", "1e-4");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    ck_assert_int_eq(t.nrows, 1);
+    double da[8], db[8];
+    for (int i = 0; i < 8; i++)
+        da[i] = va[i], db[i] = vb[i];
+    expect e = expect_of(da, db, va, vb, 8, 1e-3, 1e-4);
+    assert_metrics(&t, 0, &e, "[0,3]");   /* |-3.5 - 3.5| = 7 */
+    ck_assert_int_eq(atol(cell(&t, 0, "max_ulp")), e.max_ulp);
+    ck_assert_str_eq(cell(&t, 0, "atol"), "0.001");
+    ck_assert_str_eq(cell(&t, 0, "rtol"), "0.0001");
+    ck_assert_str_eq(cell(&t, 0, "verdict"), "diverges here");
+    /* the same values worked out by hand, so that both sides are checked */
+    ck_assert_int_eq(e.n_fail, 2);   /* -3.5 against 3.5, 100.5 against 100 */
+    assert_close(e.max_rel, (double)1e-6f / 1e-12, "hand max_rel");   /* 1e-6 against 0 */
+    assert_close(e.min_rtol, (7 - 1e-3) / 3.5, "hand min_rtol");
+    csv_free(&t);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_metrics_large_streamed)
+{
+    /* 700 x 1000 f32 (2.8 MB, three 1 MiB chunks) with noise everywhere and
+     * one planted largest error: the chunks are compared on every thread and
+     * merged; the same tensors compressed take HDF5's path and must give the
+     * same numbers. */
+    char dir[128], a[160], b[160], az[160], bz[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(az, sizeof az, "%s/az", dir);
+    snprintf(bz, sizeof bz, "%s/bz", dir);
+    const long n = 700 * 1000;
+    float *va = malloc((size_t)n * sizeof *va), *vb = malloc((size_t)n * sizeof *vb);
+    double *da = malloc((size_t)n * sizeof *da), *db = malloc((size_t)n * sizeof *db);
+    uint64_t seed = 42;
+    for (long i = 0; i < n; i++) {
+        va[i] = rnd(&seed) * 4;
+        vb[i] = va[i] + (i % 3 == 0 ? rnd(&seed) * 1e-4f : 0);
+    }
+    vb[523 * 1000 + 917] += 0.5f;
+    for (long i = 0; i < n; i++)
+        da[i] = va[i], db[i] = vb[i];
+    const char *dirs[4] = { a, b, az, bz };
+    for (int k = 0; k < 4; k++) {
+        dump_step_writer *w = create(dirs[k], 3, k >= 2 ? 1 : 0);
+        add(w, meta("big", DUMP_OUT, 0, 0, "big:out0", TE_F32, te_shape(700, 1000)),
+            k % 2 ? vb : va);
+        commit(w);
+    }
+    expect e = expect_of(da, db, va, vb, n, 1e-5, 1.3e-6);
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    ck_assert_int_eq(t.nrows, 1);
+    assert_metrics(&t, 0, &e, "[523,917]");
+    ck_assert_int_eq(atol(cell(&t, 0, "max_ulp")), e.max_ulp);
+    result rz = RUN(az, bz, "--format", "csv");
+    ck_assert_msg(rz.rc == 1, "rc %d: %s", rz.rc, rz.err);
+    csv tz = csv_parse(rz.out);
+    assert_metrics(&tz, 0, &e, "[523,917]");
+    for (int c = 0; c < t.ncols; c++) {   /* the paths agree, up to the order of the sums */
+        char *end;
+        double x = strtod(t.cell[c], &end);
+        if (*end || end == t.cell[c])
+            ck_assert_msg(strcmp(t.cell[c], tz.cell[c]) == 0, "%s: %s chunked, %s compressed",
+                          t.head[c], t.cell[c], tz.cell[c]);
+        else
+            ck_assert_msg(fabs(x - strtod(tz.cell[c], NULL)) <= 1e-12 * fabs(x), "%s: %s chunked, "
+                          "%s compressed", t.head[c], t.cell[c], tz.cell[c]);
+    }
+    csv_free(&t);
+    csv_free(&tz);
+    result_free(&r);
+    result_free(&rz);
+    free(va);
+    free(vb);
+    free(da);
+    free(db);
+}
+END_TEST
+
+START_TEST(test_half_against_f32)
+{
+    /* f16 and bf16 against f32, in double precision, under the looser
+     * defaults of the lower precision: rounding passes, a real error fails. */
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/f32", dir);
+    snprintf(b, sizeof b, "%s/half", dir);
+    enum { N = 4096 };
+    float v[N];
+    uint16_t h[N], bf[N];
+    double dv[N], dh[N], dbf[N];
+    uint64_t seed = 9;
+    for (int i = 0; i < N; i++) {
+        v[i] = rnd(&seed) * 10;
+        h[i] = te_f32_to_f16(v[i]);
+        bf[i] = te_f32_to_bf16(v[i]);
+        dv[i] = v[i];
+        dh[i] = te_f16_to_f32(h[i]);
+        dbf[i] = te_bf16_to_f32(bf[i]);
+    }
+    dump_step_writer *w = create(a, 0, 0);
+    add(w, meta("x", DUMP_OUT, 0, 0, "x:out0", TE_F32, te_shape(N)), v);
+    add(w, meta("y", DUMP_OUT, 0, 1, "y:out0", TE_F32, te_shape(N)), v);
+    commit(w);
+    w = create(b, 0, 0);
+    add(w, meta("x", DUMP_OUT, 0, 0, "x:out0", TE_F16, te_shape(N)), h);
+    add(w, meta("y", DUMP_OUT, 0, 1, "y:out0", TE_BF16, te_shape(N)), bf);
+    commit(w);
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 0, "rc %d: %s\n%s", r.rc, r.err, r.out);
+    csv t = csv_parse(r.out);
+    ck_assert_int_eq(t.nrows, 2);
+    expect eh = expect_of(dv, dh, NULL, NULL, N, 1e-5, 1e-3);
+    expect eb = expect_of(dv, dbf, NULL, NULL, N, 1e-5, 1.6e-2);
+    assert_metrics(&t, 0, &eh, NULL);
+    assert_metrics(&t, 1, &eb, NULL);
+    ck_assert_str_eq(cell(&t, 0, "dtype_b"), "f16");
+    ck_assert_str_eq(cell(&t, 0, "rtol"), "0.001");
+    ck_assert_str_eq(cell(&t, 1, "rtol"), "0.016");
+    ck_assert_str_eq(cell(&t, 0, "max_ulp"), "");   /* no ULP across dtypes */
+    ck_assert_msg(eh.max_abs > 0 && eb.max_abs > eh.max_abs, "rounding errors were there");
+    csv_free(&t);
+    result_free(&r);
+    r = RUN(a, b, "--rtol", "1e-5", "--summary");   /* tighter than f16's rounding */
+    ck_assert_msg(r.rc == 1 && strstr(r.out, "2 tensors compared in 1 step: 2 diverge here"),
+                  "rc %d: %s", r.rc, r.out);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_nan_one_side)
+{
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    float va[16], vb[16];
+    for (int i = 0; i < 16; i++)
+        va[i] = vb[i] = (float)i - 4.5f;
+    va[3] = vb[3] = NAN;                  /* both: equal */
+    va[9] = vb[9] = INFINITY;             /* the same infinity: equal */
+    write_run_h5(a, 2);
+    write_run_h5(b, 2);
+    dump_step_writer *w = create(a, 0, 0);
+    add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(16)), va);
+    add(w, meta("op1", DUMP_OUT, 0, 1, "t1", TE_F32, te_shape(16)), va);
+    commit(w);
+    vb[12] = NAN;                         /* B only */
+    w = create(b, 0, 0);
+    add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(16)), va);
+    add(w, meta("op1", DUMP_OUT, 0, 1, "t1", TE_F32, te_shape(16)), vb);
+    commit(w);
+    result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    ck_assert_int_eq(t.nrows, 2);
+    ck_assert_str_eq(cell(&t, 0, "verdict"), "same");   /* NaN facing NaN */
+    ck_assert_str_eq(cell(&t, 0, "nan_a"), "1");
+    ck_assert_str_eq(cell(&t, 0, "nan_b"), "1");
+    ck_assert_str_eq(cell(&t, 0, "inf_a"), "1");
+    ck_assert_str_eq(cell(&t, 0, "n_fail"), "0");
+    ck_assert_str_eq(cell(&t, 1, "verdict"), "diverges here");
+    ck_assert_str_eq(cell(&t, 1, "first"), "1");
+    ck_assert_str_eq(cell(&t, 1, "nan_a"), "1");
+    ck_assert_str_eq(cell(&t, 1, "nan_b"), "2");
+    ck_assert_str_eq(cell(&t, 1, "n_fail"), "1");
+    ck_assert_str_eq(cell(&t, 1, "min_atol"), "inf");   /* no tolerance passes a NaN */
+    ck_assert_str_eq(cell(&t, 1, "max_abs"), "0");      /* the finite values agree */
+    csv_free(&t);
+    result_free(&r);
+    r = RUN(a, b);
+    ck_assert_msg(strstr(r.out, "DIVERGES HERE  first divergence; nan 1/2 inf 1/1; "
+                                "tests/model.c:11\n"), "%s", r.out);
+    result_free(&r);
+}
+END_TEST
+
+/* ---- pairing ------------------------------------------------------------------ */
+
+START_TEST(test_shapes_and_one_side)
+{
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    const float v[6] = { 1, 2, 3, 4, 5, 6 };
+    dump_step_writer *w = create(a, 0, 0);
+    add(w, meta("same", DUMP_OUT, 0, 0, "same:out0", TE_F32, te_shape(6)), v);
+    add(w, meta("onlya", DUMP_OUT, 0, 1, "onlya:out0", TE_F32, te_shape(6)), v);
+    commit(w);
+    w = create(b, 0, 0);
+    add(w, meta("same", DUMP_OUT, 0, 0, "same:out0", TE_F32, te_shape(6)), v);
+    add(w, meta("onlyb", DUMP_OUT, 0, 1, "onlyb:out0", TE_F32, te_shape(6)), v);
+    commit(w);
+    result r = RUN(a, b);   /* one-sided tensors are listed, not a difference */
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "onlya  out0           -          -          -  only in A\n") &&
+                  strstr(r.out, "onlyb  out0           -          -          -  only in B\n") &&
+                  strstr(r.out, "tensors only in A: 1, only in B: 1 (not compared)\n"), "%s",
+                  r.out);
+    char want[256];
+    snprintf(want, sizeof want, "tdbg-diff: warning: %s: no run.h5 (no op graph: verdicts follow "
+             "the dumped tensors only)\n", a);
+    ck_assert_msg(strstr(r.err, want), "%s", r.err);
+    result_free(&r);
+
+    w = create(a, 1, 0);
+    add(w, meta("same", DUMP_OUT, 0, 0, "same:out0", TE_F32, te_shape(2, 3)), v);
+    commit(w);
+    w = create(b, 1, 0);
+    add(w, meta("same", DUMP_OUT, 0, 0, "same:out0", TE_F32, te_shape(3, 2)), v);
+    commit(w);
+    r = RUN(a, b, "--steps", "1");
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_msg(strstr(r.out, "DIVERGES HERE  first divergence; shapes [2,3] vs [3,2]"), "%s",
+                  r.out);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_steps_intersected)
+{
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    const float v[4] = { 1, 2, 3, 4 };
+    for (int s = 0; s < 6; s++) {
+        if (s <= 3) {
+            dump_step_writer *w = create(a, s, 0);
+            add(w, meta("x", DUMP_OUT, 0, 0, "x:out0", TE_F32, te_shape(4)), v);
+            commit(w);
+        }
+        if (s >= 2) {
+            dump_step_writer *w = create(b, s, 0);
+            add(w, meta("x", DUMP_OUT, 0, 0, "x:out0", TE_F32, te_shape(4)), v);
+            commit(w);
+        }
+    }
+    result r = RUN(a, b, "--summary");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "2 tensors compared in 2 steps: ") &&
+                  strstr(r.out, "steps only in A: 0-1 (not compared)\n"
+                                "steps only in B: 4-5 (not compared)\n"), "%s", r.out);
+    result_free(&r);
+    r = RUN(a, b, "--steps", "0|5");
+    ck_assert_int_eq(r.rc, 2);
+    char want[512];
+    snprintf(want, sizeof want, "tdbg-diff: %s and %s have no step in common among --steps "
+             "(steps only in A: 0; only in B: 5)\n", a, b);
+    ck_assert_msg(strstr(r.err, want), "%s", r.err);
+    result_free(&r);
+
+    /* Two step files are compared whatever their numbers. */
+    char fa[256], fb[256];
+    snprintf(fa, sizeof fa, "%s/step-00000000.h5", a);
+    snprintf(fb, sizeof fb, "%s/step-00000005.h5", b);
+    r = RUN(fa, fb, "--format", "csv");
+    ck_assert_msg(r.rc == 0 && strstr(r.out, "\n0,x,Test,forward,out,0,x:out0,compared,same,"),
+                  "rc %d: %s%s", r.rc, r.out, r.err);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_map_renames)
+{
+    char dir[128], a[160], b[160], map[192];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(map, sizeof map, "%s/map.txt", dir);
+    const float v[4] = { 1, 2, 3, 4 };
+    dump_step_writer *w = create(a, 0, 0);
+    add(w, meta("fc1/linear", DUMP_OUT, 0, 0, "fc1/linear:out0", TE_F32, te_shape(4)), v);
+    add(w, meta("grad/fc1/linear", DUMP_OUT, 0, 1, "grad:x", TE_F32, te_shape(4)), v);
+    add(w, meta("head/out", DUMP_OUT, 0, 2, "head/out:out0", TE_F32, te_shape(4)), v);
+    commit(w);
+    w = create(b, 0, 0);
+    add(w, meta("enc/layer1/linear", DUMP_OUT, 0, 0, "x", TE_F32, te_shape(4)), v);
+    add(w, meta("grad/enc/layer1/linear", DUMP_OUT, 0, 1, "grad:x", TE_F32, te_shape(4)), v);
+    add(w, meta("classifier/out", DUMP_OUT, 0, 2, "y", TE_F32, te_shape(4)), v);
+    commit(w);
+    FILE *f = fopen(map, "w");
+    fputs("# B's name, then A's\nenc/layer1/linear fc1/linear\n\nclassifier/* head/*\n", f);
+    fclose(f);
+    result r = RUN(a, b, "--map", map, "--summary");
+    ck_assert_msg(r.rc == 0 && strstr(r.out, "3 tensors compared in 1 step: 0 diverge here, "
+                                             "0 inherited, 3 same\n") &&
+                  !strstr(r.out, "only in"), "rc %d: %s%s", r.rc, r.out, r.err);
+    result_free(&r);
+    r = RUN(a, b);   /* without the map nothing pairs up */
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_msg(strstr(r.err, "have no tensor in common\n"), "%s", r.err);
+    result_free(&r);
+    f = fopen(map, "w");
+    fputs("enc/layer1/linear\n", f);
+    fclose(f);
+    r = RUN(a, b, "--map", map);
+    ck_assert_int_eq(r.rc, 2);
+    char want[256];
+    snprintf(want, sizeof want, "tdbg-diff: --map: %s:1: expected 'B_NAME A_NAME'", map);
+    ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0, "%s", r.err);
+    result_free(&r);
+}
+END_TEST
+
+/* ---- formats ------------------------------------------------------------------------ */
+
+START_TEST(test_json_and_color)
+{
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    const float va[3] = { 1, 2, 3 }, vb[3] = { 1, 2.5f, 3 };
+    write_run_h5(a, 2);
+    write_run_h5(b, 2);
+    dump_step_writer *w = create(a, 0, 0);
+    add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(3)), va);
+    add(w, meta("op1", DUMP_IN, 0, 1, "t0", TE_F32, te_shape(3)), va);
+    add(w, meta("op1", DUMP_OUT, 0, 1, "t1", TE_F32, te_shape(3)), va);
+    commit(w);
+    w = create(b, 0, 0);
+    add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(3)), vb);
+    add(w, meta("op1", DUMP_IN, 0, 1, "t0", TE_F32, te_shape(3)), vb);
+    add(w, meta("op1", DUMP_OUT, 0, 1, "t1", TE_F32, te_shape(3)), vb);
+    commit(w);
+    result r = RUN(a, b, "--format", "json");
+    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "\"op\": \"op0\", \"op_type\": \"Test\", \"phase\": \"forward\", "
+                                "\"io\": \"out\", \"slot\": 0, \"tensor\": \"t0\", \"status\": "
+                                "\"compared\", \"verdict\": \"diverges here\", \"first\": true") &&
+                  strstr(r.out, "\"max_abs\": 0.5, ") && strstr(r.out, "\"max_abs_index\": [1]") &&
+                  strstr(r.out, "\"verdict\": \"inherited\"") &&
+                  strstr(r.out, "\"summary\": {\"steps\": 1, \"tensors\": 3, \"diverge_here\": 1, "
+                                "\"inherited\": 2, \"same\": 0, \"root_cause_ops\": 1") &&
+                  strstr(r.out, "\"exit\": 1}}\n"), "%s", r.out);
+    char path[256];
+    snprintf(path, sizeof path, "%s/out.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(r.out, f);
+    fclose(f);
+    result_free(&r);
+    int st = shell("/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); "
+                   "assert d[\"root_causes\"][0][\"op\"] == \"op0\"; "
+                   "assert [t[\"verdict\"] for t in d[\"tensors\"]] == "
+                   "[\"diverges here\", \"inherited\", \"inherited\"]; print(\"json ok\")' "
+                   "'%s' 2>&1", path);
+    if (st != 127 && !strstr(shell_out, "No such file"))
+        ck_assert_msg(st == 0 && strstr(shell_out, "json ok"), "python: %s", shell_out);
+
+    r = RUN(a, b, "--color", "always", "--metrics", "max_abs,n_fail");
+    ck_assert_msg(strstr(r.out, "\033[1;31mDIVERGES HERE\033[0m") &&
+                  strstr(r.out, "\033[33minherited\033[0m") &&
+                  strstr(r.out, "step  op   io       max_abs   n_fail  verdict\n"), "%s", r.out);
+    result_free(&r);
+    r = RUN(a, b);   /* not a terminal: no colour */
+    ck_assert_msg(!strchr(r.out, '\033'), "%s", r.out);
+    result_free(&r);
+}
+END_TEST
+
+/* ---- damaged and foreign dumps ------------------------------------------------------ */
+
+/* Two single-step runs of one tensor big enough for several chunks. */
+static void write_pair(const char *a, const char *b)
+{
+    enum { N = 300000 };
+    float *v = malloc(N * sizeof *v);
+    for (int i = 0; i < N; i++)
+        v[i] = (float)(i % 97) * 0.5f;
+    write_run_h5(a, 1);
+    write_run_h5(b, 1);
+    for (int k = 0; k < 2; k++) {
+        dump_step_writer *w = create(k ? b : a, 0, 0);
+        add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(300, 1000)), v);
+        commit(w);
+    }
+    free(v);
+}
+
+START_TEST(test_damaged_chunk)
+{
+    char dir[128], a[160], b[160], step[256], err[512];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    write_pair(a, b);
+    snprintf(step, sizeof step, "%s/step-00000000.h5", b);
+    dump_step_reader *r0 = dump_step_open(step, err, sizeof err);
+    ck_assert_msg(r0 != NULL, "%s", err);
+    dump_extent *e;
+    int n = dump_step_extents(r0, 0, &e, err, sizeof err);
+    ck_assert_msg(n == 2, "%d extents: %s", n, err);   /* 262 + 38 rows of 4000 bytes */
+    ck_assert(e[0].count == 262000 && e[1].first == 262000 && e[1].count == 38000);
+    uint64_t at = e[1].offset + 1000;
+    free(e);
+    dump_step_close(r0);
+    int fd = open(step, O_RDWR);
+    unsigned char x;
+    ck_assert(pread(fd, &x, 1, (off_t)at) == 1);
+    x ^= 0x40;
+    ck_assert(pwrite(fd, &x, 1, (off_t)at) == 1);
+    close(fd);
+    result r = RUN(a, b);
+    ck_assert_int_eq(r.rc, 2);
+    char want[512];
+    snprintf(want, sizeof want, "tdbg-diff: %s: /op0/out0: cannot read the values: data error "
+             "detected by Fletcher32 checksum (elements 262000..299999)\n", step);
+    ck_assert_msg(strstr(r.err, want), "%s", r.err);
+    ck_assert_msg(strstr(r.out, "unreadable"), "%s", r.out);
+    result_free(&r);
+
+    /* A compressed tensor goes through HDF5, which finds the damage too. */
+    char az[160], bz[160];
+    snprintf(az, sizeof az, "%s/az", dir);
+    snprintf(bz, sizeof bz, "%s/bz", dir);
+    float v[4096];
+    for (int i = 0; i < 4096; i++)
+        v[i] = sinf((float)i);
+    for (int k = 0; k < 2; k++) {
+        dump_step_writer *w = create(k ? bz : az, 0, 6);
+        add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(4096)), v);
+        commit(w);
+    }
+    snprintf(step, sizeof step, "%s/step-00000000.h5", bz);
+    hid_t f = H5Fopen(step, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, "/op0/out0", H5P_DEFAULT);
+    hsize_t off[1] = { 0 }, size = 0;
+    haddr_t addr = 0;
+    unsigned mask = 0;
+    ck_assert(H5Dget_chunk_info_by_coord(ds, off, &mask, &addr, &size) >= 0 && size > 64);
+    H5Dclose(ds);
+    H5Fclose(f);
+    fd = open(step, O_RDWR);
+    ck_assert(pread(fd, &x, 1, (off_t)(addr + size / 2)) == 1);
+    x ^= 0x40;
+    ck_assert(pwrite(fd, &x, 1, (off_t)(addr + size / 2)) == 1);
+    close(fd);
+    r = RUN(az, bz);
+    ck_assert_int_eq(r.rc, 2);
+    snprintf(want, sizeof want, "tdbg-diff: %s: /op0/out0: cannot read the values: ", step);
+    ck_assert_msg(strstr(r.err, want), "%s", r.err);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_truncated_and_missing)
+{
+    char dir[128], a[160], b[160], step[256], want[512];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    write_pair(a, b);
+    snprintf(step, sizeof step, "%s/step-00000000.h5", b);
+    struct stat st;
+    ck_assert(stat(step, &st) == 0 && truncate(step, st.st_size / 2) == 0);
+    result r = RUN(a, b);
+    ck_assert_int_eq(r.rc, 2);
+    snprintf(want, sizeof want, "tdbg-diff: %s: not a readable HDF5 file: ", step);
+    ck_assert_msg(strstr(r.err, want), "%s", r.err);
+    result_free(&r);
+    r = RUN(a, step);   /* the step file itself */
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_msg(strstr(r.err, want), "%s", r.err);
+    result_free(&r);
+    snprintf(want, sizeof want, "%s/nothing", dir);
+    r = RUN(a, want);
+    ck_assert_int_eq(r.rc, 2);
+    char msg[640];
+    snprintf(msg, sizeof msg, "tdbg-diff: %s: cannot open: No such file or directory\n", want);
+    ck_assert_str_eq(r.err, msg);
+    ck_assert_str_eq(r.out, "");
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_version_mismatch)
+{
+    char dir[128], a[160], b[160], run[256];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    write_pair(a, b);
+    snprintf(run, sizeof run, "%s/run.h5", b);
+    hid_t f = H5Fopen(run, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t at = H5Aopen(f, "tdbg_format", H5P_DEFAULT);
+    int32_t two = 2;
+    ck_assert(f >= 0 && at >= 0 && H5Awrite(at, H5T_NATIVE_INT32, &two) >= 0);
+    H5Aclose(at);
+    H5Fclose(f);
+    result r = RUN(a, b);
+    ck_assert_int_eq(r.rc, 2);
+    char want[512];
+    snprintf(want, sizeof want, "tdbg-diff: %s: /: attribute 'tdbg_format' is 2, this tdbg "
+             "reads 1\n", run);
+    ck_assert_str_eq(r.err, want);
+    ck_assert_str_eq(r.out, "");
+    result_free(&r);
+}
+END_TEST
+
+/* ---- usage ---------------------------------------------------------------- */
+
+START_TEST(test_bad_usage)
+{
+    static const struct {
+        const char *args[6];
+        const char *msg;
+    } cases[] = {
+        { { NULL }, "tdbg-diff: no dumps given (DUMP_A DUMP_B)\nusage: tdbg-diff [OPTIONS]" },
+        { { "a", NULL }, "tdbg-diff: only one dump given (DUMP_A DUMP_B)\n" },
+        { { "a", "b", "c", NULL }, "tdbg-diff: too many arguments: 'c' (two dumps are compared)\n" },
+        { { "a", "b", "--atol", "x", NULL }, "tdbg-diff: bad --atol 'x' (a number >= 0" },
+        { { "a", "b", "--rtol=-1", NULL }, "tdbg-diff: bad --rtol '-1' (a number >= 0" },
+        { { "a", "b", "--io", "in", NULL }, "tdbg-diff: bad --io 'in' (inputs, outputs or both)\n" },
+        { { "a", "b", "--format", "xml", NULL }, "tdbg-diff: bad --format 'xml' (table, csv or json)\n" },
+        { { "a", "b", "--metrics", "max_abz", NULL }, "tdbg-diff: unknown metric 'max_abz' (one of: max_abs, " },
+        { { "a", "b", "--steps", "5-2", NULL }, "tdbg-diff: bad --steps '5-2': bad step range '5-2' (the end is before the start)\n" },
+        { { "a", "b", "--stpes", "1", NULL }, "tdbg-diff: unknown option '--stpes'\n" },
+        { { "a", "b", "--ops", NULL }, "tdbg-diff: option '--ops' needs a value\n" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        result r = run_tool(cases[i].args);
+        ck_assert_msg(r.rc == 2, "case %zu: rc %d", i, r.rc);
+        ck_assert_msg(strncmp(r.err, cases[i].msg, strlen(cases[i].msg)) == 0 &&
+                      strstr(r.err, "\nusage: tdbg-diff [OPTIONS] DUMP_A DUMP_B\n"),
+                      "case %zu: %s", i, r.err);
+        ck_assert_str_eq(r.out, "");
+        result_free(&r);
+    }
+    result r = RUN("--help");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_msg(strncmp(r.out, "usage: tdbg-diff [OPTIONS] DUMP_A DUMP_B\n", 41) == 0, "%s",
+                  r.out);
+    ck_assert_str_eq(r.err, "");
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_program_exit_status)
+{
+    /* The installed program: its exit status as a shell sees it. */
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    write_pair(a, b);
+    ck_assert_int_eq(shell("'%s/dump/tdbg-diff' -q '%s' '%s'", TDBG_BUILDDIR, a, b), 0);
+    ck_assert_int_eq(shell("'%s/dump/tdbg-diff' -q '%s' '%s/none' 2>/dev/null", TDBG_BUILDDIR, a,
+                           dir), 2);
+    ck_assert_int_eq(shell("'%s/dump/tdbg-diff' --bogus 2>&1", TDBG_BUILDDIR), 2);
+    ck_assert_msg(strstr(shell_out, "tdbg-diff: unknown option '--bogus'"), "%s", shell_out);
+}
+END_TEST
+
+Suite *suite_tdbg_diff(void)
+{
+    Suite *s = suite_create("tdbg_diff");
+    TCase *tc = tcase_create("runs");
+    tcase_set_timeout(tc, 120);
+    tcase_add_unchecked_fixture(tc, suite_dir_make, suite_dir_remove);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
+    tcase_add_test(tc, test_run_against_itself);
+    tcase_add_test(tc, test_eager_vs_graph);
+    tcase_add_test(tc, test_injected_noise);
+    tcase_add_test(tc, test_injected_backward_scale);
+    tcase_add_test(tc, test_injected_accumulation);
+    tcase_add_test(tc, test_injected_outputs_only);
+    tcase_add_test(tc, test_injected_fused_kernel);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("files");
+    tcase_set_timeout(tc, 60);
+    tcase_add_unchecked_fixture(tc, suite_dir_make, suite_dir_remove);
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
+    tcase_add_test(tc, test_metrics_small);
+    tcase_add_test(tc, test_metrics_large_streamed);
+    tcase_add_test(tc, test_half_against_f32);
+    tcase_add_test(tc, test_nan_one_side);
+    tcase_add_test(tc, test_shapes_and_one_side);
+    tcase_add_test(tc, test_steps_intersected);
+    tcase_add_test(tc, test_map_renames);
+    tcase_add_test(tc, test_json_and_color);
+    tcase_add_test(tc, test_damaged_chunk);
+    tcase_add_test(tc, test_truncated_and_missing);
+    tcase_add_test(tc, test_version_mismatch);
+    tcase_add_test(tc, test_bad_usage);
+    tcase_add_test(tc, test_program_exit_status);
+    suite_add_tcase(s, tc);
+    return s;
+}
