@@ -23,17 +23,21 @@
 #include "dump.h"
 #include "h5file.h"
 
+#include <errno.h>
 #include <fnmatch.h>
 #include <hdf5.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #define QUEUE_CAP_BYTES ((size_t)256 << 20) /* copies waiting for the disk */
 #define MAX_OPS 4096                         /* rows of run.h5's op table */
 #define MAX_SEALED 3                         /* steps sealed, not yet renamed */
+#define WRITER_NICE 10                       /* added to the writer threads' nice value */
 
 typedef enum { ITEM_BEGIN, ITEM_TENSOR, ITEM_STATS, ITEM_COMMIT } item_kind;
 
@@ -176,9 +180,24 @@ static bool publish_step(dump_session *d, dump_step_writer *w)
     return false;
 }
 
+/* The writer's threads give way to training: on a machine whose cores the
+ * training threads keep busy, a step file is built in their idle moments
+ * rather than in their time slices (a raised nice value needs no
+ * privilege; Linux applies it to the calling thread alone). When the disk
+ * or the writer falls behind, training still waits at the queue's cap. */
+static void yield_to_training(void)
+{
+    id_t self = (id_t)gettid();
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, self); /* -1 is a value too: errno tells */
+    if (errno == 0)
+        setpriority(PRIO_PROCESS, self, nice + WRITER_NICE < 19 ? nice + WRITER_NICE : 19);
+}
+
 static void *syncer_main(void *arg)
 {
     dump_session *d = arg;
+    yield_to_training();
     dump_step_writer *written = NULL; /* written, its fsync still to come */
     pthread_mutex_lock(&d->mu);
     for (;;) {
@@ -263,6 +282,7 @@ static int write_item(dump_session *d, dump_step_writer **w, const item *it)
 static void *writer_main(void *arg)
 {
     dump_session *d = arg;
+    yield_to_training();
     dump_step_writer *w = NULL;
     pthread_mutex_lock(&d->mu);
     for (;;) {

@@ -54,8 +54,10 @@ static inline float keep_if(float v, int f)
     return v;
 }
 
-/* Adds the counts and sums of b, a block of p's chunk, to p. */
-static void part_add(part *p, const part *b)
+/* Adds the counts and sums of b, a block of p's chunk, to p. Inlined: it
+ * runs once every FULL_BLOCK elements, and as a call it cost a third of the
+ * kernel's time. */
+static inline __attribute__((always_inline)) void part_add(part *p, const part *b)
 {
     p->fin += b->fin;
     p->nan += b->nan;
