@@ -180,13 +180,17 @@ static bool publish_step(dump_session *d, dump_step_writer *w)
     return false;
 }
 
-/* The writer's threads give way to training: on a machine whose cores the
- * training threads keep busy, a step file is built in their idle moments
- * rather than in their time slices (a raised nice value needs no
- * privilege; Linux applies it to the calling thread alone). When the disk
- * or the writer falls behind, training still waits at the queue's cap. */
-static void yield_to_training(void)
+/* A statistics-only dump's threads give way to training: their work is a
+ * small table a step, which fits in the idle moments of training threads
+ * that keep the cores busy, instead of taking their time slices (a raised
+ * nice value needs no privilege; Linux applies it to the calling thread
+ * alone). A full dump's writer keeps its priority: it is what training
+ * waits for once the queue is full, and a thread cannot lower its nice
+ * value again without privilege. */
+static void yield_to_training(const dump_session *d)
 {
+    if (!d->spec.stats_only)
+        return;
     id_t self = (id_t)gettid();
     errno = 0;
     int nice = getpriority(PRIO_PROCESS, self); /* -1 is a value too: errno tells */
@@ -197,7 +201,7 @@ static void yield_to_training(void)
 static void *syncer_main(void *arg)
 {
     dump_session *d = arg;
-    yield_to_training();
+    yield_to_training(d);
     dump_step_writer *written = NULL; /* written, its fsync still to come */
     pthread_mutex_lock(&d->mu);
     for (;;) {
@@ -282,7 +286,7 @@ static int write_item(dump_session *d, dump_step_writer **w, const item *it)
 static void *writer_main(void *arg)
 {
     dump_session *d = arg;
-    yield_to_training();
+    yield_to_training(d);
     dump_step_writer *w = NULL;
     pthread_mutex_lock(&d->mu);
     for (;;) {
