@@ -2,7 +2,9 @@
  * cli.c — where commands come from: first the -x/-ex script the launcher
  * passed in TDBG_SCRIPT, then, at a terminal, GNU readline (history in
  * ~/.tdbg_history, ~/.inputrc honoured, completion of commands, ops and
- * tensors), else plain lines from stdin. --batch reads the script only.
+ * tensors), else plain lines from stdin. --batch reads the script only. A
+ * front end (the TUI) reads lines its own way, with the same completion
+ * and history.
  */
 #include "cmd.h"
 #include "session.h"
@@ -15,6 +17,7 @@
 
 static bool use_readline;
 static char history_path[4096];
+const dbg_frontend *dbg_frontend_active;
 
 /* ---- completion ------------------------------------------------------------ */
 
@@ -48,7 +51,7 @@ static char *next_candidate(const char *text, int state)
     return NULL;
 }
 
-static char **complete(const char *text, int start, int end)
+char **dbg_complete(const char *text, int start, int end)
 {
     (void)end;
     rl_attempted_completion_over = 1; /* never fall back to file names */
@@ -93,11 +96,11 @@ void dbg_cli_init(void)
         }
         free(copy);
     }
-    use_readline = dbg.interactive && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
-    if (!use_readline)
+    use_readline = !dbg_frontend_active && dbg.interactive && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    if (!use_readline && !dbg_frontend_active)
         return;
     rl_readline_name = "tdbg"; /* $if tdbg in ~/.inputrc */
-    rl_attempted_completion_function = complete;
+    rl_attempted_completion_function = dbg_complete;
     rl_basic_word_break_characters = " \t[=";
     const char *home = getenv("HOME");
     if (home) {
@@ -113,6 +116,15 @@ void dbg_cli_finish(void)
     dbg.script_pos = dbg.n_script;
 }
 
+void dbg_history_add(const char *l)
+{
+    if (l && l[strspn(l, " \t")]) {
+        add_history(l);
+        if (history_path[0] && append_history(1, history_path) != 0)
+            write_history(history_path); /* the first time: make the file */
+    }
+}
+
 char *dbg_read_line(const char *prompt)
 {
     if (dbg.script_pos < dbg.n_script) {
@@ -122,13 +134,11 @@ char *dbg_read_line(const char *prompt)
     }
     if (dbg.batch)
         return NULL;
+    if (dbg_frontend_active)
+        return dbg_frontend_active->read_line(prompt);
     if (use_readline) {
         char *l = readline(prompt);
-        if (l && l[strspn(l, " \t")]) {
-            add_history(l);
-            if (history_path[0] && append_history(1, history_path) != 0)
-                write_history(history_path); /* the first time: make the file */
-        }
+        dbg_history_add(l);
         return l;
     }
     fprintf(dbg_out, "%s", prompt);

@@ -1,5 +1,6 @@
 /*
- * cmd.c — command lookup, execution, the loop that runs at a stop, help.
+ * cmd.c — command lookup, execution, the loop that runs at a stop, help,
+ * and the seams a front end adds its own commands and settings through.
  */
 #include "cmd.h"
 #include "session.h"
@@ -8,8 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const dbg_cmd *const groups[] = { dbg_cmds_exec, dbg_cmds_break, dbg_cmds_inspect, dbg_cmds_dump };
-#define N_GROUPS (int)(sizeof groups / sizeof groups[0])
+#define MAX_GROUPS 8
+static const dbg_cmd *groups[MAX_GROUPS] = { dbg_cmds_exec, dbg_cmds_break, dbg_cmds_inspect, dbg_cmds_dump };
+static const char *titles[MAX_GROUPS] = { "running", "breakpoints", "looking around", "dumps" };
+static int n_groups = 4;
+static const char *const *names_cache;
+
+void dbg_cmd_add_group(const dbg_cmd *table, const char *title)
+{
+    if (n_groups == MAX_GROUPS)
+        return;
+    groups[n_groups] = table;
+    titles[n_groups++] = title;
+    names_cache = NULL; /* dbg_cmd_names() lists them too from now on */
+}
+
+/* `set NAME VALUE`: a front end's settings. */
+#define MAX_SETTINGS 8
+typedef struct setting {
+    const char *name;
+    bool (*set)(const char *value);
+} setting;
+static setting settings[MAX_SETTINGS];
+static int n_settings;
+
+void dbg_setting_add(const char *name, bool (*set)(const char *value))
+{
+    if (n_settings < MAX_SETTINGS)
+        settings[n_settings++] = (setting){ name, set };
+}
 
 const char *dbg_skip_space(const char *s)
 {
@@ -46,12 +74,13 @@ bool dbg_parse_int(const char *s, const char *what, long long lo, long long *out
 const char *const *dbg_cmd_names(void)
 {
     static const char *names[128];
-    if (!names[0]) {
+    if (!names_cache) {
         int n = 0;
-        for (int g = 0; g < N_GROUPS; g++)
+        for (int g = 0; g < n_groups; g++)
             for (const dbg_cmd *c = groups[g]; c->name && n < 127; c++)
                 names[n++] = c->name;
         names[n] = NULL;
+        names_cache = names;
     }
     return names;
 }
@@ -62,7 +91,7 @@ const dbg_cmd *dbg_cmd_lookup(const char *word)
     int n_prefix = 0;
     char amb[256] = "";
     size_t len = strlen(word);
-    for (int g = 0; g < N_GROUPS; g++)
+    for (int g = 0; g < n_groups; g++)
         for (const dbg_cmd *c = groups[g]; c->name; c++) {
             if (strcmp(c->name, word) == 0 || (c->alias && strcmp(c->alias, word) == 0))
                 return c;
@@ -104,6 +133,13 @@ bool dbg_execute(const char *line)
     snprintf(rest, sizeof rest, "%s", args);
     for (size_t n = strlen(rest); n && (rest[n - 1] == ' ' || rest[n - 1] == '\t' || rest[n - 1] == '\n'); n--)
         rest[n - 1] = '\0';
+    if (strcmp(c->name, "set") == 0 && !strchr(rest, '=')) { /* a setting, not TENSOR[INDEX] = VALUE */
+        char name[32];
+        const char *value = dbg_word(rest, name, sizeof name);
+        for (int i = 0; i < n_settings; i++)
+            if (strcmp(settings[i].name, name) == 0)
+                return settings[i].set(value);
+    }
     return c->run(rest);
 }
 
@@ -144,8 +180,7 @@ bool dbg_help(const char *args)
                     c->alias ? c->alias : "", c->alias ? ")" : "", c->help);
         return false;
     }
-    static const char *const titles[] = { "running", "breakpoints", "looking around", "dumps" };
-    for (int g = 0; g < N_GROUPS; g++) {
+    for (int g = 0; g < n_groups; g++) {
         fprintf(dbg_out, "%s:\n", titles[g]);
         for (const dbg_cmd *c = groups[g]; c->name; c++) {
             size_t first = strcspn(c->help, "\n");

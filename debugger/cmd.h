@@ -29,6 +29,13 @@ const dbg_cmd *dbg_cmd_lookup(const char *word);
 /* Every command name, for completion; NULL-terminated. */
 const char *const *dbg_cmd_names(void);
 
+/* A front end's own commands (the TUI's), listed and looked up after the
+ * others, and its `set NAME VALUE` settings (`set mouse off`): `set` runs
+ * the setting's handler when NAME is one and the line has no '='. The
+ * tables and names must live as long as the program. */
+void dbg_cmd_add_group(const dbg_cmd *table, const char *title);
+void dbg_setting_add(const char *name, bool (*set)(const char *value));
+
 /* `help [COMMAND]`, listed with the inspection commands. */
 bool dbg_help(const char *args);
 

@@ -21,6 +21,7 @@
 
 dbg_session dbg;
 volatile sig_atomic_t dbg_interrupted;
+FILE *dbg_out_stream;
 
 void dbg_error(const char *fmt, ...)
 {

@@ -142,8 +142,24 @@ const char *dbg_suggest(const char *w, const char *const *cands, int n);
 dbg_trend *dbg_trend_get(const char *name, bool create);
 void dbg_trend_add(const char *name, int64_t step, const te_stats *s);
 
-/* Command output goes here (stdout; a TUI would redirect it). */
-#define dbg_out stdout
+/* Command output goes here: stdout, unless a front end (the TUI) set
+ * dbg_out_stream to a stream of its own. */
+extern FILE *dbg_out_stream;
+#define dbg_out (dbg_out_stream ? dbg_out_stream : stdout)
 void dbg_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A front end other than the readline CLI and batch mode (the TUI,
+ * tui/tui.h). Set before dbg_cli_init(); the script still runs first. */
+typedef struct dbg_frontend {
+    /* The next command line (malloc'd), NULL at the end of input. */
+    char *(*read_line)(const char *prompt);
+    /* The program ends: the last look, then the terminal back. */
+    void (*finish)(void);
+} dbg_frontend;
+extern const dbg_frontend *dbg_frontend_active;
+/* The CLI's readline completion (commands, then op and tensor names) and
+ * its history file, for a front end that drives readline itself. */
+char **dbg_complete(const char *text, int start, int end);
+void dbg_history_add(const char *line);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * tdbg.c — the launcher: `tdbg [OPTIONS] -- PROGRAM [ARGS]` puts the
- * debugger's settings in the environment and execs PROGRAM; the engine in
+ * debugger's settings in the environment (TDBG=tui|cli|batch: the front
+ * end, the TUI by default at a terminal) and execs PROGRAM; the engine in
  * PROGRAM loads the debugger when it starts (engine/plugin.c), so any
  * program linked with the engine can be debugged without rebuilding it.
  */
@@ -18,17 +19,19 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: tdbg [-x FILE] [-ex CMD]... [--batch] [--cli] -- PROGRAM [ARGS]\n"
+    fprintf(f, "usage: tdbg [-x FILE] [-ex CMD]... [--batch | --cli | --tui] -- PROGRAM [ARGS]\n"
                "Runs PROGRAM (any program linked with the tdbg engine) under the debugger.\n\n"
                "  -x FILE     run the commands in FILE first (one per line, # comments)\n"
                "  -ex CMD     run CMD first (repeatable; after -x files, in order)\n"
                "  --batch     run only those commands, without a prompt; exit 1 if the\n"
                "              program stopped on a breakpoint, else PROGRAM's status\n"
-               "  --cli       the readline command line (the default)\n"
+               "  --cli       the readline command line\n"
+               "  --tui       the terminal UI (the default when stdin and stdout are\n"
+               "              terminals; without one, the command line after a notice)\n"
                "  -h, --help  this text\n\n"
                "Without --batch the commands run first, then the prompt takes over (plain\n"
-               "lines from stdin when it is not a terminal). TDBG=cli|batch set by hand in\n"
-               "a program's environment does the same as this launcher.\n");
+               "lines from stdin when it is not a terminal). TDBG=tui|cli|batch set by hand\n"
+               "in a program's environment does the same as this launcher.\n");
 }
 
 static char *script;
@@ -86,7 +89,8 @@ static const char *plugin_path(void)
 
 int main(int argc, char **argv)
 {
-    const char *mode = "cli";
+    /* The TUI when there is a terminal to draw on and type into. */
+    const char *mode = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) ? "tui" : "cli";
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -103,6 +107,8 @@ int main(int argc, char **argv)
             mode = "batch";
         } else if (strcmp(a, "--cli") == 0) {
             mode = "cli";
+        } else if (strcmp(a, "--tui") == 0) {
+            mode = "tui";
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;

@@ -25,6 +25,7 @@ Suite *suite_dump(void);        /* dump sessions: round trips, selection, stats,
 Suite *suite_tdbg_dump(void);   /* the tdbg-dump inspector: ls, show, stats, export, verify */
 Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, formats, damaged dumps */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
+Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 
 #endif

@@ -1,0 +1,528 @@
+/*
+ * test_tui.c — the terminal UI, driven for real: `tdbg` runs in a tmux
+ * pane (a private server, -L), keys go in with send-keys, and what the
+ * screen shows comes back with capture-pane, polled until the expected
+ * text appears (never a fixed sleep). Without tmux the tmux cases pass
+ * after saying they were skipped. The layout and the output pane's line
+ * handling are checked directly too.
+ *
+ * TDBG_TUI_SHOTS=DIR keeps the screens the cases look at as DIR/NAME.txt
+ * (the ones in docs/tui.md come from there).
+ */
+#include "suites.h"
+#include "tui_internal.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 20000 /* a sanitizer build on a busy 2-core machine */
+#define SCREEN_MAX 65536
+
+static char sock[64], dir[256];
+static bool have_tmux;
+
+static const char *const CNN = "--channels 4,8,8 --batch 8 --threads 2 --log-every 1 --train-size 64";
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Stops the private server and removes its socket (tmux leaves it). */
+static void kill_server(void)
+{
+    if (!have_tmux || !sock[0])
+        return;
+    sh("tmux -L %s kill-server >/dev/null 2>&1", sock);
+    const char *tmpdir = getenv("TMUX_TMPDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/tmux-%d/%s", tmpdir && tmpdir[0] ? tmpdir : "/tmp", (int)getuid(), sock);
+    unlink(path);
+}
+
+/* The pane as text (escapes: with its colours and attributes). */
+static char *capture(bool escapes)
+{
+    static char buf[SCREEN_MAX];
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "tmux -L %s capture-pane -p %s-t t 2>/dev/null", sock, escapes ? "-e " : "");
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(buf, 1, sizeof buf - 1, p) : 0;
+    buf[n] = '\0';
+    if (p)
+        pclose(p);
+    return buf;
+}
+
+/* Line y of the screen (0-based) into out. */
+static const char *line_of(const char *screen, int y, char *out, size_t n)
+{
+    const char *p = screen;
+    for (int i = 0; i < y && p; i++)
+        if ((p = strchr(p, '\n')) != NULL)
+            p++;
+    size_t len = p ? strcspn(p, "\n") : 0;
+    snprintf(out, n, "%.*s", (int)len, p ? p : "");
+    return out;
+}
+
+static void shot(const char *name, const char *screen)
+{
+    const char *to = getenv("TDBG_TUI_SHOTS");
+    char path[512];
+    if (!to || !to[0])
+        return;
+    snprintf(path, sizeof path, "%s/%s.txt", to, name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(screen, f);
+        fclose(f);
+    }
+}
+
+/* Fails the case with the screen after stopping the server. */
+static void fail_with(const char *what, const char *screen)
+{
+    char copy[SCREEN_MAX];
+    snprintf(copy, sizeof copy, "%s", screen);
+    kill_server();
+    ck_abort_msg("%s; the screen:\n%s", what, copy);
+}
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* Polls the screen until line y (-1: any line) holds every one of the
+ * NULL-terminated texts; returns the screen. */
+static const char *wait_for(int y, ...)
+{
+    const char *want[8];
+    int n = 0;
+    va_list ap;
+    va_start(ap, y);
+    for (const char *s; n < 8 && (s = va_arg(ap, const char *)) != NULL;)
+        want[n++] = s;
+    va_end(ap);
+    long until = now_ms() + WAIT_MS;
+    char l[4096];
+    for (;;) {
+        const char *screen = capture(false);
+        const char *where = y < 0 ? screen : line_of(screen, y, l, sizeof l);
+        bool all = true;
+        for (int i = 0; i < n && all; i++)
+            all = strstr(where, want[i]) != NULL;
+        if (all)
+            return screen;
+        if (now_ms() > until) {
+            char what[512];
+            snprintf(what, sizeof what, "waited %d ms for '%s'%s on %s %d", WAIT_MS, want[0], n > 1 ? " (and more)" : "",
+                     y < 0 ? "the screen" : "line", y);
+            fail_with(what, screen);
+        }
+        usleep(50 * 1000);
+    }
+}
+
+/* Keys as tmux names them ("F9", "Escape", "C-c"), or text with "-l". */
+static void keys(const char *k)
+{
+    if (sh("tmux -L %s send-keys -t t %s", sock, k) != 0)
+        fail_with("send-keys failed", capture(false));
+}
+
+static void type(const char *text)
+{
+    if (sh("tmux -L %s send-keys -t t -l '%s'", sock, text) != 0)
+        fail_with("send-keys -l failed", capture(false));
+}
+
+/* A w x h pane running `tdbg ARGS` from a script that then prints its
+ * status and whether the terminal is back in canonical mode with echo. */
+static void start(const char *env, int w, int h, const char *args)
+{
+    static int n_started;
+    kill_server();
+    snprintf(sock, sizeof sock, "tdbg-test-%d-%d", (int)getpid(), n_started++); /* a server of its own */
+    char script[512];
+    snprintf(script, sizeof script, "%s/run.sh", dir);
+    FILE *f = fopen(script, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", script);
+    /* trap: Ctrl-C is for tdbg; the script goes on (an interactive shell would too) */
+    fprintf(f, "cd '%s'\ntrap : INT\nexport HOME='%s' LANG=C.UTF-8 %s\n"
+               "'%s/debugger/tdbg' %s\n"
+               "echo \"tdbg-exit=$?\"\n"
+               "stty -a | tr ' ;' '\\n\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' '; echo stty-done\n"
+               "exec sleep 600\n",
+            dir, dir, env, TDBG_BUILDDIR, args);
+    fclose(f);
+    ck_assert_msg(sh("tmux -L %s -f /dev/null new-session -d -s t -x %d -y %d 'sh %s'", sock, w, h, script) == 0,
+                  "cannot start tmux");
+}
+
+/* The program has ended: its status and a restored terminal. */
+static void assert_restored(const char *status)
+{
+    const char *screen = wait_for(-1, "stty-done", NULL);
+    if (!strstr(screen, status))
+        fail_with(status, screen);
+    if (!strstr(screen, "icanon echo") || strstr(screen, "-icanon") || strstr(screen, "-echo "))
+        fail_with("the terminal is not back in canonical mode with echo", screen);
+    if (strstr(screen, "1Help"))
+        fail_with("the function bar is still on the screen", screen);
+}
+
+static void setup(void)
+{
+    have_tmux = system("command -v tmux >/dev/null 2>&1") == 0;
+    sock[0] = '\0';
+    snprintf(dir, sizeof dir, "/tmp/tdbg-tui-XXXXXX");
+    ck_assert(mkdtemp(dir) != NULL);
+}
+
+static void teardown(void)
+{
+    kill_server();
+    sh("rm -rf '%s'", dir);
+}
+
+static bool skip(void)
+{
+    if (!have_tmux)
+        fprintf(stderr, "tui: tmux not found, the TUI cases are skipped (apt-get install tmux)\n");
+    return !have_tmux;
+}
+
+/* ---- the NaN session of the issue ---------------------------------------------------- */
+
+START_TEST(test_nan_step_break_complete_scroll_resize_quit)
+{
+    if (skip())
+        return;
+    char args[512], l[4096];
+    snprintf(args, sizeof args, "-- '%s/examples/cnn' %s --steps 4 --mode eager --inject nan@op=conv2/bn,step=1,index=7",
+             TDBG_BUILDDIR, CNN);
+    start("", 80, 24, args);
+    shot("ready", wait_for(0, "READY", NULL));
+
+    /* F9: break nan; F5: continue (runs training) */
+    keys("F9");
+    wait_for(-1, "Breakpoint 1: the first op creating a NaN", NULL);
+    keys("F5");
+    const char *screen = wait_for(0, "PAUSED", "step 1", "conv2/bn", NULL);
+    if (!strstr(line_of(screen, 0, l, sizeof l), "NaN at conv2/bn:out0[0,0,0,7]"))
+        fail_with("the status bar does not say why", screen);
+    /* the op is the current one, marked as making a NaN */
+    bool marked = false;
+    for (int y = 2; y < 16 && !marked; y++)
+        marked = strncmp(line_of(screen, y, l, sizeof l), ">!", 2) == 0 && strstr(l, " conv2/bn ");
+    if (!marked)
+        fail_with("conv2/bn is not marked '>!' in the ops pane", screen);
+    /* the tensor pane is on the NaN: its cursor cell and the footer */
+    if (!strstr(screen, "tensor conv2/bn:out0") || !strstr(screen, "[0,0,0,7] = nan"))
+        fail_with("the tensor pane does not show the NaN element", screen);
+    shot("nan-stop", screen);
+
+    /* a click on the op above conv2/bn (below, when it is the pane's top
+     * row): the ops pane has the focus, that op's output is on show; j
+     * jumps back to the NaN */
+    int y_bn = -1;
+    for (int y = 2; y < 13 && y_bn < 0; y++)
+        if (strstr(line_of(screen, y, l, sizeof l), " conv2/bn "))
+            y_bn = y;
+    int y_click = y_bn > 2 ? y_bn - 1 : y_bn + 1, exec = -1;
+    char name[64] = "", want[96];
+    if (y_bn < 0 || sscanf(line_of(screen, y_click, l, sizeof l) + 3, "%d %63s", &exec, name) != 2)
+        fail_with("no op row to click next to conv2/bn", screen);
+    sh("tmux -L %s send-keys -t t -H 1b 5b 4d 20 2a %02x", sock, 33 + y_click); /* X10: press, column 9 */
+    snprintf(want, sizeof want, "%s:out0", name);
+    wait_for(-1, want, NULL);
+    wait_for(1, ">ops", NULL);
+    keys("j");
+    wait_for(-1, "tensor conv2/bn:out0", "[0,0,0,7] = nan", NULL);
+
+    /* s steps one op */
+    keys("s");
+    screen = wait_for(0, "PAUSED", "conv2/relu", "| step", NULL);
+
+    /* b toggles a breakpoint on the selected op (the one stepped to) */
+    keys("b");
+    screen = wait_for(-1, "Breakpoint 2: ops matching 'conv2/relu'", NULL);
+    screen = wait_for(-1, "2   conv2/relu", "hits 0", NULL);
+    bool dot = false;
+    for (int y = 2; y < 16 && !dot; y++)
+        dot = strstr(line_of(screen, y, l, sizeof l), " conv2/relu ") && strstr(l, "\u25cf");
+    if (!dot)
+        fail_with("conv2/relu has no breakpoint mark in the ops pane", screen);
+    shot("step-break", screen);
+    keys("b");
+    wait_for(-1, "(tdbg) delete 2", NULL);
+
+    /* back to the command line: Tab completes an op name */
+    keys("Escape");
+    wait_for(23, "Esc: panes", NULL);
+    type("info op conv2/r");
+    keys("Tab");
+    wait_for(22, "(tdbg) info op conv2/relu", NULL);
+    keys("Enter");
+    wait_for(-1, "conv2/relu (Relu), forward phase", NULL);
+    /* Tab Tab on more than one: the list, drawn inside the TUI */
+    type("print conv2/");
+    keys("Tab Tab");
+    screen = wait_for(-1, "completions", "conv2/bn:out0", "conv2/conv:out0", NULL);
+    shot("completion", screen);
+    keys("C-u");
+
+    /* a large tensor: a 32x32 slice, scrolled to its end */
+    type("view conv2/bn:out0[2,3]");
+    keys("Enter");
+    type("focus tensor");
+    keys("Enter");
+    wait_for(-1, ">tensor conv2/bn:out0", NULL);
+    keys("End");
+    keys("Right Right Right Right Right Right");
+    screen = wait_for(-1, "[2,3,31,6] =", " 31 ", NULL);
+    shot("tensor-scrolled", screen);
+
+    /* resize: bigger, too small, back */
+    sh("tmux -L %s resize-window -t t -x 132 -y 40", sock);
+    screen = wait_for(39, "1Help", NULL);
+    if (!strstr(line_of(screen, 0, l, sizeof l), "conv2/relu"))
+        fail_with("the status bar lost the stop after a resize", screen);
+    shot("wide", screen);
+    sh("tmux -L %s resize-window -t t -x 50 -y 12", sock);
+    shot("too-small", wait_for(-1, "this terminal is 50x12", NULL));
+    sh("tmux -L %s resize-window -t t -x 80 -y 24", sock);
+    wait_for(23, "1Help", NULL);
+
+    /* quit from the command line: the terminal as it was */
+    keys("Escape");
+    wait_for(23, "Esc: panes", NULL);
+    type("quit");
+    keys("Enter");
+    assert_restored("tdbg-exit=0");
+    wait_for(-1, "tdbg: training ended by quit at step 1", NULL);
+    kill_server();
+}
+END_TEST
+
+/* ---- live while training runs, Ctrl-C, mouse off ------------------------------------------ */
+
+START_TEST(test_live_interrupt_mouse)
+{
+    if (skip())
+        return;
+    char args[512];
+    snprintf(args, sizeof args, "-ex run -- '%s/examples/mlp' --hidden 64,64 --batch 32 --threads 2 --steps 1000000 "
+             "--log-every 50", TDBG_BUILDDIR);
+    start("", 80, 24, args);
+    /* the screen moves while training runs: the loss chart and the step */
+    const char *screen = wait_for(0, "RUNNING", NULL);
+    screen = wait_for(-1, "step=100 loss=", NULL); /* the program's lines in the output pane */
+    screen = wait_for(0, "RUNNING", NULL);
+    shot("running", screen);
+    keys("C-c");
+    screen = wait_for(0, "PAUSED", "interrupted (Ctrl-C)", NULL);
+    type("set mouse off");
+    keys("Enter");
+    screen = wait_for(-1, "Mouse off: the terminal selects text", NULL);
+    wait_for(-1, "mouse off: select text to copy", NULL);
+    /* the help overlay, and any key closes it */
+    keys("F1");
+    shot("keys", wait_for(-1, "tdbg keys", "break nan", NULL));
+    keys("Escape");
+    type("quit");
+    keys("Enter");
+    assert_restored("tdbg-exit=0");
+    kill_server();
+}
+END_TEST
+
+/* ---- colours, NO_COLOR ---------------------------------------------------------------- */
+
+static bool has_colour(const char *s)
+{
+    /* SGR 30-37 / 40-47 (or 38;5 / 48;5) */
+    for (const char *p = s; (p = strstr(p, "\033[")) != NULL; p += 2)
+        for (const char *q = p + 2; *q && *q != 'm' && q - p < 40; q++)
+            if ((q[0] == '3' || q[0] == '4') && q[1] >= '0' && q[1] <= '8' && (q[-1] == '[' || q[-1] == ';') &&
+                (q[2] == ';' || q[2] == 'm'))
+                return true;
+    return false;
+}
+
+START_TEST(test_colour_and_no_color)
+{
+    if (skip())
+        return;
+    char args[512];
+    snprintf(args, sizeof args, "-- '%s/examples/mlp' --hidden 32,32 --steps 2", TDBG_BUILDDIR);
+    start("NO_COLOR=1", 80, 24, args);
+    wait_for(0, "READY", NULL);
+    const char *screen = capture(true);
+    if (has_colour(screen))
+        fail_with("NO_COLOR=1, yet colours", screen);
+    type("quit");
+    keys("Enter");
+    assert_restored("tdbg-exit=0");
+    start("", 80, 24, args);
+    wait_for(0, "READY", NULL);
+    screen = capture(true);
+    if (!has_colour(screen))
+        fail_with("no colours on a colour terminal", screen);
+    type("quit");
+    keys("Enter");
+    assert_restored("tdbg-exit=0");
+    kill_server();
+}
+END_TEST
+
+/* ---- a crash signal restores the terminal ---------------------------------------------- */
+
+START_TEST(test_crash_restores_terminal)
+{
+    if (skip())
+        return;
+    char args[512];
+    snprintf(args, sizeof args, "-- '%s/examples/mlp' --hidden 32,32 --steps 2", TDBG_BUILDDIR);
+    start("", 80, 24, args);
+    const char *screen = wait_for(-1, "(pid ", NULL);
+    int pid = atoi(strstr(screen, "(pid ") + 5);
+    ck_assert_msg(pid > 1, "no pid on the screen");
+    kill(pid, SIGSEGV);
+    screen = wait_for(-1, "stty-done", NULL);
+    if (!strstr(screen, "the terminal is restored"))
+        fail_with("no word of the restore", screen);
+    /* a sanitizer build reports the signal itself and exits otherwise: not 0 either way */
+    if (strstr(screen, "tdbg-exit=0"))
+        fail_with("a crash that exits 0", screen);
+    if (!strstr(screen, "icanon echo") || strstr(screen, "-icanon"))
+        fail_with("the terminal is not back in canonical mode with echo", screen);
+    kill_server();
+}
+END_TEST
+
+/* ---- no terminal: the CLI, after one line --------------------------------------------- */
+
+START_TEST(test_no_terminal_falls_back)
+{
+    if (system("command -v setsid >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "tui: setsid not found, the no-terminal case is skipped\n");
+        return;
+    }
+    char cmd[1024], out[16384];
+    /* setsid: no controlling terminal, so not even /dev/tty */
+    snprintf(cmd, sizeof cmd, "setsid -w '%s/debugger/tdbg' --tui -ex run -- '%s/examples/mlp' --hidden 32,32 "
+             "--steps 2 </dev/null 2>&1; echo \"status=$?\"", TDBG_BUILDDIR, TDBG_BUILDDIR);
+    FILE *p = popen(cmd, "r");
+    ck_assert(p != NULL);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    ck_assert_msg(strstr(out, "tdbg: no terminal for the TUI") && strstr(out, "using the command line instead"),
+                  "no notice:\n%s", out);
+    ck_assert_msg(strstr(out, "tdbg: the program finished") && strstr(out, "status=0"), "no clean run:\n%s", out);
+}
+END_TEST
+
+/* ---- without a terminal: layout and the output pane's lines --------------------------- */
+
+static bool overlap(tui_rect a, tui_rect b)
+{
+    return a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h;
+}
+
+START_TEST(test_layout)
+{
+    static const int sizes[][2] = { { 24, 80 }, { 18, 60 }, { 40, 132 }, { 60, 220 }, { 24, 300 } };
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int nb = 0; nb <= 40; nb += 8) {
+            int h = sizes[s][0], w = sizes[s][1];
+            tui_geom g;
+            tui_layout_compute(h, w, nb, &g);
+            ck_assert_msg(!g.too_small, "%dx%d: too small", w, h);
+            tui_rect all[TUI_NPANES + 4] = { g.status, g.cmd, g.fbar, g.rule };
+            for (int i = 0; i < TUI_NPANES; i++)
+                all[4 + i] = g.pane[i];
+            for (int i = 0; i < TUI_NPANES + 4; i++) {
+                tui_rect r = all[i];
+                ck_assert_msg(r.y >= 0 && r.x >= 0 && r.y + r.h <= h && r.x + r.w <= w && r.h >= 1 && r.w >= 1,
+                              "%dx%d: rect %d at %d,%d %dx%d is off the screen", w, h, i, r.y, r.x, r.w, r.h);
+                for (int j = 0; j < i; j++)
+                    ck_assert_msg(!overlap(r, all[j]), "%dx%d: rects %d and %d overlap", w, h, i, j);
+            }
+            /* every pane has its title and room below it */
+            for (int i = 0; i < TUI_NPANES; i++)
+                ck_assert_msg(g.pane[i].h >= 3, "%dx%d: pane %d has %d rows", w, h, i, g.pane[i].h);
+            ck_assert_msg(g.pane[TUI_TENSOR].h >= (h >= 24 ? 9 : 5), "%dx%d: the tensor pane has %d rows", w, h,
+                          g.pane[TUI_TENSOR].h);
+        }
+    tui_geom g;
+    tui_layout_compute(17, 80, 0, &g);
+    ck_assert(g.too_small);
+    tui_layout_compute(24, 59, 0, &g);
+    ck_assert(g.too_small);
+    ck_assert_int_eq(g.cmd.y, 23); /* commands still work */
+}
+END_TEST
+
+START_TEST(test_output_lines)
+{
+    tui_out_lock();
+    const char prog[] = "step=0 loss=2.3\r\nprogress 10%\rprogress 100%\n\033[31mred\033[0m\tx\n";
+    tui_out_add(TUI_SRC_STDOUT, prog, sizeof prog - 1);
+    const char dbg_text[] = "stopped: step=7 phase=backward op=grad/fc1/linear type=LinearGrad reason=nan "
+                            "tensor=grad:fc1.weight index=[3,1] origin=propagated:fc1/relu:out0\npartial";
+    tui_out_add(TUI_SRC_DBG, dbg_text, sizeof dbg_text - 1);
+    tui_out_unlock();
+    char buf[4096] = "";
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    tui_out_tail(f, 5);
+    fclose(f);
+    const char *want = "step=0 loss=2.3\nprogress 100%\nred     x\nstopped: step=7";
+    ck_assert_msg(strncmp(buf, want, strlen(want)) == 0, "tail:\n%s", buf);
+    ck_assert_msg(strstr(buf, "\npartial\n") != NULL, "the unfinished line is missing:\n%s", buf);
+    /* the stopped: line, parsed */
+    ck_assert_int_eq(tui.stop.step, 7);
+    ck_assert_str_eq(tui.stop.op, "grad/fc1/linear");
+    ck_assert_str_eq(tui.stop.reason, "nan");
+    ck_assert_str_eq(tui.stop.index, "[3,1]");
+    ck_assert_str_eq(tui.stop.origin, "propagated:fc1/relu:out0");
+    tui_out_free();
+}
+END_TEST
+
+Suite *suite_tui(void)
+{
+    Suite *s = suite_create("tui");
+    TCase *tc = tcase_create("tmux");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_nan_step_break_complete_scroll_resize_quit);
+    tcase_add_test(tc, test_live_interrupt_mouse);
+    tcase_add_test(tc, test_colour_and_no_color);
+    tcase_add_test(tc, test_crash_restores_terminal);
+    tcase_add_test(tc, test_no_terminal_falls_back);
+    suite_add_tcase(s, tc);
+    TCase *unit = tcase_create("parts");
+    tcase_add_test(unit, test_layout);
+    tcase_add_test(unit, test_output_lines);
+    suite_add_tcase(s, unit);
+    return s;
+}

@@ -1,0 +1,243 @@
+/*
+ * cmd_tui.c — the TUI's own commands, in the same table as the others
+ * (help lists them under "terminal UI"), so that everything done with a
+ * key can be typed or scripted: focus, view, scroll, search, jump, keys,
+ * refresh; and the settings `set mouse on|off` and `set highlight X|off`.
+ */
+#include "tui_internal.h"
+
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A pane (or the command line) by name or unambiguous prefix; -1 if none. */
+static int pane_named(const char *w)
+{
+    static const char *const extra[] = { "cmd", "command" };
+    size_t n = strlen(w);
+    int found = -1;
+    if (!n)
+        return -1;
+    for (int i = 0; i < TUI_NPANES; i++)
+        if (strncmp(tui.pane[i].cls->name, w, n) == 0 || (i == TUI_BREAKS && strncmp("breakpoints", w, n) == 0))
+            found = found < 0 ? i : -2;
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        if (strncmp(extra[i], w, n) == 0)
+            found = found < 0 || found == TUI_CMDLINE ? TUI_CMDLINE : -2;
+    return found;
+}
+
+static bool cmd_focus(const char *args)
+{
+    int to;
+    if (!args[0] || strcmp(args, "next") == 0)
+        to = tui.focus == TUI_CMDLINE ? 0 : tui.focus + 1; /* ... then the command line again */
+    else if (strcmp(args, "back") == 0)
+        to = tui.last_pane;
+    else if ((to = pane_named(args)) < 0) {
+        dbg_error("focus: expected ops, tensor, chart, breakpoints, output, cmd, next or back, got '%s'", args);
+        return false;
+    }
+    tui_focus(to);
+    return false;
+}
+
+static bool cmd_view(const char *args)
+{
+    char err[512];
+    if (!args[0]) {
+        if (tui.view.name[0])
+            fprintf(dbg_out, "The tensor pane shows %s.\n", tui.view.name);
+        else
+            dbg_error("view: which tensor? (OP, OP:out0, param:NAME, grad:NAME, [I,J] for a slice)");
+        return false;
+    }
+    if (!tui_view_set(args, true, err, sizeof err))
+        dbg_error("view: %s", err);
+    return false;
+}
+
+static bool cmd_scroll(const char *args)
+{
+    static const struct { const char *word; int rows, cols; bool page; } dirs[] = {
+        { "up", -1, 0, false },   { "down", 1, 0, false },   { "left", 0, -1, false },
+        { "right", 0, 1, false }, { "pgup", -1, 0, true },   { "pgdn", 1, 0, true },
+        { "home", -TUI_FAR, -TUI_FAR, false }, { "end", TUI_FAR, 0, false },
+    };
+    char pw[32], dw[32];
+    const char *rest = dbg_word(dbg_word(args, pw, sizeof pw), dw, sizeof dw);
+    int i = pane_named(pw);
+    if (i < 0 || i == TUI_CMDLINE) {
+        dbg_error("scroll: expected a pane (ops, tensor, breakpoints, output), got '%s'", pw);
+        return false;
+    }
+    long long times = 1;
+    if (rest[0] && !dbg_parse_int(rest, "scroll PANE DIRECTION N", 1, &times))
+        return false;
+    tui_pane *p = &tui.pane[i];
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++)
+        if (strcmp(dirs[d].word, dw) == 0) {
+            int page = dirs[d].page ? (p->r.h - 2 > 1 ? p->r.h - 2 : 1) : 1;
+            long long r = dirs[d].rows * page * times, c = dirs[d].cols * times;
+            r = r > TUI_FAR ? TUI_FAR : r < -TUI_FAR ? -TUI_FAR : r;
+            c = c > TUI_FAR ? TUI_FAR : c < -TUI_FAR ? -TUI_FAR : c;
+            p->cls->shift(p, (int)r, (int)c);
+            return false;
+        }
+    dbg_error("scroll: expected up, down, left, right, pgup, pgdn, home or end, got '%s'", dw);
+    return false;
+}
+
+static bool cmd_search(const char *args)
+{
+    static char last[TE_NAME_MAX];
+    if (args[0])
+        snprintf(last, sizeof last, "%s", args);
+    if (!last[0]) {
+        dbg_error("search: what? (a part of an op name, or a glob: search conv2, search grad/*)");
+        return false;
+    }
+    int n = tui_ops_count(), from = tui.pane[TUI_OPS].sel;
+    bool later;
+    for (int k = 1; k <= n; k++) {
+        int i = (from + k) % n;
+        const dbg_op *o = tui_ops_at(i, &later);
+        if (o && (strstr(o->name, last) || fnmatch(last, o->name, 0) == 0)) {
+            tui_ops_select(i, true);
+            fprintf(dbg_out, "%s (op %d of %d)%s\n", o->name, i + 1, n, later ? ", not run yet in this step" : "");
+            return false;
+        }
+    }
+    dbg_error("search: no op matches '%s'%s", last, n ? "" : " (none has run yet)");
+    return false;
+}
+
+/* The threshold of a condition like "abs_max > 1e4" (any scope), or 0. */
+static double cond_threshold(const char *text)
+{
+    const char *p = strstr(text, "abs_max");
+    if (!p && (p = strstr(text, "max")) != NULL && p > text && p[-1] == '_')
+        p = NULL;
+    if (!p)
+        return 0;
+    p = strchr(p, '>');
+    if (!p)
+        return 0;
+    p += p[1] == '=' ? 2 : 1;
+    char *end;
+    double v = strtod(p, &end);
+    return end > p && v > 0 ? v : 0;
+}
+
+void tui_jump(void)
+{
+    const tui_stop *s = &tui.stop;
+    if (!s->seq)
+        return;
+    int row = strcmp(s->op, "-") ? tui_ops_find(s->op) : -1;
+    if (row >= 0)
+        tui_ops_select(row, strcmp(s->tensor, "-") == 0);
+    if (strcmp(s->tensor, "-") != 0) {
+        char err[256];
+        if (tui_view_set(s->tensor, false, err, sizeof err) && strcmp(s->index, "-") != 0) {
+            const te_tensor *t = tui_view_tensor(err, sizeof err);
+            if (t) { /* "[0,0,0,7]" -> its flat index */
+                int64_t flat = 0;
+                const char *p = s->index + 1;
+                for (int d = 0; d < t->ndim; d++) {
+                    flat = flat * t->shape[d] + strtoll(p, NULL, 10);
+                    p = strchr(p, ',');
+                    if (!p)
+                        break;
+                    p++;
+                }
+                tui_view_focus_index(t, flat);
+            }
+        }
+    }
+    if (strcmp(s->reason, "condition") == 0)
+        for (int i = 0; i < dbg.n_breaks; i++)
+            if (dbg.breaks[i].id == dbg.stopped_id && dbg.breaks[i].cond) {
+                double v = cond_threshold(dbg_cond_text(dbg.breaks[i].cond));
+                if (v > 0)
+                    tui.view.highlight = v;
+            }
+}
+
+static bool cmd_jump(const char *args)
+{
+    (void)args;
+    if (!tui.stop.seq)
+        dbg_error("jump: training has not stopped yet");
+    else
+        tui_jump();
+    return false;
+}
+
+static bool cmd_keys(const char *args)
+{
+    (void)args;
+    tui.help = true;
+    return false;
+}
+
+static bool cmd_refresh(const char *args)
+{
+    (void)args;
+    clearok(curscr, TRUE);
+    tui.full = true;
+    return false;
+}
+
+static bool set_mouse(const char *v)
+{
+    if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+        dbg_error("set mouse: expected on or off, got '%s'", v);
+        return false;
+    }
+    tui_mouse_set(strcmp(v, "on") == 0);
+    fprintf(dbg_out, "%s\n", tui.mouse ? "Mouse on: click selects, the wheel scrolls."
+                                       : "Mouse off: the terminal selects text (copy and paste) again.");
+    return false;
+}
+
+static bool set_highlight(const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0) {
+        tui.view.highlight = 0;
+        fprintf(dbg_out, "No cells highlighted but NaN and Inf.\n");
+    } else if (end == v || *dbg_skip_space(end) || !(x > 0)) {
+        dbg_error("set highlight: expected a positive number or off, got '%s'", v);
+    } else {
+        tui.view.highlight = x;
+        fprintf(dbg_out, "Cells with |x| >= %g are highlighted.\n", x);
+    }
+    return false;
+}
+
+static const dbg_cmd cmds[] = {
+    { "focus", NULL, "focus PANE|cmd|next|back", "move the focus (F6, Esc)\n"
+      "PANE: ops, tensor, chart, breakpoints, output; cmd: the command line; back: the last pane.", cmd_focus },
+    { "view", NULL, "view TENSOR[I,J]|OP|[I,J]", "show a tensor in the tensor pane\n"
+      "An op stands for its first output; the indices fix the leading dims, the grid shows the last two.\n"
+      "'view [I,J]' picks another slice of the tensor on show.", cmd_view },
+    { "scroll", NULL, "scroll PANE up|down|left|right|pgup|pgdn|home|end [N]",
+      "move in a pane as the keys do (the selection, the tensor's cursor, the output)", cmd_scroll },
+    { "search", NULL, "search [TEXT]", "select the next op whose name holds TEXT or matches it as a glob (/, F3)",
+      cmd_search },
+    { "jump", NULL, "jump", "select the op training stopped at and show its bad element (j, F4)", cmd_jump },
+    { "keys", NULL, "keys", "the keys and the commands underneath (?, F1)\n"
+      "The TUI's settings: 'set mouse on|off' (off lets the terminal select text again),\n"
+      "'set highlight X|off' (tensor cells with |x| >= X stand out).", cmd_keys },
+    { "refresh", NULL, "refresh", "draw the screen again (Ctrl-L)", cmd_refresh },
+    { NULL, NULL, NULL, NULL, NULL },
+};
+
+void tui_cmds_register(void)
+{
+    dbg_cmd_add_group(cmds, "terminal UI");
+    dbg_setting_add("mouse", set_mouse);
+    dbg_setting_add("highlight", set_highlight);
+}

@@ -1,0 +1,124 @@
+/*
+ * status.c — the status bar (top: running or paused, step, phase, op,
+ * mode, why training stopped) and the function bar (bottom: the function
+ * keys, or a one-line hint until the next key).
+ */
+#include "tui_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* "nan at conv2/bn:out0[0,0,0,7], created here" and the like. */
+static void why(char *buf, size_t n)
+{
+    const tui_stop *s = &tui.stop;
+    if (strcmp(s->reason, "nan") == 0 || strcmp(s->reason, "inf") == 0) {
+        const char *from = strncmp(s->origin, "propagated:", 11) == 0 ? s->origin + 11 : NULL;
+        snprintf(buf, n, "%s at %s%s %s%s", strcmp(s->reason, "nan") == 0 ? "NaN" : "Inf", s->tensor,
+                 strcmp(s->index, "-") ? s->index : "", from ? "from " : "created", from ? from : "");
+    } else if (strcmp(s->reason, "condition") == 0) {
+        snprintf(buf, n, "condition held on %s", s->tensor);
+    } else if (strcmp(s->reason, "breakpoint") == 0) {
+        snprintf(buf, n, "breakpoint %d", dbg.stopped_id);
+    } else if (strcmp(s->reason, "interrupt") == 0) {
+        snprintf(buf, n, "interrupted (Ctrl-C)");
+    } else {
+        snprintf(buf, n, "%s", s->reason);
+    }
+}
+
+void tui_status_draw(void)
+{
+    WINDOW *w = tui.status;
+    if (!w)
+        return;
+    int width = getmaxx(w);
+    wattrset(w, tui_attr(TUI_C_BAR));
+    mvwhline(w, 0, 0, ' ', width);
+    bool stopped_here = tui.state == TUI_PAUSED && tui.stop.seq && dbg.rec &&
+                        strcmp(tui.stop.op, dbg.rec->name) == 0;
+    bool step_stop = tui.state == TUI_PAUSED && tui.stop.seq && !dbg.rec && strcmp(tui.stop.op, "-") == 0;
+    bool bad = (stopped_here || step_stop) &&
+               (strcmp(tui.stop.reason, "nan") == 0 || strcmp(tui.stop.reason, "inf") == 0);
+    static const char *const badge[] = { [TUI_READY] = " READY ", [TUI_RUNNING] = " RUNNING ",
+                                         [TUI_PAUSED] = " PAUSED ", [TUI_FINISHED] = " FINISHED " };
+    static const tui_color badge_color[] = { [TUI_READY] = TUI_C_READY, [TUI_RUNNING] = TUI_C_RUN,
+                                             [TUI_PAUSED] = TUI_C_PAUSE, [TUI_FINISHED] = TUI_C_DONE };
+    wmove(w, 0, 0);
+    wattrset(w, tui_attr(bad ? TUI_C_BAD : badge_color[tui.state]));
+    waddstr(w, badge[tui.state]);
+    wattrset(w, tui_attr(TUI_C_BAR));
+    char buf[1536], reason[1024] = "";
+    const dbg_op *cur = dbg.n_ops ? &dbg.ops[dbg.n_ops - 1] : NULL;
+    if (tui.state == TUI_READY) {
+        snprintf(buf, sizeof buf, " %s: F5 or 'run' starts training", dbg.program);
+    } else if (tui.state == TUI_FINISHED) {
+        snprintf(buf, sizeof buf, " %s finished at step %lld: q, Enter or F10 leaves", dbg.program,
+                 (long long)(dbg.step < 0 ? 0 : dbg.step));
+    } else {
+        const char *op = stopped_here ? dbg.rec->name : cur && dbg.in_step ? cur->name : "at its start";
+        const char *type = stopped_here ? dbg.rec->type : cur && dbg.in_step ? cur->type : "";
+        if (stopped_here || step_stop)
+            why(reason, sizeof reason);
+        char with_type[TE_NAME_MAX + 64];
+        snprintf(with_type, sizeof with_type, "%s%s%s%s", op, type[0] ? " (" : "", type, type[0] ? ")" : "");
+        for (int pass = 0; pass < 2; pass++) { /* the op's type only when everything fits */
+            snprintf(buf, sizeof buf, " step %lld %s %s %s%s", (long long)(dbg.step < 0 ? 0 : dbg.step),
+                     dbg.in_step ? te_phase_name(dbg.phase) : "(between steps)", pass ? op : with_type,
+                     reason[0] ? "| " : "", reason);
+            if ((int)strlen(buf) + 20 < width)
+                break;
+        }
+    }
+    char tail[64];
+    snprintf(tail, sizeof tail, " %s ", tui.graph ? "graph" : "eager");
+    int len = (int)strlen(tail);
+    if (getcurx(w) + (int)strlen(buf) + len > width)
+        len = 0; /* why it stopped matters more than the mode */
+    tui_put(w, buf, width - getcurx(w) - len);
+    if (len && getcurx(w) + len <= width) {
+        wmove(w, 0, width - len);
+        waddstr(w, tail);
+    }
+    wattrset(w, A_NORMAL);
+    wnoutrefresh(w);
+}
+
+void tui_fbar_draw(void)
+{
+    WINDOW *w = tui.fbar;
+    if (!w)
+        return;
+    int width = getmaxx(w);
+    werase(w);
+    wmove(w, 0, 0);
+    if (tui.hint[0]) {
+        wattrset(w, tui_attr(TUI_C_STOP));
+        tui_put(w, tui.hint, width);
+        wattrset(w, A_NORMAL);
+        wnoutrefresh(w);
+        return;
+    }
+    for (const tui_key *k = tui_keys; k->what; k++) {
+        if (!k->bar)
+            continue;
+        int need = (int)(strlen(k->bar) + strlen(k->fkey_name) - 1) + 1;
+        if (getcurx(w) + need > width)
+            break;
+        wattrset(w, tui_attr(TUI_C_KEY));
+        waddstr(w, k->fkey_name + 1); /* "F5" -> "5" */
+        wattrset(w, tui_attr(TUI_C_KEYLABEL));
+        waddstr(w, k->bar);
+        wattrset(w, A_NORMAL);
+        waddch(w, ' ');
+    }
+    const char *where = tui.focus == TUI_CMDLINE ? " Esc: panes " : " Esc: cmd line ";
+    int len = (int)strlen(where);
+    if (getcurx(w) + len < width) {
+        wmove(w, 0, width - len);
+        wattrset(w, tui_attr(TUI_C_DIM));
+        waddstr(w, where);
+        wattrset(w, A_NORMAL);
+    }
+    wnoutrefresh(w);
+}
