@@ -710,24 +710,7 @@ bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t
 {
     if (i < 0 || i >= r->n)
         return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
-    const dump_tensor_info *ti = &r->t[i];
-    if (ti->numel == 0)
-        return true;
-    dump_h5_quiet q = dump_h5_hush();
-    hid_t ds = H5Dopen2(r->file, ti->path, H5P_DEFAULT);
-    hid_t t = dump_h5_type(ti->dtype);
-    bool ok = ds >= 0 && t >= 0 && H5Dread(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) >= 0;
-    if (!ok) {
-        char why[256];
-        dump_h5_fail(err, n, "%s: %s: cannot read the values: %s", r->path, ti->path,
-             dump_h5_reason(why, sizeof why));
-    }
-    if (t >= 0)
-        H5Tclose(t);
-    if (ds >= 0)
-        H5Dclose(ds);
-    dump_h5_loud(q);
-    return ok;
+    return dump_step_read_range(r, i, 0, r->t[i].numel, dst, err, n);
 }
 
 bool dump_step_read_f32(dump_step_reader *r, int i, float *dst, char *err, size_t n)
