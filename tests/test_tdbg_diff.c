@@ -29,61 +29,12 @@
 /* Each test works under suite_dir, which the unchecked teardown removes. */
 static char suite_dir[64];
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+static void suite_dir_make(void) { tu_scratch_make(suite_dir, sizeof suite_dir, "tdbg-diff"); }
+static void suite_dir_remove(void) { tu_scratch_remove(suite_dir); }
+static char *test_dir(char *buf, size_t n) { return tu_scratch_sub(suite_dir, buf, n); }
 
-static void suite_dir_make(void)
-{
-    snprintf(suite_dir, sizeof suite_dir, "/tmp/tdbg-diff-XXXXXX");
-    if (!mkdtemp(suite_dir))
-        abort();
-}
-
-static void suite_dir_remove(void) { nftw(suite_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static char *test_dir(char *buf, size_t n)
-{
-    snprintf(buf, n, "%s/t-XXXXXX", suite_dir);
-    ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp: %s", strerror(errno));
-    return buf;
-}
-
-/* What one run of the tool printed and returned. */
-typedef struct result {
-    int rc;
-    char *out, *err;
-} result;
-
-/* Runs `tdbg-diff ARGS...` (a NULL-terminated list) in this process. */
-static result run_tool(const char *const *args)
-{
-    char *argv[32] = { "tdbg-diff" };
-    int argc = 1;
-    while (args[argc - 1] && argc < 31) {
-        argv[argc] = (char *)args[argc - 1];
-        argc++;
-    }
-    result r;
-    size_t no, ne;
-    FILE *o = open_memstream(&r.out, &no), *e = open_memstream(&r.err, &ne);
-    ck_assert(o && e);
-    r.rc = tdbg_diff_main(argc, argv, o, e);
-    fclose(o);
-    fclose(e);
-    return r;
-}
-#define RUN(...) run_tool((const char *const[]){ __VA_ARGS__, NULL })
-
-static void result_free(result *r)
-{
-    free(r->out);
-    free(r->err);
-}
+/* Runs `tdbg-diff ARGS...` in this process. */
+#define RUN(...) tu_run_tool(tdbg_diff_main, "tdbg-diff", (const char *const[]){ __VA_ARGS__, NULL })
 
 /* Runs a shell command; its exit status, output in out. */
 static char shell_out[1 << 15];
@@ -385,14 +336,14 @@ START_TEST(test_run_against_itself)
     char a[160], dir[128];
     snprintf(a, sizeof a, "%s/a", test_dir(dir, sizeof dir));
     mlp_dump(a, "eager", "io=both", NULL);
-    result r = RUN(a, a);
+    tu_result r = RUN(a, a);
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(!strstr(r.out, "DIVERGES") && !strstr(r.out, "inherited  "), "%s", r.out);
     ck_assert_msg(strstr(r.out, "\n0     fc1/linear          out0  ") &&
                   strstr(r.out, " tensors compared in 3 steps: 0 diverge here, 0 inherited, "),
                   "%s", r.out);
     ck_assert_str_eq(r.err, "");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -404,7 +355,7 @@ START_TEST(test_eager_vs_graph)
     snprintf(b, sizeof b, "%s/graph", dir);
     mlp_dump(a, "eager", "io=both", NULL);
     mlp_dump(b, "graph", "io=both", NULL);
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     ck_assert_int_gt(t.nrows, 100);
@@ -414,7 +365,7 @@ START_TEST(test_eager_vs_graph)
                       "row %d: %s %s %s", i, cell(&t, i, "op"), cell(&t, i, "status"),
                       cell(&t, i, "verdict"));
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(b, a, "--format", "csv");   /* graph as the reference: its kernels are named */
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     t = csv_parse(r.out);
@@ -422,7 +373,7 @@ START_TEST(test_eager_vs_graph)
     ck_assert_msg(k >= 0 && strstr(cell(&t, k, "kernel"), " bwd"), "kernel '%s'",
                   k >= 0 ? cell(&t, k, "kernel") : "(no row)");
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -470,7 +421,7 @@ START_TEST(test_injected_noise)
     snprintf(b, sizeof b, "%s/noisy", dir);
     mlp_dump(a, "eager", "io=both", NULL);
     mlp_dump(b, "eager", "io=both", "noise@op=fc2/relu,step=1");
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     static const char *const later[] = {
@@ -483,7 +434,7 @@ START_TEST(test_injected_noise)
     };
     assert_injected(&t, 1, "fc2/relu", later);
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
 
     /* The table and the summary name it with its source line. */
     r = RUN(a, b);
@@ -495,7 +446,7 @@ START_TEST(test_injected_noise)
                   strstr(r.out, "examples/mlp.c:") &&
                   strstr(r.out, "first divergence: step 1, fc2/relu (Relu) out0 fc2/relu:out0\n"),
                   "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
 
     /* --first stops there; --summary and -q print less, with the same status. */
     r = RUN(a, b, "--first");
@@ -503,17 +454,17 @@ START_TEST(test_injected_noise)
     const char *last = strstr(r.out, "\n1     fc2/relu            out0");
     ck_assert_msg(last && strstr(last, "\n\nroot cause") == strchr(last + 1, '\n') &&
                   strstr(r.out, "(stopped there: --first)"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(a, b, "--summary");
     ck_assert_int_eq(r.rc, 1);
     ck_assert_msg(strncmp(r.out, "root cause (", 12) == 0 && !strstr(r.out, "\n0     "), "%s",
                   r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("-q", a, b);
     ck_assert_int_eq(r.rc, 1);
     ck_assert_str_eq(r.out, "");
     ck_assert_str_eq(r.err, "");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -526,7 +477,7 @@ START_TEST(test_injected_backward_scale)
     snprintf(b, sizeof b, "%s/scaled", dir);
     mlp_dump(a, "eager", "io=both", NULL);
     mlp_dump(b, "eager", "io=both", "scale@op=grad/fc2/linear,step=1");
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     static const char *const later[] = {
@@ -536,7 +487,7 @@ START_TEST(test_injected_backward_scale)
     };
     assert_injected(&t, 1, "grad/fc2/linear", later);
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -550,7 +501,7 @@ START_TEST(test_injected_accumulation)
     snprintf(b, sizeof b, "%s/noisy", dir);
     mlp_dump_with(a, "eager", "io=both", NULL, "--accum 2");
     mlp_dump_with(b, "eager", "io=both", "noise@op=fc1/relu,step=0", "--accum 2");
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     static const char *const later[] = {
@@ -560,7 +511,7 @@ START_TEST(test_injected_accumulation)
     assert_injected(&t, 0, "fc1/relu", later);
     ck_assert_str_eq(cell(&t, find_row(&t, 0, "fc1/relu_1", "out", 0), "verdict"), "same");
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -574,7 +525,7 @@ START_TEST(test_injected_outputs_only)
     snprintf(b, sizeof b, "%s/noisy", dir);
     mlp_dump(a, "eager", "io=outputs", NULL);
     mlp_dump(b, "eager", "io=outputs", "noise@op=fc1/relu,step=1");
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     static const char *const later[] = {
@@ -585,7 +536,7 @@ START_TEST(test_injected_outputs_only)
     };
     assert_injected(&t, 1, "fc1/relu", later);
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -600,7 +551,7 @@ START_TEST(test_injected_fused_kernel)
     const char *spec = "ops=*/relu,fc3/*,cross_entropy,grad/*,update/*;io=both";
     mlp_dump(a, "graph", spec, NULL);
     mlp_dump(b, "graph", spec, "noise@op=fc1/relu,step=1");
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     static const char *const later[] = {
@@ -613,12 +564,12 @@ START_TEST(test_injected_fused_kernel)
     ck_assert_msg(strstr(cell(&t, k, "kernel"), "fused-act: fc1/linear, fc1/relu"), "kernel '%s'",
                   cell(&t, k, "kernel"));
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(a, b, "--summary");
     ck_assert_msg(strstr(r.out, "in kernel k0 fused-act: fc1/linear, fc1/relu\n") &&
                   strstr(r.out, "(its inputs were not compared: the cause may be upstream)"),
                   "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -642,7 +593,7 @@ START_TEST(test_metrics_small)
     w = create(b, 0, 0);
     add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(2, 4)), vb);
     commit(w);
-    result r = RUN(a, b, "--format", "csv", "--atol", "1e-3", "--rtol", "1e-4");
+    tu_result r = RUN(a, b, "--format", "csv", "--atol", "1e-3", "--rtol", "1e-4");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     ck_assert_int_eq(t.nrows, 1);
@@ -660,7 +611,7 @@ START_TEST(test_metrics_small)
     assert_close(e.max_rel, (double)1e-6f / 1e-12, "hand max_rel");   /* 1e-6 against 0 */
     assert_close(e.min_rtol, (7 - 1e-3) / 3.5, "hand min_rtol");
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -695,13 +646,13 @@ START_TEST(test_metrics_large_streamed)
         commit(w);
     }
     expect e = expect_of(da, db, va, vb, n, 1e-5, 1.3e-6);
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     ck_assert_int_eq(t.nrows, 1);
     assert_metrics(&t, 0, &e, "[523,917]");
     ck_assert_int_eq(atol(cell(&t, 0, "max_ulp")), e.max_ulp);
-    result rz = RUN(az, bz, "--format", "csv");
+    tu_result rz = RUN(az, bz, "--format", "csv");
     ck_assert_msg(rz.rc == 1, "rc %d: %s", rz.rc, rz.err);
     csv tz = csv_parse(rz.out);
     assert_metrics(&tz, 0, &e, "[523,917]");
@@ -717,8 +668,8 @@ START_TEST(test_metrics_large_streamed)
     }
     csv_free(&t);
     csv_free(&tz);
-    result_free(&r);
-    result_free(&rz);
+    tu_result_free(&r);
+    tu_result_free(&rz);
     free(va);
     free(vb);
     free(da);
@@ -755,7 +706,7 @@ START_TEST(test_half_against_f32)
     add(w, meta("x", DUMP_OUT, 0, 0, "x:out0", TE_F16, te_shape(N)), h);
     add(w, meta("y", DUMP_OUT, 0, 1, "y:out0", TE_BF16, te_shape(N)), bf);
     commit(w);
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 0, "rc %d: %s\n%s", r.rc, r.err, r.out);
     csv t = csv_parse(r.out);
     ck_assert_int_eq(t.nrows, 2);
@@ -769,11 +720,11 @@ START_TEST(test_half_against_f32)
     ck_assert_str_eq(cell(&t, 0, "max_ulp"), "");   /* no ULP across dtypes */
     ck_assert_msg(eh.max_abs > 0 && eb.max_abs > eh.max_abs, "rounding errors were there");
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(a, b, "--rtol", "1e-5", "--summary");   /* tighter than f16's rounding */
     ck_assert_msg(r.rc == 1 && strstr(r.out, "2 tensors compared in 1 step: 2 diverge here"),
                   "rc %d: %s", r.rc, r.out);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -799,7 +750,7 @@ START_TEST(test_nan_one_side)
     add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(16)), va);
     add(w, meta("op1", DUMP_OUT, 0, 1, "t1", TE_F32, te_shape(16)), vb);
     commit(w);
-    result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
     ck_assert_int_eq(t.nrows, 2);
@@ -816,11 +767,11 @@ START_TEST(test_nan_one_side)
     ck_assert_str_eq(cell(&t, 1, "min_atol"), "inf");   /* no tolerance passes a NaN */
     ck_assert_str_eq(cell(&t, 1, "max_abs"), "0");      /* the finite values agree */
     csv_free(&t);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(a, b);
     ck_assert_msg(strstr(r.out, "DIVERGES HERE  first divergence; nan 1/2 inf 1/1; "
                                 "tests/model.c:11\n"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -841,7 +792,7 @@ START_TEST(test_shapes_and_one_side)
     add(w, meta("same", DUMP_OUT, 0, 0, "same:out0", TE_F32, te_shape(6)), v);
     add(w, meta("onlyb", DUMP_OUT, 0, 1, "onlyb:out0", TE_F32, te_shape(6)), v);
     commit(w);
-    result r = RUN(a, b);   /* one-sided tensors are listed, not a difference */
+    tu_result r = RUN(a, b);   /* one-sided tensors are listed, not a difference */
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, "onlya  out0           -          -          -  only in A\n") &&
                   strstr(r.out, "onlyb  out0           -          -          -  only in B\n") &&
@@ -851,7 +802,7 @@ START_TEST(test_shapes_and_one_side)
     snprintf(want, sizeof want, "tdbg-diff: warning: %s: no run.h5 (no op graph: verdicts follow "
              "the dumped tensors only)\n", a);
     ck_assert_msg(strstr(r.err, want), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
 
     w = create(a, 1, 0);
     add(w, meta("same", DUMP_OUT, 0, 0, "same:out0", TE_F32, te_shape(2, 3)), v);
@@ -863,7 +814,7 @@ START_TEST(test_shapes_and_one_side)
     ck_assert_int_eq(r.rc, 1);
     ck_assert_msg(strstr(r.out, "DIVERGES HERE  first divergence; shapes [2,3] vs [3,2]"), "%s",
                   r.out);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -886,19 +837,19 @@ START_TEST(test_steps_intersected)
             commit(w);
         }
     }
-    result r = RUN(a, b, "--summary");
+    tu_result r = RUN(a, b, "--summary");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, "2 tensors compared in 2 steps: ") &&
                   strstr(r.out, "steps only in A: 0-1 (not compared)\n"
                                 "steps only in B: 4-5 (not compared)\n"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(a, b, "--steps", "0|5");
     ck_assert_int_eq(r.rc, 2);
     char want[512];
     snprintf(want, sizeof want, "tdbg-diff: %s and %s have no step in common among --steps "
              "(steps only in A: 0; only in B: 5)\n", a, b);
     ck_assert_msg(strstr(r.err, want), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
 
     /* Two step files are compared whatever their numbers. */
     char fa[256], fb[256];
@@ -907,7 +858,7 @@ START_TEST(test_steps_intersected)
     r = RUN(fa, fb, "--format", "csv");
     ck_assert_msg(r.rc == 0 && strstr(r.out, "\n0,x,Test,forward,out,0,x:out0,compared,same,"),
                   "rc %d: %s%s", r.rc, r.out, r.err);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -932,15 +883,15 @@ START_TEST(test_map_renames)
     FILE *f = fopen(map, "w");
     fputs("# B's name, then A's\nenc/layer1/linear fc1/linear\n\nclassifier/* head/*\n", f);
     fclose(f);
-    result r = RUN(a, b, "--map", map, "--summary");
+    tu_result r = RUN(a, b, "--map", map, "--summary");
     ck_assert_msg(r.rc == 0 && strstr(r.out, "3 tensors compared in 1 step: 0 diverge here, "
                                              "0 inherited, 3 same\n") &&
                   !strstr(r.out, "only in"), "rc %d: %s%s", r.rc, r.out, r.err);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(a, b);   /* without the map nothing pairs up */
     ck_assert_int_eq(r.rc, 2);
     ck_assert_msg(strstr(r.err, "have no tensor in common\n"), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
     f = fopen(map, "w");
     fputs("enc/layer1/linear\n", f);
     fclose(f);
@@ -949,7 +900,7 @@ START_TEST(test_map_renames)
     char want[256];
     snprintf(want, sizeof want, "tdbg-diff: --map: %s:1: expected 'B_NAME A_NAME'", map);
     ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0, "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -974,7 +925,7 @@ START_TEST(test_json_and_color)
     add(w, meta("op1", DUMP_IN, 0, 1, "t0", TE_F32, te_shape(3)), vb);
     add(w, meta("op1", DUMP_OUT, 0, 1, "t1", TE_F32, te_shape(3)), vb);
     commit(w);
-    result r = RUN(a, b, "--format", "json");
+    tu_result r = RUN(a, b, "--format", "json");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, "\"op\": \"op0\", \"op_type\": \"Test\", \"phase\": \"forward\", "
                                 "\"io\": \"out\", \"slot\": 0, \"tensor\": \"t0\", \"status\": "
@@ -989,7 +940,7 @@ START_TEST(test_json_and_color)
     FILE *f = fopen(path, "w");
     fputs(r.out, f);
     fclose(f);
-    result_free(&r);
+    tu_result_free(&r);
     int st = shell("/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); "
                    "assert d[\"root_causes\"][0][\"op\"] == \"op0\"; "
                    "assert [t[\"verdict\"] for t in d[\"tensors\"]] == "
@@ -1002,10 +953,10 @@ START_TEST(test_json_and_color)
     ck_assert_msg(strstr(r.out, "\033[1;31mDIVERGES HERE\033[0m") &&
                   strstr(r.out, "\033[33minherited\033[0m") &&
                   strstr(r.out, "step  op   io       max_abs   n_fail  verdict\n"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(a, b);   /* not a terminal: no colour */
     ck_assert_msg(!strchr(r.out, '\033'), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -1051,14 +1002,14 @@ START_TEST(test_damaged_chunk)
     x ^= 0x40;
     ck_assert(pwrite(fd, &x, 1, (off_t)at) == 1);
     close(fd);
-    result r = RUN(a, b);
+    tu_result r = RUN(a, b);
     ck_assert_int_eq(r.rc, 2);
     char want[512];
     snprintf(want, sizeof want, "tdbg-diff: %s: /op0/out0: cannot read the values: data error "
              "detected by Fletcher32 checksum (elements 262000..299999)\n", step);
     ck_assert_msg(strstr(r.err, want), "%s", r.err);
     ck_assert_msg(strstr(r.out, "unreadable"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
 
     /* A compressed tensor goes through HDF5, which finds the damage too. */
     char az[160], bz[160];
@@ -1090,7 +1041,7 @@ START_TEST(test_damaged_chunk)
     ck_assert_int_eq(r.rc, 2);
     snprintf(want, sizeof want, "tdbg-diff: %s: /op0/out0: cannot read the values: ", step);
     ck_assert_msg(strstr(r.err, want), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -1104,15 +1055,15 @@ START_TEST(test_truncated_and_missing)
     snprintf(step, sizeof step, "%s/step-00000000.h5", b);
     struct stat st;
     ck_assert(stat(step, &st) == 0 && truncate(step, st.st_size / 2) == 0);
-    result r = RUN(a, b);
+    tu_result r = RUN(a, b);
     ck_assert_int_eq(r.rc, 2);
     snprintf(want, sizeof want, "tdbg-diff: %s: not a readable HDF5 file: ", step);
     ck_assert_msg(strstr(r.err, want), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN(a, step);   /* the step file itself */
     ck_assert_int_eq(r.rc, 2);
     ck_assert_msg(strstr(r.err, want), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
     snprintf(want, sizeof want, "%s/nothing", dir);
     r = RUN(a, want);
     ck_assert_int_eq(r.rc, 2);
@@ -1120,7 +1071,7 @@ START_TEST(test_truncated_and_missing)
     snprintf(msg, sizeof msg, "tdbg-diff: %s: cannot open: No such file or directory\n", want);
     ck_assert_str_eq(r.err, msg);
     ck_assert_str_eq(r.out, "");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -1138,14 +1089,14 @@ START_TEST(test_version_mismatch)
     ck_assert(f >= 0 && at >= 0 && H5Awrite(at, H5T_NATIVE_INT32, &two) >= 0);
     H5Aclose(at);
     H5Fclose(f);
-    result r = RUN(a, b);
+    tu_result r = RUN(a, b);
     ck_assert_int_eq(r.rc, 2);
     char want[512];
     snprintf(want, sizeof want, "tdbg-diff: %s: /: attribute 'tdbg_format' is 2, this tdbg "
              "reads 1\n", run);
     ck_assert_str_eq(r.err, want);
     ck_assert_str_eq(r.out, "");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -1170,20 +1121,20 @@ START_TEST(test_bad_usage)
         { { "a", "b", "--ops", NULL }, "tdbg-diff: option '--ops' needs a value\n" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        result r = run_tool(cases[i].args);
+        tu_result r = tu_run_tool(tdbg_diff_main, "tdbg-diff", cases[i].args);
         ck_assert_msg(r.rc == 2, "case %zu: rc %d", i, r.rc);
         ck_assert_msg(strncmp(r.err, cases[i].msg, strlen(cases[i].msg)) == 0 &&
                       strstr(r.err, "\nusage: tdbg-diff [OPTIONS] DUMP_A DUMP_B\n"),
                       "case %zu: %s", i, r.err);
         ck_assert_str_eq(r.out, "");
-        result_free(&r);
+        tu_result_free(&r);
     }
-    result r = RUN("--help");
+    tu_result r = RUN("--help");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strncmp(r.out, "usage: tdbg-diff [OPTIONS] DUMP_A DUMP_B\n", 41) == 0, "%s",
                   r.out);
     ck_assert_str_eq(r.err, "");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 

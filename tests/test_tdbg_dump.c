@@ -23,61 +23,12 @@
  * teardown removes even when a test failed. */
 static char suite_dir[64];
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+static void suite_dir_make(void) { tu_scratch_make(suite_dir, sizeof suite_dir, "tdbg-dumpcli"); }
+static void suite_dir_remove(void) { tu_scratch_remove(suite_dir); }
+static char *test_dir(char *buf, size_t n) { return tu_scratch_sub(suite_dir, buf, n); }
 
-static void suite_dir_make(void)
-{
-    snprintf(suite_dir, sizeof suite_dir, "/tmp/tdbg-dumpcli-XXXXXX");
-    if (!mkdtemp(suite_dir))
-        abort();
-}
-
-static void suite_dir_remove(void) { nftw(suite_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static char *test_dir(char *buf, size_t n)
-{
-    snprintf(buf, n, "%s/t-XXXXXX", suite_dir);
-    ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp: %s", strerror(errno));
-    return buf;
-}
-
-/* What one run of the tool printed and returned. */
-typedef struct result {
-    int rc;
-    char *out, *err;
-} result;
-
-/* Runs `tdbg-dump ARGS...` (a NULL-terminated list) in this process. */
-static result run_tool(const char *const *args)
-{
-    char *argv[32] = { "tdbg-dump" };
-    int argc = 1;
-    while (args[argc - 1] && argc < 31) {
-        argv[argc] = (char *)args[argc - 1];
-        argc++;
-    }
-    result r;
-    size_t no, ne;
-    FILE *o = open_memstream(&r.out, &no), *e = open_memstream(&r.err, &ne);
-    ck_assert(o && e);
-    r.rc = tdbg_dump_main(argc, argv, o, e);
-    fclose(o);
-    fclose(e);
-    return r;
-}
-#define RUN(...) run_tool((const char *const[]){ __VA_ARGS__, NULL })
-
-static void result_free(result *r)
-{
-    free(r->out);
-    free(r->err);
-}
+/* Runs `tdbg-dump ARGS...` in this process. */
+#define RUN(...) tu_run_tool(tdbg_dump_main, "tdbg-dump", (const char *const[]){ __VA_ARGS__, NULL })
 
 #define assert_text(got, want) \
     ck_assert_msg(strcmp((got), (want)) == 0, "got:\n%s\nwant:\n%s", (got), (want))
@@ -233,7 +184,7 @@ START_TEST(test_ls_lists_steps)
 {
     char dir[128];
     write_run(test_dir(dir, sizeof dir));
-    result r = RUN("ls", dir);
+    tu_result r = RUN("ls", dir);
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     assert_text(r.out,
                 "run: mode eager, backend cpu, amp none, seed 42, engine 0.1.0, created "
@@ -253,7 +204,7 @@ START_TEST(test_ls_lists_steps)
                 "  /fc1/linear/out0  statistics only\n"
                 "3 steps, 9 tensors, 0.00 MB\n");
     assert_text(r.err, "");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -265,7 +216,7 @@ START_TEST(test_ls_incomplete_step)
     leave_tmp(dir, 7);
     snprintf(path, sizeof path, "%s/run.h5", dir);
     ck_assert(remove(path) == 0);
-    result r = RUN("ls", dir);
+    tu_result r = RUN("ls", dir);
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strncmp(r.out, "step 1:\n", 8) == 0, "%s", r.out);   /* no run lines */
     ck_assert_msg(strstr(r.out, "step 2:\n  /fc1/linear/out0 ") &&
@@ -280,7 +231,7 @@ START_TEST(test_ls_incomplete_step)
     snprintf(want, sizeof want, "tdbg-dump: warning: %s/.step-00000007.h5.tmp: step 7 is "
              "incomplete (the writer stopped inside it), skipped\n", dir);
     ck_assert_msg(strstr(r.err, want) != NULL, "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -295,24 +246,24 @@ START_TEST(test_show_by_path)
         "op fc1/linear (Linear), forward, out0, exec 0, at examples/mlp.c:40\n"
         "[[ -1.5     0     2]\n"
         " [ 3.25     4 1e-07]]\n";
-    result r = RUN("show", dir, "/fc1/linear/out0");
+    tu_result r = RUN("show", dir, "/fc1/linear/out0");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     assert_text(r.out, want);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "fc1/linear/out0", "--step", "1");   /* '/' optional */
     assert_text(r.out, want);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "/data/out0");   /* i32 printed as integers */
     ck_assert_msg(strstr(r.out, "exec 2, at examples/mlp.c:42\n[     3     -7 100000]\n"),
                   "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "fc1/cast:out0");   /* f16 with an inf */
     ck_assert_msg(strstr(r.out, "f16 [4]\n") && strstr(r.out, "\n[0.5  -2 inf   0]\n"),
                   "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "/loss/mse/out0");   /* 0-d */
     ck_assert_msg(strstr(r.out, "step 1  f32 []\n") && strstr(r.out, ":43\n2.5\n"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -320,28 +271,28 @@ START_TEST(test_show_by_name_with_slices)
 {
     char dir[128];
     write_run(test_dir(dir, sizeof dir));
-    result r = RUN("show", dir, "fc1/linear:out0", "--step", "2", "[1, 0:3:2]");
+    tu_result r = RUN("show", dir, "fc1/linear:out0", "--step", "2", "[1, 0:3:2]");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     assert_text(r.out,
                 "fc1/linear:out0  /fc1/linear/out0  step 2  f32 [2,3]\n"
                 "op fc1/linear (Linear), forward, out0, exec 0, at examples/mlp.c:40\n"
                 "slice [1, 0:3:2] -> [2]\n"
                 "[0 5]\n");
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "fc1/linear:out0[:, 1]", "--step=2");   /* NaN, slice attached */
     ck_assert_msg(strstr(r.out, "slice [:, 1] -> [2]\n[nan   0]\n"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "fc1/linear:out0", "[-1,", "::-1]");   /* unquoted, in pieces */
     ck_assert_msg(strstr(r.out, "step 1  f32 [2,3]\n") &&
                   strstr(r.out, "slice [-1, ::-1] -> [3]\n[1e-07     4  3.25]\n"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "param:fc1.weight", "--step", "2");   /* bf16 */
     assert_text(r.out,
                 "param:fc1.weight  /param/fc1.weight/out0  step 2  bf16 [2,2]\n"
                 "op param/fc1.weight (Param), update, out0, exec 4, at examples/mlp.c:44\n"
                 "[[  2  -1]\n"
                 " [0.5   6]]\n");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -356,7 +307,7 @@ START_TEST(test_show_elides_long_dims)
     add(w, meta("big", "Big", DUMP_OUT, 0, 0, TE_PHASE_FORWARD, "big:out0", TE_F32, SH(40, 40)),
         v);
     commit(w);
-    result r = RUN("show", dir, "big:out0");
+    tu_result r = RUN("show", dir, "big:out0");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     const char *body = strstr(r.out, "\n[[");
     ck_assert_msg(body != NULL, "%s", r.out);
@@ -368,15 +319,15 @@ START_TEST(test_show_elides_long_dims)
                 " [1480 1481 1482 ... 1517 1518 1519]\n"
                 " [1520 1521 1522 ... 1557 1558 1559]\n"
                 " [1560 1561 1562 ... 1597 1598 1599]]\n");
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "big:out0", "[5, 10:14]");   /* 4 elements: none cut */
     ck_assert_msg(strstr(r.out, "-> [4]\n[210 211 212 213]\n"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "big:out0", "[0]");   /* a long row wraps as numpy's does */
     ck_assert_msg(strstr(r.out, "-> [40]\n"
                   "[ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23\n"
                   " 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39]\n"), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -385,36 +336,36 @@ START_TEST(test_show_errors)
     char dir[128];
     write_run(test_dir(dir, sizeof dir));
     char want[256];
-    result r = RUN("show", dir, "fc9/linear:out0");
+    tu_result r = RUN("show", dir, "fc9/linear:out0");
     ck_assert_int_eq(r.rc, 1);
     snprintf(want, sizeof want, "tdbg-dump: %s: no tensor 'fc9/linear:out0' in any step\n", dir);
     assert_text(r.err, want);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "/data/out0", "--step", "2");
     ck_assert_int_eq(r.rc, 1);
     snprintf(want, sizeof want, "tdbg-dump: %s: no tensor '/data/out0' in step 2\n", dir);
     assert_text(r.err, want);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "/data/out0", "--step", "9");
     ck_assert_int_eq(r.rc, 1);
     snprintf(want, sizeof want, "tdbg-dump: %s: no step 9\n", dir);
     assert_text(r.err, want);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "/fc1/linear/out0", "[0, 3]");
     ck_assert_int_eq(r.rc, 2);
     assert_text(r.err, "tdbg-dump: /fc1/linear/out0: index 3 is out of range for dim 1 of "
                        "size 3\n");
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "/fc1/linear/out0", "[0, x]");
     ck_assert_int_eq(r.rc, 2);
     assert_text(r.err, "tdbg-dump: bad slice '[0, x]' at 'x]' (write it like numpy: "
                        "[0, 1:3, ::2])\n");
     ck_assert_str_eq(r.out, "");
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("show", dir, "/fc1/linear/out0", "[0, 0, 0]");
     ck_assert_int_eq(r.rc, 2);
     ck_assert_msg(strstr(r.err, "3 slices for a tensor of 2 dims"), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -424,7 +375,7 @@ START_TEST(test_stats_values)
 {
     char dir[128];
     write_run(test_dir(dir, sizeof dir));
-    result r = RUN("stats", dir, "--step", "1", "/fc1/*");
+    tu_result r = RUN("stats", dir, "--step", "1", "/fc1/*");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     /* out0: mean 7.75/6, population std, l2norm sqrt(32.8125); the f16 inf
      * is counted and left out of the rest */
@@ -436,7 +387,7 @@ START_TEST(test_stats_values)
                 "abs_max 4 l2norm 5.72822 nan 0 inf 0 zero 16.7%\n"
                 "  /fc1/cast/out0 f16 [4]      min -2 max 0.5 mean -0.5 std 1.08012 abs_max 2 "
                 "l2norm 2.06155 nan 0 inf 1 zero 25.0%\n");
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("stats", dir, "param:*");   /* every step, by tensor name */
     assert_text(r.out,
                 "step 1:\n"
@@ -445,7 +396,7 @@ START_TEST(test_stats_values)
                 "step 2:\n"
                 "  /param/fc1.weight/out0 bf16 [2,2]  min -1 max 6 mean 1.875 std 2.60708 "
                 "abs_max 6 l2norm 6.42262 nan 0 inf 0 zero 0.0%\n");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -453,7 +404,7 @@ START_TEST(test_stats_stored_rows)
 {
     char dir[128];
     write_run(test_dir(dir, sizeof dir));
-    result r = RUN("stats", dir, "fc1/linear:out0");
+    tu_result r = RUN("stats", dir, "fc1/linear:out0");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     assert_text(r.out,
                 "step 1:\n"
@@ -465,12 +416,12 @@ START_TEST(test_stats_stored_rows)
                 "step 3:\n"
                 "  /fc1/linear/out0 (stored)  min -3 max 7 mean 1.25 std 2.5 abs_max 7 "
                 "l2norm 12 nan 1 inf 0 zero 25.0%\n");
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("stats", dir, "--step", "2", "nothing*");
     ck_assert_int_eq(r.rc, 1);
     ck_assert_str_eq(r.out, "");
     ck_assert_msg(strstr(r.err, ": no tensor matches 'nothing*'\n"), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -481,7 +432,7 @@ START_TEST(test_export_npy_bytes)
     char dir[128], out[256], path[320];
     write_run(test_dir(dir, sizeof dir));
     snprintf(out, sizeof out, "%s/npy/deep", dir);   /* made with its parents */
-    result r = RUN("export", dir, "--npy", out, "--step", "1");
+    tu_result r = RUN("export", dir, "--npy", out, "--step", "1");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     char want[2048];
     snprintf(want, sizeof want,
@@ -490,7 +441,7 @@ START_TEST(test_export_npy_bytes)
              "%s/step-1/loss.mse.out0.npy\n%s/step-1/param.fc1.weight.out0.npy\n"
              "exported 6 tensors to %s\n", out, out, out, out, out, out, out);
     assert_text(r.out, want);
-    result_free(&r);
+    tu_result_free(&r);
     snprintf(path, sizeof path, "%s/step-1/fc1.linear.out0.npy", out);
     assert_npy(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", fc1_out,
                sizeof fc1_out);
@@ -523,13 +474,13 @@ START_TEST(test_export_numpy_load)
     char dir[128], out[256], cmd[2048], text[4096];
     write_run(test_dir(dir, sizeof dir));
     snprintf(out, sizeof out, "%s/npy", dir);
-    result r = RUN("export", dir, "--npy", out, "param*");
+    tu_result r = RUN("export", dir, "--npy", out, "param*");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, "exported 2 tensors to "), "%s", r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("export", dir, "--npy", out, "--step", "1");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
-    result_free(&r);
+    tu_result_free(&r);
     snprintf(cmd, sizeof cmd,
              "cd '%s' && /usr/bin/python3 -c '\n"
              "import numpy as np\n"
@@ -564,15 +515,15 @@ START_TEST(test_export_errors)
     snprintf(out, sizeof out, "%s/file", dir);
     fclose(fopen(out, "w"));   /* a file where OUTDIR's parent should be */
     snprintf(out, sizeof out, "%s/file/npy", dir);
-    result r = RUN("export", dir, "--npy", out);
+    tu_result r = RUN("export", dir, "--npy", out);
     ck_assert_int_eq(r.rc, 2);
     snprintf(want, sizeof want, "tdbg-dump: %s/file: exists and is not a directory\n", dir);
     assert_text(r.err, want);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("export", dir, "--npy", out, "--step", "3");   /* statistics only */
     ck_assert_int_eq(r.rc, 1);
     ck_assert_msg(strstr(r.err, ": nothing to export\n"), "%s", r.err);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -582,23 +533,23 @@ START_TEST(test_verify_good_and_incomplete)
 {
     char dir[128], want[512];
     write_run(test_dir(dir, sizeof dir));
-    result r = RUN("verify", dir);
+    tu_result r = RUN("verify", dir);
     ck_assert_msg(r.rc == 0, "rc %d: %s%s", r.rc, r.out, r.err);
     assert_text(r.out, "verify: 3 steps intact, 0 incomplete, 0 problems\n");
-    result_free(&r);
+    tu_result_free(&r);
     leave_tmp(dir, 4);
     r = RUN("verify", dir);
     ck_assert_msg(r.rc == 0, "rc %d: %s%s", r.rc, r.out, r.err);
     snprintf(want, sizeof want, "%s/.step-00000004.h5.tmp: incomplete step 4 (the writer stopped "
              "before finishing it)\nverify: 3 steps intact, 1 incomplete, 0 problems\n", dir);
     assert_text(r.out, want);
-    result_free(&r);
+    tu_result_free(&r);
     char path[256];
     snprintf(path, sizeof path, "%s/step-00000002.h5", dir);
     r = RUN("verify", path);
     ck_assert_int_eq(r.rc, 0);
     assert_text(r.out, "verify: 1 steps intact, 0 incomplete, 0 problems\n");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -609,17 +560,17 @@ START_TEST(test_verify_truncated_step)
     snprintf(path, sizeof path, "%s/step-00000002.h5", dir);
     struct stat st;
     ck_assert(stat(path, &st) == 0 && truncate(path, st.st_size / 2) == 0);
-    result r = RUN("verify", dir);
+    tu_result r = RUN("verify", dir);
     ck_assert_int_eq(r.rc, 1);
     snprintf(want, sizeof want, "%s: not a readable HDF5 file", path);
     ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "%s", r.out);
     ck_assert_msg(strstr(r.out, "\nverify: 2 steps intact, 0 incomplete, 1 problems\n"), "%s",
                   r.out);
-    result_free(&r);
+    tu_result_free(&r);
     r = RUN("ls", dir);   /* the other steps are still listed */
     ck_assert_int_eq(r.rc, 2);
     ck_assert_msg(strstr(r.err, want) && strstr(r.out, "step 3:\n"), "%s\n%s", r.out, r.err);
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -644,19 +595,19 @@ START_TEST(test_bad_usage)
         { { "stats", "d", "--color", NULL }, "tdbg-dump: unknown option '--color'\n" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        result r = run_tool(cases[i].args);
+        tu_result r = tu_run_tool(tdbg_dump_main, "tdbg-dump", cases[i].args);
         ck_assert_msg(r.rc == 2, "case %zu: rc %d", i, r.rc);
         ck_assert_msg(strncmp(r.err, cases[i].msg, strlen(cases[i].msg)) == 0 &&
                       strstr(r.err, "       tdbg-dump verify DIR|FILE\n"),
                       "case %zu: %s", i, r.err);
         ck_assert_str_eq(r.out, "");
-        result_free(&r);
+        tu_result_free(&r);
     }
-    result r = RUN("--help");
+    tu_result r = RUN("--help");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strncmp(r.out, "usage: tdbg-dump ls DIR\n", 24) == 0, "%s", r.out);
     ck_assert_str_eq(r.err, "");
-    result_free(&r);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -667,13 +618,13 @@ START_TEST(test_missing_directory)
     snprintf(gone, sizeof gone, "%s/no-such-run", dir);
     static const char *const cmds[] = { "ls", "stats", "verify" };
     for (int i = 0; i < 3; i++) {
-        result r = RUN(cmds[i], gone);
+        tu_result r = RUN(cmds[i], gone);
         ck_assert_msg(r.rc == 2, "%s: rc %d", cmds[i], r.rc);
         snprintf(want, sizeof want, "tdbg-dump: %s: %s: No such file or directory\n", gone,
                  i < 2 ? "cannot read the directory" : "cannot open");
         assert_text(r.err, want);
         ck_assert_str_eq(r.out, "");
-        result_free(&r);
+        tu_result_free(&r);
     }
 }
 END_TEST

@@ -2,9 +2,12 @@
 #include "testutil.h"
 
 #include <check.h>
+#include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void tu_setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
 
@@ -64,4 +67,55 @@ te_tensor *tu_as_dtype(const te_tensor *t, te_dtype dt)
     for (int64_t i = 0; i < t->numel; i++)
         te_set(r, i, te_get(t, i));
     return r;
+}
+
+/* ---- scratch directories, and tools run in this process ------------------ */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void tu_scratch_make(char *dir, size_t n, const char *prefix)
+{
+    snprintf(dir, n, "/tmp/%s-XXXXXX", prefix);
+    if (!mkdtemp(dir))
+        abort();
+}
+
+void tu_scratch_remove(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+char *tu_scratch_sub(const char *dir, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/t-XXXXXX", dir);
+    ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp: %s", strerror(errno));
+    return buf;
+}
+
+tu_result tu_run_tool(int (*main_fn)(int, char **, FILE *, FILE *), const char *name,
+                      const char *const *args)
+{
+    char *argv[32] = { (char *)name };
+    int argc = 1;
+    while (args[argc - 1] && argc < 31) {
+        argv[argc] = (char *)args[argc - 1];
+        argc++;
+    }
+    tu_result r;
+    size_t no, ne;
+    FILE *o = open_memstream(&r.out, &no), *e = open_memstream(&r.err, &ne);
+    ck_assert(o && e);
+    r.rc = main_fn(argc, argv, o, e);
+    fclose(o);
+    fclose(e);
+    return r;
+}
+
+void tu_result_free(tu_result *r)
+{
+    free(r->out);
+    free(r->err);
 }

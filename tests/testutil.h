@@ -9,6 +9,7 @@
 #include "te.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* The checked fixture of every TCase: te_init with seed 1 on 2 threads before
  * each test; te_tape_reset and te_shutdown after it. */
@@ -40,5 +41,26 @@ void tu_assert_half_close(const te_tensor *h, const te_tensor *ref, const char *
 
 /* A persistent copy of t in dtype dt (values rounded to it). */
 te_tensor *tu_as_dtype(const te_tensor *t, te_dtype dt);
+
+/* ---- scratch directories, and tools run in this process ------------------ */
+
+/* Makes a fresh directory "/tmp/PREFIX-XXXXXX" into dir (n bytes) for a
+ * suite's unchecked fixture (aborts when it cannot: there is no test to
+ * fail yet); tu_scratch_remove deletes it and everything under it. */
+void tu_scratch_make(char *dir, size_t n, const char *prefix);
+void tu_scratch_remove(const char *dir);
+/* A fresh sub-directory of dir for one test, in buf (returned). */
+char *tu_scratch_sub(const char *dir, char *buf, size_t n);
+
+/* What one in-process run of a tool printed and returned. */
+typedef struct tu_result {
+    int rc;
+    char *out, *err;
+} tu_result;
+/* Runs main_fn(argc, argv, out, err), argv being name then the
+ * NULL-terminated args, with both streams captured. */
+tu_result tu_run_tool(int (*main_fn)(int, char **, FILE *, FILE *), const char *name,
+                      const char *const *args);
+void tu_result_free(tu_result *r);
 
 #endif
