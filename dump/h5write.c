@@ -455,8 +455,8 @@ static bool write_out(int fd, const unsigned char *buf, size_t len)
     return true;
 }
 
-/* Writes the closed image into fd and fsyncs it when save is set; frees the
- * image and closes fd in every case. */
+/* Writes the closed image into fd when save is set (no fsync: see
+ * sync_close) and frees the image in every case. */
 static bool write_image(mem_image *im, int fd, const char *tmp, bool save, char *err, size_t n)
 {
     if (save && !write_out(fd, im->closed, image_length(im)))

@@ -53,12 +53,6 @@ typedef struct item {
     struct item *next;
 } item;
 
-/* A sealed step waiting for its fsync and rename. */
-typedef struct sealed {
-    dump_step_writer *w;
-    struct sealed *next;
-} sealed;
-
 /* One step's copies held by the flight recorder. */
 typedef struct held_step {
     struct item *head, *tail;
@@ -77,8 +71,9 @@ struct dump_session {
     item *head, *tail;
     size_t queued_bytes;
     bool closing, busy;
-    sealed *sync_head, *sync_tail; /* for the syncer, in step order */
-    int n_sealed;                  /* queued or being synced */
+    dump_step_writer *sealed[MAX_SEALED]; /* sealed steps for the syncer, a ring in step order */
+    int sync_start, sync_queued;
+    int n_sealed;                         /* queued or being synced: at most MAX_SEALED */
     bool sync_closing;
     /* what the writer did, for `info dump` */
     uint64_t bytes_written;
@@ -140,26 +135,10 @@ static void activity(dump_session *d, int delta)
 /* Hands a sealed step to the syncer, waiting while MAX_SEALED are ahead. */
 static void hand_over(dump_session *d, dump_step_writer *w)
 {
-    sealed *s = malloc(sizeof *s);
-    if (!s) {
-        char err[1024];
-        if (!dump_step_publish(w, err, sizeof err)) /* no memory: sync here */
-            fail(d, err);
-        pthread_mutex_lock(&d->mu);
-        d->steps_written++;
-        pthread_mutex_unlock(&d->mu);
-        return;
-    }
-    s->w = w;
-    s->next = NULL;
     pthread_mutex_lock(&d->mu);
     while (d->n_sealed >= MAX_SEALED)
         pthread_cond_wait(&d->synced, &d->mu);
-    if (d->sync_tail)
-        d->sync_tail->next = s;
-    else
-        d->sync_head = s;
-    d->sync_tail = s;
+    d->sealed[(d->sync_start + d->sync_queued++) % MAX_SEALED] = w;
     d->n_sealed++;
     activity(d, +1);
     pthread_cond_signal(&d->to_sync);
@@ -205,13 +184,13 @@ static void *syncer_main(void *arg)
     dump_step_writer *written = NULL; /* written, its fsync still to come */
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        while (!d->sync_head && !d->sync_closing && !written)
+        while (!d->sync_queued && !d->sync_closing && !written)
             pthread_cond_wait(&d->to_sync, &d->mu);
-        sealed *s = d->sync_head;
-        if (s) {
-            d->sync_head = s->next;
-            if (!d->sync_head)
-                d->sync_tail = NULL;
+        dump_step_writer *s = NULL;
+        if (d->sync_queued) {
+            s = d->sealed[d->sync_start];
+            d->sync_start = (d->sync_start + 1) % MAX_SEALED;
+            d->sync_queued--;
         } else if (!written) {
             break; /* closing, nothing left */
         }
@@ -220,15 +199,14 @@ static void *syncer_main(void *arg)
         char err[1024];
         int done = 0, gone = 0; /* steps published; steps finished either way */
         if (s && failed(d)) {
-            dump_step_abort(s->w);
+            dump_step_abort(s);
             gone++;
-        } else if (s && dump_step_write(s->w, err, sizeof err)) {
-            next = s->w;
+        } else if (s && dump_step_write(s, err, sizeof err)) {
+            next = s;
         } else if (s) {
             fail(d, err);
             gone++;
         }
-        free(s);
         if (written) {
             done += publish_step(d, written);
             gone++;
