@@ -18,6 +18,7 @@
 #define CHUNK_MAX (1u << 20)   /* bytes in one chunk at most */
 #define WRITE_PIECE (8u << 20) /* a file is handed to the disk this much at a time */
 #define SPARES 2               /* file images kept for reuse */
+#define TABLE_BUF_MIN (64u << 10) /* bytes of H5Dwrite's buffers for a table, at least */
 
 /* ---- helpers shared with h5read.c ----------------------------------------- */
 
@@ -864,8 +865,18 @@ static bool write_table(hid_t file, const char *name, hid_t mtype, size_t row, i
     hid_t dcpl = ftype < 0 || H5Tpack(ftype) < 0 ? -1 : new_dcpl(1, dims, row, 0);
     hid_t ds = sp < 0 || dcpl < 0 ? -1 : H5Dcreate2(file, name, ftype, sp, H5P_DEFAULT, dcpl,
                                                     H5P_DEFAULT);
-    bool ok = ds >= 0 && (count == 0 || H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                                  rows) >= 0);
+    /* H5Dwrite's conversion buffers are 1 MiB each unless told, and cleared
+     * at every call: for a table of a few rows that was most of a
+     * statistics-only step's cost. These hold every row twice over (a
+     * variable-length string takes 16 bytes in the file, 8 in memory). */
+    size_t fsize = ftype < 0 ? 0 : H5Tget_size(ftype);
+    size_t buf = 2 * (size_t)count * (row > fsize ? row : fsize);
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    bool ok = ds >= 0 && dxpl >= 0 &&
+              H5Pset_buffer(dxpl, buf > TABLE_BUF_MIN ? buf : TABLE_BUF_MIN, NULL, NULL) >= 0 &&
+              (count == 0 || H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, dxpl, rows) >= 0);
+    if (dxpl >= 0)
+        H5Pclose(dxpl);
     if (ds >= 0)
         ok = H5Dclose(ds) >= 0 && ok;
     if (dcpl >= 0)

@@ -12,8 +12,17 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_KERNEL 1
+#endif
 
-#define CHUNK_MIN 65536  /* elements: smaller tensors are one chunk, run serially */
+#define CHUNK_MIN 65536  /* elements: smaller tensors are one chunk */
+/* Elements below which one thread scans the whole tensor: waking the
+ * others (asleep between ops under OMP_WAIT_POLICY=PASSIVE, or behind
+ * OpenBLAS's spinning threads) took 40-100 us, as long as scanning 128K
+ * elements alone. */
+#define PARALLEL_MIN (1 << 19)
 #define MAX_CHUNKS 256   /* bigger tensors get bigger chunks, never more of them */
 #define BLOCK 4096       /* f32 staging buffer for f16, bf16 and i32 */
 #define SHIFT_SCAN 64    /* elements searched for a finite shift value */
@@ -190,7 +199,7 @@ STATS_KERNEL static void kernel_quick(part *p, const float *x, int64_t n, int64_
  * values beyond f16's range are counted only in a block that has some. */
 #define FULL_BLOCK 256
 
-STATS_KERNEL static void kernel_full(part *p, const float *x, int64_t n, int64_t base)
+static void kernel_full(part *p, const float *x, int64_t n, int64_t base)
 {
     const float k = p->shift;
     for (int64_t b = 0; b < n; b += FULL_BLOCK) {
@@ -224,9 +233,111 @@ STATS_KERNEL static void kernel_full(part *p, const float *x, int64_t n, int64_t
     }
 }
 
+#ifdef HAVE_AVX2_KERNEL
+/* kernel_full written out for AVX2 and FMA, twice as fast: the compiler's
+ * version reduced its eight lanes to one after every block, which cost as
+ * much as the block. Here a block's f32 sums are widened into four double
+ * lanes and added there, and min and max stay vectors until the chunk's
+ * end; two sets of accumulators hide the adds' latency. abs_max is the
+ * larger of |min| and |max|, as every block counted here is finite. Blocks
+ * that are not, and the tail, go through kernel_full. */
+#define WIDEN_ADD(acc, v)                                                                          \
+    acc = _mm256_add_pd(acc, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),             \
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))))
+
+__attribute__((target("avx2,fma"))) static double hsum4(__m256d v)
+{
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+__attribute__((target("avx2,fma"))) static void kernel_full_avx2(part *p, const float *x, int64_t n,
+                                                                  int64_t base)
+{
+    const __m256 k = _mm256_set1_ps(p->shift), zero = _mm256_setzero_ps();
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 f16_max = _mm256_set1_ps(F16_MAX);
+    __m256d s1_all = _mm256_setzero_pd(), s2_all = s1_all, sq_all = s1_all, as_all = s1_all;
+    __m256 mn_all = _mm256_set1_ps(INFINITY), mx_all = _mm256_set1_ps(-INFINITY);
+    int64_t fin = 0, zeros = 0, b = 0;
+    for (; b + FULL_BLOCK <= n; b += FULL_BLOCK) {
+        const float *xb = x + b;
+        __m256 s1a = zero, s1b = zero, s2a = zero, s2b = zero, sqa = zero, sqb = zero, asa = zero,
+               asb = zero;
+        __m256 mn = _mm256_set1_ps(INFINITY), mx = _mm256_set1_ps(-INFINITY);
+        __m256i z = _mm256_setzero_si256();
+        for (int i = 0; i < FULL_BLOCK; i += 16) {
+            const __m256 v = _mm256_loadu_ps(xb + i), w = _mm256_loadu_ps(xb + i + 8);
+            const __m256 d = _mm256_sub_ps(v, k), e = _mm256_sub_ps(w, k);
+            s1a = _mm256_add_ps(s1a, d);
+            s1b = _mm256_add_ps(s1b, e);
+            s2a = _mm256_fmadd_ps(d, d, s2a);
+            s2b = _mm256_fmadd_ps(e, e, s2b);
+            sqa = _mm256_fmadd_ps(v, v, sqa);
+            sqb = _mm256_fmadd_ps(w, w, sqb);
+            asa = _mm256_add_ps(asa, _mm256_and_ps(v, absm));
+            asb = _mm256_add_ps(asb, _mm256_and_ps(w, absm));
+            mn = _mm256_min_ps(mn, _mm256_min_ps(v, w));
+            mx = _mm256_max_ps(mx, _mm256_max_ps(v, w));
+            z = _mm256_sub_epi32(z, _mm256_castps_si256(_mm256_cmp_ps(v, zero, _CMP_EQ_OQ)));
+            z = _mm256_sub_epi32(z, _mm256_castps_si256(_mm256_cmp_ps(w, zero, _CMP_EQ_OQ)));
+        }
+        const __m256 s1 = _mm256_add_ps(s1a, s1b), s2 = _mm256_add_ps(s2a, s2b);
+        const __m256 sq = _mm256_add_ps(sqa, sqb), as = _mm256_add_ps(asa, asb);
+        __m256 probe = _mm256_add_ps(_mm256_add_ps(s2, sq), as);
+        probe = _mm256_sub_ps(probe, probe); /* NaN in a lane whose sums are not finite */
+        if (_mm256_movemask_ps(_mm256_cmp_ps(probe, probe, _CMP_UNORD_Q))) {
+            full_exact(p, xb, FULL_BLOCK, base + b);
+            continue;
+        }
+        WIDEN_ADD(s1_all, s1);
+        WIDEN_ADD(s2_all, s2);
+        WIDEN_ADD(sq_all, sq);
+        WIDEN_ADD(as_all, as);
+        mn_all = _mm256_min_ps(mn_all, mn);
+        mx_all = _mm256_max_ps(mx_all, mx);
+        __m128i zs = _mm_add_epi32(_mm256_castsi256_si128(z), _mm256_extracti128_si256(z, 1));
+        zs = _mm_add_epi32(zs, _mm_shuffle_epi32(zs, 0x4e));
+        zs = _mm_add_epi32(zs, _mm_shuffle_epi32(zs, 0xb1));
+        zeros += _mm_cvtsi128_si32(zs);
+        fin += FULL_BLOCK;
+        const __m256 amx = _mm256_max_ps(_mm256_and_ps(mn, absm), _mm256_and_ps(mx, absm));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(amx, f16_max, _CMP_GT_OQ)))
+            for (int i = 0; i < FULL_BLOCK; i++)
+                p->ovf += fabsf(xb[i]) > F16_MAX;
+    }
+    if (fin > 0) {
+        float lo[8], hi[8];
+        _mm256_storeu_ps(lo, mn_all);
+        _mm256_storeu_ps(hi, mx_all);
+        float mn = lo[0], mx = hi[0];
+        for (int i = 1; i < 8; i++) {
+            mn = lo[i] < mn ? lo[i] : mn;
+            mx = hi[i] > mx ? hi[i] : mx;
+        }
+        const float amx = fabsf(mn) > fabsf(mx) ? fabsf(mn) : fabsf(mx);
+        part_add(p, &(part){ .fin = fin, .zero = zeros, .min = mn, .max = mx, .abs_max = amx,
+                             .s1 = hsum4(s1_all), .s2 = hsum4(s2_all), .sq = hsum4(sq_all),
+                             .abs_sum = hsum4(as_all) });
+    }
+    if (b < n)
+        kernel_full(p, x + b, n - b, base + b);
+}
+#endif
+
+/* The full kernel for this CPU. */
+static void (*full_kernel(void))(part *, const float *, int64_t, int64_t)
+{
+#ifdef HAVE_AVX2_KERNEL
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return kernel_full_avx2;
+#endif
+    return kernel_full;
+}
+
 static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, part *p)
 {
-    void (*kernel)(part *, const float *, int64_t, int64_t) = quick ? kernel_quick : kernel_full;
+    void (*kernel)(part *, const float *, int64_t, int64_t) = quick ? kernel_quick : full_kernel();
     *p = (part){ .n = hi - lo, .first_bad = -1, .min = INFINITY, .max = -INFINITY };
     if (t->dtype == TE_F32) {
         const float *x = (const float *)t->data + lo;
@@ -291,7 +402,7 @@ static void scan(const te_tensor *t, bool quick, te_stats *s)
     size = size < CHUNK_MIN ? CHUNK_MIN : (size + BLOCK - 1) / BLOCK * BLOCK;
     int nch = (int)((n + size - 1) / size);
     part parts[MAX_CHUNKS];
-#pragma omp parallel for schedule(static) if (nch > 1)
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
     for (int c = 0; c < nch; c++) {
         int64_t lo = (int64_t)c * size, hi = lo + size < n ? lo + size : n;
         scan_chunk(t, lo, hi, quick, &parts[c]);
@@ -312,7 +423,7 @@ bool te_has_nonfinite(const te_tensor *t)
     const float *x = t->data;
     const int64_t n = t->numel;
     float probe = 0.0f; /* NaN exactly when some x is NaN or Inf */
-#pragma omp parallel for simd reduction(+ : probe) if (n >= CHUNK_MIN) schedule(static)
+#pragma omp parallel for simd reduction(+ : probe) if (n >= PARALLEL_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         probe += x[i] * 0.0f;
     return probe != probe;

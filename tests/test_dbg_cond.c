@@ -287,6 +287,62 @@ START_TEST(test_stats_thread_invariant)
 }
 END_TEST
 
+/* 5000 elements, so whole blocks of the vector kernel and a tail: a NaN
+ * and an Inf in two blocks (done again exactly), f16 overflows in a block
+ * and in the tail, and zeros, against sums in double over the finite values. */
+START_TEST(test_stats_blocks_against_reference)
+{
+    enum { N = 5000 };
+    static float x[N];
+    uint32_t r = 777;
+    for (int i = 0; i < N; i++) {
+        r = r * 1664525u + 1013904223u;
+        x[i] = (float)(r >> 8) / (float)(1 << 24) * 4.0f - 1.5f;
+    }
+    for (int i = 0; i < N; i += 37)
+        x[i] = 0.0f;
+    x[300] = NAN;
+    x[1800] = INFINITY;
+    x[2600] = 70000.0f;
+    x[2601] = -80000.0f;
+    x[4990] = 1e6f;
+    int64_t fin = 0, zero = 0, ovf = 0;
+    double sum = 0, sq = 0, asum = 0, mn = INFINITY, mx = -INFINITY;
+    for (int i = 0; i < N; i++) {
+        if (!isfinite(x[i]))
+            continue;
+        fin++;
+        zero += x[i] == 0.0f;
+        ovf += fabsf(x[i]) > 65504.0f;
+        sum += x[i];
+        sq += (double)x[i] * x[i];
+        asum += fabs(x[i]);
+        mn = fmin(mn, x[i]);
+        mx = fmax(mx, x[i]);
+    }
+    double mean = sum / (double)fin, var = 0;
+    for (int i = 0; i < N; i++)
+        if (isfinite(x[i]))
+            var += (x[i] - mean) * (x[i] - mean);
+    te_tensor t = view(x, N);
+    te_stats s;
+    te_stats_compute(&t, &s);
+    assert_i64(s.nan, 1);
+    assert_i64(s.inf, 1);
+    assert_i64(s.first_bad, 300);
+    assert_i64(s.zero, zero);
+    assert_i64(s.fp16_overflow, 3);
+    assert_i64(ovf, 3);
+    assert_near(s.min, mn, 0);
+    assert_near(s.max, mx, 0);
+    assert_near(s.abs_max, 1e6, 0);
+    assert_near(s.mean, mean, 1e-6 * fabs(mean));
+    assert_near(s.std, sqrt(var / (double)fin), 1e-6 * sqrt(var / (double)fin));
+    assert_near(s.l2norm, sqrt(sq), 1e-6 * sqrt(sq));
+    assert_near(s.abs_mean, asum / (double)fin, 1e-6 * asum / (double)fin);
+}
+END_TEST
+
 /* A mean far from zero must not swallow a small spread. */
 START_TEST(test_stats_std_large_mean)
 {
@@ -893,6 +949,7 @@ Suite *suite_dbg_cond(void)
     tcase_add_test(tc, test_stats_first_bad_across_chunks);
     tcase_add_test(tc, test_stats_thread_invariant);
     tcase_add_test(tc, test_stats_std_large_mean);
+    tcase_add_test(tc, test_stats_blocks_against_reference);
     tcase_add_test(tc, test_index_str);
     tcase_add_test(tc, test_edit_distance);
     tcase_add_test(tc, test_parse_forms);
