@@ -419,7 +419,10 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
         return;
     if (d->spec.stats_only) {
         te_stats s;
-        te_stats_compute(t, &s);
+        if (io == DUMP_OUT)
+            te_op_output_stats(r, slot, &s);
+        else
+            te_stats_compute(t, &s);
         dump_stats_row *row = &it->row;
         snprintf(row->op, sizeof row->op, "%s", r->name);
         row->io = io;
@@ -633,6 +636,8 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
         dump_stop(d);
         return NULL;
     }
+    if (spec->stats_only)
+        te_stats_want(true);
     /* graph mode keeps the selected ops' tensors visible */
     if (spec->n_ops == 0)
         te_observe_add("*");
@@ -648,8 +653,11 @@ void dump_stop(dump_session *d)
 {
     if (!d)
         return;
-    if (d->hook >= 0)
+    if (d->hook >= 0) {
         te_hook_remove(d->hook);
+        if (d->spec.stats_only)
+            te_stats_want(false);
+    }
     pthread_mutex_lock(&d->mu);
     d->closing = true;
     pthread_cond_signal(&d->nonempty);

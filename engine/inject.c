@@ -117,8 +117,9 @@ static void alter(const injection *in, te_tensor *t, uint64_t stream)
     }
 }
 
-void te_inject_apply(const te_op_record *rec)
+bool te_inject_apply(const te_op_record *rec)
 {
+    bool altered = false;
     for (int i = 0; i < te_inject_count; i++) {
         const injection *in = &injections[i];
         if (in->step != rec->step || fnmatch(in->glob, rec->name, 0) != 0)
@@ -130,9 +131,12 @@ void te_inject_apply(const te_op_record *rec)
         uint64_t stream = (uint64_t)rec->step;
         for (const char *c = rec->name; *c; c++)
             stream = stream * 131 + (uint8_t)*c;
-        if (t && te_dtype_is_float(t->dtype))
+        if (t && te_dtype_is_float(t->dtype)) {
             alter(in, t, stream);
+            altered = true;
+        }
     }
+    return altered;
 }
 
 /* Graph mode keeps the output of an injected op in memory and unfused, so

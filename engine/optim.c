@@ -116,45 +116,55 @@ static float *state_buf(float **slot, int64_t n)
     return *slot;
 }
 
+/* One parameter's update: its data, gradient and optimizer state (f32). */
+typedef struct update {
+    float *p;
+    const float *g;
+    float *m, *v;   /* momentum buffer / Adam moments; NULL when unused */
+    bool first;     /* SGD: the momentum buffer's first step */
+} update;
+
 /* One branch-free loop per case: a test inside the loop kept GCC from
  * vectorising it (scalar code, a third of the MLP step at batch 32). The
  * first momentum step is the general one with a zero buffer: 0*0 + 1*d. */
-static void sgd_update(const te_sgd_opts *s, float *restrict p, const float *restrict g,
-                       float *restrict buf, bool first, int64_t n)
+static void sgd_range(const te_sgd_opts *s, const update *u, int64_t lo, int64_t hi)
 {
+    float *restrict p = u->p, *restrict buf = u->m;
+    const float *restrict g = u->g;
     const float lr = s->lr, wd = s->weight_decay;
-    const float mom = first ? 0.0f : s->momentum, damp = first ? 1.0f : 1.0f - s->dampening;
+    const float mom = u->first ? 0.0f : s->momentum, damp = u->first ? 1.0f : 1.0f - s->dampening;
     const float look = s->momentum; /* Nesterov's look-ahead uses momentum even on step 1 */
     if (!buf) {
-#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++)
+#pragma omp simd
+        for (int64_t i = lo; i < hi; i++)
             p[i] -= lr * (g[i] + wd * p[i]);
     } else if (s->nesterov) {
-#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; i++) {
             float d = g[i] + wd * p[i];
             buf[i] = mom * buf[i] + damp * d;
             p[i] -= lr * (d + look * buf[i]);
         }
     } else {
-#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; i++) {
             buf[i] = mom * buf[i] + damp * (g[i] + wd * p[i]);
             p[i] -= lr * buf[i];
         }
     }
 }
 
-static void adam_update(const te_adam_opts *a, float *restrict p, const float *restrict g,
-                        float *restrict m, float *restrict v, int64_t t, int64_t n)
+static void adam_range(const te_adam_opts *a, int64_t t, const update *u, int64_t lo, int64_t hi)
 {
+    float *restrict p = u->p, *restrict m = u->m, *restrict v = u->v;
+    const float *restrict g = u->g;
     const float b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
     const float step = a->lr / (1.0f - powf(b1, (float)t));
     const float inv_sqrt_bc2 = 1.0f / sqrtf(1.0f - powf(b2, (float)t));
     const float decay = a->decoupled ? 1.0f - a->lr * wd : 1.0f;
     const float l2 = a->decoupled ? 0.0f : wd;
-#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; i++) {
         float d = g[i] + l2 * p[i];
         m[i] = b1 * m[i] + (1.0f - b1) * d;
         v[i] = b2 * v[i] + (1.0f - b2) * d * d;
@@ -162,8 +172,45 @@ static void adam_update(const te_adam_opts *a, float *restrict p, const float *r
     }
 }
 
+static void update_range(const te_optim *o, const update *u, int64_t lo, int64_t hi)
+{
+    if (o->kind == OPT_SGD)
+        sgd_range(&o->sgd, u, lo, hi);
+    else
+        adam_range(&o->adam, o->t, u, lo, hi);
+}
+
+static void update_all(const te_optim *o, const update *u, int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n > TE_PAR_MIN)
+    for (int64_t b = 0; b < n; b += TE_STATS_STRIP)
+        update_range(o, u, b, b + TE_STATS_STRIP < n ? b + TE_STATS_STRIP : n);
+}
+
+/* The update with the new values' statistics taken a strip at a time,
+ * while the strip is still in cache: reading the parameter again after
+ * its update came from memory, at twice the cost. */
+static void update_with_stats(const te_optim *o, const update *u, int64_t n, te_stats *s)
+{
+    int64_t size;
+    const int nch = te_stats_chunks(n, &size);
+    te_stats_part parts[TE_STATS_MAX_CHUNKS];
+#pragma omp parallel for schedule(static) if (nch > 1 && n > TE_PAR_MIN)
+    for (int c = 0; c < nch; c++) {
+        const int64_t lo = (int64_t)c * size, hi = lo + size < n ? lo + size : n;
+        for (int64_t b = lo; b < hi; b += TE_STATS_STRIP) {
+            const int64_t e = b + TE_STATS_STRIP < hi ? b + TE_STATS_STRIP : hi;
+            update_range(o, u, b, e);
+            if (b == lo)
+                te_stats_part_begin(&parts[c], u->p, lo, hi);
+            te_stats_part_add(&parts[c], u->p, b, e - b);
+        }
+    }
+    te_stats_merge(parts, nch, n, s);
+}
+
 /* Reports the update of one parameter to hooks and injections. */
-static void record_update(const te_optim *o, te_tensor *p)
+static void record_update(const te_optim *o, te_tensor *p, const te_stats *stats)
 {
     char name[TE_NAME_MAX];
     snprintf(name, sizeof name, "update/%.120s", p->name + 6);
@@ -173,6 +220,7 @@ static void record_update(const te_optim *o, te_tensor *p)
         .name = name,
         .type = o->kind == OPT_SGD ? "SGD" : (o->adam.decoupled ? "AdamW" : "Adam"),
         .loc = { __FILE__, __LINE__ }, .inputs = in, .n_inputs = 1, .outputs = out, .n_outputs = 1,
+        .out_stats = stats,
     };
     te_op_done(&rec);
 }
@@ -218,16 +266,19 @@ te_status te_optim_step(te_optim *o)
             te_set_error(TE_ERR_NOMEM, "optimizer: out of memory for the state of %s", p->name);
             return TE_ERR_NOMEM;
         }
-        if (o->kind == OPT_SGD)
-            sgd_update(&o->sgd, pf, gf, m, first, n);
+        const update u = { pf, gf, m, v, first };
+        te_stats stats;
+        const bool with_stats = te_stats_wanted && te_hook_count && !tmp;
+        if (with_stats)
+            update_with_stats(o, &u, n, &stats);
         else
-            adam_update(&o->adam, pf, gf, m, v, o->t, n);
+            update_all(o, &u, n);
         if (tmp) {
             te_copy_from_f32(p, pf);
             free(tmp);
         }
         if (te_hook_count || te_inject_count)
-            record_update(o, p);
+            record_update(o, p, with_stats ? &stats : NULL);
         else
             te_next_exec_index();
         p->grad_valid = false;

@@ -18,13 +18,13 @@
 #endif
 
 #define CHUNK_MIN 65536  /* elements: smaller tensors are one chunk */
+#define STRIP TE_STATS_STRIP
 /* Elements below which one thread scans the whole tensor: waking the
  * others (asleep between ops under OMP_WAIT_POLICY=PASSIVE, or behind
  * OpenBLAS's spinning threads) took 40-100 us, as long as scanning 128K
  * elements alone. */
 #define PARALLEL_MIN (1 << 19)
-#define MAX_CHUNKS 256   /* bigger tensors get bigger chunks, never more of them */
-#define BLOCK 4096       /* f32 staging buffer for f16, bf16 and i32 */
+#define BLOCK STRIP      /* f32 staging buffer for f16, bf16 and i32 */
 #define SHIFT_SCAN 64    /* elements searched for a finite shift value */
 #define F16_MAX 65504.0f
 
@@ -36,14 +36,7 @@
 #define STATS_KERNEL
 #endif
 
-/* One chunk's share. Moments are of (x - shift), shift being one of the
- * chunk's own values, so that a large mean does not cancel the variance. */
-typedef struct part {
-    int64_t n, fin, nan, zero, ovf, first_bad;
-    float min, max, abs_max, shift;
-    double s1, s2;      /* sum and sum of squares of x - shift, finite x */
-    double sq, abs_sum; /* sum of x^2 and of |x|, finite x */
-} part;
+typedef te_stats_part part;
 
 static inline int finite_bits(float v)
 {
@@ -340,9 +333,10 @@ static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, p
     void (*kernel)(part *, const float *, int64_t, int64_t) = quick ? kernel_quick : full_kernel();
     *p = (part){ .n = hi - lo, .first_bad = -1, .min = INFINITY, .max = -INFINITY };
     if (t->dtype == TE_F32) {
-        const float *x = (const float *)t->data + lo;
-        p->shift = quick ? 0.0f : shift_of(x, hi - lo);
-        kernel(p, x, hi - lo, lo);
+        const float *x = t->data;
+        p->shift = quick ? 0.0f : shift_of(x + lo, hi - lo);
+        for (int64_t b = lo; b < hi; b += STRIP) /* as te_stats_part_add is called */
+            kernel(p, x + b, hi - b < STRIP ? hi - b : STRIP, b);
         return;
     }
     float buf[BLOCK];
@@ -357,7 +351,7 @@ static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, p
 }
 
 /* Merges the chunks in order; the moments combine by Chan's formula. */
-static void finish(const part *parts, int nch, int64_t n, te_stats *s)
+void te_stats_merge(const te_stats_part *parts, int nch, int64_t n, te_stats *s)
 {
     *s = (te_stats){ .n = n, .first_bad = -1 };
     int64_t fin = 0;
@@ -395,19 +389,35 @@ static void finish(const part *parts, int nch, int64_t n, te_stats *s)
     s->abs_mean = abs_sum / (double)fin;
 }
 
+int te_stats_chunks(int64_t n, int64_t *size)
+{
+    int64_t sz = (n + TE_STATS_MAX_CHUNKS - 1) / TE_STATS_MAX_CHUNKS;
+    *size = sz < CHUNK_MIN ? CHUNK_MIN : (sz + BLOCK - 1) / BLOCK * BLOCK;
+    return (int)((n + *size - 1) / *size);
+}
+
+void te_stats_part_begin(te_stats_part *p, const float *x, int64_t lo, int64_t hi)
+{
+    *p = (part){ .n = hi - lo, .first_bad = -1, .min = INFINITY, .max = -INFINITY,
+                 .shift = shift_of(x + lo, hi - lo) };
+}
+
+void te_stats_part_add(te_stats_part *p, const float *x, int64_t first, int64_t count)
+{
+    full_kernel()(p, x + first, count, first);
+}
+
 static void scan(const te_tensor *t, bool quick, te_stats *s)
 {
-    int64_t n = t->numel;
-    int64_t size = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;
-    size = size < CHUNK_MIN ? CHUNK_MIN : (size + BLOCK - 1) / BLOCK * BLOCK;
-    int nch = (int)((n + size - 1) / size);
-    part parts[MAX_CHUNKS];
+    int64_t n = t->numel, size;
+    int nch = te_stats_chunks(n, &size);
+    part parts[TE_STATS_MAX_CHUNKS];
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
     for (int c = 0; c < nch; c++) {
         int64_t lo = (int64_t)c * size, hi = lo + size < n ? lo + size : n;
         scan_chunk(t, lo, hi, quick, &parts[c]);
     }
-    finish(parts, nch, n, s);
+    te_stats_merge(parts, nch, n, s);
     if (quick) /* the fields the quick kernel does not compute stay 0 */
         *s = (te_stats){ .n = s->n, .nan = s->nan, .inf = s->inf, .first_bad = s->first_bad,
                           .abs_max = s->abs_max, .l2norm = s->l2norm };
@@ -430,6 +440,18 @@ bool te_has_nonfinite(const te_tensor *t)
 }
 
 void te_stats_compute(const te_tensor *t, te_stats *s) { scan(t, false, s); }
+
+int te_stats_wanted;
+
+void te_stats_want(bool on) { te_stats_wanted += on ? 1 : -1; }
+
+void te_op_output_stats(const te_op_record *r, int i, te_stats *s)
+{
+    if (r->out_stats && r->out_stats[i].n == r->outputs[i]->numel)
+        *s = r->out_stats[i];
+    else
+        te_stats_compute(r->outputs[i], s);
+}
 
 void te_stats_quick(const te_tensor *t, te_stats *s) { scan(t, true, s); }
 

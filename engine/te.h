@@ -330,6 +330,8 @@ typedef struct te_op_record {
     te_tensor *const *outputs;
     int n_outputs;
     const char *kernel;  /* graph mode: "k3 fused-act: fc1/linear, fc1/relu"; NULL in eager mode */
+    const struct te_stats *out_stats; /* NULL, or the outputs' statistics as the op computed
+                                       * them (te_stats_want); read them with te_op_output_stats */
 } te_op_record;
 
 typedef struct te_hooks {
@@ -458,6 +460,14 @@ void te_stats_quick(const te_tensor *t, te_stats *s);
 /* Does t hold a NaN or Inf? The cheapest pass there is (x * 0 summed),
  * for tensors whose statistics nobody keeps (parameters after an update). */
 bool te_has_nonfinite(const te_tensor *t);
+/* A hook that takes the statistics of ops' outputs says so: ops that can
+ * compute them while they write the output (the optimizer's update, a
+ * strip at a time in cache) then do, and te_op_output_stats hands them
+ * over instead of reading the tensor again. Calls nest: on, then off. */
+void te_stats_want(bool on);
+/* Output i's full statistics: those the op computed, else te_stats_compute.
+ * The same bits either way. */
+void te_op_output_stats(const te_op_record *r, int i, te_stats *s);
 /* Flat index -> "[3,17]" for t's shape; returns buf. */
 char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
 

@@ -143,6 +143,40 @@ static inline int32_t *te_i32(const te_tensor *t) { return (int32_t *)t->data; }
 /* Minimum elements per thread before an elementwise loop goes parallel. */
 #define TE_PAR_MIN 32768
 
+/* ---- statistics where a tensor is written (stats.c) ------------------------
+ * The optimizer computes a parameter's statistics inside its update loop,
+ * a strip at a time while the strip is in cache, when a hook wants them
+ * (te_stats_wanted): the same chunks and the same arithmetic as
+ * te_stats_compute, so the same result bit for bit.
+ *
+ *     int64_t size;
+ *     int nch = te_stats_chunks(n, &size);
+ *     for each chunk c, [lo, hi) = [c * size, min(lo + size, n)), any thread:
+ *         for each strip [b, b + TE_STATS_STRIP) of it, in order:
+ *             write x[b ..];
+ *             if (b == lo) te_stats_part_begin(&parts[c], x, lo, hi);
+ *             te_stats_part_add(&parts[c], x, b, strip length);
+ *     te_stats_merge(parts, nch, n, &s);
+ */
+#define TE_STATS_MAX_CHUNKS 256 /* bigger tensors get bigger chunks, never more of them */
+#define TE_STATS_STRIP 4096     /* elements scanned per call; chunks are a multiple */
+
+/* One chunk's share. Moments are of (x - shift), shift being one of the
+ * chunk's own values, so that a large mean does not cancel the variance. */
+typedef struct te_stats_part {
+    int64_t n, fin, nan, zero, ovf, first_bad;
+    float min, max, abs_max, shift;
+    double s1, s2;      /* sum and sum of squares of x - shift, finite x */
+    double sq, abs_sum; /* sum of x^2 and of |x|, finite x */
+} te_stats_part;
+
+extern int te_stats_wanted;   /* hooks that want op outputs' statistics */
+int te_stats_chunks(int64_t n, int64_t *size);
+/* Needs the chunk's first 64 values (or all of a shorter chunk) written. */
+void te_stats_part_begin(te_stats_part *p, const float *x, int64_t lo, int64_t hi);
+void te_stats_part_add(te_stats_part *p, const float *x, int64_t first, int64_t count);
+void te_stats_merge(const te_stats_part *parts, int nch, int64_t n, te_stats *s);
+
 /* ---- backends ------------------------------------------------------------ */
 
 typedef struct te_backend {
@@ -184,7 +218,8 @@ extern int te_hook_count;
 extern int te_inject_count;
 void te_hooks_step(int64_t step, bool begin);
 void te_hooks_phase(int64_t step, te_phase p);
-void te_inject_apply(const te_op_record *rec);
+/* True when it altered the op's output. */
+bool te_inject_apply(const te_op_record *rec);
 /* Does an injection target this op? Graph mode keeps its output visible. */
 bool te_inject_targets(const char *op_name);
 /* The injected op globs as text, for the key of a compiled graph variant. */

@@ -187,6 +187,134 @@ START_TEST(test_f16_params)
 }
 END_TEST
 
+/* ---- statistics taken inside the update (te_stats_want) ---------------------- */
+
+/* A hook that checks every update op's statistics against a fresh pass. */
+typedef struct {
+    int updates, with_stats;
+    te_stats last;
+} stats_seen;
+
+static void check_update_stats(const te_op_record *r, void *user)
+{
+    stats_seen *seen = user;
+    if (r->phase != TE_PHASE_UPDATE)
+        return;
+    seen->updates++;
+    te_stats fresh, handed;
+    te_stats_compute(r->outputs[0], &fresh);
+    te_op_output_stats(r, 0, &handed);
+    ck_assert_msg(memcmp(&fresh, &handed, sizeof fresh) == 0,
+                  "%s: statistics from the update differ from a fresh pass: mean %.17g / %.17g, "
+                  "std %.17g / %.17g", r->name, handed.mean, fresh.mean, handed.std, fresh.std);
+    seen->with_stats += r->out_stats != NULL;
+    seen->last = handed;
+}
+
+/* The updates that compute statistics on the way give PyTorch's values too:
+ * each configuration (loop index) once more, with statistics wanted. */
+START_TEST(test_trajectories_with_stats)
+{
+    static const struct {
+        const char *cfg;
+        make_fn make;
+    } cases[] = { { "sgd", make_sgd }, { "sgd_momentum", make_sgd_momentum },
+                  { "sgd_nesterov", make_sgd_nesterov }, { "adam", make_adam }, { "adamw", make_adamw } };
+    stats_seen seen = { 0 };
+    int h = te_hook_add(&(te_hooks){ .op_end = check_update_stats }, &seen);
+    te_stats_want(true);
+    check_trajectory(cases[_i].cfg, cases[_i].make);
+    te_stats_want(false);
+    te_hook_remove(h);
+    ck_assert_int_eq(seen.updates, 3 * 2); /* three steps, w and b */
+    ck_assert_int_eq(seen.with_stats, seen.updates);
+}
+END_TEST
+
+/* A parameter of 700001 values: eleven chunks over two threads, strips and a
+ * ragged end. The statistics match a fresh pass bit for bit, and sums in
+ * double over the new values. */
+START_TEST(test_update_stats_large)
+{
+    enum { N = 700001 };
+    static float init[N];
+    uint32_t r = 99;
+    for (int i = 0; i < N; i++) {
+        r = r * 1664525u + 1013904223u;
+        init[i] = (float)(r >> 8) / (float)(1 << 24) - 0.25f;
+    }
+    te_tensor *p = te_param_new("big", TE_F32, te_shape(N));
+    te_copy_from_f32(p, init);
+    te_optim *opt = te_sgd_new(&p, 1, &(te_sgd_opts){ .lr = 0.5f, .momentum = 0.9f });
+    stats_seen seen = { 0 };
+    int h = te_hook_add(&(te_hooks){ .op_end = check_update_stats }, &seen);
+    te_stats_want(true);
+    for (int step = 0; step < 2; step++) {
+        te_step_begin();
+        ck_assert_int_eq(te_backward(te_sum(te_scale(p, 0.125f), TE_ALL, false)), TE_OK);
+        ck_assert_int_eq(te_optim_step(opt), TE_OK);
+        te_step_end();
+    }
+    te_stats_want(false);
+    te_hook_remove(h);
+    ck_assert_int_eq(seen.with_stats, 2);
+    /* two steps of lr 0.5 on gradient 1/8, momentum 0.9: 1/16, then 1.9/16 */
+    double sum = 0, sq = 0;
+    for (int i = 0; i < N; i++) {
+        double v = te_get(p, i);
+        ck_assert_msg(fabs(v - (init[i] - 2.9 / 16)) < 1e-6, "p[%d] = %g", i, v);
+        sum += v;
+        sq += v * v;
+    }
+    ck_assert_msg(fabs(seen.last.mean - sum / N) < 1e-7, "mean %.17g, expected %.17g",
+                  seen.last.mean, sum / N);
+    ck_assert_msg(fabs(seen.last.l2norm - sqrt(sq)) < 1e-6 * sqrt(sq), "l2norm %.17g, expected %.17g",
+                  seen.last.l2norm, sqrt(sq));
+    te_optim_free(opt);
+}
+END_TEST
+
+/* An injection into an update changes the value after the optimizer took
+ * its statistics: hooks get those of the altered value. The other update
+ * keeps the optimizer's. */
+static void expect_injected(const te_op_record *r, void *user)
+{
+    if (r->phase != TE_PHASE_UPDATE)
+        return;
+    te_stats s;
+    te_op_output_stats(r, 0, &s);
+    if (strcmp(r->name, "update/w") == 0) {
+        ck_assert_ptr_null(r->out_stats);
+        ck_assert_int_eq(s.nan, 1);
+        ck_assert_int_eq(s.first_bad, 5);
+    } else {
+        ck_assert_ptr_nonnull(r->out_stats);
+        ck_assert_int_eq(s.nan, 0);
+    }
+    (*(int *)user)++;
+}
+
+START_TEST(test_update_stats_after_injection)
+{
+    model m = model_new();
+    te_optim *opt = make_sgd();
+    int seen = 0;
+    int h = te_hook_add(&(te_hooks){ .op_end = expect_injected }, &seen);
+    te_stats_want(true);
+    ck_assert_int_eq(te_inject_add("nan@op=update/w,step=0,index=5"), TE_OK);
+    te_step_begin();
+    loss_backward(&m, 0, 6, 1.0f);
+    te_optim_step(opt);
+    te_step_end();
+    te_inject_clear();
+    te_stats_want(false);
+    te_hook_remove(h);
+    ck_assert_int_eq(seen, 2);
+    te_optim_free(opt);
+    fx_close(m.fx);
+}
+END_TEST
+
 Suite *suite_optim(void)
 {
     Suite *s = suite_create("optim");
@@ -202,6 +330,9 @@ Suite *suite_optim(void)
     tcase_add_test(tc, test_step_consumes_grads);
     tcase_add_test(tc, test_bad_options);
     tcase_add_test(tc, test_f16_params);
+    tcase_add_loop_test(tc, test_trajectories_with_stats, 0, 5);
+    tcase_add_test(tc, test_update_stats_large);
+    tcase_add_test(tc, test_update_stats_after_injection);
     suite_add_tcase(s, tc);
     return s;
 }
