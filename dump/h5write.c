@@ -17,7 +17,7 @@
 
 #define CHUNK_MAX (1u << 20)   /* bytes in one chunk at most */
 #define WRITE_PIECE (8u << 20) /* a file is handed to the disk this much at a time */
-#define SPARES 2               /* file images kept for reuse */
+#define SPARES 4               /* file images kept for reuse: one being built, three sealed (writer.c) */
 #define TABLE_BUF_MIN (64u << 10) /* bytes of H5Dwrite's buffers for a table, at least */
 
 /* ---- helpers shared with h5read.c ----------------------------------------- */
@@ -274,12 +274,14 @@ static struct spare {
     void *buf;
     size_t cap;
 } spares[SPARES];
+static size_t image_hint; /* the longest file saved: where a new image starts */
 static pthread_mutex_t spares_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void *spare_take(size_t size, size_t *cap)
 {
     struct spare s = { 0 };
     pthread_mutex_lock(&spares_mu);
+    size = size > image_hint ? size : image_hint;
     for (int i = 0; i < SPARES; i++)
         if (spares[i].buf && spares[i].cap > s.cap) {
             struct spare t = s;
@@ -317,6 +319,7 @@ void dump_h5_spares_free(void)
         free(spares[i].buf);
         spares[i] = (struct spare){ 0 };
     }
+    image_hint = 0;
     pthread_mutex_unlock(&spares_mu);
 }
 
@@ -431,8 +434,12 @@ static bool close_file(hid_t f, mem_image *im, const char *tmp, bool save, char 
     char why[256];
     if (H5Fclose(f) < 0 && save)
         save = dump_h5_fail(err, n, "%s: cannot close the file: %s", tmp, dump_h5_reason(why, sizeof why));
-    if (save && image_length(im) == 0)
+    size_t len = image_length(im);
+    if (save && len == 0)
         save = dump_h5_fail(err, n, "%s: HDF5 gave back no file image", tmp);
+    pthread_mutex_lock(&spares_mu);
+    image_hint = len > image_hint ? len : image_hint;
+    pthread_mutex_unlock(&spares_mu);
     if (!save) {
         spare_give(im->closed, im->cap);
         im->closed = NULL;

@@ -7,7 +7,8 @@
  * (its file complete in memory) and hands it over while it builds the next.
  * The syncer writes a step's file, then writes the next one (when it is
  * there) before it fsyncs and renames the first: copying one file into the
- * page cache overlaps the disk's work on the one before.
+ * page cache overlaps the disk's work on the one before. It writes run.h5
+ * too, once the first step's file is on its way to the disk.
  *
  * The queue holds copies up to a memory cap. When the disk is slower than
  * training and the cap is reached, the training thread waits for room: a
@@ -37,6 +38,7 @@
 #define QUEUE_CAP_BYTES ((size_t)256 << 20) /* copies waiting for the disk */
 #define MAX_OPS 4096                         /* rows of run.h5's op table */
 #define MAX_SEALED 3                         /* steps sealed, not yet renamed */
+#define POOL_MAX 256                         /* copy buffers kept for reuse */
 #define WRITER_NICE 10                       /* added to the writer threads' nice value */
 
 typedef enum { ITEM_BEGIN, ITEM_TENSOR, ITEM_STATS, ITEM_COMMIT } item_kind;
@@ -47,7 +49,7 @@ typedef struct item {
     dump_tensor_info ti;  /* ITEM_TENSOR */
     dump_stats_row row;   /* ITEM_STATS */
     void *data;           /* ITEM_TENSOR: the copy */
-    size_t bytes;
+    size_t bytes, cap;    /* the copy's size, its buffer's */
     dump_op_row *ops;     /* ITEM_COMMIT of the first step: its op table for run.h5 */
     int n_ops;
     struct item *next;
@@ -71,10 +73,16 @@ struct dump_session {
     item *head, *tail;
     size_t queued_bytes;
     bool closing, busy;
+    struct pooled { void *buf; size_t cap; } pool[POOL_MAX]; /* copy buffers for reuse */
+    int n_pool;
+    size_t pool_bytes;
     dump_step_writer *sealed[MAX_SEALED]; /* sealed steps for the syncer, a ring in step order */
     int sync_start, sync_queued;
     int n_sealed;                         /* queued or being synced: at most MAX_SEALED */
     bool sync_closing;
+    dump_op_row *run_ops;                 /* run.h5's op table, for the syncer to write */
+    int run_n_ops;
+    bool run_pending;                     /* handed over, not yet written */
     /* what the writer did, for `info dump` */
     uint64_t bytes_written;
     int64_t steps_written, tensors_written;
@@ -94,6 +102,43 @@ struct dump_session {
     int ring_cap, ring_n, ring_start;
     bool triggered;
 };
+
+/* ---- copy buffers ---------------------------------------------------------------- */
+
+/* A step's tensors have the same sizes every step, so their copies' buffers
+ * are used again: a fresh buffer of megabytes is a fresh mapping, faulted in
+ * a page at a time by the training thread and unmapped by the writer (a
+ * tenth of both threads' time under a full dump). The pool and the queue
+ * together hold at most QUEUE_CAP_BYTES. Both take d->mu held. */
+static void *copy_get(dump_session *d, size_t n, size_t *cap)
+{
+    int best = -1;
+    for (int i = 0; i < d->n_pool; i++)
+        if (d->pool[i].cap >= n && d->pool[i].cap / 2 <= n &&
+            (best < 0 || d->pool[i].cap < d->pool[best].cap))
+            best = i;
+    if (best < 0) {
+        *cap = n;
+        return malloc(n);
+    }
+    void *p = d->pool[best].buf;
+    *cap = d->pool[best].cap;
+    d->pool_bytes -= *cap;
+    d->pool[best] = d->pool[--d->n_pool];
+    return p;
+}
+
+static void copy_put(dump_session *d, void *p, size_t cap)
+{
+    if (!p)
+        return;
+    if (d->n_pool < POOL_MAX && d->pool_bytes + d->queued_bytes + cap <= QUEUE_CAP_BYTES) {
+        d->pool[d->n_pool++] = (struct pooled){ p, cap };
+        d->pool_bytes += cap;
+    } else {
+        free(p);
+    }
+}
 
 /* ---- the writer thread --------------------------------------------------------- */
 
@@ -145,6 +190,18 @@ static void hand_over(dump_session *d, dump_step_writer *w)
     pthread_mutex_unlock(&d->mu);
 }
 
+/* Hands run.h5's op table to the syncer: writing it fsyncs twice, which
+ * the writer thread used to wait for before it built the next step. */
+static void hand_over_run(dump_session *d, dump_op_row *ops, int n_ops)
+{
+    pthread_mutex_lock(&d->mu);
+    d->run_ops = ops;
+    d->run_n_ops = n_ops;
+    d->run_pending = true;
+    pthread_cond_signal(&d->to_sync);
+    pthread_mutex_unlock(&d->mu);
+}
+
 /* fsyncs and renames a written step (d->mu not held). */
 static bool publish_step(dump_session *d, dump_step_writer *w)
 {
@@ -184,14 +241,16 @@ static void *syncer_main(void *arg)
     dump_step_writer *written = NULL; /* written, its fsync still to come */
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        while (!d->sync_queued && !d->sync_closing && !written)
+        while (!d->sync_queued && !d->sync_closing && !written && !d->run_ops)
             pthread_cond_wait(&d->to_sync, &d->mu);
         dump_step_writer *s = NULL;
+        dump_op_row *run_ops = d->run_ops;
+        d->run_ops = NULL;
         if (d->sync_queued) {
             s = d->sealed[d->sync_start];
             d->sync_start = (d->sync_start + 1) % MAX_SEALED;
             d->sync_queued--;
-        } else if (!written) {
+        } else if (!written && !run_ops) {
             break; /* closing, nothing left */
         }
         pthread_mutex_unlock(&d->mu);
@@ -207,12 +266,20 @@ static void *syncer_main(void *arg)
             fail(d, err);
             gone++;
         }
+        /* run.h5 after the first step's file went to the disk, which then
+         * has that to work on while run.h5 is synced */
+        if (run_ops && !failed(d) &&
+            !dump_run_write(d->spec.dir, &d->meta, run_ops, d->run_n_ops, err, sizeof err))
+            fail(d, err);
+        free(run_ops);
         if (written) {
             done += publish_step(d, written);
             gone++;
         }
         written = next;
         pthread_mutex_lock(&d->mu);
+        if (run_ops)
+            d->run_pending = false;
         d->steps_written += done;
         d->n_sealed -= gone;
         activity(d, -gone);
@@ -223,7 +290,7 @@ static void *syncer_main(void *arg)
 }
 
 /* Writes one item; returns 1 for a tensor or stats row written, 0 otherwise. */
-static int write_item(dump_session *d, dump_step_writer **w, const item *it)
+static int write_item(dump_session *d, dump_step_writer **w, item *it)
 {
     char err[1024];
     int done = 0;
@@ -254,8 +321,10 @@ static int write_item(dump_session *d, dump_step_writer **w, const item *it)
             dump_step_abort(*w);
         }
         *w = NULL;
-        if (it->ops && !d->failed && !dump_run_write(d->spec.dir, &d->meta, it->ops, it->n_ops, err, sizeof err))
-            fail(d, err);
+        if (it->ops && !d->failed) {
+            hand_over_run(d, it->ops, it->n_ops);
+            it->ops = NULL; /* the syncer's now */
+        }
         break;
     }
     return done;
@@ -287,7 +356,7 @@ static void *writer_main(void *arg)
         d->busy = false;
         d->queued_bytes -= it->bytes;
         d->bytes_written += it->kind == ITEM_TENSOR ? it->bytes : 0;
-        free(it->data);
+        copy_put(d, it->data, it->cap);
         free(it->ops);
         free(it);
         pthread_cond_broadcast(&d->room);
@@ -316,11 +385,13 @@ static void enqueue(dump_session *d, item *it)
     pthread_mutex_unlock(&d->mu);
 }
 
-static void free_items(item *it)
+static void free_items(dump_session *d, item *it)
 {
     while (it) {
         item *next = it->next;
-        free(it->data);
+        pthread_mutex_lock(&d->mu);
+        copy_put(d, it->data, it->cap);
+        pthread_mutex_unlock(&d->mu);
         free(it->ops);
         free(it);
         it = next;
@@ -366,11 +437,11 @@ static void recorder_step_end(dump_session *d)
         return;
     }
     if (d->ring_cap == 0) {
-        free_items(cur.head);
+        free_items(d, cur.head);
         return;
     }
     if (d->ring_n == d->ring_cap) {
-        free_items(d->ring[d->ring_start].head);
+        free_items(d, d->ring[d->ring_start].head);
         d->ring_start = (d->ring_start + 1) % d->ring_cap;
         d->ring_n--;
     }
@@ -436,7 +507,14 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
         put(d, it);
         return;
     }
-    if (capped(d, t->nbytes) || !(it->data = malloc(t->nbytes ? t->nbytes : 1))) {
+    if (capped(d, t->nbytes)) {
+        free(it);
+        return;
+    }
+    pthread_mutex_lock(&d->mu);
+    it->data = copy_get(d, t->nbytes ? t->nbytes : 1, &it->cap);
+    pthread_mutex_unlock(&d->mu);
+    if (!it->data) {
         free(it);
         return;
     }
@@ -669,10 +747,12 @@ void dump_stop(dump_session *d)
         te_observe_remove("*");
     for (int i = 0; i < d->spec.n_ops; i++)
         te_observe_remove(strncmp(d->spec.ops[i], "type:", 5) != 0 ? d->spec.ops[i] : "*");
-    free_items(d->cur.head); /* held, never triggered: not written */
+    free_items(d, d->cur.head); /* held, never triggered: not written */
     for (int i = 0; i < d->ring_n; i++)
-        free_items(d->ring[(d->ring_start + i) % d->ring_cap].head);
+        free_items(d, d->ring[(d->ring_start + i) % d->ring_cap].head);
     free(d->ring);
+    for (int i = 0; i < d->n_pool; i++)
+        free(d->pool[i].buf);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->nonempty);
     pthread_cond_destroy(&d->room);
@@ -688,7 +768,7 @@ void dump_flush(dump_session *d)
     pthread_mutex_lock(&d->mu);
     while (d->head || d->busy)
         pthread_cond_wait(&d->drained, &d->mu);
-    while (d->n_sealed > 0)
+    while (d->n_sealed > 0 || d->run_pending)
         pthread_cond_wait(&d->synced, &d->mu);
     pthread_mutex_unlock(&d->mu);
 }
