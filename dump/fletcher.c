@@ -10,11 +10,15 @@
  * sums, so they can be taken in blocks, in vector lanes, in any order. */
 #include "h5file.h"
 
-#include <string.h>
-
-/* Words a block: sum2's block share, at most 65535 * 256 * 257 / 2, fits
- * 32 bits, so the inner loop runs on 32-bit lanes. */
-#define BLOCK_WORDS 256
+/* The words are taken LANES at a time, lane j summing words j, j + LANES,
+ * ...: acc_j is lane j's sum and tot_j the sum of acc_j after each group, so
+ * that for a block of k = G * LANES words (word i = g * LANES + j)
+ *     sum of (k - i) * w_i = LANES * sum of tot_j - sum of j * acc_j.
+ * Two adds a word and no multiply: 8 GB/s here, against 1.7 for the
+ * per-word weights (k - i) * w_i. tot_j reaches 65535 * G * (G + 1) / 2,
+ * which fits 32 bits for G up to 361. */
+#define LANES 16
+#define GROUPS 256
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
@@ -25,21 +29,36 @@ uint32_t dump_fletcher32(const void *data, size_t len)
     const size_t words = len / 2;
     uint64_t t1 = 0, t2 = 0;
     uint32_t any = 0;
-    for (size_t b = 0; b < words; b += BLOCK_WORDS) {
-        const uint32_t k = (uint32_t)(words - b < BLOCK_WORDS ? words - b : BLOCK_WORDS);
-        uint16_t x[BLOCK_WORDS];
-        memcpy(x, p + 2 * b, 2 * (size_t)k);
-        uint32_t s1 = 0, s2 = 0, o = 0;
-#pragma omp simd reduction(+ : s1, s2) reduction(| : o)
-        for (uint32_t i = 0; i < k; i++) {
-            const uint32_t w = (uint16_t)(x[i] << 8 | x[i] >> 8); /* big-endian */
-            s1 += w;
-            s2 += (k - i) * w;
-            o |= w;
+    size_t i = 0;
+    while (words - i >= LANES) {
+        size_t groups = (words - i) / LANES;
+        groups = groups < GROUPS ? groups : GROUPS;
+        uint32_t acc[LANES] = { 0 }, tot[LANES] = { 0 }, o[LANES] = { 0 };
+        for (size_t g = 0; g < groups; g++) {
+            const unsigned char *q = p + 2 * (i + g * LANES);
+            for (int j = 0; j < LANES; j++) {
+                const uint32_t w = (uint32_t)q[2 * j] << 8 | q[2 * j + 1]; /* big-endian */
+                acc[j] += w;
+                tot[j] += acc[j];
+                o[j] |= w;
+            }
         }
-        t2 = (t2 + (uint64_t)k * t1 + s2) % 65535;
+        uint64_t s1 = 0, s2 = 0;
+        for (int j = 0; j < LANES; j++) {
+            s1 += acc[j];
+            s2 += (uint64_t)LANES * tot[j] - (uint64_t)j * acc[j];
+            any |= o[j];
+        }
+        const uint64_t k = groups * LANES;
+        t2 = (t2 + k * t1 + s2) % 65535;
         t1 = (t1 + s1) % 65535;
-        any |= o;
+        i += k;
+    }
+    for (; i < words; i++) {
+        const uint32_t w = (uint32_t)p[2 * i] << 8 | p[2 * i + 1];
+        t1 = (t1 + w) % 65535;
+        t2 = (t2 + t1) % 65535;
+        any |= w;
     }
     if (len % 2) {
         const uint32_t w = (uint32_t)p[len - 1] << 8;

@@ -830,6 +830,42 @@ START_TEST(test_fletcher32_edges)
 }
 END_TEST
 
+/* The definition word by word, to check the blocked lanes against. */
+static uint32_t fletcher32_plain(const unsigned char *p, size_t len)
+{
+    uint32_t s1 = 0, s2 = 0, any = 0;
+    for (size_t i = 0; i < len; i += 2) {
+        uint32_t w = (uint32_t)p[i] << 8 | (i + 1 < len ? p[i + 1] : 0);
+        s1 = (s1 + w) % 65535;
+        s2 = (s2 + s1) % 65535;
+        any |= w;
+    }
+    return any ? (s2 ? s2 : 65535) << 16 | (s1 ? s1 : 65535) : 0;
+}
+
+/* Lengths around the lane groups and blocks (32 bytes, 8 KiB), at odd
+ * addresses, on data whose words are all 65535 and on mixed data. */
+START_TEST(test_fletcher32_blocks)
+{
+    enum { N = 70001 };
+    static unsigned char mixed[N + 1], ones[N];
+    for (size_t i = 0; i <= N; i++)
+        mixed[i] = (unsigned char)(i * 2654435761u >> 13);
+    memset(ones, 0xff, sizeof ones);
+    static const size_t lens[] = { 31, 32, 33, 64, 8191, 8192, 8193, 8224, 16384, 40000, 65536, N };
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        size_t n = lens[k];
+        ck_assert_msg(dump_fletcher32(mixed + 1, n) == fletcher32_plain(mixed + 1, n),
+                      "%zu mixed bytes: %08x, by definition %08x", n, dump_fletcher32(mixed + 1, n),
+                      fletcher32_plain(mixed + 1, n));
+        ck_assert_msg(dump_fletcher32(ones, n) == fletcher32_plain(ones, n),
+                      "%zu bytes 0xff: %08x, by definition %08x", n, dump_fletcher32(ones, n),
+                      fletcher32_plain(ones, n));
+    }
+    ck_assert_uint_eq(dump_fletcher32(ones, 65536), 0xffffffffu); /* every word 0 mod 65535 */
+}
+END_TEST
+
 /* Rewrites attribute name of obj in path as a string, or as int32 value. */
 static void poke_attr(const char *path, const char *obj, const char *name, const char *text,
                       int value)
@@ -1097,6 +1133,7 @@ static void add_tests(TCase *tc)
     tcase_add_test(tc, test_gzip_roundtrip);
     tcase_add_test(tc, test_chunks_as_hdf5_writes_them);
     tcase_add_test(tc, test_fletcher32_edges);
+    tcase_add_test(tc, test_fletcher32_blocks);
     tcase_add_test(tc, test_stats_roundtrip);
     tcase_add_test(tc, test_run_metadata_roundtrip);
     tcase_add_test(tc, test_list_after_kill9);
