@@ -120,8 +120,10 @@ typedef struct dump_step_writer dump_step_writer;
 /* Starts step `step` in DIR (made with its parents if needed): creates the
  * empty DIR/.step-NNNNNNNN.h5.tmp, which a crash leaves behind as the mark of
  * an unfinished step, and builds the HDF5 file in memory until commit (so it
- * takes as much memory as the file). gzip 0 stores tensors plain, 1..9
- * compresses them. NULL on error. */
+ * takes as much memory as the file). Uncompressed tensors' chunks also go
+ * into the tmp file as they are added, so that the disk starts on a step
+ * while it is being built. gzip 0 stores tensors plain, 1..9 compresses
+ * them. NULL on error. */
 dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char *err, size_t n);
 /* Adds one tensor, its values copied from t. A refused tensor (bad name,
  * path taken, bad shape) leaves the step usable; an HDF5 failure marks it
@@ -131,6 +133,11 @@ bool dump_step_add(dump_step_writer *w, const dump_tensor_info *ti, const te_ten
 /* The same from a copy: ti->dtype, ti->ndim and ti->shape describe data. */
 bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const void *data,
                        char *err, size_t n);
+/* The same from a buffer that may serve as scratch: it has 4 bytes to spare
+ * after the values (as many as ti's shape and dtype make) and comes back
+ * holding the same values. Saves a copy of every value. */
+bool dump_step_add_copy(dump_step_writer *w, const dump_tensor_info *ti, void *data, char *err,
+                        size_t n);
 /* Appends rows to the step's /stats table (written at commit). */
 bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int count,
                          char *err, size_t n);
@@ -143,12 +150,15 @@ bool dump_step_commit(dump_step_writer *w, char *err, size_t n);
  * HDF5 file (its image stays in memory); write (optional) writes the image
  * into the tmp file and frees it, with the disk asked to start at once;
  * publish writes the image if that was not done, fsyncs the tmp file and
- * renames it. Each frees w and removes the tmp file on failure. */
+ * renames it, leaving DIR's own sync to dump_dir_sync (one sync can cover
+ * several renames). Each frees w and removes the tmp file on failure. */
 bool dump_step_seal(dump_step_writer *w, char *err, size_t n);
 bool dump_step_write(dump_step_writer *w, char *err, size_t n);
 bool dump_step_publish(dump_step_writer *w, char *err, size_t n);
 /* Closes w, sealed or not, and removes its tmp file. */
 void dump_step_abort(dump_step_writer *w);
+/* fsyncs a run directory, so that the renames in it survive a power loss. */
+bool dump_dir_sync(const char *dir, char *err, size_t n);
 
 /* Frees the file images kept for the next step files (dump_stop does). */
 void dump_h5_spares_free(void);

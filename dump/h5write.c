@@ -182,28 +182,20 @@ static int sync_dir(const char *path)
     return rc;
 }
 
-static bool write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, buf, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w == 0)
-            errno = EIO;
-        if (w <= 0)
-            return false;
-        buf += w;
-        len -= (size_t)w;
-    }
-    return true;
-}
-
 /* Renames the synced tmp to final and syncs the directory: after a crash
  * the final name holds either nothing or the whole file. */
-static bool publish(const char *tmp, const char *final, const char *dir, char *err, size_t n)
+/* Renames a synced tmp file to its final name, then (sync) syncs dir so
+ * that the rename itself survives a power loss. */
+static bool publish(const char *tmp, const char *final, const char *dir, bool sync, char *err,
+                    size_t n)
 {
     if (rename(tmp, final) != 0)
         return dump_h5_fail(err, n, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+    return !sync || dump_dir_sync(dir, err, n);
+}
+
+bool dump_dir_sync(const char *dir, char *err, size_t n)
+{
     if (sync_dir(dir) != 0)
         return dump_h5_fail(err, n, "%s: cannot sync the directory: %s", dir, strerror(errno));
     return true;
@@ -264,6 +256,11 @@ typedef struct mem_image {
     size_t size;            /* of the driver's buffer, as it knows it */
     size_t cap;             /* of the buffer itself */
     unsigned char *closed;  /* the buffer, once the file closed */
+    struct span {           /* byte ranges already in the file (send_chunk) */
+        uint64_t off, len;
+    } *sent;
+    int n_sent, cap_sent;
+    size_t unsynced;        /* bytes sent since the disk was last asked to start */
 } mem_image;
 
 /* Spare buffers: a step file of tens of MB built in fresh memory each step
@@ -447,19 +444,60 @@ static bool close_file(hid_t f, mem_image *im, const char *tmp, bool save, char 
     return save;
 }
 
-/* Writes the image a piece at a time, asking the kernel to start writing
- * each piece out at once: the disk works while the rest is copied, instead
- * of idling until the fsync. */
-static bool write_out(int fd, const unsigned char *buf, size_t len)
+/* Asks the kernel to start writing fd's dirty pages out: the disk works
+ * while more is copied, instead of idling until the fsync. A hint only:
+ * the fsync reports errors. */
+static void start_writeback(int fd)
 {
-    for (size_t off = 0; off < len; off += WRITE_PIECE) {
-        size_t piece = len - off < WRITE_PIECE ? len - off : WRITE_PIECE;
-        if (!write_all(fd, (const char *)buf + off, piece))
-            return false;
 #ifdef SYNC_FILE_RANGE_WRITE
-        sync_file_range(fd, (off_t)off, (off_t)piece, SYNC_FILE_RANGE_WRITE); /* a hint: fsync reports */
+    sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)fd;
 #endif
+}
+
+/* Writes [off, off + len) of the file from buf, WRITE_PIECE at a time. */
+static bool write_range(mem_image *im, int fd, const unsigned char *buf, uint64_t off, size_t len)
+{
+    while (len > 0) {
+        size_t piece = len < WRITE_PIECE ? len : WRITE_PIECE;
+        ssize_t w = pwrite(fd, buf, piece, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w == 0)
+            errno = EIO;
+        if (w <= 0)
+            return false;
+        buf += w, off += (uint64_t)w, len -= (size_t)w;
+        if ((im->unsynced += (size_t)w) >= WRITE_PIECE) {
+            start_writeback(fd);
+            im->unsynced = 0;
+        }
     }
+    return true;
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* Writes what of the closed image is not in the file yet: all of it, or
+ * around the chunks send_chunk wrote as they came. */
+static bool write_out(mem_image *im, int fd)
+{
+    const size_t len = image_length(im);
+    qsort(im->sent, (size_t)im->n_sent, sizeof *im->sent, span_cmp);
+    uint64_t at = 0;
+    for (int i = 0; i <= im->n_sent; i++) {
+        uint64_t to = i < im->n_sent ? im->sent[i].off : len;
+        if (to > at && !write_range(im, fd, im->closed + at, at, (size_t)(to - at)))
+            return false;
+        if (i < im->n_sent && im->sent[i].off + im->sent[i].len > at)
+            at = im->sent[i].off + im->sent[i].len;
+    }
+    start_writeback(fd);
     return true;
 }
 
@@ -467,10 +505,13 @@ static bool write_out(int fd, const unsigned char *buf, size_t len)
  * sync_close) and frees the image in every case. */
 static bool write_image(mem_image *im, int fd, const char *tmp, bool save, char *err, size_t n)
 {
-    if (save && !write_out(fd, im->closed, image_length(im)))
+    if (save && !write_out(im, fd))
         save = dump_h5_fail(err, n, "%s: cannot write: %s", tmp, strerror(errno));
     spare_give(im->closed, im->cap);
     im->closed = NULL;
+    free(im->sent);
+    im->sent = NULL;
+    im->n_sent = im->cap_sent = 0;
     return save;
 }
 
@@ -511,12 +552,45 @@ static int chunk_dims(int rank, const hsize_t *dims, size_t esize, hsize_t *chun
     return rank - 1; /* not reached: the last dimension's rest is one element */
 }
 
+/* Writes a chunk H5Dwrite_chunk just stored into the file at its address
+ * at once, so that the disk starts on a step while it is being built; the
+ * image's copy is then skipped at seal. A chunk whose address HDF5 does not
+ * give goes out with the image. False (errno set) on a write error. */
+static bool send_chunk(mem_image *im, int fd, hid_t ds, const hsize_t *offset,
+                       const unsigned char *buf, size_t size)
+{
+    unsigned mask;
+    haddr_t addr;
+    hsize_t stored;
+    if (H5Dget_chunk_info_by_coord(ds, offset, &mask, &addr, &stored) < 0 || stored != size ||
+        addr == HADDR_UNDEF)
+        return true;
+    if (im->n_sent > 0 && im->sent[im->n_sent - 1].off + im->sent[im->n_sent - 1].len == addr) {
+        im->sent[im->n_sent - 1].len += size; /* the usual case: right after the last one */
+    } else {
+        if (im->n_sent == im->cap_sent) {
+            int cap = im->cap_sent ? 2 * im->cap_sent : 64;
+            struct span *s = realloc(im->sent, (size_t)cap * sizeof *s);
+            if (!s)
+                return true; /* not recorded: the image's copy goes out at seal */
+            im->sent = s;
+            im->cap_sent = cap;
+        }
+        im->sent[im->n_sent++] = (struct span){ addr, size };
+    }
+    return write_range(im, fd, buf, addr, size);
+}
+
 /* Writes an uncompressed dataset chunk by chunk, each with its Fletcher-32
  * checksum appended as HDF5's filter would, through H5Dwrite_chunk: no
  * chunk cache, no filter pass. stage holds a chunk and its checksum; the
- * padding of a last, partial chunk is zeros. */
-static bool write_chunks(hid_t ds, int rank, const hsize_t *dims, size_t esize,
-                         const unsigned char *data, unsigned char *stage)
+ * padding of a last, partial chunk is zeros. When the data may serve as
+ * scratch (spare set: 4 bytes after its end are ours), a whole chunk goes
+ * from there, the checksum put over the 4 bytes after it for the call and
+ * those restored: a copy of every value into stage saved. */
+static bool write_chunks(mem_image *im, int fd, hid_t ds, int rank, const hsize_t *dims,
+                         size_t esize, const unsigned char *data, unsigned char *spare,
+                         unsigned char *stage, int *io_err)
 {
     hsize_t chunk[TE_MAX_DIMS], offset[TE_MAX_DIMS] = { 0 };
     int k = chunk_dims(rank, dims, esize, chunk);
@@ -534,13 +608,27 @@ static bool write_chunks(hid_t ds, int rank, const hsize_t *dims, size_t esize,
         }
         for (hsize_t at = 0; at < dims[k]; at += chunk[k]) {
             size_t used = (size_t)(dims[k] - at < chunk[k] ? dims[k] - at : chunk[k]) * row;
-            memcpy(stage, data + (o * dims[k] + at) * row, used);
-            memset(stage + used, 0, full - used);
-            uint32_t sum = dump_fletcher32(stage, full);
+            const size_t from = (o * dims[k] + at) * row;
+            unsigned char *buf = stage, saved[4] = { 0 };
+            if (spare && used == full) {
+                buf = spare + from;
+                memcpy(saved, buf + full, 4);
+            } else {
+                memcpy(stage, data + from, used);
+                memset(stage + used, 0, full - used);
+            }
+            uint32_t sum = dump_fletcher32(buf, full);
             for (int b = 0; b < 4; b++)
-                stage[full + (size_t)b] = (unsigned char)(sum >> 8 * b);
+                buf[full + (size_t)b] = (unsigned char)(sum >> 8 * b);
             offset[k] = at;
-            if (H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset, full + 4, stage) < 0)
+            bool ok = H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset, full + 4, buf) >= 0;
+            if (ok && !send_chunk(im, fd, ds, offset, buf, full + 4)) {
+                *io_err = errno;
+                ok = false;
+            }
+            if (buf != stage)
+                memcpy(buf + full, saved, 4);
+            if (!ok)
                 return false;
         }
     }
@@ -607,6 +695,7 @@ static void writer_free(dump_step_writer *w)
     free(w->final);
     free(w->stage);
     free(w->stats);
+    free(w->image.sent);
     free(w);
 }
 
@@ -695,13 +784,14 @@ static bool check_tensor(const dump_step_writer *w, const dump_tensor_info *ti, 
     }
 }
 
-/* Records an HDF5 failure: the step cannot be committed any more. */
-static bool writer_failed(dump_step_writer *w, const char *path, const char *what, char *err,
-                          size_t n)
+/* Records a failure, HDF5's or (io_err) the system's on a write of the
+ * file: the step cannot be committed any more. */
+static bool writer_failed(dump_step_writer *w, const char *path, const char *what, int io_err,
+                          char *err, size_t n)
 {
     char why[256];
     snprintf(w->why, sizeof w->why, "%s: %s: %s: %s", w->tmp, path, what,
-             dump_h5_reason(why, sizeof why));
+             io_err ? strerror(io_err) : dump_h5_reason(why, sizeof why));
     w->failed = true;
     return dump_h5_fail(err, n, "%s", w->why);
 }
@@ -718,8 +808,8 @@ static bool tensor_attrs(hid_t ds, const dump_step_writer *w, const dump_tensor_
            (ti->ndim > 0 || attr_i32(ds, "ndim", 0));
 }
 
-bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const void *data,
-                       char *err, size_t n)
+static bool add_values(dump_step_writer *w, const dump_tensor_info *ti, const void *data,
+                       unsigned char *spare, char *err, size_t n)
 {
     char path[DUMP_PATH_MAX];
     if (!w)
@@ -747,6 +837,7 @@ bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const vo
     hid_t dcpl = new_dcpl(rank, dims, esize, w->gzip);
     hid_t lcpl = new_lcpl();
     hid_t ds = -1;
+    int io_err = 0;
     const char *what = "cannot create the dataset";
     /* every value is written: no fill values first */
     if (type >= 0 && sp >= 0 && dcpl >= 0 && lcpl >= 0 &&
@@ -759,7 +850,8 @@ bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const vo
         if (total == 0)
             ok = true;
         else if (w->gzip == 0)
-            ok = w->stage && write_chunks(ds, rank, dims, esize, data, w->stage);
+            ok = w->stage && write_chunks(&w->image, w->fd, ds, rank, dims, esize, data, spare,
+                                          w->stage, &io_err);
         else
             ok = H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
         if (ok) {
@@ -776,13 +868,25 @@ bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const vo
     if (ok)
         w->n_tensors++;
     else
-        writer_failed(w, path, what, err, n);
+        writer_failed(w, path, what, io_err, err, n);
     H5Pclose(lcpl);
     H5Pclose(dcpl);
     H5Sclose(sp);
     H5Tclose(type);
     dump_h5_loud(q);
     return ok;
+}
+
+bool dump_step_add_raw(dump_step_writer *w, const dump_tensor_info *ti, const void *data,
+                       char *err, size_t n)
+{
+    return add_values(w, ti, data, NULL, err, n);
+}
+
+bool dump_step_add_copy(dump_step_writer *w, const dump_tensor_info *ti, void *data, char *err,
+                        size_t n)
+{
+    return add_values(w, ti, data, data, err, n);
 }
 
 bool dump_step_add(dump_step_writer *w, const dump_tensor_info *ti, const te_tensor *t, char *err,
@@ -925,11 +1029,11 @@ bool dump_step_seal(dump_step_writer *w, char *err, size_t n)
     if (!ok)
         dump_h5_fail(err, n, "%s", w->why);
     if (ok && w->n_stats > 0 && !write_stats(w))
-        ok = writer_failed(w, "/stats", "cannot write the table", err, n);
+        ok = writer_failed(w, "/stats", "cannot write the table", 0, err, n);
     /* complete goes last: a file without it was not finished. */
     if (ok && !(attr_i32(w->file, "n_tensors", w->n_tensors + w->n_stats) &&
                 attr_i32(w->file, "complete", 1)))
-        ok = writer_failed(w, "/", "cannot write the attributes", err, n);
+        ok = writer_failed(w, "/", "cannot write the attributes", 0, err, n);
     ok = close_file(w->file, &w->image, w->tmp, ok, err, n) && ok;
     w->file = -1;
     dump_h5_loud(q);
@@ -953,22 +1057,27 @@ bool dump_step_write(dump_step_writer *w, char *err, size_t n)
     return false;
 }
 
-bool dump_step_publish(dump_step_writer *w, char *err, size_t n)
+static bool publish_step(dump_step_writer *w, bool sync_dir_too, char *err, size_t n)
 {
     if (!w)
         return dump_h5_fail(err, n, "no step file");
     bool ok = (!w->image.closed || write_image(&w->image, w->fd, w->tmp, true, err, n));
     ok = sync_close(w->fd, w->tmp, ok, err, n) && ok;
-    ok = ok && publish(w->tmp, w->final, w->dir, err, n);
+    ok = ok && publish(w->tmp, w->final, w->dir, sync_dir_too, err, n);
     if (!ok)
         unlink(w->tmp);
     writer_free(w);
     return ok;
 }
 
+bool dump_step_publish(dump_step_writer *w, char *err, size_t n)
+{
+    return publish_step(w, false, err, n);
+}
+
 bool dump_step_commit(dump_step_writer *w, char *err, size_t n)
 {
-    return dump_step_seal(w, err, n) && dump_step_publish(w, err, n);
+    return dump_step_seal(w, err, n) && publish_step(w, true, err, n);
 }
 
 void dump_step_abort(dump_step_writer *w)
@@ -1100,7 +1209,7 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
                       dump_h5_reason(why, sizeof why));
         ok = close_file(f, &im, tmp, ok, err, n) && ok;
         ok = save_image(&im, fd, tmp, ok, err, n) && ok;
-        ok = ok && publish(tmp, final, dir, err, n);
+        ok = ok && publish(tmp, final, dir, true, err, n);
         if (!ok)
             unlink(tmp);
     } else {

@@ -40,6 +40,7 @@
 #define MAX_SEALED 3                         /* steps sealed, not yet renamed */
 #define POOL_MAX 256                         /* copy buffers kept for reuse */
 #define WRITER_NICE 10                       /* added to the writer threads' nice value */
+#define DIR_SYNC_EVERY 1.0                   /* seconds between syncs of the run directory */
 
 typedef enum { ITEM_BEGIN, ITEM_TENSOR, ITEM_STATS, ITEM_COMMIT } item_kind;
 
@@ -234,10 +235,26 @@ static void yield_to_training(const dump_session *d)
         setpriority(PRIO_PROCESS, self, nice + WRITER_NICE < 19 ? nice + WRITER_NICE : 19);
 }
 
+static double seconds_since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->tv_sec) + 1e-9 * (double)(now.tv_nsec - t->tv_nsec);
+}
+
+/* The syncer fsyncs the run directory (which makes the renames in it
+ * survive a power loss) when it has no step in hand, and at least every
+ * DIR_SYNC_EVERY seconds, not after every rename: each sync is a journal
+ * commit of its own, 50-70 ms a step here. A rename not synced yet can be
+ * lost to a power cut, leaving the step's complete tmp file; a file under a
+ * final name is always complete, as it is renamed only after its fsync. */
 static void *syncer_main(void *arg)
 {
     dump_session *d = arg;
     yield_to_training(d);
+    bool dir_dirty = false;
+    struct timespec dir_synced;
+    clock_gettime(CLOCK_MONOTONIC, &dir_synced);
     dump_step_writer *written = NULL; /* written, its fsync still to come */
     pthread_mutex_lock(&d->mu);
     for (;;) {
@@ -274,9 +291,16 @@ static void *syncer_main(void *arg)
         free(run_ops);
         if (written) {
             done += publish_step(d, written);
+            dir_dirty = dir_dirty || done;
             gone++;
         }
         written = next;
+        if (dir_dirty && (!written || seconds_since(&dir_synced) >= DIR_SYNC_EVERY)) {
+            if (!dump_dir_sync(d->spec.dir, err, sizeof err))
+                fail(d, err);
+            dir_dirty = false;
+            clock_gettime(CLOCK_MONOTONIC, &dir_synced);
+        }
         pthread_mutex_lock(&d->mu);
         if (run_ops)
             d->run_pending = false;
@@ -300,7 +324,7 @@ static int write_item(dump_session *d, dump_step_writer **w, item *it)
             fail(d, err);
         break;
     case ITEM_TENSOR:
-        if (*w && !dump_step_add_raw(*w, &it->ti, it->data, err, sizeof err))
+        if (*w && !dump_step_add_copy(*w, &it->ti, it->data, err, sizeof err))
             fail(d, err);
         else if (*w)
             done = 1;
@@ -512,7 +536,7 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
         return;
     }
     pthread_mutex_lock(&d->mu);
-    it->data = copy_get(d, t->nbytes ? t->nbytes : 1, &it->cap);
+    it->data = copy_get(d, t->nbytes + 4, &it->cap); /* 4 to spare: dump_step_add_copy */
     pthread_mutex_unlock(&d->mu);
     if (!it->data) {
         free(it);
