@@ -117,13 +117,11 @@ bool dump_tensor_path(const char *op, dump_iokind io, int slot, char *buf, size_
 
 typedef struct dump_step_writer dump_step_writer;
 
-/* Starts step `step` in DIR (made with its parents if needed): creates the
- * empty DIR/.step-NNNNNNNN.h5.tmp, which a crash leaves behind as the mark of
- * an unfinished step, and builds the HDF5 file in memory until commit (so it
- * takes as much memory as the file). Uncompressed tensors' chunks also go
- * into the tmp file as they are added, so that the disk starts on a step
- * while it is being built. gzip 0 stores tensors plain, 1..9 compresses
- * them. NULL on error. */
+/* Starts step `step` in DIR (made with its parents if needed): creates
+ * DIR/.step-NNNNNNNN.h5.tmp, which a crash leaves behind as the mark of an
+ * unfinished step. Values go into it as they are added; the HDF5 metadata
+ * stay in memory until the step is sealed (dump_image). gzip 0 stores
+ * tensors plain, 1..9 compresses them. NULL on error. */
 dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char *err, size_t n);
 /* Adds one tensor, its values copied from t. A refused tensor (bad name,
  * path taken, bad shape) leaves the step usable; an HDF5 failure marks it
@@ -141,15 +139,15 @@ bool dump_step_add_copy(dump_step_writer *w, const dump_tensor_info *ti, void *d
 /* Appends rows to the step's /stats table (written at commit). */
 bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int count,
                          char *err, size_t n);
-/* Marks the step complete, writes and fsyncs the file and renames it to
- * DIR/step-NNNNNNNN.h5 (then fsyncs DIR). Frees w in every case; on failure
+/* Marks the step complete, writes the rest of the file, fsyncs it and
+ * renames it to DIR/step-NNNNNNNN.h5 (then fsyncs DIR). Frees w in every case; on failure
  * (a disk error, say) the tmp file is removed and false returned. */
 bool dump_step_commit(dump_step_writer *w, char *err, size_t n);
 /* Commit in parts, so that one thread can build the next step while
  * another waits for the disk: seal marks the step complete and closes the
- * HDF5 file (its image stays in memory); write (optional) writes the image
- * into the tmp file and frees it, with the disk asked to start at once;
- * publish writes the image if that was not done, fsyncs the tmp file and
+ * HDF5 file (its metadata stay in memory); write (optional) writes them
+ * into the tmp file and frees them, with the disk asked to start at once;
+ * publish writes them if that was not done, fsyncs the tmp file and
  * renames it, leaving DIR's own sync to dump_dir_sync (one sync can cover
  * several renames). Each frees w and removes the tmp file on failure. */
 bool dump_step_seal(dump_step_writer *w, char *err, size_t n);
@@ -160,8 +158,6 @@ void dump_step_abort(dump_step_writer *w);
 /* fsyncs a run directory, so that the renames in it survive a power loss. */
 bool dump_dir_sync(const char *dir, char *err, size_t n);
 
-/* Frees the file images kept for the next step files (dump_stop does). */
-void dump_h5_spares_free(void);
 
 /* Writes DIR/run.h5 (through DIR/.run.h5.tmp and a rename, so a reader sees
  * the old or the new file, never half of one). */
@@ -262,6 +258,32 @@ void dump_h5_loud(dump_h5_quiet q);
 const char *dump_h5_reason(char *buf, size_t n);
 /* Writes the message into err (when there is room) and returns false. */
 bool dump_h5_fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A file being written through tdbg's HDF5 file driver (h5driver.c): its
+ * metadata in memory until it closes, its raw data (whole chunks) written
+ * into fd as HDF5 stores them. A failed write sets io_err (HDF5 is not
+ * told: see h5driver.c), which the caller checks. */
+struct dump_span {
+    uint64_t off, len;
+};
+typedef struct dump_image {
+    int fd;                   /* the file, open for reading and writing */
+    unsigned char *meta;      /* metadata at their file addresses; the rest zeros */
+    size_t cap, size;         /* of the mapping; the end of the last write */
+    struct dump_span *sent;   /* raw data already in the file */
+    int n_sent, cap_sent;
+    size_t unsynced;          /* bytes written since the disk was last asked to start */
+    int io_err;               /* errno of the first failed write, else 0 */
+} dump_image;
+/* A file access list for H5Fcreate that writes through im (im->fd set, the
+ * rest zero); the caller closes it. Negative on error. */
+int64_t dump_image_fapl(dump_image *im);
+/* After H5Fclose: the file's length from its superblock, 0 if none. */
+size_t dump_image_length(const dump_image *im);
+/* Writes what is not in the file yet (the metadata, around the raw data).
+ * False with errno set on failure. */
+bool dump_image_write_rest(dump_image *im);
+/* Drops the metadata and the record of what was written; fd stays. */
+void dump_image_release(dump_image *im);
 /* HDF5's Fletcher-32 checksum of len bytes, as its filter stores it after
  * each chunk (little-endian), bit for bit. */
 uint32_t dump_fletcher32(const void *data, size_t len);

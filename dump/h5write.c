@@ -16,8 +16,6 @@
 #include <unistd.h>
 
 #define CHUNK_MAX (1u << 20)   /* bytes in one chunk at most */
-#define WRITE_PIECE (8u << 20) /* a file is handed to the disk this much at a time */
-#define SPARES 4               /* file images kept for reuse: one being built, three sealed (writer.c) */
 #define TABLE_BUF_MIN (64u << 10) /* bytes of H5Dwrite's buffers for a table, at least */
 
 /* ---- helpers shared with h5read.c ----------------------------------------- */
@@ -245,273 +243,55 @@ static bool attr_i64(hid_t obj, const char *name, int64_t v)
 /* A fixed char field holds a C string (the caller may have filled it all). */
 static bool terminated(const char *s, size_t size) { return memchr(s, '\0', size) != NULL; }
 
-/* Files are built in memory by HDF5's core driver and saved by us, so that
- * HDF5 never meets a disk error: in 1.10 a file whose close failed on one
- * stays half closed, and closing it again (at exit, at the latest) crashes.
- * Our own writes fail cleanly with errno. (H5Fget_file_image cannot serve:
- * 1.10 clears the superblock's status flags in the copy without updating its
- * checksum.) The driver allocates through these callbacks and hands the
- * buffer to image_free when the file closes: that is the finished file. */
-typedef struct mem_image {
-    size_t size;            /* of the driver's buffer, as it knows it */
-    size_t cap;             /* of the buffer itself */
-    unsigned char *closed;  /* the buffer, once the file closed */
-    struct span {           /* byte ranges already in the file (send_chunk) */
-        uint64_t off, len;
-    } *sent;
-    int n_sent, cap_sent;
-    size_t unsynced;        /* bytes sent since the disk was last asked to start */
-} mem_image;
-
-/* Spare buffers: a step file of tens of MB built in fresh memory each step
- * paid a page fault and a page clearing for every 4 KiB (a sixth of the
- * writer's time). Images are reused instead and grow by half at a time,
- * not by the driver's increment. */
-static struct spare {
-    void *buf;
-    size_t cap;
-} spares[SPARES];
-static size_t image_hint; /* the longest file saved: where a new image starts */
-static pthread_mutex_t spares_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void *spare_take(size_t size, size_t *cap)
+/* Creates the file tmp on disk (*fd; a crash leaves it behind as an
+ * incomplete step) and its HDF5 file, written through tdbg's driver
+ * (h5driver.c): metadata in im, raw data into the file at once. */
+static hid_t create_file(const char *tmp, dump_image *im, int *fd, char *err, size_t n)
 {
-    struct spare s = { 0 };
-    pthread_mutex_lock(&spares_mu);
-    size = size > image_hint ? size : image_hint;
-    for (int i = 0; i < SPARES; i++)
-        if (spares[i].buf && spares[i].cap > s.cap) {
-            struct spare t = s;
-            s = spares[i];
-            spares[i] = t;
-        }
-    pthread_mutex_unlock(&spares_mu);
-    if (s.buf && s.cap >= size) {
-        *cap = s.cap;
-        return s.buf;
-    }
-    free(s.buf);
-    *cap = size;
-    return malloc(size);
-}
-
-static void spare_give(void *p, size_t cap)
-{
-    pthread_mutex_lock(&spares_mu);
-    for (int i = 0; p && i < SPARES; i++)
-        if (!spares[i].buf || spares[i].cap < cap) {
-            struct spare t = spares[i];
-            spares[i] = (struct spare){ p, cap };
-            p = t.buf;
-            cap = t.cap;
-        }
-    pthread_mutex_unlock(&spares_mu);
-    free(p);
-}
-
-void dump_h5_spares_free(void)
-{
-    pthread_mutex_lock(&spares_mu);
-    for (int i = 0; i < SPARES; i++) {
-        free(spares[i].buf);
-        spares[i] = (struct spare){ 0 };
-    }
-    image_hint = 0;
-    pthread_mutex_unlock(&spares_mu);
-}
-
-static void *image_malloc(size_t size, H5FD_file_image_op_t op, void *udata)
-{
-    (void)op;
-    mem_image *im = udata;
-    im->size = size;
-    return spare_take(size, &im->cap);
-}
-
-static void *image_memcpy(void *dst, const void *src, size_t size, H5FD_file_image_op_t op,
-                          void *udata)
-{
-    (void)op;
-    (void)udata;
-    return memcpy(dst, src, size);
-}
-
-static void *image_realloc(void *p, size_t size, H5FD_file_image_op_t op, void *udata)
-{
-    (void)op;
-    mem_image *im = udata;
-    if (p && size <= im->cap) {
-        im->size = size;
-        return p;
-    }
-    size_t cap = p && im->cap + im->cap / 2 > size ? im->cap + im->cap / 2 : size;
-    void *q = realloc(p, cap);
-    if (q) {
-        im->size = size;
-        im->cap = cap;
-    }
-    return q;
-}
-
-static herr_t image_free(void *p, H5FD_file_image_op_t op, void *udata)
-{
-    mem_image *im = udata;
-    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && !im->closed)
-        im->closed = p;
-    else
-        spare_give(p, im->cap);
-    return 0;
-}
-
-static void *image_udata_copy(void *udata) { return udata; }   /* one image per file */
-static herr_t image_udata_free(void *udata)
-{
-    (void)udata;
-    return 0;
-}
-
-/* The file's length: the end-of-file address of its superblock (versions 2
- * and 3, which the 1.10 format bounds give; 8-byte addresses at offset 28).
- * 0 when the image is not such a file. */
-static size_t image_length(const mem_image *im)
-{
-    const unsigned char *p = im->closed;
-    if (!p || im->size < 48 || memcmp(p, "\211HDF\r\n\032\n", 8) != 0 || (p[8] != 2 && p[8] != 3) ||
-        p[9] != 8)
-        return 0;
-    uint64_t eof = 0;
-    for (int i = 7; i >= 0; i--)
-        eof = eof << 8 | p[28 + i];
-    return eof <= im->size ? (size_t)eof : 0;
-}
-
-/* File access for every file we write: in memory, into im; 1.10 format
- * objects, whose headers and chunk indexes carry checksums. */
-static hid_t new_fapl(mem_image *im)
-{
-    H5FD_file_image_callbacks_t cb = { image_malloc, image_memcpy, image_realloc, image_free,
-                                       image_udata_copy, image_udata_free, im };
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl >= 0 && (H5Pset_fapl_core(fapl, 64 * 1024, 0) < 0 ||
-                      H5Pset_file_image_callbacks(fapl, &cb) < 0 ||
-                      H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0 ||
-                      H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)) {
-        H5Pclose(fapl);
-        return -1;
-    }
-    return fapl;
-}
-
-/* Creates the file tmp on disk (*fd, empty until saved: a crash leaves an
- * incomplete step behind) and its HDF5 file in memory. */
-static hid_t create_file(const char *tmp, mem_image *im, int *fd, char *err, size_t n)
-{
-    *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    *fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (*fd < 0) {
         dump_h5_fail(err, n, "%s: cannot create: %s", tmp, strerror(errno));
         return -1;
     }
-    hid_t fapl = new_fapl(im);
+    *im = (dump_image){ .fd = *fd };
+    hid_t fapl = dump_image_fapl(im);
     hid_t f = fapl < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0)
         H5Pclose(fapl);
     if (f < 0) {
         char why[256];
         dump_h5_fail(err, n, "%s: cannot create: %s", tmp, dump_h5_reason(why, sizeof why));
+        dump_image_release(im);
         close(*fd);
         unlink(tmp);
     }
     return f;
 }
 
-/* Closes the memory file f; when save is set its image stays in im for
- * save_image, else it is freed. False with err on failure. */
-static bool close_file(hid_t f, mem_image *im, const char *tmp, bool save, char *err, size_t n)
+/* Closes the HDF5 file f; when save is set its metadata stay in im for
+ * write_image, else they are dropped. False with err on failure, a write
+ * of its raw data that failed included. */
+static bool close_file(hid_t f, dump_image *im, const char *tmp, bool save, char *err, size_t n)
 {
     char why[256];
     if (H5Fclose(f) < 0 && save)
         save = dump_h5_fail(err, n, "%s: cannot close the file: %s", tmp, dump_h5_reason(why, sizeof why));
-    size_t len = image_length(im);
-    if (save && len == 0)
-        save = dump_h5_fail(err, n, "%s: HDF5 gave back no file image", tmp);
-    pthread_mutex_lock(&spares_mu);
-    image_hint = len > image_hint ? len : image_hint;
-    pthread_mutex_unlock(&spares_mu);
-    if (!save) {
-        spare_give(im->closed, im->cap);
-        im->closed = NULL;
-    }
+    if (save && im->io_err)
+        save = dump_h5_fail(err, n, "%s: cannot write: %s", tmp, strerror(im->io_err));
+    if (save && dump_image_length(im) == 0)
+        save = dump_h5_fail(err, n, "%s: HDF5 left no complete file", tmp);
+    if (!save)
+        dump_image_release(im);
     return save;
 }
 
-/* Asks the kernel to start writing fd's dirty pages out: the disk works
- * while more is copied, instead of idling until the fsync. A hint only:
- * the fsync reports errors. */
-static void start_writeback(int fd)
+/* Writes the rest of the closed file (its metadata) into fd when save is
+ * set (no fsync: see sync_close), and drops im in every case. */
+static bool write_image(dump_image *im, const char *tmp, bool save, char *err, size_t n)
 {
-#ifdef SYNC_FILE_RANGE_WRITE
-    sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-#else
-    (void)fd;
-#endif
-}
-
-/* Writes [off, off + len) of the file from buf, WRITE_PIECE at a time. */
-static bool write_range(mem_image *im, int fd, const unsigned char *buf, uint64_t off, size_t len)
-{
-    while (len > 0) {
-        size_t piece = len < WRITE_PIECE ? len : WRITE_PIECE;
-        ssize_t w = pwrite(fd, buf, piece, (off_t)off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w == 0)
-            errno = EIO;
-        if (w <= 0)
-            return false;
-        buf += w, off += (uint64_t)w, len -= (size_t)w;
-        if ((im->unsynced += (size_t)w) >= WRITE_PIECE) {
-            start_writeback(fd);
-            im->unsynced = 0;
-        }
-    }
-    return true;
-}
-
-static int span_cmp(const void *a, const void *b)
-{
-    const struct span *x = a, *y = b;
-    return (x->off > y->off) - (x->off < y->off);
-}
-
-/* Writes what of the closed image is not in the file yet: all of it, or
- * around the chunks send_chunk wrote as they came. */
-static bool write_out(mem_image *im, int fd)
-{
-    const size_t len = image_length(im);
-    qsort(im->sent, (size_t)im->n_sent, sizeof *im->sent, span_cmp);
-    uint64_t at = 0;
-    for (int i = 0; i <= im->n_sent; i++) {
-        uint64_t to = i < im->n_sent ? im->sent[i].off : len;
-        if (to > at && !write_range(im, fd, im->closed + at, at, (size_t)(to - at)))
-            return false;
-        if (i < im->n_sent && im->sent[i].off + im->sent[i].len > at)
-            at = im->sent[i].off + im->sent[i].len;
-    }
-    start_writeback(fd);
-    return true;
-}
-
-/* Writes the closed image into fd when save is set (no fsync: see
- * sync_close) and frees the image in every case. */
-static bool write_image(mem_image *im, int fd, const char *tmp, bool save, char *err, size_t n)
-{
-    if (save && !write_out(im, fd))
+    if (save && !dump_image_write_rest(im))
         save = dump_h5_fail(err, n, "%s: cannot write: %s", tmp, strerror(errno));
-    spare_give(im->closed, im->cap);
-    im->closed = NULL;
-    free(im->sent);
-    im->sent = NULL;
-    im->n_sent = im->cap_sent = 0;
+    dump_image_release(im);
     return save;
 }
 
@@ -526,9 +306,9 @@ static bool sync_close(int fd, const char *tmp, bool save, char *err, size_t n)
 }
 
 /* Both, as one file's last steps. */
-static bool save_image(mem_image *im, int fd, const char *tmp, bool save, char *err, size_t n)
+static bool save_image(dump_image *im, int fd, const char *tmp, bool save, char *err, size_t n)
 {
-    save = write_image(im, fd, tmp, save, err, n);
+    save = write_image(im, tmp, save, err, n);
     return sync_close(fd, tmp, save, err, n);
 }
 
@@ -545,40 +325,13 @@ static int chunk_dims(int rank, const hsize_t *dims, size_t esize, hsize_t *chun
             continue;
         for (int j = 0; j < rank; j++)
             chunk[j] = j < k ? 1 : dims[j];
-        hsize_t fit = CHUNK_MAX / rest;
-        chunk[k] = dims[k] < fit ? dims[k] : fit;
+        /* as few chunks as fit, of even size: HDF5 pads the last chunk to
+         * full size, which for 1024 rows of 334 a chunk was 30% more file */
+        hsize_t fit = CHUNK_MAX / rest, parts = dims[k] ? (dims[k] + fit - 1) / fit : 1;
+        chunk[k] = (dims[k] + parts - 1) / parts;
         return k;
     }
     return rank - 1; /* not reached: the last dimension's rest is one element */
-}
-
-/* Writes a chunk H5Dwrite_chunk just stored into the file at its address
- * at once, so that the disk starts on a step while it is being built; the
- * image's copy is then skipped at seal. A chunk whose address HDF5 does not
- * give goes out with the image. False (errno set) on a write error. */
-static bool send_chunk(mem_image *im, int fd, hid_t ds, const hsize_t *offset,
-                       const unsigned char *buf, size_t size)
-{
-    unsigned mask;
-    haddr_t addr;
-    hsize_t stored;
-    if (H5Dget_chunk_info_by_coord(ds, offset, &mask, &addr, &stored) < 0 || stored != size ||
-        addr == HADDR_UNDEF)
-        return true;
-    if (im->n_sent > 0 && im->sent[im->n_sent - 1].off + im->sent[im->n_sent - 1].len == addr) {
-        im->sent[im->n_sent - 1].len += size; /* the usual case: right after the last one */
-    } else {
-        if (im->n_sent == im->cap_sent) {
-            int cap = im->cap_sent ? 2 * im->cap_sent : 64;
-            struct span *s = realloc(im->sent, (size_t)cap * sizeof *s);
-            if (!s)
-                return true; /* not recorded: the image's copy goes out at seal */
-            im->sent = s;
-            im->cap_sent = cap;
-        }
-        im->sent[im->n_sent++] = (struct span){ addr, size };
-    }
-    return write_range(im, fd, buf, addr, size);
 }
 
 /* Writes an uncompressed dataset chunk by chunk, each with its Fletcher-32
@@ -588,9 +341,8 @@ static bool send_chunk(mem_image *im, int fd, hid_t ds, const hsize_t *offset,
  * scratch (spare set: 4 bytes after its end are ours), a whole chunk goes
  * from there, the checksum put over the 4 bytes after it for the call and
  * those restored: a copy of every value into stage saved. */
-static bool write_chunks(mem_image *im, int fd, hid_t ds, int rank, const hsize_t *dims,
-                         size_t esize, const unsigned char *data, unsigned char *spare,
-                         unsigned char *stage, int *io_err)
+static bool write_chunks(hid_t ds, int rank, const hsize_t *dims, size_t esize,
+                         const unsigned char *data, unsigned char *spare, unsigned char *stage)
 {
     hsize_t chunk[TE_MAX_DIMS], offset[TE_MAX_DIMS] = { 0 };
     int k = chunk_dims(rank, dims, esize, chunk);
@@ -622,10 +374,6 @@ static bool write_chunks(mem_image *im, int fd, hid_t ds, int rank, const hsize_
                 buf[full + (size_t)b] = (unsigned char)(sum >> 8 * b);
             offset[k] = at;
             bool ok = H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset, full + 4, buf) >= 0;
-            if (ok && !send_chunk(im, fd, ds, offset, buf, full + 4)) {
-                *io_err = errno;
-                ok = false;
-            }
             if (buf != stage)
                 memcpy(buf + full, saved, 4);
             if (!ok)
@@ -675,7 +423,7 @@ static hid_t new_lcpl(void)
 
 struct dump_step_writer {
     hid_t file;
-    mem_image image;
+    dump_image image;
     int fd;
     int64_t step;
     int gzip;
@@ -695,7 +443,7 @@ static void writer_free(dump_step_writer *w)
     free(w->final);
     free(w->stage);
     free(w->stats);
-    free(w->image.sent);
+    dump_image_release(&w->image);
     free(w);
 }
 
@@ -837,7 +585,6 @@ static bool add_values(dump_step_writer *w, const dump_tensor_info *ti, const vo
     hid_t dcpl = new_dcpl(rank, dims, esize, w->gzip);
     hid_t lcpl = new_lcpl();
     hid_t ds = -1;
-    int io_err = 0;
     const char *what = "cannot create the dataset";
     /* every value is written: no fill values first */
     if (type >= 0 && sp >= 0 && dcpl >= 0 && lcpl >= 0 &&
@@ -850,8 +597,7 @@ static bool add_values(dump_step_writer *w, const dump_tensor_info *ti, const vo
         if (total == 0)
             ok = true;
         else if (w->gzip == 0)
-            ok = w->stage && write_chunks(&w->image, w->fd, ds, rank, dims, esize, data, spare,
-                                          w->stage, &io_err);
+            ok = w->stage && write_chunks(ds, rank, dims, esize, data, spare, w->stage);
         else
             ok = H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
         if (ok) {
@@ -863,6 +609,11 @@ static bool add_values(dump_step_writer *w, const dump_tensor_info *ti, const vo
             ok = false;
         }
     } else {
+        ok = false;
+    }
+    int io_err = w->image.io_err; /* the driver's: the values did not reach the file */
+    if (io_err) {
+        what = "cannot write the data";
         ok = false;
     }
     if (ok)
@@ -1049,7 +800,7 @@ bool dump_step_write(dump_step_writer *w, char *err, size_t n)
 {
     if (!w)
         return dump_h5_fail(err, n, "no step file");
-    if (write_image(&w->image, w->fd, w->tmp, true, err, n))
+    if (write_image(&w->image, w->tmp, true, err, n))
         return true;
     sync_close(w->fd, w->tmp, false, NULL, 0);
     unlink(w->tmp);
@@ -1061,7 +812,7 @@ static bool publish_step(dump_step_writer *w, bool sync_dir_too, char *err, size
 {
     if (!w)
         return dump_h5_fail(err, n, "no step file");
-    bool ok = (!w->image.closed || write_image(&w->image, w->fd, w->tmp, true, err, n));
+    bool ok = (!w->image.meta || write_image(&w->image, w->tmp, true, err, n));
     ok = sync_close(w->fd, w->tmp, ok, err, n) && ok;
     ok = ok && publish(w->tmp, w->final, w->dir, sync_dir_too, err, n);
     if (!ok)
@@ -1197,7 +948,7 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
     ok = ok && run_valid(final, m, ops, n_ops, err, n);
     dump_h5_quiet q = dump_h5_hush();
     int fd = -1;
-    mem_image im = { 0 };
+    dump_image im = { 0 };
     hid_t f = ok ? create_file(tmp, &im, &fd, err, n) : -1;
     if (f >= 0) {
         char why[256];

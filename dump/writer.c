@@ -766,7 +766,6 @@ void dump_stop(dump_session *d)
     pthread_mutex_unlock(&d->mu);
     pthread_join(d->thread, NULL);
     stop_syncer(d);
-    dump_h5_spares_free();
     if (d->spec.n_ops == 0)
         te_observe_remove("*");
     for (int i = 0; i < d->spec.n_ops; i++)
