@@ -254,11 +254,9 @@ START_TEST(test_stats_thread_invariant)
 {
     const int64_t n = 1100003;
     float *x = malloc((size_t)n * sizeof *x);
-    uint32_t r = 12345;
+    tu_fill_uniform(x, n, 12345, 2.0f, 4.0f);
     double sum = 0, sq = 0, mn = INFINITY, mx = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
-        r = r * 1664525u + 1013904223u;
-        x[i] = 3.0f + (float)(r >> 8) / (float)(1 << 24) * 2.0f - 1.0f;
         sum += x[i];
         sq += (double)x[i] * x[i];
         mn = fmin(mn, x[i]);
@@ -294,11 +292,7 @@ START_TEST(test_stats_blocks_against_reference)
 {
     enum { N = 5000 };
     static float x[N];
-    uint32_t r = 777;
-    for (int i = 0; i < N; i++) {
-        r = r * 1664525u + 1013904223u;
-        x[i] = (float)(r >> 8) / (float)(1 << 24) * 4.0f - 1.5f;
-    }
+    tu_fill_uniform(x, N, 777, -1.5f, 2.5f);
     for (int i = 0; i < N; i += 37)
         x[i] = 0.0f;
     x[300] = NAN;

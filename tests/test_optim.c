@@ -238,11 +238,7 @@ START_TEST(test_update_stats_large)
 {
     enum { N = 700001 };
     static float init[N];
-    uint32_t r = 99;
-    for (int i = 0; i < N; i++) {
-        r = r * 1664525u + 1013904223u;
-        init[i] = (float)(r >> 8) / (float)(1 << 24) - 0.25f;
-    }
+    tu_fill_uniform(init, N, 99, -0.25f, 0.75f);
     te_tensor *p = te_param_new("big", TE_F32, te_shape(N));
     te_copy_from_f32(p, init);
     te_optim *opt = te_sgd_new(&p, 1, &(te_sgd_opts){ .lr = 0.5f, .momentum = 0.9f });

@@ -119,3 +119,11 @@ void tu_result_free(tu_result *r)
     free(r->out);
     free(r->err);
 }
+
+void tu_fill_uniform(float *x, int64_t n, uint32_t seed, float lo, float hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = lo + (float)(seed >> 8) / (float)(1 << 24) * (hi - lo);
+    }
+}

@@ -42,6 +42,10 @@ void tu_assert_half_close(const te_tensor *h, const te_tensor *ref, const char *
 /* A persistent copy of t in dtype dt (values rounded to it). */
 te_tensor *tu_as_dtype(const te_tensor *t, te_dtype dt);
 
+/* n values spread evenly over [lo, hi), the same for the same seed on every
+ * machine (a linear congruential sequence, not te_rand). */
+void tu_fill_uniform(float *x, int64_t n, uint32_t seed, float lo, float hi);
+
 /* ---- scratch directories, and tools run in this process ------------------ */
 
 /* Makes a fresh directory "/tmp/PREFIX-XXXXXX" into dir (n bytes) for a
