@@ -141,7 +141,8 @@ bool dump_image_write_rest(dump_image *im)
         errno = EINVAL;
         return false;
     }
-    qsort(im->sent, (size_t)im->n_sent, sizeof *im->sent, span_cmp);
+    if (im->n_sent > 1)
+        qsort(im->sent, (size_t)im->n_sent, sizeof *im->sent, span_cmp);
     uint64_t at = 0;
     for (int i = 0; i <= im->n_sent; i++) {
         uint64_t to = i < im->n_sent ? im->sent[i].off : len;
@@ -259,8 +260,8 @@ static herr_t file_read(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr,
                 break;
             got += (size_t)r;
         }
-    } else if (addr < im->size) {
-        memcpy(buf, im->meta + addr, addr + size <= im->size ? size : im->size - addr);
+    } else if (im->meta && addr < im->cap) {
+        memcpy(buf, im->meta + addr, addr + size <= im->cap ? size : im->cap - addr);
     }
     return 0;
 }
