@@ -514,9 +514,9 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
         return;
     if (d->spec.stats_only) {
         te_stats s;
-        if (io == DUMP_OUT)
+        if (io == DUMP_OUT && slot < r->n_outputs && r->outputs[slot] == t)
             te_op_output_stats(r, slot, &s);
-        else
+        else /* an input, or a parameter or gradient at the step's end */
             te_stats_compute(t, &s);
         dump_stats_row *row = &it->row;
         snprintf(row->op, sizeof row->op, "%s", r->name);

@@ -256,6 +256,49 @@ START_TEST(test_stats_mode)
 }
 END_TEST
 
+/* Statistics of everything: every row matches a fresh pass over what the
+ * hooks saw, bit for bit; the updates' rows (taken inside the optimizer's
+ * loop) included, and the parameters' rows at the step's end equal them. */
+START_TEST(test_stats_mode_everything)
+{
+    train("what=stats;io=both;phase=forward,backward,update,params,grads", TE_MODE_EAGER, 2);
+    dump_step_reader *r = open_step(1);
+    dump_stats_row *rows;
+    char err[1024];
+    int n = dump_step_stats(r, &rows, err, sizeof err);
+    ck_assert_msg(n > 0, "%d rows: %s", n, err);
+    int matched = 0;
+    const dump_stats_row *update = NULL, *param = NULL, *grad = NULL;
+    for (int i = 0; i < n; i++) {
+        const dump_stats_row *row = &rows[i];
+        if (strcmp(row->path, "/update/fc1.weight/out0") == 0)
+            update = row;
+        if (strcmp(row->path, "/param/fc1.weight/out0") == 0)
+            param = row;
+        if (strcmp(row->path, "/grad/fc1.weight/out0") == 0)
+            grad = row;
+        const seen_tensor *s = find_seen(1, row->path);
+        if (!s)
+            continue; /* parameters and gradients are no op's tensors */
+        te_tensor *t = te_tensor_from(TE_F32, te_shape((int64_t)(s->bytes / sizeof(float))), s->data);
+        te_stats st;
+        te_stats_compute(t, &st);
+        ck_assert_msg(row->min == st.min && row->max == st.max && row->mean == st.mean &&
+                          row->std == st.std && row->l2norm == st.l2norm,
+                      "%s: mean %.17g std %.17g, a fresh pass gives %.17g %.17g", row->path, row->mean,
+                      row->std, st.mean, st.std);
+        matched++;
+    }
+    ck_assert_msg(update && param && grad, "rows for fc1.weight: update %d, param %d, grad %d",
+                  update != NULL, param != NULL, grad != NULL);
+    ck_assert(param->mean == update->mean && param->std == update->std &&
+              param->l2norm == update->l2norm);
+    ck_assert_int_ge(matched, 20);
+    free(rows);
+    dump_step_close(r);
+}
+END_TEST
+
 START_TEST(test_flight_recorder)
 {
     /* keep=3: nothing is written until fc1/relu holds a NaN at step 4, then
@@ -458,6 +501,7 @@ Suite *suite_dump(void)
     tcase_add_test(tc, test_selection);
     tcase_add_test(tc, test_params_and_grads);
     tcase_add_test(tc, test_stats_mode);
+    tcase_add_test(tc, test_stats_mode_everything);
     tcase_add_test(tc, test_size_cap);
     tcase_add_test(tc, test_flight_recorder);
     tcase_add_test(tc, test_unwritable_dir);
