@@ -70,18 +70,7 @@ static bool exists(const char *path)
 static dump_tensor_info meta(const char *op, const char *type, dump_iokind io, int slot,
                              int exec, te_phase phase, const char *tensor)
 {
-    dump_tensor_info ti;
-    memset(&ti, 0, sizeof ti);
-    snprintf(ti.op, sizeof ti.op, "%s", op);
-    snprintf(ti.op_type, sizeof ti.op_type, "%s", type);
-    snprintf(ti.tensor, sizeof ti.tensor, "%s", tensor);
-    snprintf(ti.file, sizeof ti.file, "examples/mlp.c");
-    ti.io = io;
-    ti.slot = slot;
-    ti.exec_index = exec;
-    ti.phase = phase;
-    ti.line = 40 + exec;
-    return ti;
+    return tu_dump_info(op, type, io, slot, exec, phase, tensor, TE_F32, 0, NULL);
 }
 
 static dump_step_writer *create_ok(const char *dir, int64_t step, int gzip)

@@ -174,22 +174,7 @@ static void assert_close(double got, double want, const char *what)
 static dump_tensor_info meta(const char *op, dump_iokind io, int slot, int exec, const char *tensor,
                              te_dtype dt, int ndim, const int64_t *shape)
 {
-    dump_tensor_info ti;
-    memset(&ti, 0, sizeof ti);
-    snprintf(ti.op, sizeof ti.op, "%s", op);
-    snprintf(ti.op_type, sizeof ti.op_type, "Test");
-    snprintf(ti.tensor, sizeof ti.tensor, "%s", tensor);
-    snprintf(ti.file, sizeof ti.file, "tests/model.c");
-    ti.io = io;
-    ti.slot = slot;
-    ti.exec_index = exec;
-    ti.phase = TE_PHASE_FORWARD;
-    ti.line = 10 + exec;
-    ti.dtype = dt;
-    ti.ndim = ndim;
-    for (int i = 0; i < ndim; i++)
-        ti.shape[i] = shape[i];
-    return ti;
+    return tu_dump_info(op, "Test", io, slot, exec, TE_PHASE_FORWARD, tensor, dt, ndim, shape);
 }
 
 static dump_step_writer *create(const char *dir, int64_t step, int gzip)
@@ -226,10 +211,10 @@ static void write_run_h5(const char *dir, int n_ops)
     for (int i = 0; i < n_ops; i++) {
         ops[i].exec = i;
         ops[i].phase = TE_PHASE_FORWARD;
-        ops[i].line = 10 + i;
+        ops[i].line = 40 + i;
         snprintf(ops[i].name, sizeof ops[i].name, "op%d", i);
         snprintf(ops[i].type, sizeof ops[i].type, "Test");
-        snprintf(ops[i].file, sizeof ops[i].file, "tests/model.c");
+        snprintf(ops[i].file, sizeof ops[i].file, "examples/mlp.c");
         snprintf(ops[i].inputs, sizeof ops[i].inputs, i ? "t%d" : "batch:x", i - 1);
         snprintf(ops[i].outputs, sizeof ops[i].outputs, "t%d", i);
     }
@@ -770,7 +755,7 @@ START_TEST(test_nan_one_side)
     tu_result_free(&r);
     r = RUN(a, b);
     ck_assert_msg(strstr(r.out, "DIVERGES HERE  first divergence; nan 1/2 inf 1/1; "
-                                "tests/model.c:11\n"), "%s", r.out);
+                                "examples/mlp.c:41\n"), "%s", r.out);
     tu_result_free(&r);
 }
 END_TEST

@@ -33,28 +33,6 @@ static char *test_dir(char *buf, size_t n) { return tu_scratch_sub(suite_dir, bu
 #define assert_text(got, want) \
     ck_assert_msg(strcmp((got), (want)) == 0, "got:\n%s\nwant:\n%s", (got), (want))
 
-static dump_tensor_info meta(const char *op, const char *type, dump_iokind io, int slot,
-                             int exec, te_phase phase, const char *tensor, te_dtype dt,
-                             int ndim, const int64_t *shape)
-{
-    dump_tensor_info ti;
-    memset(&ti, 0, sizeof ti);
-    snprintf(ti.op, sizeof ti.op, "%s", op);
-    snprintf(ti.op_type, sizeof ti.op_type, "%s", type);
-    snprintf(ti.tensor, sizeof ti.tensor, "%s", tensor);
-    snprintf(ti.file, sizeof ti.file, "examples/mlp.c");
-    ti.io = io;
-    ti.slot = slot;
-    ti.exec_index = exec;
-    ti.phase = phase;
-    ti.line = 40 + exec;
-    ti.dtype = dt;
-    ti.ndim = ndim;
-    for (int i = 0; i < ndim; i++)
-        ti.shape[i] = shape[i];
-    return ti;
-}
-
 static void add(dump_step_writer *w, dump_tensor_info ti, const void *data)
 {
     char err[512] = "";
@@ -107,17 +85,17 @@ static void write_run(const char *dir)
         weight[i] = te_f32_to_bf16(weight_f32[i]);
     }
     dump_step_writer *w = create(dir, 1);
-    add(w, meta("fc1/linear", "Linear", DUMP_IN, 0, 0, TE_PHASE_FORWARD, "input:x", TE_F32,
+    add(w, tu_dump_info("fc1/linear", "Linear", DUMP_IN, 0, 0, TE_PHASE_FORWARD, "input:x", TE_F32,
                 SH(2)), x_in);
-    add(w, meta("fc1/linear", "Linear", DUMP_OUT, 0, 0, TE_PHASE_FORWARD, "fc1/linear:out0",
+    add(w, tu_dump_info("fc1/linear", "Linear", DUMP_OUT, 0, 0, TE_PHASE_FORWARD, "fc1/linear:out0",
                 TE_F32, SH(2, 3)), fc1_out);
-    add(w, meta("fc1/cast", "Cast", DUMP_OUT, 0, 1, TE_PHASE_FORWARD, "fc1/cast:out0", TE_F16,
+    add(w, tu_dump_info("fc1/cast", "Cast", DUMP_OUT, 0, 1, TE_PHASE_FORWARD, "fc1/cast:out0", TE_F16,
                 SH(4)), cast);
-    add(w, meta("data", "Data", DUMP_OUT, 0, 2, TE_PHASE_FORWARD, "data:out0", TE_I32, SH(3)),
+    add(w, tu_dump_info("data", "Data", DUMP_OUT, 0, 2, TE_PHASE_FORWARD, "data:out0", TE_I32, SH(3)),
         labels);
-    add(w, meta("loss/mse", "MSELoss", DUMP_OUT, 0, 3, TE_PHASE_FORWARD, "loss/mse:out0",
+    add(w, tu_dump_info("loss/mse", "MSELoss", DUMP_OUT, 0, 3, TE_PHASE_FORWARD, "loss/mse:out0",
                 TE_F32, 0, NULL), &loss);
-    add(w, meta("param/fc1.weight", "Param", DUMP_OUT, 0, 4, TE_PHASE_UPDATE,
+    add(w, tu_dump_info("param/fc1.weight", "Param", DUMP_OUT, 0, 4, TE_PHASE_UPDATE,
                 "param:fc1.weight", TE_BF16, SH(2, 2)), weight);
     commit(w);
 
@@ -125,9 +103,9 @@ static void write_run(const char *dir)
     for (int i = 0; i < 4; i++)
         weight[i] = te_f32_to_bf16(weight_f32[i] * 2);
     w = create(dir, 2);
-    add(w, meta("fc1/linear", "Linear", DUMP_OUT, 0, 0, TE_PHASE_FORWARD, "fc1/linear:out0",
+    add(w, tu_dump_info("fc1/linear", "Linear", DUMP_OUT, 0, 0, TE_PHASE_FORWARD, "fc1/linear:out0",
                 TE_F32, SH(2, 3)), fc1_2);
-    add(w, meta("param/fc1.weight", "Param", DUMP_OUT, 0, 4, TE_PHASE_UPDATE,
+    add(w, tu_dump_info("param/fc1.weight", "Param", DUMP_OUT, 0, 4, TE_PHASE_UPDATE,
                 "param:fc1.weight", TE_BF16, SH(2, 2)), weight);
     commit(w);
 
@@ -304,7 +282,7 @@ START_TEST(test_show_elides_long_dims)
     for (int i = 0; i < 40 * 40; i++)
         v[i] = (float)i;
     dump_step_writer *w = create(dir, 0);
-    add(w, meta("big", "Big", DUMP_OUT, 0, 0, TE_PHASE_FORWARD, "big:out0", TE_F32, SH(40, 40)),
+    add(w, tu_dump_info("big", "Big", DUMP_OUT, 0, 0, TE_PHASE_FORWARD, "big:out0", TE_F32, SH(40, 40)),
         v);
     commit(w);
     tu_result r = RUN("show", dir, "big:out0");

@@ -127,3 +127,25 @@ void tu_fill_uniform(float *x, int64_t n, uint32_t seed, float lo, float hi)
         x[i] = lo + (float)(seed >> 8) / (float)(1 << 24) * (hi - lo);
     }
 }
+
+dump_tensor_info tu_dump_info(const char *op, const char *type, dump_iokind io, int slot, int exec,
+                              te_phase phase, const char *tensor, te_dtype dt, int ndim,
+                              const int64_t *shape)
+{
+    dump_tensor_info ti;
+    memset(&ti, 0, sizeof ti);
+    snprintf(ti.op, sizeof ti.op, "%s", op);
+    snprintf(ti.op_type, sizeof ti.op_type, "%s", type);
+    snprintf(ti.tensor, sizeof ti.tensor, "%s", tensor);
+    snprintf(ti.file, sizeof ti.file, "examples/mlp.c");
+    ti.io = io;
+    ti.slot = slot;
+    ti.exec_index = exec;
+    ti.phase = phase;
+    ti.line = 40 + exec;
+    ti.dtype = dt;
+    ti.ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        ti.shape[i] = shape[i];
+    return ti;
+}

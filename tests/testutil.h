@@ -6,6 +6,7 @@
 #ifndef TDBG_TESTUTIL_H
 #define TDBG_TESTUTIL_H
 
+#include "h5file.h"
 #include "te.h"
 
 #include <stddef.h>
@@ -45,6 +46,13 @@ te_tensor *tu_as_dtype(const te_tensor *t, te_dtype dt);
 /* n values spread evenly over [lo, hi), the same for the same seed on every
  * machine (a linear congruential sequence, not te_rand). */
 void tu_fill_uniform(float *x, int64_t n, uint32_t seed, float lo, float hi);
+
+/* A tensor's description for the dump writer, as the examples' ops would
+ * give it: source line 40 + exec of examples/mlp.c; dtype and shape as
+ * given (the dump_step_add family fills them from a tensor otherwise). */
+dump_tensor_info tu_dump_info(const char *op, const char *type, dump_iokind io, int slot, int exec,
+                              te_phase phase, const char *tensor, te_dtype dt, int ndim,
+                              const int64_t *shape);
 
 /* ---- scratch directories, and tools run in this process ------------------ */
 
