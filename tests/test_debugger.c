@@ -5,6 +5,7 @@
  * commands print.
  */
 #include "suites.h"
+#include "testutil.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -356,19 +357,12 @@ END_TEST
 
 START_TEST(test_launcher)
 {
-    char cmd[1024], out[4096];
-    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' --bogus -- true 2>&1; echo status=$?", TDBG_BUILDDIR);
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    pclose(p);
+    char out[4096];
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' --bogus -- true 2>&1; echo status=$?", TDBG_BUILDDIR);
     ck_assert_msg(strstr(out, "tdbg: unknown option '--bogus'") && strstr(out, "usage: tdbg") &&
                   strstr(out, "status=2"), "%s", out);
-    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' -x /no/such/file -- true 2>&1; echo status=$?", TDBG_BUILDDIR);
-    p = popen(cmd, "r");
-    n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    pclose(p);
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' -x /no/such/file -- true 2>&1; echo status=$?",
+             TDBG_BUILDDIR);
     ck_assert_msg(strstr(out, "tdbg: -x /no/such/file: No such file or directory") && strstr(out, "status=2"), "%s",
                   out);
     /* -x FILE: commands from a file, comments and blank lines skipped, then -ex */
@@ -378,13 +372,10 @@ START_TEST(test_launcher)
     const char text[] = "# find the NaN\n\n  break nan\nrun\n";
     ck_assert(write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1));
     close(fd);
-    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' --batch -x %s -ex 'info breakpoints' -- '%s/examples/mlp' %s "
+    tu_shell(out, sizeof out,
+             "'%s/debugger/tdbg' --batch -x %s -ex 'info breakpoints' -- '%s/examples/mlp' %s "
              "--steps 3 --inject nan@op=fc1/relu,step=1 2>&1; echo status=$?", TDBG_BUILDDIR, script,
              TDBG_BUILDDIR, MLP);
-    p = popen(cmd, "r");
-    n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    pclose(p);
     unlink(script);
     ck_assert_msg(strstr(out, "stopped: step=1 phase=forward op=fc1/relu type=Relu reason=nan") &&
                   strstr(out, "(tdbg) info breakpoints") && strstr(out, "status=1") && !strstr(out, "find the NaN"),

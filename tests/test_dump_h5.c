@@ -1096,7 +1096,7 @@ START_TEST(test_interop_h5py)
         fprintf(stderr, "test_interop_h5py: skipped (no h5py for /usr/bin/python3)\n");
         return;
     }
-    char dir[128], cmd[512], out[512] = "";
+    char dir[128], out[512] = "";
     test_dir(dir, sizeof dir);
     write_run(dir);   /* 6 f32 tensors */
     dump_step_writer *w = create_ok(dir, 3, 1);
@@ -1116,14 +1116,9 @@ START_TEST(test_interop_h5py)
     snprintf(row.op, sizeof row.op, "fc1/linear");
     ck_assert(dump_step_add_stats(w, &row, 1, out, sizeof out));
     commit_ok(w);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/interop_h5py.py' '%s' 2>&1", TDBG_SRCDIR,
-             dir);
-    FILE *p = popen(cmd, "r");
-    ck_assert(p != NULL);
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    int status = pclose(p);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "interop failed:\n%s", out);
+    int status = tu_shell(out, sizeof out, "/usr/bin/python3 '%s/tests/interop_h5py.py' '%s' 2>&1",
+                          TDBG_SRCDIR, dir);
+    ck_assert_msg(status == 0, "interop failed:\n%s", out);
     ck_assert_msg(strstr(out, "interop ok: 11 tensors"), "%s", out);
 }
 END_TEST

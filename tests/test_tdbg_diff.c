@@ -38,22 +38,6 @@ static char *test_dir(char *buf, size_t n) { return tu_scratch_sub(suite_dir, bu
 
 /* Runs a shell command; its exit status, output in out. */
 static char shell_out[1 << 15];
-static int shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int shell(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *p = popen(cmd, "r");
-    ck_assert(p != NULL);
-    size_t n = fread(shell_out, 1, sizeof shell_out - 1, p);
-    shell_out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* Trains the example MLP (small, 3 steps, seeded) in mode with more flags,
  * dumping into dir with spec (after dir=), with an injection when inject is
  * not NULL. */
@@ -63,7 +47,7 @@ static void mlp_dump_with(const char *dir, const char *mode, const char *spec, c
     char inj[256] = "";
     if (inject)
         snprintf(inj, sizeof inj, "--inject '%s'", inject);
-    int st = shell("'%s/examples/mlp' --hidden 32,32 --batch 8 --steps 3 --train-size 64 "
+    int st = tu_shell(shell_out, sizeof shell_out, "'%s/examples/mlp' --hidden 32,32 --batch 8 --steps 3 --train-size 64 "
                    "--threads 2 --log-every 100 --mode %s %s %s --dump 'dir=%s;%s' 2>&1",
                    TDBG_BUILDDIR, mode, flags, inj, dir, spec);
     ck_assert_msg(st == 0, "mlp: exit %d:\n%s", st, shell_out);
@@ -926,7 +910,7 @@ START_TEST(test_json_and_color)
     fputs(r.out, f);
     fclose(f);
     tu_result_free(&r);
-    int st = shell("/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); "
+    int st = tu_shell(shell_out, sizeof shell_out, "/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); "
                    "assert d[\"root_causes\"][0][\"op\"] == \"op0\"; "
                    "assert [t[\"verdict\"] for t in d[\"tensors\"]] == "
                    "[\"diverges here\", \"inherited\", \"inherited\"]; print(\"json ok\")' "
@@ -1131,10 +1115,10 @@ START_TEST(test_program_exit_status)
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
     write_pair(a, b);
-    ck_assert_int_eq(shell("'%s/dump/tdbg-diff' -q '%s' '%s'", TDBG_BUILDDIR, a, b), 0);
-    ck_assert_int_eq(shell("'%s/dump/tdbg-diff' -q '%s' '%s/none' 2>/dev/null", TDBG_BUILDDIR, a,
+    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out, "'%s/dump/tdbg-diff' -q '%s' '%s'", TDBG_BUILDDIR, a, b), 0);
+    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out, "'%s/dump/tdbg-diff' -q '%s' '%s/none' 2>/dev/null", TDBG_BUILDDIR, a,
                            dir), 2);
-    ck_assert_int_eq(shell("'%s/dump/tdbg-diff' --bogus 2>&1", TDBG_BUILDDIR), 2);
+    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out, "'%s/dump/tdbg-diff' --bogus 2>&1", TDBG_BUILDDIR), 2);
     ck_assert_msg(strstr(shell_out, "tdbg-diff: unknown option '--bogus'"), "%s", shell_out);
 }
 END_TEST

@@ -449,7 +449,7 @@ START_TEST(test_export_numpy_load)
         fprintf(stderr, "test_export_numpy_load: skipped (no numpy for /usr/bin/python3)\n");
         return;
     }
-    char dir[128], out[256], cmd[2048], text[4096];
+    char dir[128], out[256], text[4096];
     write_run(test_dir(dir, sizeof dir));
     snprintf(out, sizeof out, "%s/npy", dir);
     tu_result r = RUN("export", dir, "--npy", out, "param*");
@@ -459,7 +459,7 @@ START_TEST(test_export_numpy_load)
     r = RUN("export", dir, "--npy", out, "--step", "1");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     tu_result_free(&r);
-    snprintf(cmd, sizeof cmd,
+    int status = tu_shell(text, sizeof text,
              "cd '%s' && /usr/bin/python3 -c '\n"
              "import numpy as np\n"
              "a = np.load(\"step-1/fc1.linear.out0.npy\")\n"
@@ -477,11 +477,6 @@ START_TEST(test_export_numpy_load)
              "    assert b.dtype == np.uint16, b.dtype\n"
              "    assert f.tolist() == [[k, -0.5 * k], [0.25 * k, 3 * k]], f\n"
              "print(\"numpy ok\")\n' 2>&1", out);
-    FILE *p = popen(cmd, "r");
-    ck_assert(p != NULL);
-    size_t n = fread(text, 1, sizeof text - 1, p);
-    text[n] = '\0';
-    int status = pclose(p);
     ck_assert_msg(status == 0 && strcmp(text, "numpy ok\n") == 0, "python: %s", text);
 }
 END_TEST

@@ -4,9 +4,11 @@
 #include <check.h>
 #include <errno.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 void tu_setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
@@ -148,4 +150,19 @@ dump_tensor_info tu_dump_info(const char *op, const char *type, dump_iokind io, 
     for (int i = 0; i < ndim; i++)
         ti.shape[i] = shape[i];
     return ti;
+}
+
+int tu_shell(char *out, size_t n, const char *fmt, ...)
+{
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "popen: %s", cmd);
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

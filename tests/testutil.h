@@ -54,6 +54,11 @@ dump_tensor_info tu_dump_info(const char *op, const char *type, dump_iokind io, 
                               te_phase phase, const char *tensor, te_dtype dt, int ndim,
                               const int64_t *shape);
 
+/* Runs the command fmt makes through /bin/sh, its standard output caught
+ * into out (n bytes at most, NUL-terminated); returns its exit status, -1
+ * when it did not exit. */
+int tu_shell(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* ---- scratch directories, and tools run in this process ------------------ */
 
 /* Makes a fresh directory "/tmp/PREFIX-XXXXXX" into dir (n bytes) for a
