@@ -114,6 +114,18 @@ static bool mark_sent(dump_image *im, uint64_t off, size_t len)
     return true;
 }
 
+/* Raw data is written once and its space never freed (each chunk goes
+ * whole, once; nothing is deleted), so metadata never land on it. If they
+ * did, writing the metadata around the raw data at seal would leave them
+ * out: the step fails instead of being written wrong. */
+static bool over_sent(const dump_image *im, uint64_t off, size_t len)
+{
+    for (int i = 0; i < im->n_sent; i++)
+        if (off < im->sent[i].off + im->sent[i].len && im->sent[i].off < off + len)
+            return true;
+    return false;
+}
+
 static int span_cmp(const void *a, const void *b)
 {
     const struct dump_span *x = a, *y = b;
@@ -274,6 +286,8 @@ static herr_t file_write(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr
     if (type == H5FD_MEM_DRAW) {
         if (!im->io_err && write_at(im, buf, addr, size) && !mark_sent(im, addr, size))
             im->io_err = ENOMEM;
+    } else if (over_sent(im, addr, size)) {
+        im->io_err = EIO;
     } else if (reserve(im, addr + size)) {
         memcpy(im->meta + addr, buf, size);
     } else {
