@@ -65,13 +65,19 @@ char **dbg_complete(const char *text, int start, int end)
                                              "and", "or", "not", "has_nan", "has_inf", "abs_max", "l2norm" };
         for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
             cand_add(words[k]);
-        const dbg_op *ops = dbg.n_ops ? dbg.ops : dbg.last_ops;
-        int n = dbg.n_ops ? dbg.n_ops : dbg.n_last_ops;
-        for (int i = 0; i < n; i++) {
-            cand_add(ops[i].name);
-            for (int k = 0; k < ops[i].n_out; k++)
-                if (ops[i].out_name[k][0])
-                    cand_add(ops[i].out_name[k]);
+        /* this step's ops so far, then the rest of the last step's: stopped
+         * in the forward pass, the backward and update ops are still names
+         * to break on. The last step's ops at the same places as this
+         * step's are the same ops, and left out. */
+        for (int i = 0; i < dbg.n_ops + dbg.n_last_ops; i++) {
+            const dbg_op *o = i < dbg.n_ops ? &dbg.ops[i] : &dbg.last_ops[i - dbg.n_ops];
+            int j = i - dbg.n_ops; /* index in last_ops */
+            if (j >= 0 && j < dbg.n_ops && strcmp(o->name, dbg.ops[j].name) == 0)
+                continue;
+            cand_add(o->name);
+            for (int k = 0; k < o->n_out; k++)
+                if (o->out_name[k][0])
+                    cand_add(o->out_name[k]);
         }
         te_tensor **p = te_params();
         for (int i = 0; i < te_param_count(); i++)

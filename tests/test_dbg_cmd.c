@@ -9,6 +9,8 @@
 #include "suites.h"
 #include "testutil.h"
 
+#include <readline/readline.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,6 +187,63 @@ START_TEST(test_running_commands)
 }
 END_TEST
 
+/* Tab completion of text after "break " as the CLI and the TUI ask for
+ * it: the matches (readline's list without its common-prefix head). */
+static int complete(const char *text, char **got, int max)
+{
+    char line[64];
+    snprintf(line, sizeof line, "break %s", text);
+    char *saved = rl_line_buffer;
+    rl_line_buffer = line;
+    char **m = dbg_complete(text, 6, (int)strlen(line));
+    rl_line_buffer = saved;
+    int n = 0;
+    for (int i = m && m[1] ? 1 : 0; m && m[i]; i++)
+        if (n < max)
+            got[n++] = m[i];
+        else
+            free(m[i]);
+    if (m && m[1])
+        free(m[0]);
+    free(m);
+    return n;
+}
+
+/* Stopped two ops into a step: this step's ops and the rest of the last
+ * step's (the backward and update ops still to come) complete, each once. */
+START_TEST(test_complete_op_names)
+{
+    static dbg_op now[2], last[4];
+    static const char *const names[4] = { "fc1/linear", "fc1/relu", "grad/fc1/linear", "update/fc1.weight" };
+    for (int i = 0; i < 4; i++) {
+        snprintf(last[i].name, sizeof last[i].name, "%s", names[i]);
+        snprintf(last[i].out_name[0], sizeof last[i].out_name[0], "%s:out0", names[i]);
+        last[i].n_out = 1;
+        if (i < 2)
+            now[i] = last[i];
+    }
+    dbg.ops = now;
+    dbg.n_ops = 2;
+    dbg.last_ops = last;
+    dbg.n_last_ops = 4;
+    char *got[8];
+    int n = complete("upd", got, 8);
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(got[0], "update/fc1.weight");
+    ck_assert_str_eq(got[1], "update/fc1.weight:out0");
+    for (int i = 0; i < n; i++)
+        free(got[i]);
+    n = complete("fc1/l", got, 8); /* in both steps' lists, offered once */
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(got[0], "fc1/linear");
+    ck_assert_str_eq(got[1], "fc1/linear:out0");
+    for (int i = 0; i < n; i++)
+        free(got[i]);
+    dbg.ops = dbg.last_ops = NULL;
+    dbg.n_ops = dbg.n_last_ops = 0;
+}
+END_TEST
+
 Suite *suite_dbg_cmd(void)
 {
     Suite *s = suite_create("dbg_cmd");
@@ -195,6 +254,7 @@ Suite *suite_dbg_cmd(void)
     tcase_add_test(tc, test_break_errors);
     tcase_add_test(tc, test_manage_breaks);
     tcase_add_test(tc, test_running_commands);
+    tcase_add_test(tc, test_complete_op_names);
     suite_add_tcase(s, tc);
     return s;
 }
