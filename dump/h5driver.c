@@ -332,16 +332,26 @@ static const H5FD_class_t stream_class = {
     .fl_map = H5FD_FLMAP_DICHOTOMY,
 };
 
+/* Registered on first use, and again after H5close (which drops every
+ * driver, while the process may go on dumping). */
 static hid_t driver_id = -1;
-static pthread_once_t registered = PTHREAD_ONCE_INIT;
+static pthread_mutex_t driver_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void register_driver(void) { driver_id = H5FDregister(&stream_class); }
+static hid_t driver(void)
+{
+    pthread_mutex_lock(&driver_mu);
+    if (driver_id < 0 || H5Iis_valid(driver_id) <= 0)
+        driver_id = H5FDregister(&stream_class);
+    hid_t id = driver_id;
+    pthread_mutex_unlock(&driver_mu);
+    return id;
+}
 
 int64_t dump_image_fapl(dump_image *im)
 {
-    pthread_once(&registered, register_driver);
-    hid_t fapl = driver_id < 0 ? -1 : H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl >= 0 && (H5Pset_driver(fapl, driver_id, &(stream_fapl){ im }) < 0 ||
+    hid_t id = driver();
+    hid_t fapl = id < 0 ? -1 : H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0 && (H5Pset_driver(fapl, id, &(stream_fapl){ im }) < 0 ||
                       H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0 ||
                       H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)) {
         H5Pclose(fapl);

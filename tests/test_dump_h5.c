@@ -816,6 +816,33 @@ START_TEST(test_chunks_as_hdf5_writes_them)
 }
 END_TEST
 
+/* HDF5 shut down and started again in the same process (H5close drops
+ * every file driver): the next step is written all the same. */
+START_TEST(test_write_after_h5close)
+{
+    char dir[128], err[512] = "";
+    test_dir(dir, sizeof dir);
+    te_tensor *t = te_tensor_new(TE_F32, te_shape(3, 4));
+    for (int64_t i = 0; i < t->numel; i++)
+        te_set(t, i, (float)i - 5.5f);
+    for (int64_t step = 0; step < 2; step++) {
+        dump_step_writer *w = create_ok(dir, step, 0);
+        dump_tensor_info ti = meta("fc1/linear", "Linear", DUMP_OUT, 0, 0, TE_PHASE_FORWARD, "fc1/linear:out0");
+        add_ok(w, &ti, t);
+        commit_ok(w);
+        H5close();
+    }
+    char path[256];
+    step_path(path, sizeof path, dir, 1);
+    dump_step_reader *r = dump_step_open(path, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    float v[12];
+    ck_assert_msg(dump_step_read_f32(r, 0, v, err, sizeof err), "%s", err);
+    ck_assert_float_eq(v[11], 5.5f);
+    dump_step_close(r);
+}
+END_TEST
+
 START_TEST(test_fletcher32_edges)
 {
     /* Worked by hand from HDF5's definition (and what HDF5 1.10's
@@ -1133,6 +1160,7 @@ static void add_tests(TCase *tc)
     tcase_add_test(tc, test_path_conflicts_refused);
     tcase_add_test(tc, test_gzip_roundtrip);
     tcase_add_test(tc, test_chunks_as_hdf5_writes_them);
+    tcase_add_test(tc, test_write_after_h5close);
     tcase_add_test(tc, test_fletcher32_edges);
     tcase_add_test(tc, test_fletcher32_blocks);
     tcase_add_test(tc, test_stats_roundtrip);
