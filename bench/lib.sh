@@ -32,3 +32,5 @@ field() { sed -n "s/.*$1=\\([0-9.]*\\).*/\\1/p"; }
 # (fastest_ms) in ms.
 step_ms() { sed -n 's/^time: ms_per_step median=\([0-9.]*\) .*/\1/p'; }
 fastest_ms() { sed -n 's/^time: ms_per_step .*min=\([0-9.]*\) .*/\1/p'; }
+# ... or the sum of the timed steps (total_ms), in ms.
+total_ms() { sed -n 's/^time: ms_per_step .*total_ms=\([0-9.]*\).*/\1/p'; }

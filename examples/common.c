@@ -437,8 +437,11 @@ static void print_times(double *ms, int n)
     ms += skip;
     n -= skip;
     qsort(ms, (size_t)n, sizeof *ms, cmp_double);
-    double median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-    printf("time: ms_per_step median=%.3f min=%.3f max=%.3f steps=%d\n", median, ms[0], ms[n - 1], n);
+    double median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]), total = 0;
+    for (int i = 0; i < n; i++)
+        total += ms[i];
+    printf("time: ms_per_step median=%.3f min=%.3f max=%.3f steps=%d total_ms=%.3f\n", median, ms[0],
+           ms[n - 1], n, total);
 }
 
 /* What the step functions need; inputs and outputs come per micro-batch. */

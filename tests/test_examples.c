@@ -427,12 +427,15 @@ START_TEST(test_time_line)
     run_result *r = run("mlp", "%s --steps 8 --log-every 8 --threads 1 --time", MLP_SMALL);
     assert_ran(r, "--time", 0);
     const char *t = strstr(r->out, "time: ms_per_step ");
-    double med, lo, hi;
+    double med, lo, hi, total;
     int steps;
-    ck_assert_msg(t && sscanf(t, "time: ms_per_step median=%lf min=%lf max=%lf steps=%d", &med, &lo, &hi,
-                              &steps) == 4, "no time line in:\n%s", r->out);
+    ck_assert_msg(t && sscanf(t, "time: ms_per_step median=%lf min=%lf max=%lf steps=%d total_ms=%lf", &med,
+                              &lo, &hi, &steps, &total) == 5, "no time line in:\n%s", r->out);
     ck_assert_msg(lo > 0 && lo <= med && med <= hi, "min %g median %g max %g", lo, med, hi);
     ck_assert_msg(steps == 5, "timed %d steps, want 8 minus 3 of warm-up", steps);
+    /* the five steps' sum, printed to the microsecond */
+    ck_assert_msg(total >= 4 * lo + hi - 0.005 && total <= lo + 4 * hi + 0.005, "total %g, min %g max %g",
+                  total, lo, hi);
     free(r);
 }
 END_TEST
