@@ -4,8 +4,10 @@
  * by name. Beyond what the table lists, a backward op grad/X also reads what
  * its forward op X read and wrote (the tensors autograd saved) and adds into
  * the gradients it writes (accumulation); an update op reads the parameter
- * it writes, and its optimizer state; an op reading a tensor no op writes
- * (a batch norm's running statistics) updates it in place.
+ * it writes, and its optimizer state; an op updates in place the inputs
+ * the table's inplace column lists (a batch norm's running statistics in
+ * training). Tables from before that column stood: an op reading a tensor
+ * no op writes is taken to update it in place.
  *
  * Walking a step's ops in execution order, a name is marked tainted when the
  * op writing it diverged or read a tainted or divergent input. Names keep
@@ -185,7 +187,7 @@ static int by_exec(const void *pa, const void *pb)
     return a->exec < b->exec ? -1 : a->exec > b->exec;
 }
 
-diff_graph *diff_graph_new(const dump_op_row *ops, int n_ops)
+diff_graph *diff_graph_new(const dump_op_row *ops, int n_ops, bool lists_inplace)
 {
     diff_graph *g = calloc(1, sizeof *g);
     if (!g || !(g->ops = calloc((size_t)(n_ops ? n_ops : 1), sizeof *g->ops))) {
@@ -210,7 +212,9 @@ diff_graph *diff_graph_new(const dump_op_row *ops, int n_ops)
             ok = list_add(&o->state, key, strlen(key));
         }
     }
-    for (int i = 0; ok && i < n_ops; i++) {   /* inputs nobody writes: updated in place */
+    for (int i = 0; ok && lists_inplace && i < n_ops; i++)   /* as the writer recorded */
+        ok = list_split(&g->ops[i].state, ops[i].inplace);
+    for (int i = 0; ok && !lists_inplace && i < n_ops; i++) { /* inputs nobody writes: in place */
         gop *o = &g->ops[i];
         for (int k = 0; ok && k < o->deps.n; k++) {
             const char *d = o->deps.s[k];

@@ -93,6 +93,8 @@ typedef struct dump_run_meta {
     uint64_t seed;
     char command_line[4096];
     char created[32];             /* ISO 8601 UTC; writing "" means now */
+    bool lists_inplace;           /* read only: /ops has the inplace column (older files
+                                   * do not say which inputs an op writes in place) */
 } dump_run_meta;
 
 /* One row of run.h5's /ops table, in execution order. */
@@ -106,6 +108,8 @@ typedef struct dump_op_row {
     char inputs[DUMP_TEXT_MAX];   /* tensor names joined by ',' */
     char outputs[DUMP_TEXT_MAX];
     char kernel[DUMP_TEXT_MAX];   /* "" in eager mode */
+    char inplace[DUMP_TEXT_MAX];  /* the inputs it writes in place: a batch norm's running
+                                   * statistics in training */
 } dump_op_row;
 
 /* The dataset path of an op's tensor: ("fc1/linear", DUMP_IN, 1) gives

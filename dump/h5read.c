@@ -246,6 +246,7 @@ typedef struct col {
     const char *name;
     col_kind kind;
     size_t off, cap;   /* cap: C_STR's buffer size */
+    bool optional;     /* a column older files lack: left empty then */
 } col;
 
 static bool col_type_ok(hid_t t, col_kind k)
@@ -294,7 +295,8 @@ static void col_read(scan *s, hid_t ds, hid_t ftype, const char *table, const co
 {
     int idx = H5Tget_member_index(ftype, c->name);
     if (idx < 0) {
-        problem(s->p, "%s: %s: field '%s' is missing", s->path, table, c->name);
+        if (!c->optional)
+            problem(s->p, "%s: %s: field '%s' is missing", s->path, table, c->name);
         return;
     }
     hid_t mt = H5Tget_member_type(ftype, (unsigned)idx);
@@ -384,7 +386,8 @@ static void *table_read(scan *s, const char *name, const col *cols, int ncols, s
     return rows;
 }
 
-#define COL(st, f, k) { #f, k, offsetof(st, f), sizeof(((st *)0)->f) }
+#define COL(st, f, k) { #f, k, offsetof(st, f), sizeof(((st *)0)->f), false }
+#define COL_OPTIONAL(st, f, k) { #f, k, offsetof(st, f), sizeof(((st *)0)->f), true }
 
 static const col stats_cols[] = {
     COL(dump_stats_row, path, C_STR),     COL(dump_stats_row, op, C_STR),
@@ -401,7 +404,7 @@ static const col op_cols[] = {
     COL(dump_op_row, type, C_STR),   COL(dump_op_row, phase, C_PHASE),
     COL(dump_op_row, file, C_STR),   COL(dump_op_row, line, C_I32),
     COL(dump_op_row, inputs, C_STR), COL(dump_op_row, outputs, C_STR),
-    COL(dump_op_row, kernel, C_STR),
+    COL(dump_op_row, kernel, C_STR), COL_OPTIONAL(dump_op_row, inplace, C_STR),
 };
 
 #define NCOLS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -793,6 +796,13 @@ static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
     attr_text(s, s->file, "/", "command_line", m->command_line, sizeof m->command_line);
     attr_text(s, s->file, "/", "created", m->created, sizeof m->created);
     *ops = table_read(s, "/ops", op_cols, NCOLS(op_cols), sizeof **ops, n_ops);
+    hid_t ds = *ops ? H5Dopen2(s->file, "/ops", H5P_DEFAULT) : -1;
+    hid_t ft = ds >= 0 ? H5Dget_type(ds) : -1;
+    m->lists_inplace = ft >= 0 && H5Tget_member_index(ft, "inplace") >= 0;
+    if (ft >= 0)
+        H5Tclose(ft);
+    if (ds >= 0)
+        H5Dclose(ds);
 }
 
 bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_ops, char *err,

@@ -851,7 +851,7 @@ typedef struct op_mem {
     int32_t exec;
     const char *name, *type, *phase, *file;
     int32_t line;
-    const char *inputs, *outputs, *kernel;
+    const char *inputs, *outputs, *kernel, *inplace;
 } op_mem;
 
 static hid_t ops_type(hid_t str)
@@ -865,7 +865,8 @@ static hid_t ops_type(hid_t str)
                    H5Tinsert(t, "line", HOFFSET(op_mem, line), H5T_NATIVE_INT32) < 0 ||
                    H5Tinsert(t, "inputs", HOFFSET(op_mem, inputs), str) < 0 ||
                    H5Tinsert(t, "outputs", HOFFSET(op_mem, outputs), str) < 0 ||
-                   H5Tinsert(t, "kernel", HOFFSET(op_mem, kernel), str) < 0)) {
+                   H5Tinsert(t, "kernel", HOFFSET(op_mem, kernel), str) < 0 ||
+                   H5Tinsert(t, "inplace", HOFFSET(op_mem, inplace), str) < 0)) {
         H5Tclose(t);
         return -1;
     }
@@ -900,7 +901,7 @@ static bool write_ops(hid_t f, const dump_op_row *ops, int n_ops)
     for (int i = 0; ok && i < n_ops; i++) {
         const dump_op_row *r = &ops[i];
         m[i] = (op_mem){ r->exec, r->name, r->type, te_phase_name(r->phase), r->file, r->line, r->inputs,
-                         r->outputs, r->kernel };
+                         r->outputs, r->kernel, r->inplace };
     }
     ok = ok && write_table(f, "/ops", t, sizeof *m, n_ops, m);
     if (t >= 0)

@@ -585,6 +585,12 @@ static void remember_op(dump_session *d, const te_op_record *r)
     o->line = r->loc.line;
     join_names(o->inputs, sizeof o->inputs, r->inputs, r->n_inputs);
     join_names(o->outputs, sizeof o->outputs, r->outputs, r->n_outputs);
+    te_tensor *inplace[8];
+    int n_inplace = 0;
+    for (int i = 0; i < r->n_inputs && i < 32 && n_inplace < 8; i++)
+        if (r->inplace >> i & 1u)
+            inplace[n_inplace++] = r->inputs[i];
+    join_names(o->inplace, sizeof o->inplace, inplace, n_inplace);
     snprintf(o->kernel, sizeof o->kernel, "%s", r->kernel ? r->kernel : "");
 }
 

@@ -83,6 +83,14 @@ static const unsigned bwd_reads[TE_OP_COUNT] = {
 
 unsigned te_op_bwd_reads(te_op op) { return bwd_reads[op]; }
 
+unsigned te_node_inplace(const te_node *n)
+{
+    /* batch norm in training updates its running statistics, inputs 3 and 4 */
+    if (n->op == TE_OP_BATCHNORM && n->a.training && n->in[3])
+        return 1u << 3 | 1u << 4;
+    return 0;
+}
+
 const te_backend *te_backend_current(void) { return eng.backend; }
 
 /* ---- lifetime ------------------------------------------------------------ */
@@ -574,7 +582,7 @@ te_tensor *te_node_run(te_node *n)
             .step = te_step(), .phase = eng.phase, .op_id = n->id,
             .exec_index = te_next_exec_index(), .name = n->name, .type = te_op_type_name(n->op),
             .loc = n->loc, .inputs = n->in, .n_inputs = n->n_in, .outputs = n->out,
-            .n_outputs = n->n_out,
+            .n_outputs = n->n_out, .inplace = te_node_inplace(n),
         };
         te_op_done(&rec);
     } else {

@@ -330,6 +330,8 @@ typedef struct te_op_record {
     te_tensor *const *outputs;
     int n_outputs;
     const char *kernel;  /* graph mode: "k3 fused-act: fc1/linear, fc1/relu"; NULL in eager mode */
+    unsigned inplace;   /* bit i: the op wrote input i in place (a batch norm's running
+                         * statistics, in training) */
     const struct te_stats *out_stats; /* NULL, or the outputs' statistics as the op computed
                                        * them (te_stats_want); read them with te_op_output_stats */
 } te_op_record;

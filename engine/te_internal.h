@@ -136,6 +136,8 @@ te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
  * data (bit i), output k's (bit TE_READS_OUT << k), the saved tensors. */
 enum { TE_READS_OUT = 1u << 8, TE_READS_SAVED = 1u << 16 };
 unsigned te_op_bwd_reads(te_op op);
+/* The inputs node n writes in place, as te_op_record.inplace. */
+unsigned te_node_inplace(const te_node *n);
 
 static inline float *te_f32(const te_tensor *t) { return (float *)t->data; }
 static inline int32_t *te_i32(const te_tensor *t) { return (int32_t *)t->data; }

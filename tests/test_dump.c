@@ -458,6 +458,39 @@ START_TEST(test_disk_full)
 }
 END_TEST
 
+/* run.h5 says which inputs an op writes in place: a batch norm's running
+ * statistics in training, in eager and in graph mode alike. */
+START_TEST(test_ops_list_inplace_writes)
+{
+    static const char *const modes[2] = { "eager", "graph" };
+    for (int k = 0; k < 2; k++) {
+        char run[256], err[1024];
+        snprintf(run, sizeof run, "%s/%s", dir, modes[k]);
+        int st = tu_shell(out, sizeof out,
+                          "'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 "
+                          "--train-size 16 --mode %s --dump 'dir=%s;steps=0' 2>&1",
+                          TDBG_BUILDDIR, modes[k], run);
+        ck_assert_msg(st == 0, "%s", out);
+        dump_run_meta m;
+        dump_op_row *ops;
+        int n, bn = 0;
+        ck_assert_msg(dump_run_read(run, &m, &ops, &n, err, sizeof err), "%s", err);
+        ck_assert(m.lists_inplace);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(ops[i].name, "conv1/bn") == 0) {
+                ck_assert_str_eq(ops[i].inplace, "bn1.running_mean,bn1.running_var");
+                bn++;
+            } else if (strcmp(ops[i].type, "BatchNorm") != 0) {
+                ck_assert_msg(ops[i].inplace[0] == '\0', "%s writes %s in place", ops[i].name,
+                              ops[i].inplace);
+            }
+        }
+        ck_assert_int_eq(bn, 1);
+        free(ops);
+    }
+}
+END_TEST
+
 START_TEST(test_h5py_interop)
 {
     /* h5py alone (no tdbg code) reads the dump, and numpy recomputes a conv
@@ -486,6 +519,7 @@ Suite *suite_dump(void)
     tcase_add_test(tc, test_params_and_grads);
     tcase_add_test(tc, test_stats_mode);
     tcase_add_test(tc, test_stats_mode_everything);
+    tcase_add_test(tc, test_ops_list_inplace_writes);
     tcase_add_test(tc, test_size_cap);
     tcase_add_test(tc, test_flight_recorder);
     tcase_add_test(tc, test_unwritable_dir);

@@ -181,8 +181,9 @@ static void commit(dump_step_writer *w)
     ck_assert_msg(dump_step_commit(w, err, sizeof err), "dump_step_commit: %s", err);
 }
 
-/* run.h5 with a chain of ops: op i reads "t<i-1>" and writes "t<i>". */
-static void write_run_h5(const char *dir, int n_ops)
+/* run.h5 with a chain of ops: op i reads "t<i-1>" and writes "t<i>"; op 0
+ * reads first_inputs. */
+static void write_run_chain(const char *dir, int n_ops, const char *first_inputs)
 {
     char err[512] = "";
     dump_run_meta m = { .mode = TE_MODE_EAGER, .seed = 7 };
@@ -199,11 +200,16 @@ static void write_run_h5(const char *dir, int n_ops)
         snprintf(ops[i].name, sizeof ops[i].name, "op%d", i);
         snprintf(ops[i].type, sizeof ops[i].type, "Test");
         snprintf(ops[i].file, sizeof ops[i].file, "examples/mlp.c");
-        snprintf(ops[i].inputs, sizeof ops[i].inputs, i ? "t%d" : "batch:x", i - 1);
+        if (i)
+            snprintf(ops[i].inputs, sizeof ops[i].inputs, "t%d", i - 1);
+        else
+            snprintf(ops[i].inputs, sizeof ops[i].inputs, "%s", first_inputs);
         snprintf(ops[i].outputs, sizeof ops[i].outputs, "t%d", i);
     }
     ck_assert_msg(dump_run_write(dir, &m, ops, n_ops, err, sizeof err), "run.h5: %s", err);
 }
+
+static void write_run_h5(const char *dir, int n_ops) { write_run_chain(dir, n_ops, "batch:x"); }
 
 /* A deterministic pseudo-random number in [-1, 1). */
 static float rnd(uint64_t *s)
@@ -744,6 +750,102 @@ START_TEST(test_nan_one_side)
 }
 END_TEST
 
+/* run.h5 as tdbg wrote it before the /ops table had its inplace column. */
+static void drop_inplace_column(const char *dir)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, "/ops", H5P_DEFAULT);
+    hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
+    ck_assert(f >= 0 && ds >= 0 && ft >= 0 && sp >= 0 && H5Tget_member_index(ft, "inplace") >= 0);
+    size_t size = 0;
+    int nm = H5Tget_nmembers(ft);
+    for (int i = 0; i < nm; i++) {
+        hid_t mt = H5Tget_member_type(ft, (unsigned)i);
+        size += H5Tget_size(mt);
+        H5Tclose(mt);
+    }
+    hid_t old = H5Tcreate(H5T_COMPOUND, size);
+    size_t at = 0;
+    for (int i = 0; i < nm; i++) {
+        char *name = H5Tget_member_name(ft, (unsigned)i);
+        hid_t mt = H5Tget_member_type(ft, (unsigned)i);
+        if (strcmp(name, "inplace") != 0) {
+            ck_assert(H5Tinsert(old, name, at, mt) >= 0);
+            at += H5Tget_size(mt);
+        }
+        H5Tclose(mt);
+        H5free_memory(name);
+    }
+    H5Tset_size(old, at);
+    void *rows = calloc((size_t)H5Sget_simple_extent_npoints(sp), at);
+    ck_assert(H5Dread(ds, old, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows) >= 0);
+    hid_t nd = H5Dcreate2(f, "/ops_old", old, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert(nd >= 0 && H5Dwrite(nd, old, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows) >= 0);
+    H5Dvlen_reclaim(old, sp, H5P_DEFAULT, rows);
+    free(rows);
+    H5Dclose(nd);
+    H5Dclose(ds);
+    ck_assert(H5Ldelete(f, "/ops", H5P_DEFAULT) >= 0 &&
+              H5Lmove(f, "/ops_old", f, "/ops", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    H5Tclose(old);
+    H5Tclose(ft);
+    H5Sclose(sp);
+    H5Fclose(f);
+}
+
+/* op0 reads a weight no op writes (a frozen parameter, a batch norm's
+ * running statistics in eval mode) and diverges on its own at steps 0 and
+ * 1. The /ops table says op0 writes nothing in place, so the weight is not
+ * tainted and step 1's op0 diverges there too; tables from before the
+ * inplace column leave tdbg-diff to guess that the weight is state op0
+ * updates, and step 1's divergence reads as inherited. */
+START_TEST(test_inplace_column)
+{
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    float va[8], vb[8];
+    for (int i = 0; i < 8; i++)
+        va[i] = vb[i] = (float)i;
+    vb[2] += 0.5f;
+    for (int k = 0; k < 2; k++) {
+        const char *d = k ? b : a;
+        write_run_chain(d, 2, "batch:x,param:w");
+        for (int64_t step = 0; step < 2; step++) {
+            dump_step_writer *w = create(d, step, 0);
+            add(w, meta("op0", DUMP_OUT, 0, 0, "t0", TE_F32, te_shape(8)), k ? vb : va);
+            add(w, meta("op1", DUMP_OUT, 0, 1, "t1", TE_F32, te_shape(8)), k ? vb : va);
+            commit(w);
+        }
+    }
+    char err[512];
+    dump_run_meta m;
+    dump_op_row *ops;
+    int n;
+    ck_assert_msg(dump_run_read(a, &m, &ops, &n, err, sizeof err), "%s", err);
+    ck_assert(m.lists_inplace && n == 2 && ops[0].inplace[0] == '\0');
+    free(ops);
+    for (int old = 0; old < 2; old++) {
+        if (old)
+            drop_inplace_column(a);
+        tu_result r = RUN(a, b, "--format", "csv");
+        ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+        csv t = csv_parse(r.out);
+        int row = find_row(&t, 1, "op0", "out", 0);
+        ck_assert_msg(row >= 0, "no row for step 1 op0:\n%s", r.out);
+        ck_assert_str_eq(cell(&t, row, "verdict"), old ? "inherited" : "diverges here");
+        csv_free(&t);
+        tu_result_free(&r);
+    }
+    ck_assert_msg(dump_run_read(a, &m, &ops, &n, err, sizeof err), "%s", err);
+    ck_assert(!m.lists_inplace && n == 2 && strcmp(ops[0].inputs, "batch:x,param:w") == 0);
+    free(ops);
+}
+END_TEST
+
 /* ---- pairing ------------------------------------------------------------------ */
 
 START_TEST(test_shapes_and_one_side)
@@ -1147,6 +1249,7 @@ Suite *suite_tdbg_diff(void)
     tcase_add_test(tc, test_metrics_large_streamed);
     tcase_add_test(tc, test_half_against_f32);
     tcase_add_test(tc, test_nan_one_side);
+    tcase_add_test(tc, test_inplace_column);
     tcase_add_test(tc, test_shapes_and_one_side);
     tcase_add_test(tc, test_steps_intersected);
     tcase_add_test(tc, test_map_renames);

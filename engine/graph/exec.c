@@ -22,6 +22,7 @@ static void report(const tg_kernel *k, const tg_origin *o, int base)
         rec.n_inputs = n->n_in;
         rec.outputs = n->out;
         rec.n_outputs = n->n_out;
+        rec.inplace = te_node_inplace(n);
         te_op_done(&rec);
         return;
     }
