@@ -36,7 +36,7 @@ static char *test_dir(char *buf, size_t n) { return tu_scratch_sub(suite_dir, bu
 /* Runs `tdbg-diff ARGS...` in this process. */
 #define RUN(...) tu_run_tool(tdbg_diff_main, "tdbg-diff", (const char *const[]){ __VA_ARGS__, NULL })
 
-/* Runs a shell command; its exit status, output in out. */
+/* What the last command run with tu_shell printed. */
 static char shell_out[1 << 15];
 /* Trains the example MLP (small, 3 steps, seeded) in mode with more flags,
  * dumping into dir with spec (after dir=), with an injection when inject is
@@ -47,9 +47,10 @@ static void mlp_dump_with(const char *dir, const char *mode, const char *spec, c
     char inj[256] = "";
     if (inject)
         snprintf(inj, sizeof inj, "--inject '%s'", inject);
-    int st = tu_shell(shell_out, sizeof shell_out, "'%s/examples/mlp' --hidden 32,32 --batch 8 --steps 3 --train-size 64 "
-                   "--threads 2 --log-every 100 --mode %s %s %s --dump 'dir=%s;%s' 2>&1",
-                   TDBG_BUILDDIR, mode, flags, inj, dir, spec);
+    int st = tu_shell(shell_out, sizeof shell_out,
+                      "'%s/examples/mlp' --hidden 32,32 --batch 8 --steps 3 --train-size 64 "
+                      "--threads 2 --log-every 100 --mode %s %s %s --dump 'dir=%s;%s' 2>&1",
+                      TDBG_BUILDDIR, mode, flags, inj, dir, spec);
     ck_assert_msg(st == 0, "mlp: exit %d:\n%s", st, shell_out);
 }
 
@@ -388,17 +389,30 @@ static void assert_injected(const csv *t, int step, const char *op, const char *
     }
 }
 
-START_TEST(test_injected_noise)
+/* Dumps the MLP (mode, spec, more flags) clean into a and with inject into
+ * b, both in a fresh directory (a and b get PATH_MAX_TEST bytes), and gives
+ * tdbg-diff a b's CSV rows; the tool must report a difference. */
+#define PATH_MAX_TEST 160
+static csv diff_injected(char *a, char *b, const char *mode, const char *spec, const char *flags,
+                         const char *inject)
 {
-    char a[160], b[160], dir[128];
+    char dir[128];
     test_dir(dir, sizeof dir);
-    snprintf(a, sizeof a, "%s/clean", dir);
-    snprintf(b, sizeof b, "%s/noisy", dir);
-    mlp_dump(a, "eager", "io=both", NULL);
-    mlp_dump(b, "eager", "io=both", "noise@op=fc2/relu,step=1");
+    snprintf(a, PATH_MAX_TEST, "%s/clean", dir);
+    snprintf(b, PATH_MAX_TEST, "%s/injected", dir);
+    mlp_dump_with(a, mode, spec, NULL, flags);
+    mlp_dump_with(b, mode, spec, inject, flags);
     tu_result r = RUN(a, b, "--format", "csv");
     ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
+    tu_result_free(&r);
+    return t;
+}
+
+START_TEST(test_injected_noise)
+{
+    char a[PATH_MAX_TEST], b[PATH_MAX_TEST];
+    csv t = diff_injected(a, b, "eager", "io=both", "", "noise@op=fc2/relu,step=1");
     static const char *const later[] = {
         "1", "fc3/linear", "in", "0",  "1", "fc3/linear", "out", "0",
         "1", "grad/cross_entropy", "out", "0",  "1", "grad/fc2/relu", "out", "0",
@@ -409,10 +423,9 @@ START_TEST(test_injected_noise)
     };
     assert_injected(&t, 1, "fc2/relu", later);
     csv_free(&t);
-    tu_result_free(&r);
 
     /* The table and the summary name it with its source line. */
-    r = RUN(a, b);
+    tu_result r = RUN(a, b);
     ck_assert_int_eq(r.rc, 1);
     ck_assert_msg(strstr(r.out, "\n1     fc2/relu            out0  ") &&
                   strstr(r.out, "DIVERGES HERE  first divergence; ") &&
@@ -446,15 +459,8 @@ END_TEST
 START_TEST(test_injected_backward_scale)
 {
     /* A backward op scaled: it diverges; what reads its output inherits. */
-    char a[160], b[160], dir[128];
-    test_dir(dir, sizeof dir);
-    snprintf(a, sizeof a, "%s/clean", dir);
-    snprintf(b, sizeof b, "%s/scaled", dir);
-    mlp_dump(a, "eager", "io=both", NULL);
-    mlp_dump(b, "eager", "io=both", "scale@op=grad/fc2/linear,step=1");
-    tu_result r = RUN(a, b, "--format", "csv");
-    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
-    csv t = csv_parse(r.out);
+    char a[PATH_MAX_TEST], b[PATH_MAX_TEST];
+    csv t = diff_injected(a, b, "eager", "io=both", "", "scale@op=grad/fc2/linear,step=1");
     static const char *const later[] = {
         "1", "grad/fc1/relu", "in", "0",  "1", "grad/fc1/relu", "out", "0",
         "1", "grad/fc1/linear", "out", "1",  "1", "update/fc1.bias", "out", "0",
@@ -462,7 +468,6 @@ START_TEST(test_injected_backward_scale)
     };
     assert_injected(&t, 1, "grad/fc2/linear", later);
     csv_free(&t);
-    tu_result_free(&r);
 }
 END_TEST
 
@@ -470,15 +475,8 @@ START_TEST(test_injected_accumulation)
 {
     /* Two micro-batches a step: the second adds its gradients to those of
      * the first, which the noise reached; so its gradients inherit. */
-    char a[160], b[160], dir[128];
-    test_dir(dir, sizeof dir);
-    snprintf(a, sizeof a, "%s/clean", dir);
-    snprintf(b, sizeof b, "%s/noisy", dir);
-    mlp_dump_with(a, "eager", "io=both", NULL, "--accum 2");
-    mlp_dump_with(b, "eager", "io=both", "noise@op=fc1/relu,step=0", "--accum 2");
-    tu_result r = RUN(a, b, "--format", "csv");
-    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
-    csv t = csv_parse(r.out);
+    char a[PATH_MAX_TEST], b[PATH_MAX_TEST];
+    csv t = diff_injected(a, b, "eager", "io=both", "--accum 2", "noise@op=fc1/relu,step=0");
     static const char *const later[] = {
         "0", "grad/fc2/linear_1", "out", "1",  "0", "grad/fc1/linear_1", "out", "1",
         "0", "update/fc2.weight", "in", "0",  "1", "fc1/linear_1", "out", "0", NULL
@@ -486,7 +484,6 @@ START_TEST(test_injected_accumulation)
     assert_injected(&t, 0, "fc1/relu", later);
     ck_assert_str_eq(cell(&t, find_row(&t, 0, "fc1/relu_1", "out", 0), "verdict"), "same");
     csv_free(&t);
-    tu_result_free(&r);
 }
 END_TEST
 
@@ -494,15 +491,8 @@ START_TEST(test_injected_outputs_only)
 {
     /* Without the inputs in the dump, the op graph of run.h5 says who read
      * what, through the parameters into the next steps. */
-    char a[160], b[160], dir[128];
-    test_dir(dir, sizeof dir);
-    snprintf(a, sizeof a, "%s/clean", dir);
-    snprintf(b, sizeof b, "%s/noisy", dir);
-    mlp_dump(a, "eager", "io=outputs", NULL);
-    mlp_dump(b, "eager", "io=outputs", "noise@op=fc1/relu,step=1");
-    tu_result r = RUN(a, b, "--format", "csv");
-    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
-    csv t = csv_parse(r.out);
+    char a[PATH_MAX_TEST], b[PATH_MAX_TEST];
+    csv t = diff_injected(a, b, "eager", "io=outputs", "", "noise@op=fc1/relu,step=1");
     static const char *const later[] = {
         "1", "fc2/linear", "out", "0",  "1", "grad/cross_entropy", "out", "0",
         "1", "grad/fc1/relu", "out", "0",  "1", "grad/fc1/linear", "out", "1",
@@ -511,7 +501,6 @@ START_TEST(test_injected_outputs_only)
     };
     assert_injected(&t, 1, "fc1/relu", later);
     csv_free(&t);
-    tu_result_free(&r);
 }
 END_TEST
 
@@ -519,16 +508,9 @@ START_TEST(test_injected_fused_kernel)
 {
     /* Graph mode fuses fc1/linear and fc1/relu into one kernel when the
      * linear's output is not dumped; noise on fc1/relu's output inside it. */
-    char a[160], b[160], dir[128];
-    test_dir(dir, sizeof dir);
-    snprintf(a, sizeof a, "%s/clean", dir);
-    snprintf(b, sizeof b, "%s/noisy", dir);
-    const char *spec = "ops=*/relu,fc3/*,cross_entropy,grad/*,update/*;io=both";
-    mlp_dump(a, "graph", spec, NULL);
-    mlp_dump(b, "graph", spec, "noise@op=fc1/relu,step=1");
-    tu_result r = RUN(a, b, "--format", "csv");
-    ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
-    csv t = csv_parse(r.out);
+    char a[PATH_MAX_TEST], b[PATH_MAX_TEST];
+    csv t = diff_injected(a, b, "graph", "ops=*/relu,fc3/*,cross_entropy,grad/*,update/*;io=both", "",
+                          "noise@op=fc1/relu,step=1");
     static const char *const later[] = {
         "1", "fc2/relu", "out", "0",  "1", "fc3/linear", "out", "0",
         "1", "grad/fc1/relu", "out", "0",  "1", "update/fc1.weight", "out", "0",
@@ -539,8 +521,7 @@ START_TEST(test_injected_fused_kernel)
     ck_assert_msg(strstr(cell(&t, k, "kernel"), "fused-act: fc1/linear, fc1/relu"), "kernel '%s'",
                   cell(&t, k, "kernel"));
     csv_free(&t);
-    tu_result_free(&r);
-    r = RUN(a, b, "--summary");
+    tu_result r = RUN(a, b, "--summary");
     ck_assert_msg(strstr(r.out, "in kernel k0 fused-act: fc1/linear, fc1/relu\n") &&
                   strstr(r.out, "(its inputs were not compared: the cause may be upstream)"),
                   "%s", r.out);
