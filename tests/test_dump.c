@@ -367,7 +367,7 @@ END_TEST
 
 /* ---- the examples dumping, killed and starved ------------------------------------ */
 
-static char out[1 << 16];
+static char out[1 << 16]; /* what the last command run with tu_shell printed */
 
 /* Every complete step of dir opens and reads; returns how many there are
  * and stores the count of incomplete ones. */
@@ -403,9 +403,10 @@ START_TEST(test_backlog_at_exit)
     /* Training ends with steps still queued (every tensor of a wide MLP):
      * the program's exit waits for them, and every one is complete. HDF5's
      * own exit handler once ran first and cut the writer off mid-queue. */
-    int st = tu_shell(out, sizeof out, "'%s/examples/mlp' --batch 128 --threads 2 --steps 20 --log-every 1000 "
-                   "--dump 'dir=%s;io=both;phase=forward,backward,update,params,grads' 2>&1; echo status=$?",
-                   TDBG_BUILDDIR, dir);
+    int st = tu_shell(out, sizeof out,
+                      "'%s/examples/mlp' --batch 128 --threads 2 --steps 20 --log-every 1000 "
+                      "--dump 'dir=%s;io=both;phase=forward,backward,update,params,grads' 2>&1; echo status=$?",
+                      TDBG_BUILDDIR, dir);
     ck_assert_msg(st == 0 && strstr(out, "status=0") && !strstr(out, "dump stopped"), "%s", out);
     int incomplete, complete = readable_steps(dir, &incomplete);
     ck_assert_int_eq(complete, 20);
@@ -418,9 +419,10 @@ START_TEST(test_kill_9)
     /* A completed step survives kill -9; a half-written one is a .tmp: the
      * step being built, and up to three sealed ones the syncer had not
      * renamed yet (writer.c's MAX_SEALED). */
-    tu_shell(out, sizeof out, "'%s/examples/mlp' --hidden 256,256 --batch 64 --threads 2 --steps 1000000 --log-every 1000000 "
-          "--dump 'dir=%s;io=both' >/dev/null 2>&1 & pid=$!; sleep 4; kill -9 $pid; wait $pid; echo $?",
-          TDBG_BUILDDIR, dir);
+    tu_shell(out, sizeof out,
+             "'%s/examples/mlp' --hidden 256,256 --batch 64 --threads 2 --steps 1000000 --log-every 1000000 "
+             "--dump 'dir=%s;io=both' >/dev/null 2>&1 & pid=$!; sleep 4; kill -9 $pid; wait $pid; echo $?",
+             TDBG_BUILDDIR, dir);
     ck_assert_msg(atoi(out) == 137, "the program was not killed: %s", out);
     int incomplete, complete = readable_steps(dir, &incomplete);
     ck_assert_msg(complete >= 2, "only %d complete steps after 4 s", complete);
@@ -437,13 +439,15 @@ START_TEST(test_disk_full)
      * step's size stands in (SIGXFSZ ignored, as a daemon would). */
     char fs[256];
     snprintf(fs, sizeof fs, "%s/fs", dir);
-    bool mounted = tu_shell(out, sizeof out, "mkdir -p %s && mount -t tmpfs -o size=4m tmpfs %s 2>&1 && echo ok", fs, fs) == 0 &&
+    bool mounted = tu_shell(out, sizeof out,
+                            "mkdir -p %s && mount -t tmpfs -o size=4m tmpfs %s 2>&1 && echo ok", fs, fs) == 0 &&
                    strstr(out, "ok");
     char run[320];
     snprintf(run, sizeof run, "%s/run", mounted ? fs : dir);
-    int st = tu_shell(out, sizeof out, "trap '' XFSZ; %s '%s/examples/mlp' --hidden 64,64 --batch 32 --threads 2 --steps 12 "
-                   "--log-every 1000 --dump 'dir=%s;io=both' 2>&1; echo status=$?",
-                   mounted ? "" : "ulimit -f 600;", TDBG_BUILDDIR, run);
+    int st = tu_shell(out, sizeof out,
+                      "trap '' XFSZ; %s '%s/examples/mlp' --hidden 64,64 --batch 32 --threads 2 --steps 12 "
+                      "--log-every 1000 --dump 'dir=%s;io=both' 2>&1; echo status=$?",
+                      mounted ? "" : "ulimit -f 600;", TDBG_BUILDDIR, run);
     char log[sizeof out];
     memcpy(log, out, sizeof out);
     ck_assert_int_eq(st, 0);
@@ -495,10 +499,11 @@ START_TEST(test_h5py_interop)
 {
     /* h5py alone (no tdbg code) reads the dump, and numpy recomputes a conv
      * and a linear op from their dumped inputs. Skipped without h5py. */
-    int st = tu_shell(out, sizeof out, "'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 --train-size 16 "
-                   "--dump 'dir=%s;ops=conv1/conv,fc/linear;io=both;steps=0' >/dev/null 2>&1 && "
-                   "/usr/bin/python3 '%s/tests/interop_dump.py' %s 2>&1; echo status=$?",
-                   TDBG_BUILDDIR, dir, TDBG_SRCDIR, dir);
+    int st = tu_shell(out, sizeof out,
+                      "'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 --train-size 16 "
+                      "--dump 'dir=%s;ops=conv1/conv,fc/linear;io=both;steps=0' >/dev/null 2>&1 && "
+                      "/usr/bin/python3 '%s/tests/interop_dump.py' %s 2>&1; echo status=$?",
+                      TDBG_BUILDDIR, dir, TDBG_SRCDIR, dir);
     ck_assert_int_eq(st, 0);
     if (strstr(out, "status=77")) {
         fprintf(stderr, "test_h5py_interop: %s", out);

@@ -993,11 +993,12 @@ START_TEST(test_json_and_color)
     fputs(r.out, f);
     fclose(f);
     tu_result_free(&r);
-    int st = tu_shell(shell_out, sizeof shell_out, "/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); "
-                   "assert d[\"root_causes\"][0][\"op\"] == \"op0\"; "
-                   "assert [t[\"verdict\"] for t in d[\"tensors\"]] == "
-                   "[\"diverges here\", \"inherited\", \"inherited\"]; print(\"json ok\")' "
-                   "'%s' 2>&1", path);
+    int st = tu_shell(shell_out, sizeof shell_out,
+                      "/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); "
+                      "assert d[\"root_causes\"][0][\"op\"] == \"op0\"; "
+                      "assert [t[\"verdict\"] for t in d[\"tensors\"]] == "
+                      "[\"diverges here\", \"inherited\", \"inherited\"]; print(\"json ok\")' "
+                      "'%s' 2>&1", path);
     if (st != 127 && !strstr(shell_out, "No such file"))
         ck_assert_msg(st == 0 && strstr(shell_out, "json ok"), "python: %s", shell_out);
 
@@ -1198,10 +1199,13 @@ START_TEST(test_program_exit_status)
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
     write_pair(a, b);
-    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out, "'%s/dump/tdbg-diff' -q '%s' '%s'", TDBG_BUILDDIR, a, b), 0);
-    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out, "'%s/dump/tdbg-diff' -q '%s' '%s/none' 2>/dev/null", TDBG_BUILDDIR, a,
-                           dir), 2);
-    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out, "'%s/dump/tdbg-diff' --bogus 2>&1", TDBG_BUILDDIR), 2);
+    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out,
+                              "'%s/dump/tdbg-diff' -q '%s' '%s'", TDBG_BUILDDIR, a, b), 0);
+    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out,
+                              "'%s/dump/tdbg-diff' -q '%s' '%s/none' 2>/dev/null", TDBG_BUILDDIR, a,
+                              dir), 2);
+    ck_assert_int_eq(tu_shell(shell_out, sizeof shell_out,
+                              "'%s/dump/tdbg-diff' --bogus 2>&1", TDBG_BUILDDIR), 2);
     ck_assert_msg(strstr(shell_out, "tdbg-diff: unknown option '--bogus'"), "%s", shell_out);
 }
 END_TEST
