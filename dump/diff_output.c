@@ -231,6 +231,21 @@ static void json_num(FILE *f, double x)
     fputs(isfinite(x) ? exact(x, buf, sizeof buf) : "null", f);
 }
 
+/* ", \"key\": ": an object's field after its first, the value to follow. */
+static void json_key(FILE *f, const char *key) { fprintf(f, ", \"%s\": ", key); }
+
+static void json_field_text(FILE *f, const char *key, const char *s)
+{
+    json_key(f, key);
+    json_text(f, s);
+}
+
+static void json_field_num(FILE *f, const char *key, double x)
+{
+    json_key(f, key);
+    json_num(f, x);
+}
+
 static void json_shape(FILE *f, const dump_tensor_info *t)
 {
     if (!t) {
@@ -259,10 +274,8 @@ static void json_side(FILE *f, const diff_side *s)
     fputs("{\"path\": ", f);
     json_text(f, s->arg);
     if (s->has_run) {
-        fputs(", \"mode\": ", f);
-        json_text(f, te_mode_name(s->meta.mode));
-        fputs(", \"amp\": ", f);
-        json_text(f, s->meta.amp);
+        json_field_text(f, "mode", te_mode_name(s->meta.mode));
+        json_field_text(f, "amp", s->meta.amp);
         fprintf(f, ", \"seed\": %llu, \"command_line\": ", (unsigned long long)s->meta.seed);
         json_text(f, s->meta.command_line);
     }
@@ -291,8 +304,7 @@ void diff_out_begin(diff_ctx *c, const diff_side *a, const diff_side *b)
         json_side(c->out, b);
         fputs(",\n \"tolerance\": {\"atol\": ", c->out);
         json_num(c->out, c->o.tol.atol >= 0 ? c->o.tol.atol : NAN);
-        fputs(", \"rtol\": ", c->out);
-        json_num(c->out, c->o.tol.rtol >= 0 ? c->o.tol.rtol : NAN);
+        json_field_num(c->out, "rtol", c->o.tol.rtol >= 0 ? c->o.tol.rtol : NAN);
         fputs("},\n \"tensors\": [", c->out);
         return;
     }
@@ -391,7 +403,7 @@ static void csv_row(diff_ctx *c, const diff_row *r)
 
 static void json_int_or_null(FILE *f, const char *key, int64_t v, bool valid)
 {
-    fprintf(f, ", \"%s\": ", key);
+    json_key(f, key);
     if (valid)
         fprintf(f, "%lld", (long long)v);
     else
@@ -400,7 +412,7 @@ static void json_int_or_null(FILE *f, const char *key, int64_t v, bool valid)
 
 static void json_index(FILE *f, const char *key, const dump_tensor_info *t, int64_t at)
 {
-    fprintf(f, ", \"%s\": ", key);
+    json_key(f, key);
     if (at < 0) {
         fputs("null", f);
         return;
@@ -422,8 +434,7 @@ static void json_row(diff_ctx *c, const diff_row *r)
     const dump_tensor_info *t = r->info;
     fprintf(f, "%s\n  {\"step\": %lld, \"op\": ", c->n_out ? "," : "", (long long)r->step);
     json_text(f, r->op);
-    fputs(", \"op_type\": ", f);
-    json_text(f, t->op_type);
+    json_field_text(f, "op_type", t->op_type);
     fprintf(f, ", \"phase\": \"%s\", \"io\": \"%s\", \"slot\": %d, \"tensor\": ",
             te_phase_name(t->phase), t->io == DUMP_IN ? "in" : "out", t->slot);
     json_text(f, t->tensor);
@@ -434,8 +445,7 @@ static void json_row(diff_ctx *c, const diff_row *r)
         json_text(f, verdict_word(r));
     fprintf(f, ", \"first\": %s, \"dtype_a\": ", r->first ? "true" : "false");
     json_text(f, r->a ? te_dtype_name(r->a->dtype) : "");
-    fputs(", \"dtype_b\": ", f);
-    json_text(f, r->b ? te_dtype_name(r->b->dtype) : "");
+    json_field_text(f, "dtype_b", r->b ? te_dtype_name(r->b->dtype) : "");
     fputs(", \"shape_a\": ", f);
     json_shape(f, r->a);
     fputs(", \"shape_b\": ", f);
@@ -443,19 +453,15 @@ static void json_row(diff_ctx *c, const diff_row *r)
     fprintf(f, ", \"numel\": %lld", (long long)(r->a ? r->a->numel : r->b->numel));
     const bool pair = r->a && r->b, cmp = r->status == DIFF_COMPARED;
     const diff_metrics *m = &r->m;
-    fputs(", \"atol\": ", f);
-    json_num(f, pair ? r->tol.atol : NAN);
-    fputs(", \"rtol\": ", f);
-    json_num(f, pair ? r->tol.rtol : NAN);
+    json_field_num(f, "atol", pair ? r->tol.atol : NAN);
+    json_field_num(f, "rtol", pair ? r->tol.rtol : NAN);
     static const char *const dkeys[] = { "max_abs", "mean_abs", "max_rel", "rmse", "cosine",
                                          "frac_fail", "frac_rel_1e-3", "frac_rel_5e-3",
                                          "min_atol", "min_rtol" };
     const double dv[] = { m->max_abs, m->mean_abs, m->max_rel, m->rmse, m->cosine, m->frac_fail,
                           m->frac_rel_low, m->frac_rel_high, m->min_atol, m->min_rtol };
-    for (size_t k = 0; k < sizeof dv / sizeof dv[0]; k++) {
-        fprintf(f, ", \"%s\": ", dkeys[k]);
-        json_num(f, cmp ? dv[k] : NAN);
-    }
+    for (size_t k = 0; k < sizeof dv / sizeof dv[0]; k++)
+        json_field_num(f, dkeys[k], cmp ? dv[k] : NAN);
     json_index(f, "max_abs_index", r->a, cmp ? m->max_abs_at : -1);
     json_index(f, "max_rel_index", r->a, cmp ? m->max_rel_at : -1);
     json_int_or_null(f, "n_fail", m->n_fail, cmp);
@@ -465,8 +471,7 @@ static void json_row(diff_ctx *c, const diff_row *r)
     json_int_or_null(f, "inf_a", m->inf_a, cmp);
     json_int_or_null(f, "inf_b", m->inf_b, cmp);
     json_int_or_null(f, "nonfinite_mismatch", m->n_nonfinite, cmp);
-    fputs(", \"file\": ", f);
-    json_text(f, short_file(t->file));
+    json_field_text(f, "file", short_file(t->file));
     fprintf(f, ", \"line\": %d, \"kernel\": ", t->line);
     json_text(f, t->kernel);
     fprintf(f, ", \"inputs_compared\": %s}", r->unchecked_inputs ? "false" : "true");
@@ -620,20 +625,15 @@ static void json_cause(FILE *f, const diff_cause *k)
 {
     fprintf(f, "{\"step\": %lld, \"op\": ", (long long)k->step);
     json_text(f, k->op);
-    fputs(", \"op_type\": ", f);
-    json_text(f, k->op_type);
+    json_field_text(f, "op_type", k->op_type);
     fprintf(f, ", \"phase\": \"%s\", \"file\": ", te_phase_name(k->phase));
     json_text(f, short_file(k->file));
     fprintf(f, ", \"line\": %d, \"kernel\": ", k->line);
     json_text(f, k->kernel);
-    fputs(", \"tensors\": ", f);
-    json_text(f, k->tensors);
-    fputs(", \"max_abs\": ", f);
-    json_num(f, k->max_abs);
-    fputs(", \"max_rel\": ", f);
-    json_num(f, k->max_rel);
-    fputs(", \"cosine\": ", f);
-    json_num(f, k->cosine);
+    json_field_text(f, "tensors", k->tensors);
+    json_field_num(f, "max_abs", k->max_abs);
+    json_field_num(f, "max_rel", k->max_rel);
+    json_field_num(f, "cosine", k->cosine);
     fprintf(f, ", \"inputs_compared\": %s, \"input_differs\": %s}", k->no_inputs ? "false" : "true",
             k->input ? "true" : "false");
 }
@@ -658,12 +658,9 @@ static void json_summary(diff_ctx *c, const diff_summary *s)
             s->steps, s->tensors, s->root, s->inherited, s->same, s->n_causes, s->only_a,
             s->only_b, s->unreadable);
     json_num(f, s->need_atol);
-    fputs(", \"least_rtol\": ", f);
-    json_num(f, s->need_rtol);
-    fputs(", \"steps_only_a\": ", f);
-    json_text(f, s->only_a_steps);
-    fputs(", \"steps_only_b\": ", f);
-    json_text(f, s->only_b_steps);
+    json_field_num(f, "least_rtol", s->need_rtol);
+    json_field_text(f, "steps_only_a", s->only_a_steps);
+    json_field_text(f, "steps_only_b", s->only_b_steps);
     fprintf(f, ", \"stopped_at_first\": %s, \"exit\": %d}}\n", s->stopped ? "true" : "false",
             c->rc);
 }
