@@ -23,6 +23,9 @@ mlp=("$build/examples/mlp" --batch 128 --threads "$threads" --optim sgd --lr 0.0
      --train-size 4096 --log-every 1000000 --time)
 all="io=both;phase=forward,backward,update,params,grads"
 
+# How much slower A is than B, in per cent.
+slower_pct() { awk -v a="$1" -v b="$2" 'BEGIN { print 100 * (a / b - 1) }'; }
+
 # A training run's figure is its fastest step, as in bench/debug.sh: other
 # tenants move the median of a short run by 10-20%, the fastest step much
 # less, and what a dump costs is paid in every step.
@@ -48,7 +51,7 @@ for r in $(seq "$runs"); do
     # a few steps: the run's time, as most of its steps dump nothing
     few=$("${mlp[@]}" --steps 30 --dump "dir=$tmp/d;$all;steps=10-12" | total_ms)
     rm -rf "$tmp/d"
-    awk -v a="$few" -v b="$(total_ms <<< "$none_out")" 'BEGIN { print 100 * (a / b - 1) }' >> "$tmp/few.pct"
+    slower_pct "$few" "$(total_ms <<< "$none_out")" >> "$tmp/few.pct"
     for k in full stats stats_all; do
         case $k in
         full) spec="dir=$tmp/d;$all" ;;
@@ -57,7 +60,7 @@ for r in $(seq "$runs"); do
         esac
         t=$("${mlp[@]}" --steps 30 --dump "$spec" | fastest_ms)
         echo "$t" >> "$tmp/$k.ms"
-        awk -v a="$t" -v b="$none" 'BEGIN { print 100 * (a / b - 1) }' >> "$tmp/$k.pct"
+        slower_pct "$t" "$none" >> "$tmp/$k.pct"
         rm -rf "$tmp/d"
     done
     echo "$none" >> "$tmp/none.ms"

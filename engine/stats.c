@@ -330,15 +330,19 @@ static void (*full_kernel(void))(part *, const float *, int64_t, int64_t)
 
 static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, part *p)
 {
-    void (*kernel)(part *, const float *, int64_t, int64_t) = quick ? kernel_quick : full_kernel();
-    *p = (part){ .n = hi - lo, .first_bad = -1, .min = INFINITY, .max = -INFINITY };
-    if (t->dtype == TE_F32) {
+    if (t->dtype == TE_F32 && !quick) { /* the calls the optimizer makes as it writes */
         const float *x = t->data;
-        p->shift = quick ? 0.0f : shift_of(x + lo, hi - lo);
-        for (int64_t b = lo; b < hi; b += STRIP) /* as te_stats_part_add is called */
-            kernel(p, x + b, hi - b < STRIP ? hi - b : STRIP, b);
+        te_stats_part_begin(p, x, lo, hi);
+        for (int64_t b = lo; b < hi; b += STRIP)
+            te_stats_part_add(p, x, b, hi - b < STRIP ? hi - b : STRIP);
         return;
     }
+    *p = (part){ .n = hi - lo, .first_bad = -1, .min = INFINITY, .max = -INFINITY };
+    if (t->dtype == TE_F32) {
+        kernel_quick(p, (const float *)t->data + lo, hi - lo, lo);
+        return;
+    }
+    void (*kernel)(part *, const float *, int64_t, int64_t) = quick ? kernel_quick : full_kernel();
     float buf[BLOCK];
     for (int64_t b = lo; b < hi; b += BLOCK) {
         int64_t m = hi - b < BLOCK ? hi - b : BLOCK;
