@@ -243,17 +243,17 @@ static bool attr_i64(hid_t obj, const char *name, int64_t v)
 /* A fixed char field holds a C string (the caller may have filled it all). */
 static bool terminated(const char *s, size_t size) { return memchr(s, '\0', size) != NULL; }
 
-/* Creates the file tmp on disk (*fd; a crash leaves it behind as an
+/* Creates the file tmp on disk (im->fd; a crash leaves it behind as an
  * incomplete step) and its HDF5 file, written through tdbg's driver
  * (h5driver.c): metadata in im, raw data into the file at once. */
-static hid_t create_file(const char *tmp, dump_image *im, int *fd, char *err, size_t n)
+static hid_t create_file(const char *tmp, dump_image *im, char *err, size_t n)
 {
-    *fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (*fd < 0) {
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
         dump_h5_fail(err, n, "%s: cannot create: %s", tmp, strerror(errno));
         return -1;
     }
-    *im = (dump_image){ .fd = *fd };
+    *im = (dump_image){ .fd = fd };
     hid_t fapl = dump_image_fapl(im);
     hid_t f = fapl < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (fapl >= 0)
@@ -262,7 +262,7 @@ static hid_t create_file(const char *tmp, dump_image *im, int *fd, char *err, si
         char why[256];
         dump_h5_fail(err, n, "%s: cannot create: %s", tmp, dump_h5_reason(why, sizeof why));
         dump_image_release(im);
-        close(*fd);
+        close(fd);
         unlink(tmp);
     }
     return f;
@@ -306,10 +306,10 @@ static bool sync_close(int fd, const char *tmp, bool save, char *err, size_t n)
 }
 
 /* Both, as one file's last steps. */
-static bool save_image(dump_image *im, int fd, const char *tmp, bool save, char *err, size_t n)
+static bool save_image(dump_image *im, const char *tmp, bool save, char *err, size_t n)
 {
     save = write_image(im, tmp, save, err, n);
-    return sync_close(fd, tmp, save, err, n);
+    return sync_close(im->fd, tmp, save, err, n);
 }
 
 /* Chunks of whole rows up to CHUNK_MAX bytes; when one row is larger, whole
@@ -423,8 +423,7 @@ static hid_t new_lcpl(void)
 
 struct dump_step_writer {
     hid_t file;
-    dump_image image;
-    int fd;
+    dump_image image;   /* image.fd: the tmp file */
     int64_t step;
     int gzip;
     int n_tensors;
@@ -475,13 +474,13 @@ dump_step_writer *dump_step_create(const char *dir, int64_t step, int gzip, char
     w->step = step;
     w->gzip = gzip;
     dump_h5_quiet q = dump_h5_hush();
-    w->file = create_file(w->tmp, &w->image, &w->fd, err, n);
+    w->file = create_file(w->tmp, &w->image, err, n);
     if (w->file >= 0 && !attr_i64(w->file, "step", step)) {
         char why[256];
         dump_h5_fail(err, n, "%s: /: cannot write attribute 'step': %s", w->tmp,
              dump_h5_reason(why, sizeof why));
         close_file(w->file, &w->image, w->tmp, false, NULL, 0);
-        save_image(&w->image, w->fd, w->tmp, false, NULL, 0);
+        save_image(&w->image, w->tmp, false, NULL, 0);
         unlink(w->tmp);
         w->file = -1;
     }
@@ -789,7 +788,7 @@ bool dump_step_seal(dump_step_writer *w, char *err, size_t n)
     w->file = -1;
     dump_h5_loud(q);
     if (!ok) {
-        save_image(&w->image, w->fd, w->tmp, false, NULL, 0);
+        save_image(&w->image, w->tmp, false, NULL, 0);
         unlink(w->tmp);
         writer_free(w);
     }
@@ -802,7 +801,7 @@ bool dump_step_write(dump_step_writer *w, char *err, size_t n)
         return dump_h5_fail(err, n, "no step file");
     if (write_image(&w->image, w->tmp, true, err, n))
         return true;
-    sync_close(w->fd, w->tmp, false, NULL, 0);
+    sync_close(w->image.fd, w->tmp, false, NULL, 0);
     unlink(w->tmp);
     writer_free(w);
     return false;
@@ -813,7 +812,7 @@ static bool publish_step(dump_step_writer *w, bool sync_dir_too, char *err, size
     if (!w)
         return dump_h5_fail(err, n, "no step file");
     bool ok = (!w->image.meta || write_image(&w->image, w->tmp, true, err, n));
-    ok = sync_close(w->fd, w->tmp, ok, err, n) && ok;
+    ok = sync_close(w->image.fd, w->tmp, ok, err, n) && ok;
     ok = ok && publish(w->tmp, w->final, w->dir, sync_dir_too, err, n);
     if (!ok)
         unlink(w->tmp);
@@ -840,7 +839,7 @@ void dump_step_abort(dump_step_writer *w)
         close_file(w->file, &w->image, w->tmp, false, NULL, 0);
         dump_h5_loud(q);
     }
-    save_image(&w->image, w->fd, w->tmp, false, NULL, 0);
+    save_image(&w->image, w->tmp, false, NULL, 0);
     unlink(w->tmp);
     writer_free(w);
 }
@@ -948,9 +947,8 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
         dump_h5_fail(err, n, "%s: out of memory", dir);
     ok = ok && run_valid(final, m, ops, n_ops, err, n);
     dump_h5_quiet q = dump_h5_hush();
-    int fd = -1;
     dump_image im = { 0 };
-    hid_t f = ok ? create_file(tmp, &im, &fd, err, n) : -1;
+    hid_t f = ok ? create_file(tmp, &im, err, n) : -1;
     if (f >= 0) {
         char why[256];
         if (!meta_attrs(f, m))
@@ -960,7 +958,7 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
             ok = dump_h5_fail(err, n, "%s: /ops: cannot write the table: %s", tmp,
                       dump_h5_reason(why, sizeof why));
         ok = close_file(f, &im, tmp, ok, err, n) && ok;
-        ok = save_image(&im, fd, tmp, ok, err, n) && ok;
+        ok = save_image(&im, tmp, ok, err, n) && ok;
         ok = ok && publish(tmp, final, dir, true, err, n);
         if (!ok)
             unlink(tmp);
