@@ -84,6 +84,29 @@ typedef struct dbg_hit {
     char func[16];     /* "has_nan", "abs_max", ... */
 } dbg_hit;
 
+/* ---- the verdict (verdict.c) ------------------------------------------------------
+ * Did the op whose record this is create a non-finite value in `bad` (one of
+ * its outputs), or did the value reach it? An op is given a NaN through its
+ * inputs and, in backward, through the forward tensors it reads
+ * (te_op_record.reads): the saved logits of a cross entropy count as surely
+ * as its incoming gradient. */
+typedef enum {
+    DBG_ORIGIN_NONE,        /* bad is finite (or has no data): no verdict */
+    DBG_ORIGIN_CREATED,     /* every input and read tensor is finite */
+    DBG_ORIGIN_PROPAGATED,  /* `from` is the first non-finite one */
+} dbg_origin_kind;
+
+typedef struct dbg_origin {
+    dbg_origin_kind kind;
+    bool from_read;             /* `from` is one of rec->reads, not an input */
+    char from[TE_NAME_MAX];     /* the tensor's name, when propagated */
+} dbg_origin;
+
+/* Fills o and returns o->kind. */
+dbg_origin_kind dbg_origin_of(const te_op_record *rec, const te_tensor *bad, dbg_origin *o);
+/* The `stopped:` line's token: "created", "propagated:NAME" or "-". */
+const char *dbg_origin_token(const dbg_origin *o, char *buf, size_t n);
+
 /* Evaluates c; statistics are computed once per tensor per call. hit may
  * be NULL. */
 bool dbg_cond_eval(const dbg_cond *c, const dbg_eval_ctx *ctx, dbg_hit *hit);

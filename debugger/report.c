@@ -33,35 +33,11 @@ static void describe_tensor(const char *label, const te_tensor *t)
     fprintf(dbg_out, "\n");
 }
 
-/* "created" (every input finite), "propagated from NAME" (the first
- * non-finite input), or NULL when the tensor is finite. */
-static const char *origin_of(const te_op_record *rec, const dbg_hit *hit, char *buf, size_t n)
-{
-    if (!hit || !hit->tensor || !hit->tensor->data)
-        return NULL;
-    te_stats s;
-    te_stats_quick(hit->tensor, &s);
-    if (!s.nan && !s.inf)
-        return NULL;
-    for (int i = 0; i < rec->n_inputs; i++) {
-        const te_tensor *t = rec->inputs[i];
-        if (!t || !t->data || !te_dtype_is_float(t->dtype))
-            continue;
-        te_stats si;
-        te_stats_quick(t, &si);
-        if (si.nan || si.inf) {
-            snprintf(buf, n, "propagated from %s", t->name);
-            return buf;
-        }
-    }
-    return "created";
-}
-
 void dbg_report_stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec)
 {
     fflush(stdout);
-    char idx[96] = "-", origin_buf[TE_NAME_MAX + 32];
-    const char *origin = NULL;
+    char idx[96] = "-";
+    dbg_origin origin = { .kind = DBG_ORIGIN_NONE };
     if (b)
         fprintf(dbg_out, "\nBreakpoint %d (%s%s%s), step %lld, %s", b->id, b->what,
                 b->cond ? " if " : "", b->cond ? dbg_cond_text(b->cond) : "", (long long)dbg.step,
@@ -85,7 +61,7 @@ void dbg_report_stop(const dbg_break *b, const char *reason, const dbg_hit *hit,
         } else {
             fprintf(dbg_out, "  %s %s %s: %s = %g\n", t->name, sh, te_dtype_name(t->dtype), hit->func, hit->value);
         }
-        origin = origin_of(rec, hit, origin_buf, sizeof origin_buf);
+        dbg_origin_of(rec, t, &origin);
     }
     if (rec && (b || strcmp(reason, "interrupt") == 0)) {
         for (int i = 0; i < rec->n_inputs; i++)
@@ -93,15 +69,14 @@ void dbg_report_stop(const dbg_break *b, const char *reason, const dbg_hit *hit,
         for (int k = 0; k < rec->n_outputs; k++)
             describe_tensor(k ? "" : "outputs:", rec->outputs[k]);
     }
-    if (origin)
-        fprintf(dbg_out, "  verdict: %s\n", strcmp(origin, "created") == 0
-                                                 ? "created here (every input is finite)" : origin);
-    /* The one line scripts parse: origin=created or origin=propagated:INPUT. */
-    char origin_tok[TE_NAME_MAX + 32] = "-";
-    if (origin && strncmp(origin, "propagated from ", 16) == 0)
-        snprintf(origin_tok, sizeof origin_tok, "propagated:%s", origin + 16);
-    else if (origin)
-        snprintf(origin_tok, sizeof origin_tok, "%s", origin);
+    if (origin.kind == DBG_ORIGIN_CREATED)
+        fprintf(dbg_out, "  verdict: created here (every input is finite)\n");
+    else if (origin.kind == DBG_ORIGIN_PROPAGATED)
+        fprintf(dbg_out, "  verdict: propagated from %s%s\n", origin.from,
+                origin.from_read ? " (a forward tensor this op reads)" : "");
+    /* The one line scripts parse: origin=created or origin=propagated:TENSOR. */
+    char origin_tok[TE_NAME_MAX + 32];
+    dbg_origin_token(&origin, origin_tok, sizeof origin_tok);
     fprintf(dbg_out, "stopped: step=%lld phase=%s op=%s type=%s reason=%s tensor=%s index=%s origin=%s\n",
             (long long)dbg.step, te_phase_name(rec ? rec->phase : dbg.phase), rec ? rec->name : "-",
             rec ? rec->type : "-", reason, hit && hit->tensor ? hit->tensor->name : "-", idx, origin_tok);

@@ -334,7 +334,21 @@ typedef struct te_op_record {
                          * statistics, in training) */
     const struct te_stats *out_stats; /* NULL, or the outputs' statistics as the op computed
                                        * them (te_stats_want); read them with te_op_output_stats */
+    /* Backward: the forward tensors its kernel reads besides the incoming
+     * gradients (the forward op's inputs, outputs and saved state, as the
+     * op table says); a NaN there reaches the op as surely as one in an
+     * input. NULL and 0 in the other phases. */
+    te_tensor *const *reads;
+    int n_reads;
+    unsigned traits;    /* TE_TRAIT_* of the op, from the engine's op table */
 } te_op_record;
+
+/* Facts about an op that consumers act on (te_op_record.traits). */
+enum {
+    TE_TRAIT_LOSS = 1u << 0,         /* its scalar output is a training loss */
+    TE_TRAIT_ELEMENTWISE = 1u << 1,  /* output element i depends on input element i only */
+    TE_TRAIT_NONFINITE_OK = 1u << 2, /* may produce NaN/Inf on purpose (an attention mask's -inf) */
+};
 
 typedef struct te_hooks {
     void (*step_begin)(int64_t step, void *user);                  /* optional */
