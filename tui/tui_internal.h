@@ -9,6 +9,7 @@
  *   pane_ops.c     ops in execution order      pane_tensor.c  a 2-D slice
  *   pane_chart.c   loss and a tensor's trend   pane_breaks.c  breakpoints
  *   pane_output.c  the lines of output         status.c       status and key bars
+ *   listview.c     a pane's rows: selection, scrolling (htop's Panel)
  *   input.c        keys, mouse, readline's callback interface, focus
  *   help.c         the key overlay             cmd_tui.c      the TUI's commands
  *   track.c        loss per step, the last stop
