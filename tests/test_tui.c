@@ -3,8 +3,8 @@
  * pane (a private server, -L), keys go in with send-keys, and what the
  * screen shows comes back with capture-pane, polled until the expected
  * text appears (never a fixed sleep). Without tmux the tmux cases pass
- * after saying they were skipped. The layout and the output pane's line
- * handling are checked directly too.
+ * after saying they were skipped. The layout, the output pane's line
+ * handling and the list view the panes scroll with are checked directly too.
  *
  * TDBG_TUI_SHOTS=DIR keeps the screens the cases look at as DIR/NAME.txt
  * (the ones in docs/tui.md come from there).
@@ -508,6 +508,152 @@ START_TEST(test_output_lines)
 }
 END_TEST
 
+/* ---- the list view the panes scroll with ------------------------------------------------ */
+
+static void assert_list(const tui_list *l, int sel, int top, const char *what)
+{
+    ck_assert_msg(l->sel == sel && l->top == top, "%s: sel %d top %d, want sel %d top %d", what, l->sel, l->top, sel,
+                  top);
+}
+
+START_TEST(test_list_clamp)
+{
+    tui_list l = { 0 };
+    tui_list_set_height(&l, 5);
+    tui_list_set_count(&l, 0); /* empty: sel and top 0, no row shown */
+    tui_list_move(&l, 3);
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 0, 0, "empty, moved down");
+    tui_list_move(&l, -TUI_FAR);
+    assert_list(&l, 0, 0, "empty, home");
+    ck_assert_int_eq(tui_list_item_at(&l, 0), -1);
+
+    tui_list_set_height(&l, 4);
+    tui_list_set_count(&l, 10);
+    tui_list_move(&l, -1);
+    assert_list(&l, 0, 0, "up at the top");
+    tui_list_move(&l, TUI_FAR); /* End */
+    ck_assert_int_eq(l.sel, 9);
+    ck_assert_int_eq(l.top, 0); /* the window moves only when asked */
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 9, 6, "end, shown");
+    tui_list_move(&l, 1);
+    assert_list(&l, 9, 6, "down at the bottom");
+    ck_assert_int_eq(tui_list_item_at(&l, 0), 6);
+    ck_assert_int_eq(tui_list_item_at(&l, 3), 9);
+    ck_assert_int_eq(tui_list_item_at(&l, 4), -1); /* below the window */
+    ck_assert_int_eq(tui_list_item_at(&l, -1), -1);
+    tui_list_move(&l, -3); /* a page up: still in view, the window stays */
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 6, 6, "a page up");
+    tui_list_move(&l, -4);
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 2, 2, "another page up");
+    tui_list_select(&l, -5);
+    assert_list(&l, 0, 2, "selected before the first");
+    tui_list_select(&l, 100);
+    assert_list(&l, 9, 2, "selected after the last");
+    tui_list_move(&l, -TUI_FAR); /* Home */
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 0, 0, "home");
+    tui_list_scroll(&l, TUI_FAR); /* scrolling leaves the selection */
+    assert_list(&l, 0, 6, "scrolled to the end");
+    ck_assert(tui_list_at_end(&l));
+    tui_list_scroll(&l, -2);
+    assert_list(&l, 0, 4, "scrolled up two");
+    ck_assert(!tui_list_at_end(&l));
+
+    /* the rows shrink below the window (breakpoints deleted): no empty
+     * rows under the last while rows above are hidden */
+    tui_list_select(&l, 9);
+    tui_list_show(&l, 9);
+    tui_list_set_count(&l, 7);
+    assert_list(&l, 6, 3, "three rows gone");
+    tui_list_set_count(&l, 0);
+    assert_list(&l, 0, 0, "all gone");
+}
+END_TEST
+
+START_TEST(test_list_taller_than_rows)
+{
+    tui_list l = { 0 };
+    tui_list_set_height(&l, 10);
+    tui_list_set_count(&l, 3);
+    tui_list_move(&l, TUI_FAR);
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 2, 0, "end of three in ten rows");
+    tui_list_scroll(&l, 5);
+    assert_list(&l, 2, 0, "scrolled");
+    ck_assert(tui_list_at_end(&l));
+    ck_assert_int_eq(tui_list_item_at(&l, 2), 2);
+    ck_assert_int_eq(tui_list_item_at(&l, 3), -1); /* a click under the last row */
+    ck_assert_int_eq(tui_list_item_at(&l, 9), -1);
+}
+END_TEST
+
+START_TEST(test_list_resize)
+{
+    tui_list l = { 0 };
+    tui_list_set_height(&l, 10);
+    tui_list_set_count(&l, 20);
+    tui_list_select(&l, 19);
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 19, 10, "the last of 20 in 10 rows");
+    tui_list_set_height(&l, 4); /* the terminal got smaller */
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 19, 16, "in 4 rows");
+    ck_assert_int_eq(tui_list_item_at(&l, 3), 19); /* still on the bottom row */
+    tui_list_set_height(&l, 0); /* too small: nothing shown, nothing lost */
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 19, 16, "in no rows");
+    ck_assert_int_eq(tui_list_item_at(&l, 0), -1);
+    tui_list_set_height(&l, 30); /* bigger: everything fits from the first row */
+    assert_list(&l, 19, 0, "in 30 rows");
+    tui_list_set_height(&l, 3);
+    tui_list_set_count(&l, 5); /* and the rows shrink at the same time */
+    tui_list_show(&l, l.sel);
+    assert_list(&l, 4, 2, "the last of 5 in 3 rows");
+
+    /* the tensor pane's grid: the same rule on 64-bit rows and columns */
+    ck_assert_int_eq(tui_list_top_for(0, 9, 4, 10), 6);
+    ck_assert_int_eq(tui_list_top_for(8, 9, 4, 10), 6);
+    ck_assert_int_eq(tui_list_top_for(5, 2, 4, 10), 2);
+    ck_assert_int_eq(tui_list_top_for(3, 4, 4, 10), 3);
+    ck_assert_int_eq(tui_list_top_for(7, 0, 40, 10), 0);
+    int64_t big = (int64_t)1 << 40;
+    ck_assert(tui_list_top_for(0, big - 1, 32, big) == big - 32);
+}
+END_TEST
+
+START_TEST(test_list_follows_tail)
+{
+    tui_list l = { 0 }; /* all zero: follows */
+    tui_list_follow(&l, 5, 3);
+    assert_list(&l, 0, 2, "5 rows in 3");
+    tui_list_follow(&l, 10, 3);
+    assert_list(&l, 0, 7, "5 rows more");
+    tui_list_scroll(&l, -2); /* the reader scrolls back */
+    tui_list_follow(&l, 12, 3);
+    assert_list(&l, 0, 5, "scrolled back, 2 rows more: the same rows in view");
+    tui_list_follow(&l, 12, 5); /* a resize keeps them too */
+    assert_list(&l, 0, 5, "scrolled back, 5 rows high");
+    tui_list_scroll(&l, TUI_FAR); /* End: following again */
+    assert_list(&l, 0, 7, "at the end");
+    tui_list_follow(&l, 15, 5);
+    assert_list(&l, 0, 10, "following, 3 rows more");
+    tui_list_follow(&l, 15, 2);
+    assert_list(&l, 0, 13, "following, 2 rows high");
+    tui_list_scroll(&l, -TUI_FAR);
+    tui_list_follow(&l, 16, 2);
+    assert_list(&l, 0, 0, "scrolled to the oldest, a row more");
+    tui_list_follow(&l, 1, 2); /* the rows fit: at the end, following */
+    assert_list(&l, 0, 0, "one row");
+    ck_assert(tui_list_at_end(&l));
+    tui_list_follow(&l, 6, 2);
+    assert_list(&l, 0, 4, "five more");
+}
+END_TEST
+
 Suite *suite_tui(void)
 {
     Suite *s = suite_create("tui");
@@ -523,6 +669,10 @@ Suite *suite_tui(void)
     TCase *unit = tcase_create("parts");
     tcase_add_test(unit, test_layout);
     tcase_add_test(unit, test_output_lines);
+    tcase_add_test(unit, test_list_clamp);
+    tcase_add_test(unit, test_list_taller_than_rows);
+    tcase_add_test(unit, test_list_resize);
+    tcase_add_test(unit, test_list_follows_tail);
     suite_add_tcase(s, unit);
     return s;
 }

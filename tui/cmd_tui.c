@@ -97,7 +97,7 @@ static bool cmd_search(const char *args)
         dbg_error("search: what? (a part of an op name, or a glob: search conv2, search grad/*)");
         return false;
     }
-    int n = tui_ops_count(), from = tui.pane[TUI_OPS].sel;
+    int n = tui_ops_count(), from = tui.pane[TUI_OPS].list.sel;
     bool later;
     for (int k = 1; k <= n; k++) {
         int i = (from + k) % n;

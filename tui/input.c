@@ -318,7 +318,7 @@ static void mouse(void)
 static void toggle_break(void)
 {
     bool later;
-    const dbg_op *o = tui_ops_at(tui.pane[TUI_OPS].sel, &later);
+    const dbg_op *o = tui_ops_at(tui.pane[TUI_OPS].list.sel, &later);
     char line[TE_NAME_MAX + 16];
     if (!o) {
         snprintf(tui.hint, sizeof tui.hint, "no op to break on yet: F5 or 'run' starts training");

@@ -12,14 +12,15 @@
 
 const dbg_break *tui_breaks_selected(void)
 {
-    int i = tui.pane[TUI_BREAKS].sel;
+    int i = tui.pane[TUI_BREAKS].list.sel;
     return i >= 0 && i < dbg.n_breaks ? &dbg.breaks[i] : NULL;
 }
 
 static void draw(tui_pane *p)
 {
     WINDOW *w = p->win;
-    int h = p->r.h - 1, n = dbg.n_breaks;
+    tui_list *l = &p->list;
+    int n = dbg.n_breaks;
     werase(w);
     char right[32];
     snprintf(right, sizeof right, "%d", n);
@@ -30,15 +31,12 @@ static void draw(tui_pane *p)
         wattrset(w, A_NORMAL);
         return;
     }
-    if (p->sel >= n)
-        p->sel = n - 1;
-    if (p->sel < p->top)
-        p->top = p->sel;
-    if (p->sel >= p->top + h)
-        p->top = p->sel - h + 1;
-    for (int y = 0; y < h && p->top + y < n; y++) {
-        const dbg_break *b = &dbg.breaks[p->top + y];
-        bool sel = p->top + y == p->sel, here = b->id == dbg.stopped_id;
+    tui_list_set_height(l, p->r.h - 1);
+    tui_list_set_count(l, n);
+    tui_list_show(l, l->sel);
+    for (int y = 0, i; (i = tui_list_item_at(l, y)) >= 0; y++) {
+        const dbg_break *b = &dbg.breaks[i];
+        bool sel = i == l->sel, here = b->id == dbg.stopped_id;
         attr_t base = here ? tui_attr(TUI_C_CURRENT) : b->enabled ? A_NORMAL : tui_attr(TUI_C_DIM);
         if (sel)
             base = tui.focus == TUI_BREAKS ? tui_attr(TUI_C_SELECT) : base | A_UNDERLINE;
@@ -80,15 +78,17 @@ static bool key(tui_pane *p, int k)
 static void click(tui_pane *p, int row, int col)
 {
     (void)col;
-    if (row >= 1 && p->top + row - 1 < dbg.n_breaks)
-        p->sel = p->top + row - 1;
+    tui_list_set_count(&p->list, dbg.n_breaks);
+    int i = tui_list_item_at(&p->list, row - 1);
+    if (i >= 0)
+        tui_list_select(&p->list, i);
 }
 
 static void move_sel(tui_pane *p, int rows, int cols)
 {
     (void)cols;
-    long to = (long)p->sel + rows;
-    p->sel = to < 0 ? 0 : to >= dbg.n_breaks ? (dbg.n_breaks ? dbg.n_breaks - 1 : 0) : (int)to;
+    tui_list_set_count(&p->list, dbg.n_breaks);
+    tui_list_move(&p->list, rows);
 }
 
 const tui_pane_class tui_pane_breaks = { .name = "breaks", .draw = draw, .key = key, .click = click,

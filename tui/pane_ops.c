@@ -43,11 +43,11 @@ int tui_ops_find(const char *name)
 
 void tui_ops_select(int i, bool show)
 {
-    tui_pane *p = &tui.pane[TUI_OPS];
-    int n = tui_ops_count();
-    p->sel = i >= n ? n - 1 : i < 0 ? 0 : i;
+    tui_list *l = &tui.pane[TUI_OPS].list;
+    tui_list_set_count(l, tui_ops_count());
+    tui_list_select(l, i);
     bool later;
-    const dbg_op *o = tui_ops_at(p->sel, &later);
+    const dbg_op *o = tui_ops_at(l->sel, &later);
     if (show && o && o->n_out && o->out_name[0][0] && strcmp(tui.view.name, o->out_name[0]) != 0) {
         char err[256];
         tui_view_set(o->out_name[0], false, err, sizeof err); /* one of the last step says why in its pane */
@@ -99,7 +99,8 @@ static int current_row(void)
 static void draw(tui_pane *p)
 {
     WINDOW *w = p->win;
-    int h = p->r.h - 1, width = p->r.w, n = tui_ops_count();
+    tui_list *l = &p->list;
+    int width = p->r.w, n = tui_ops_count();
     werase(w);
     char right[96];
     if (!n)
@@ -115,25 +116,18 @@ static void draw(tui_pane *p)
         wattrset(w, A_NORMAL);
         return;
     }
-    if (p->sel >= n)
-        p->sel = n - 1;
+    tui_list_set_height(l, p->r.h - 1);
+    tui_list_set_count(l, n);
     int cur = current_row();
     /* in view: the selection; while training runs, the op it is at (unless
      * the pane has the focus, where the user moves) */
-    int keep = tui.state == TUI_RUNNING && tui.focus != TUI_OPS && cur >= 0 ? cur : p->sel;
-    if (keep < p->top)
-        p->top = keep;
-    if (keep >= p->top + h)
-        p->top = keep - h + 1;
-    if (p->top > 0 && p->top + h > n)
-        p->top = n - h > 0 ? n - h : 0;
+    tui_list_show(l, tui.state == TUI_RUNNING && tui.focus != TUI_OPS && cur >= 0 ? cur : l->sel);
     /* columns: marks(3) exec(5) name type shape dtype stats */
     int rest = width - 8;
     int type_w = rest >= 28 ? 13 : 0, shape_w = rest >= 46 ? 16 : 0, dtype_w = rest >= 50 ? 5 : 0;
     int stats_w = rest >= 68 ? 22 : 0;
     int name_w = rest - type_w - shape_w - dtype_w - stats_w;
-    for (int y = 0; y < h && p->top + y < n; y++) {
-        int i = p->top + y;
+    for (int y = 0, i; (i = tui_list_item_at(l, y)) >= 0; y++) {
         bool later;
         const dbg_op *o = tui_ops_at(i, &later);
         if (!o)
@@ -142,7 +136,7 @@ static void draw(tui_pane *p)
         bool bad = (!later && o->bad) || (s && (s->nan || s->inf));
         const dbg_break *b = break_on(o);
         attr_t base = i == cur ? tui_attr(TUI_C_CURRENT) : later ? tui_attr(TUI_C_DIM) : A_NORMAL;
-        if (i == p->sel)
+        if (i == l->sel)
             base = tui.focus == TUI_OPS ? tui_attr(TUI_C_SELECT) : base | A_UNDERLINE;
         wmove(w, 1 + y, 0);
         wattrset(w, i == cur ? tui_attr(TUI_C_CURRENT) | (base & A_UNDERLINE) : base);
@@ -175,9 +169,9 @@ static void draw(tui_pane *p)
 static bool key(tui_pane *p, int k)
 {
     bool later;
-    const dbg_op *o = tui_ops_at(p->sel, &later);
+    const dbg_op *o = tui_ops_at(p->list.sel, &later);
     if ((k == '\r' || k == '\n' || k == KEY_ENTER) && o) {
-        tui_ops_select(p->sel, true);
+        tui_ops_select(p->list.sel, true);
         tui_focus(TUI_TENSOR);
         return true;
     }
@@ -187,15 +181,17 @@ static bool key(tui_pane *p, int k)
 static void click(tui_pane *p, int row, int col)
 {
     (void)col;
-    if (row >= 1)
-        tui_ops_select(p->top + row - 1, true);
+    int i = tui_list_item_at(&p->list, row - 1);
+    if (i >= 0)
+        tui_ops_select(i, true);
 }
 
 static void move_sel(tui_pane *p, int rows, int cols)
 {
     (void)cols;
-    long to = (long)p->sel + rows;
-    tui_ops_select(to < 0 ? 0 : to > TUI_FAR ? TUI_FAR : (int)to, true);
+    tui_list_set_count(&p->list, tui_ops_count());
+    tui_list_move(&p->list, rows);
+    tui_ops_select(p->list.sel, true);
 }
 
 const tui_pane_class tui_pane_ops = { .name = "ops", .draw = draw, .key = key, .click = click, .shift = move_sel };

@@ -31,7 +31,14 @@ static struct partial {
     int len, esc;
 } part[3];
 
-static int back; /* rows scrolled back from the newest */
+/* The pane's rows are the wrapped rows of the lines, the oldest first, in
+ * tui.pane[TUI_OUTPUT].list (a scrollback: it follows the newest until
+ * scrolled back). Under the lock: the reader thread moves it. wrap_w: the
+ * width its rows were counted at. */
+static tui_list *view(void) { return &tui.pane[TUI_OUTPUT].list; }
+static int wrap_w = 1;
+
+static int rows_of(const char *s, int w);
 
 void tui_out_lock(void) { pthread_mutex_lock(&lock); }
 void tui_out_unlock(void) { pthread_mutex_unlock(&lock); }
@@ -62,14 +69,16 @@ static void commit(tui_source src)
         return;
     if (src == TUI_SRC_DBG)
         tui_track_line(text); /* a `stopped:` line: the status bar's reason */
-    if (count == OUT_LINES)
+    if (count == OUT_LINES) {
+        /* a reader scrolled back keeps the same lines in view as the oldest go */
+        if (!tui_list_at_end(view()))
+            tui_list_scroll(view(), -rows_of(ring[head].text, wrap_w));
         free(ring[head].text);
-    else
+    } else {
         count++;
+    }
     ring[head] = (line){ text, (unsigned char)kind_of(src, text) };
     head = (head + 1) % OUT_LINES;
-    if (back)
-        back++; /* a reader scrolled back keeps the same lines in view */
 }
 
 void tui_out_add(tui_source src, const char *s, size_t n)
@@ -176,15 +185,24 @@ static int total_rows(int w)
     return rows;
 }
 
+/* The view's rows counted again (under the lock); while it follows the
+ * newest, drawing needs no count and skips it. */
+static void count_rows(tui_pane *p)
+{
+    wrap_w = p->r.w > 0 ? p->r.w : 1;
+    tui_list_follow(&p->list, total_rows(wrap_w), p->r.h - 1);
+}
+
 static void draw(tui_pane *p)
 {
     int h = p->r.h - 1, w = p->r.w;
     werase(p->win);
     tui_out_lock();
-    if (back) { /* the lines above may have gone (the oldest are dropped) */
-        int total = total_rows(w);
-        if (back > total - h)
-            back = total - h > 0 ? total - h : 0;
+    int back = 0; /* rows below the window */
+    if (!tui_list_at_end(&p->list)) { /* scrolled back: where to, now */
+        count_rows(p);
+        back = p->list.count - p->list.height - p->list.top;
+        back = back > 0 ? back : 0;
     }
     char right[64];
     if (back)
@@ -218,10 +236,9 @@ static void move_back(tui_pane *p, int rows, int cols)
 {
     (void)cols;
     tui_out_lock();
-    int total = total_rows(p->r.w), h = p->r.h - 1;
+    count_rows(p);
+    tui_list_scroll(&p->list, rows);
     tui_out_unlock();
-    long b = (long)back - rows;
-    back = b < 0 ? 0 : b > total - h ? (total - h > 0 ? total - h : 0) : (int)b;
 }
 
 static void click(tui_pane *p, int row, int col)
@@ -259,6 +276,7 @@ void tui_out_free(void)
 {
     for (int i = 0; i < count; i++)
         free(ring[(head - 1 - i + 2 * OUT_LINES) % OUT_LINES].text);
-    count = head = back = 0;
+    count = head = 0;
     memset(part, 0, sizeof part);
+    *view() = (tui_list){ 0 };
 }

@@ -171,7 +171,7 @@ bool tui_view_set(const char *text, bool must_exist, char *err, size_t n)
                     row = i;
         }
     if (row >= 0)
-        tui.pane[TUI_OPS].sel = row;
+        tui_ops_select(row, false);
     return true;
 }
 
@@ -360,18 +360,8 @@ static void draw(tui_pane *p)
     v->col = v->col < 0 ? 0 : v->col >= g.cols ? g.cols - 1 : v->col;
     if (g.flat && v->row * g.cols + v->col >= g.n)
         v->col = (g.n - 1) % g.cols;
-    if (v->row < v->top)
-        v->top = v->row;
-    if (v->row >= v->top + rows_shown)
-        v->top = v->row - rows_shown + 1;
-    if (v->col < v->left)
-        v->left = v->col;
-    if (v->col >= v->left + cols_shown)
-        v->left = v->col - cols_shown + 1;
-    if (v->top > 0 && v->top + rows_shown > g.rows) /* no empty rows below while there are more above */
-        v->top = g.rows > rows_shown ? g.rows - rows_shown : 0;
-    if (v->left > 0 && v->left + cols_shown > g.cols)
-        v->left = g.cols > cols_shown ? g.cols - cols_shown : 0;
+    v->top = tui_list_top_for(v->top, v->row, rows_shown, g.rows);
+    v->left = tui_list_top_for(v->left, v->col, cols_shown, g.cols);
 
     char buf[64];
     wattrset(w, tui_attr(TUI_C_DIM));

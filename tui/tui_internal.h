@@ -9,6 +9,7 @@
  *   pane_ops.c     ops in execution order      pane_tensor.c  a 2-D slice
  *   pane_chart.c   loss and a tensor's trend   pane_breaks.c  breakpoints
  *   pane_output.c  the lines of output         status.c       status and key bars
+ *   listview.c     a pane's rows: selection, scrolling (htop's Panel)
  *   input.c        keys, mouse, readline's callback interface, focus
  *   help.c         the key overlay             cmd_tui.c      the TUI's commands
  *   track.c        loss per step, the last stop
@@ -65,12 +66,48 @@ typedef struct tui_pane_class {
 
 #define TUI_FAR 1000000000
 
+/* ---- listview.c: the rows of a pane, selection and scrolling (htop's Panel) ---- */
+
+/* count rows seen through a window of height rows. Kept true by every
+ * call: 0 <= sel < count (0 when empty), 0 <= top <= count - height (0
+ * when all fit), so no row below the end shows while rows above are hidden.
+ * All zero is an empty list, and a scrollback that follows its tail. */
+typedef struct tui_list {
+    int count, height;
+    int sel; /* the selected row */
+    int top; /* the first row shown */
+} tui_list;
+
+/* The first row shown for a window of height rows, moved as little as
+ * possible from top so that row keep is in view, then clamped as above
+ * (the tensor pane's grid uses it for its rows and its columns). */
+int64_t tui_list_top_for(int64_t top, int64_t keep, int64_t height, int64_t count);
+/* A new count (rows came or went) or height (a resize): sel and top clamped. */
+void tui_list_set_count(tui_list *l, int count);
+void tui_list_set_height(tui_list *l, int height);
+/* The same for a scrollback (rows only come at the end): a window at the
+ * end stays at the end, following the newest rows; one scrolled back
+ * keeps its top, so the same rows stay in view. */
+void tui_list_follow(tui_list *l, int count, int height);
+/* The window shows the last row (or all of them). */
+bool tui_list_at_end(const tui_list *l);
+/* Selects row i, or by n rows (pages, +-TUI_FAR: the ends), clamped;
+ * the window stays where it is until tui_list_show. */
+void tui_list_select(tui_list *l, int i);
+void tui_list_move(tui_list *l, int n);
+/* Scrolls the window so that row i is in view. */
+void tui_list_show(tui_list *l, int i);
+/* Scrolls the window by n rows (+-TUI_FAR: to an end), clamped; the
+ * selection stays. */
+void tui_list_scroll(tui_list *l, int n);
+/* The row shown on window row `row` (0: the first below the title), or -1. */
+int tui_list_item_at(const tui_list *l, int row);
+
 struct tui_pane {
     const tui_pane_class *cls;
     WINDOW *win;
     tui_rect r;
-    int top;  /* first row (ops, breaks) shown */
-    int sel;  /* selected row */
+    tui_list list; /* ops, breaks: their rows; output: the rows of its wrapped lines */
 };
 
 extern const tui_pane_class tui_pane_ops, tui_pane_tensor, tui_pane_chart, tui_pane_breaks, tui_pane_output;
