@@ -41,8 +41,8 @@ static void names_fill(const char **to)
     to[n] = NULL;
 }
 
-/* Is w a name or alias of a command of the groups, or of table's entries
- * before upto? */
+/* The command of the groups, or of table's entries before upto, whose name
+ * or alias is w; NULL if none. */
 static const dbg_cmd *taken(const char *w, const dbg_cmd *table, const dbg_cmd *upto)
 {
     for (int g = 0; g < n_groups; g++)
@@ -55,6 +55,7 @@ static const dbg_cmd *taken(const char *w, const dbg_cmd *table, const dbg_cmd *
     return NULL;
 }
 
+/* The same for a setting's name. */
 static const dbg_setting *setting_named(const char *name, const dbg_setting *table, const dbg_setting *upto)
 {
     for (int g = 0; g < n_groups; g++)
@@ -67,7 +68,7 @@ static const dbg_setting *setting_named(const char *name, const dbg_setting *tab
     return NULL;
 }
 
-/* Why group cannot join the others, in err; false if it can. */
+/* Can group not join the others? true with err saying why. */
 static bool clashes(const dbg_cmd_group *group, char *err, size_t n)
 {
     const char *title = group->title ? group->title : "?";
