@@ -19,10 +19,15 @@ static bool use_readline;
 static char history_path[4096];
 const dbg_frontend *dbg_frontend_active;
 
-/* ---- completion ------------------------------------------------------------ */
+/* ---- completion ------------------------------------------------------------
+ * The command's name at the start of the line, then what its entry says its
+ * words name (dbg_cmd.args): op names for `break` and `info op`, tensors for
+ * `print`, command names for `help`, breakpoint numbers for `delete` ... */
 
 static const char **cands;
 static int n_cands, cap_cands;
+static char **made; /* candidates composed for this completion ("type:MatMul") */
+static int n_made, cap_made;
 
 static void cand_add(const char *s)
 {
@@ -30,11 +35,31 @@ static void cand_add(const char *s)
         int cap = cap_cands ? 2 * cap_cands : 256;
         const char **p = realloc(cands, (size_t)cap * sizeof *p);
         if (!p)
-            return;
+            return; /* a shorter list of candidates, nothing worse */
         cands = p;
         cap_cands = cap;
     }
     cands[n_cands++] = s;
+}
+
+/* Adds PREFIX+NAME, once. */
+static void cand_make(const char *prefix, const char *name)
+{
+    char buf[TE_NAME_MAX + 16];
+    snprintf(buf, sizeof buf, "%s%s", prefix, name);
+    for (int i = 0; i < n_made; i++)
+        if (strcmp(made[i], buf) == 0)
+            return;
+    if (n_made == cap_made) {
+        int cap = cap_made ? 2 * cap_made : 64;
+        char **p = realloc(made, (size_t)cap * sizeof *p);
+        if (!p)
+            return;
+        made = p;
+        cap_made = cap;
+    }
+    if ((made[n_made] = strdup(buf)) != NULL)
+        cand_add(made[n_made++]);
 }
 
 static char *next_candidate(const char *text, int state)
@@ -51,37 +76,96 @@ static char *next_candidate(const char *text, int state)
     return NULL;
 }
 
+/* This step's ops so far, then the rest of the last step's: stopped in the
+ * forward pass, the backward and update ops are still names to break on.
+ * The last step's ops at the same places as this step's are the same ops,
+ * and left out. */
+static void add_ops(unsigned kinds)
+{
+    for (int i = 0; i < dbg.n_ops + dbg.n_last_ops; i++) {
+        const dbg_op *o = i < dbg.n_ops ? &dbg.ops[i] : &dbg.last_ops[i - dbg.n_ops];
+        int j = i - dbg.n_ops; /* index in last_ops */
+        if (j >= 0 && j < dbg.n_ops && strcmp(o->name, dbg.ops[j].name) == 0)
+            continue;
+        if (kinds & DBG_ARG_OP)
+            cand_add(o->name);
+        if ((kinds & DBG_ARG_TYPE) && o->type)
+            cand_make("type:", o->type);
+        for (int k = 0; (kinds & DBG_ARG_TENSOR) && k < o->n_out; k++)
+            if (o->out_name[k][0])
+                cand_add(o->out_name[k]);
+    }
+}
+
+static void add_kinds(unsigned kinds)
+{
+    /* the words of a condition (debugger/dbg.h's grammar) */
+    static const char *const cond_words[] = {
+        "and", "or", "not", "phase", "forward", "backward", "update", "has_nan", "has_inf", "max", "min",
+        "mean", "std", "abs_max", "abs_mean", "l2norm", "zero_frac", "fp16_overflow", "rel_change",
+        "inputs.", "outputs.", "params.", "grads.",
+    };
+    if (kinds & (DBG_ARG_OP | DBG_ARG_TYPE | DBG_ARG_TENSOR))
+        add_ops(kinds);
+    if (kinds & DBG_ARG_TENSOR) {
+        te_tensor **p = te_params();
+        for (int i = 0; i < te_param_count(); i++) { /* named "param:NAME" */
+            const char *name = p[i]->name;
+            cand_add(name);
+            cand_make("grad:", strncmp(name, "param:", 6) == 0 ? name + 6 : name);
+        }
+    }
+    if (kinds & DBG_ARG_BREAK)
+        for (int i = 0; i < dbg.n_breaks; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "%d", dbg.breaks[i].id);
+            cand_make("", id);
+        }
+    if (kinds & DBG_ARG_COND)
+        for (size_t k = 0; k < sizeof cond_words / sizeof cond_words[0]; k++)
+            cand_add(cond_words[k]);
+    if (kinds & DBG_ARG_COMMAND)
+        for (const char *const *n = dbg_cmd_names(); *n; n++)
+            cand_add(*n);
+    if (kinds & DBG_ARG_SETTING) {
+        int n;
+        const dbg_cmd_group *g = dbg_cmd_groups(&n);
+        for (int i = 0; i < n; i++)
+            for (const dbg_setting *s = g[i].settings; s && s->name; s++)
+                cand_add(s->name);
+    }
+}
+
 char **dbg_complete(const char *text, int start, int end)
 {
     (void)end;
     rl_attempted_completion_over = 1; /* never fall back to file names */
     n_cands = 0;
-    bool first = strspn(rl_line_buffer, " \t") == (size_t)start;
-    if (first) {
-        for (const char *const *n = dbg_cmd_names(); *n; n++)
-            cand_add(*n);
-    } else {
-        static const char *const words[] = { "nan", "inf", "nonfinite", "step", "breakpoints", "ops", "op", "if",
-                                             "and", "or", "not", "has_nan", "has_inf", "abs_max", "l2norm" };
-        for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
-            cand_add(words[k]);
-        /* this step's ops so far, then the rest of the last step's: stopped
-         * in the forward pass, the backward and update ops are still names
-         * to break on. The last step's ops at the same places as this
-         * step's are the same ops, and left out. */
-        for (int i = 0; i < dbg.n_ops + dbg.n_last_ops; i++) {
-            const dbg_op *o = i < dbg.n_ops ? &dbg.ops[i] : &dbg.last_ops[i - dbg.n_ops];
-            int j = i - dbg.n_ops; /* index in last_ops */
-            if (j >= 0 && j < dbg.n_ops && strcmp(o->name, dbg.ops[j].name) == 0)
-                continue;
-            cand_add(o->name);
-            for (int k = 0; k < o->n_out; k++)
-                if (o->out_name[k][0])
-                    cand_add(o->out_name[k]);
-        }
-        te_tensor **p = te_params();
-        for (int i = 0; i < te_param_count(); i++)
-            cand_add(p[i]->name);
+    for (int i = 0; i < n_made; i++)
+        free(made[i]);
+    n_made = 0;
+    /* the words before the one completed: the command, then its arguments */
+    char cmd[64] = "";
+    int n_words = 0;
+    for (int i = 0; i < start;) {
+        i += (int)strspn(rl_line_buffer + i, " \t");
+        int len = (int)strcspn(rl_line_buffer + i, " \t");
+        if (i >= start)
+            break;
+        if (len > start - i)
+            len = start - i;
+        if (!n_words++)
+            snprintf(cmd, sizeof cmd, "%.*s", len, rl_line_buffer + i);
+        i += len;
+    }
+    const dbg_cmd *c = n_words ? dbg_cmd_find(cmd) : NULL;
+    if (!n_words) {
+        add_kinds(DBG_ARG_COMMAND);
+    } else if (c) {
+        const dbg_arg *arg = &c->args[n_words == 1 ? 0 : 1];
+        for (const char *const *w = arg->words; w && *w; w++)
+            cand_add(*w);
+        add_kinds(arg->kinds);
     }
     return rl_completion_matches(text, next_candidate);
 }

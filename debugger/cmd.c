@@ -9,34 +9,125 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_GROUPS 8
-static const dbg_cmd *groups[MAX_GROUPS] = { dbg_cmds_exec, dbg_cmds_break, dbg_cmds_inspect, dbg_cmds_dump };
-static const char *titles[MAX_GROUPS] = { "running", "breakpoints", "looking around", "dumps" };
-static int n_groups = 4;
-static const char *const *names_cache;
+/* The groups, the built-in ones first; a front end's are added after them
+ * (the array then moves to the heap). */
+static dbg_cmd_group builtin[] = {
+    { "running", dbg_cmds_exec, NULL },
+    { "breakpoints", dbg_cmds_break, NULL },
+    { "looking around", dbg_cmds_inspect, NULL },
+    { "dumps", dbg_cmds_dump, NULL },
+};
+static dbg_cmd_group *groups = builtin;
+static int n_groups = sizeof builtin / sizeof builtin[0];
 
-void dbg_cmd_add_group(const dbg_cmd *table, const char *title)
+/* Every group's command names, NULL-terminated, rebuilt when a group comes. */
+static const char **names;
+
+static int count_cmds(const dbg_cmd *t)
 {
-    if (n_groups == MAX_GROUPS)
-        return;
-    groups[n_groups] = table;
-    titles[n_groups++] = title;
-    names_cache = NULL; /* dbg_cmd_names() lists them too from now on */
+    int n = 0;
+    while (t[n].name)
+        n++;
+    return n;
 }
 
-/* `set NAME VALUE`: a front end's settings. */
-#define MAX_SETTINGS 8
-typedef struct setting {
-    const char *name;
-    bool (*set)(const char *value);
-} setting;
-static setting settings[MAX_SETTINGS];
-static int n_settings;
-
-void dbg_setting_add(const char *name, bool (*set)(const char *value))
+/* Fills names (with room for them all) from the groups. */
+static void names_fill(const char **to)
 {
-    if (n_settings < MAX_SETTINGS)
-        settings[n_settings++] = (setting){ name, set };
+    int n = 0;
+    for (int g = 0; g < n_groups; g++)
+        for (const dbg_cmd *c = groups[g].cmds; c->name; c++)
+            to[n++] = c->name;
+    to[n] = NULL;
+}
+
+/* The command of the groups, or of table's entries before upto, whose name
+ * or alias is w; NULL if none. */
+static const dbg_cmd *taken(const char *w, const dbg_cmd *table, const dbg_cmd *upto)
+{
+    for (int g = 0; g < n_groups; g++)
+        for (const dbg_cmd *c = groups[g].cmds; c->name; c++)
+            if (strcmp(c->name, w) == 0 || (c->alias && strcmp(c->alias, w) == 0))
+                return c;
+    for (const dbg_cmd *c = table; c < upto; c++)
+        if (strcmp(c->name, w) == 0 || (c->alias && strcmp(c->alias, w) == 0))
+            return c;
+    return NULL;
+}
+
+/* The same for a setting's name. */
+static const dbg_setting *setting_named(const char *name, const dbg_setting *table, const dbg_setting *upto)
+{
+    for (int g = 0; g < n_groups; g++)
+        for (const dbg_setting *s = groups[g].settings; s && s->name; s++)
+            if (strcmp(s->name, name) == 0)
+                return s;
+    for (const dbg_setting *s = table; s && s < upto; s++)
+        if (strcmp(s->name, name) == 0)
+            return s;
+    return NULL;
+}
+
+/* Can group not join the others? true with err saying why. */
+static bool clashes(const dbg_cmd_group *group, char *err, size_t n)
+{
+    const char *title = group->title ? group->title : "?";
+    if (!group->title || !group->cmds) {
+        snprintf(err, n, "command group '%s' has no title or no table", title);
+        return true;
+    }
+    for (const dbg_cmd *c = group->cmds; c->name; c++) {
+        const dbg_cmd *other;
+        if (!c->usage || !c->help || !c->run) {
+            snprintf(err, n, "%s: the command '%s' lacks its usage, help or function", title, c->name);
+            return true;
+        }
+        if ((other = taken(c->name, group->cmds, c)) || (c->alias && (other = taken(c->alias, group->cmds, c)))) {
+            snprintf(err, n, "%s: the command '%s' (alias %s) clashes with '%s' (alias %s)", title, c->name,
+                     c->alias ? c->alias : "none", other->name, other->alias ? other->alias : "none");
+            return true;
+        }
+    }
+    for (const dbg_setting *s = group->settings; s && s->name; s++)
+        if (!s->set || setting_named(s->name, group->settings, s)) {
+            snprintf(err, n, "%s: the setting '%s' %s", title, s->name, s->set ? "exists already" : "has no handler");
+            return true;
+        }
+    return false;
+}
+
+bool dbg_cmd_add_group(const dbg_cmd_group *group, char *err, size_t errlen)
+{
+    if (clashes(group, err, errlen))
+        return false;
+    int n_names = count_cmds(group->cmds);
+    for (int g = 0; g < n_groups; g++)
+        n_names += count_cmds(groups[g].cmds);
+    /* both arrays grow before either changes: a failure leaves the tables as they were */
+    const char **to = realloc(names, (size_t)(n_names + 1) * sizeof *to);
+    if (to)
+        names = to;
+    dbg_cmd_group *grown = to ? malloc((size_t)(n_groups + 1) * sizeof *grown) : NULL;
+    if (!grown) {
+        snprintf(err, errlen, "%s: out of memory for its commands", group->title);
+        if (to) /* the names list is whole still, only longer */
+            names_fill(names);
+        return false;
+    }
+    memcpy(grown, groups, (size_t)n_groups * sizeof *grown);
+    grown[n_groups] = *group;
+    if (groups != builtin)
+        free(groups);
+    groups = grown;
+    n_groups++;
+    names_fill(names);
+    return true;
+}
+
+const dbg_cmd_group *dbg_cmd_groups(int *n)
+{
+    *n = n_groups;
+    return groups;
 }
 
 const char *dbg_skip_space(const char *s)
@@ -73,51 +164,88 @@ bool dbg_parse_int(const char *s, const char *what, long long lo, long long *out
 
 const char *const *dbg_cmd_names(void)
 {
-    static const char *names[128];
-    if (!names_cache) {
+    static const char *const none[] = { NULL };
+    if (!names) { /* the built-in groups' names, on first use */
         int n = 0;
         for (int g = 0; g < n_groups; g++)
-            for (const dbg_cmd *c = groups[g]; c->name && n < 127; c++)
-                names[n++] = c->name;
-        names[n] = NULL;
-        names_cache = names;
+            n += count_cmds(groups[g].cmds);
+        if (!(names = malloc((size_t)(n + 1) * sizeof *names))) {
+            dbg_error("out of memory listing the commands");
+            return none;
+        }
+        names_fill(names);
     }
     return names;
 }
 
-const dbg_cmd *dbg_cmd_lookup(const char *word)
+/* The command word names: its name or alias exactly, else the one command
+ * it begins; *n_prefix gets how many commands it begins, amb their names. */
+static const dbg_cmd *find(const char *word, int *n_prefix, char *amb, size_t n_amb)
 {
     const dbg_cmd *prefix = NULL;
-    int n_prefix = 0;
-    char amb[256] = "";
     size_t len = strlen(word);
+    *n_prefix = 0;
     for (int g = 0; g < n_groups; g++)
-        for (const dbg_cmd *c = groups[g]; c->name; c++) {
+        for (const dbg_cmd *c = groups[g].cmds; c->name; c++) {
             if (strcmp(c->name, word) == 0 || (c->alias && strcmp(c->alias, word) == 0))
                 return c;
             if (len && strncmp(c->name, word, len) == 0) {
                 prefix = c;
-                n_prefix++;
+                (*n_prefix)++;
                 size_t used = strlen(amb);
-                snprintf(amb + used, sizeof amb - used, "%s%s", used ? ", " : "", c->name);
+                snprintf(amb + used, n_amb - used, "%s%s", used ? ", " : "", c->name);
             }
         }
-    if (n_prefix == 1)
-        return prefix;
+    return *n_prefix == 1 ? prefix : NULL;
+}
+
+const dbg_cmd *dbg_cmd_find(const char *word)
+{
+    char amb[256] = "";
+    int n_prefix;
+    return find(word, &n_prefix, amb, sizeof amb);
+}
+
+const dbg_cmd *dbg_cmd_lookup(const char *word)
+{
+    char amb[256] = "";
+    int n_prefix;
+    const dbg_cmd *c = find(word, &n_prefix, amb, sizeof amb);
+    if (c)
+        return c;
     if (n_prefix > 1) {
         dbg_error("'%s' is ambiguous: %s", word, amb);
         return NULL;
     }
-    const char *const *names = dbg_cmd_names();
+    const char *const *list = dbg_cmd_names();
     int n = 0;
-    while (names[n])
+    while (list[n])
         n++;
-    const char *near = dbg_suggest(word, names, n);
+    const char *near = dbg_suggest(word, list, n);
     if (near)
         dbg_error("unknown command '%s' (did you mean %s?); 'help' lists them", word, near);
     else
         dbg_error("unknown command '%s'; 'help' lists them", word);
     return NULL;
+}
+
+/* Does the session give c what its entry says it needs? Says what is
+ * missing otherwise, in the same form for every command. */
+static bool needs_met(const dbg_cmd *c)
+{
+    if ((c->needs & DBG_CMD_NOT_STARTED) && dbg.started) {
+        dbg_error("%s: training is already running (step %lld); 'continue' goes on", c->name, (long long)dbg.step);
+        return false;
+    }
+    if ((c->needs & DBG_CMD_STARTED) && !dbg.started) {
+        dbg_error("%s: training has not started; 'run' starts it", c->name);
+        return false;
+    }
+    if ((c->needs & DBG_CMD_STOPPED) && !dbg.in_step) {
+        dbg_error("%s: no step is running; 'next' stops at the start of the next one", c->name);
+        return false;
+    }
+    return true;
 }
 
 bool dbg_execute(const char *line)
@@ -136,10 +264,12 @@ bool dbg_execute(const char *line)
     if (strcmp(c->name, "set") == 0 && !strchr(rest, '=')) { /* a setting, not TENSOR[INDEX] = VALUE */
         char name[32];
         const char *value = dbg_word(rest, name, sizeof name);
-        for (int i = 0; i < n_settings; i++)
-            if (strcmp(settings[i].name, name) == 0)
-                return settings[i].set(value);
+        const dbg_setting *s = setting_named(name, NULL, NULL);
+        if (s)
+            return s->set(value);
     }
+    if (!needs_met(c))
+        return false;
     return c->run(rest);
 }
 
@@ -175,14 +305,21 @@ bool dbg_help(const char *args)
 {
     if (args[0]) {
         const dbg_cmd *c = dbg_cmd_lookup(args);
-        if (c)
+        if (c) {
             fprintf(dbg_out, "usage: %s%s%s%s\n%s\n", c->usage, c->alias ? " (alias " : "",
                     c->alias ? c->alias : "", c->alias ? ")" : "", c->help);
+            if (c->needs & DBG_CMD_NOT_STARTED)
+                fprintf(dbg_out, "Only before training starts.\n");
+            else if (c->needs & DBG_CMD_STOPPED)
+                fprintf(dbg_out, "Only while training is stopped in a step.\n");
+            else if (c->needs & DBG_CMD_STARTED)
+                fprintf(dbg_out, "Only once training started.\n");
+        }
         return false;
     }
     for (int g = 0; g < n_groups; g++) {
-        fprintf(dbg_out, "%s:\n", titles[g]);
-        for (const dbg_cmd *c = groups[g]; c->name; c++) {
+        fprintf(dbg_out, "%s:\n", groups[g].title);
+        for (const dbg_cmd *c = groups[g].cmds; c->name; c++) {
             size_t first = strcspn(c->help, "\n");
             fprintf(dbg_out, "  %-34s %.*s\n", c->usage, (int)first, c->help);
         }

@@ -1,8 +1,13 @@
 /*
  * cmd.h — the command table. Each group of commands lives in its own file
- * (cmd_exec.c, cmd_break.c, cmd_inspect.c) and exports a table; cmd.c
- * looks names up (exact, alias, or an unambiguous prefix, as in gdb),
- * suggests the nearest command for a typo, and prints help.
+ * (cmd_exec.c, cmd_break.c, cmd_inspect.c, cmd_dump.c; a front end's, as
+ * tui/cmd_tui.c) and exports a table whose entries declare what they need
+ * (a started program, a stop) and what their words name (for completion).
+ * cmd.c looks names up (exact, alias, or an unambiguous prefix, as in gdb),
+ * checks the needs once before a command runs, suggests the nearest
+ * command for a typo, and prints help.
+ *
+ * Adding a command: one entry in its group's table and its function.
  */
 #ifndef TDBG_CMD_H
 #define TDBG_CMD_H
@@ -10,14 +15,60 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* What a command needs; dbg_execute refuses it otherwise, with one message
+ * form for every command ("finish: training has not started; 'run' starts
+ * it"), so that the command itself does not check. */
+enum {
+    DBG_CMD_STARTED = 1 << 0,    /* training was started (`run`, or any command that resumes it) */
+    DBG_CMD_STOPPED = 1 << 1,    /* training is paused inside a step: at an op, a phase or the step's start */
+    DBG_CMD_NOT_STARTED = 1 << 2 /* training was not started yet (`run` itself) */
+};
+
+/* What a command's words name, for Tab completion: the sources of the
+ * candidates, ORed. 0: nothing to offer (a number, free text). */
+enum {
+    DBG_ARG_OP = 1 << 0,      /* an op name: this step's ops and the rest of the last step's */
+    DBG_ARG_TYPE = 1 << 1,    /* type:TYPE of those ops */
+    DBG_ARG_TENSOR = 1 << 2,  /* OP:outK, param:NAME, grad:NAME */
+    DBG_ARG_BREAK = 1 << 3,   /* a breakpoint number */
+    DBG_ARG_COND = 1 << 4,    /* the words of a condition: has_nan, abs_max, and, phase ... */
+    DBG_ARG_COMMAND = 1 << 5, /* a command name */
+    DBG_ARG_SETTING = 1 << 6  /* a front end's setting (`set mouse off`) */
+};
+
+typedef struct dbg_arg {
+    unsigned kinds;           /* DBG_ARG_* */
+    const char *const *words; /* keywords offered too, NULL-terminated (DBG_WORDS), or NULL */
+} dbg_arg;
+
+/* A NULL-terminated keyword list for dbg_arg.words. */
+#define DBG_WORDS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
 typedef struct dbg_cmd {
     const char *name;
     const char *alias;   /* one-letter shortcut, or NULL */
     const char *usage;   /* "break WHAT [if COND]" */
     const char *help;    /* one line, then details after a newline */
+    unsigned needs;      /* DBG_CMD_*, checked before run */
+    dbg_arg args[2];     /* the first word after the name, then every later one */
     /* args: the rest of the line, trimmed; returns true to resume training */
     bool (*run)(const char *args);
 } dbg_cmd;
+
+/* `set NAME VALUE`: a front end's setting (`set mouse off`). `set` runs
+ * the handler when NAME is one and the line has no '='. */
+typedef struct dbg_setting {
+    const char *name;
+    bool (*set)(const char *value);
+} dbg_setting;
+
+/* A group of commands as help lists them, with the settings that go with
+ * them. Tables are terminated by an entry whose name is NULL. */
+typedef struct dbg_cmd_group {
+    const char *title;           /* help's heading */
+    const dbg_cmd *cmds;
+    const dbg_setting *settings; /* NULL: none */
+} dbg_cmd_group;
 
 extern const dbg_cmd dbg_cmds_exec[];
 extern const dbg_cmd dbg_cmds_break[];
@@ -26,15 +77,20 @@ extern const dbg_cmd dbg_cmds_dump[];
 
 /* The command named (or abbreviated) by word; NULL after printing why. */
 const dbg_cmd *dbg_cmd_lookup(const char *word);
-/* Every command name, for completion; NULL-terminated. */
+/* The same without a word printed: NULL when unknown or ambiguous. */
+const dbg_cmd *dbg_cmd_find(const char *word);
+/* Every command name of every group, for completion; NULL-terminated. The
+ * list is valid until the next dbg_cmd_add_group. */
 const char *const *dbg_cmd_names(void);
+/* The groups, built-in ones first; *n gets how many. */
+const dbg_cmd_group *dbg_cmd_groups(int *n);
 
-/* A front end's own commands (the TUI's), listed and looked up after the
- * others, and its `set NAME VALUE` settings (`set mouse off`): `set` runs
- * the setting's handler when NAME is one and the line has no '='. The
- * tables and names must live as long as the program. */
-void dbg_cmd_add_group(const dbg_cmd *table, const char *title);
-void dbg_setting_add(const char *name, bool (*set)(const char *value));
+/* Adds a front end's group (the TUI's), listed and looked up after the
+ * others. The group and its tables must live as long as the program. On
+ * error (a name or alias taken already, an entry without its name, usage,
+ * help or function, no memory) it returns false with err saying why, and
+ * adds nothing: a front end must not go on as if its commands were there. */
+bool dbg_cmd_add_group(const dbg_cmd_group *group, char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /* `help [COMMAND]`, listed with the inspection commands. */
 bool dbg_help(const char *args);

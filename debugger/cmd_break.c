@@ -246,20 +246,33 @@ void dbg_info_breakpoints(void)
     }
 }
 
+/* WHAT: an op, a type or a keyword; then "if" and a condition. */
+#define BREAK_ARGS                                                                                             \
+    { { DBG_ARG_OP | DBG_ARG_TYPE, DBG_WORDS("nan", "inf", "nonfinite", "step") },                            \
+      { DBG_ARG_COND, DBG_WORDS("if") } }
+
 const dbg_cmd dbg_cmds_break[] = {
-    { "break", "b", "break WHAT [if COND]", "stop at ops, a step, or where values go non-finite\n"
+    { .name = "break", .alias = "b", .usage = "break WHAT [if COND]",
+      .help = "stop at ops, a step, or where values go non-finite\n"
       "WHAT: an op name glob (fc*/linear), type:TYPE (type:MatMul), step N, nan, inf or\n"
       "nonfinite (the first op creating one: not the ops that pass it on).\n"
       "COND: has_nan, has_inf, comparisons on max, min, mean, std, abs_max, abs_mean,\n"
       "l2norm, zero_frac, fp16_overflow, rel_change (vs the previous step), with and,\n"
       "or, not and parentheses; scopes inputs., outputs. (default), params., grads.,\n"
-      "in0., out1.; phase == forward|backward|update. e.g. break fc* if abs_max > 1e4", cmd_break },
-    { "tbreak", NULL, "tbreak WHAT [if COND]", "a breakpoint deleted after its first stop", cmd_tbreak },
-    { "delete", "d", "delete [N...]", "delete breakpoints (all without N)", cmd_delete },
-    { "disable", NULL, "disable [N...]", "disable breakpoints (all without N)", cmd_disable },
-    { "enable", NULL, "enable [N...]", "enable breakpoints (all without N)", cmd_enable },
-    { "condition", NULL, "condition N [COND]", "set or (without COND) remove breakpoint N's condition",
-      cmd_condition },
-    { "ignore", NULL, "ignore N COUNT", "let breakpoint N pass its next COUNT hits", cmd_ignore },
-    { NULL, NULL, NULL, NULL, NULL },
+      "in0., out1.; phase == forward|backward|update. e.g. break fc* if abs_max > 1e4",
+      .args = BREAK_ARGS, .run = cmd_break },
+    { .name = "tbreak", .usage = "tbreak WHAT [if COND]", .help = "a breakpoint deleted after its first stop",
+      .args = BREAK_ARGS, .run = cmd_tbreak },
+    { .name = "delete", .alias = "d", .usage = "delete [N...]", .help = "delete breakpoints (all without N)",
+      .args = { { DBG_ARG_BREAK }, { DBG_ARG_BREAK } }, .run = cmd_delete },
+    { .name = "disable", .usage = "disable [N...]", .help = "disable breakpoints (all without N)",
+      .args = { { DBG_ARG_BREAK }, { DBG_ARG_BREAK } }, .run = cmd_disable },
+    { .name = "enable", .usage = "enable [N...]", .help = "enable breakpoints (all without N)",
+      .args = { { DBG_ARG_BREAK }, { DBG_ARG_BREAK } }, .run = cmd_enable },
+    { .name = "condition", .usage = "condition N [COND]",
+      .help = "set or (without COND) remove breakpoint N's condition",
+      .args = { { DBG_ARG_BREAK }, { DBG_ARG_COND } }, .run = cmd_condition },
+    { .name = "ignore", .usage = "ignore N COUNT", .help = "let breakpoint N pass its next COUNT hits",
+      .args = { { DBG_ARG_BREAK } }, .run = cmd_ignore },
+    { .name = NULL },
 };

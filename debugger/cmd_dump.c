@@ -170,10 +170,12 @@ void dbg_info_dump(void)
 }
 
 const dbg_cmd dbg_cmds_dump[] = {
-    { "dump", NULL, "dump SPEC | dump off | dump now TENSOR...", "write tensors to HDF5 from the next step, stop, or write some now\n"
+    { .name = "dump", .usage = "dump SPEC | dump off | dump now TENSOR...",
+      .help = "write tensors to HDF5 from the next step, stop, or write some now\n"
       "SPEC as for --dump: dir=D;ops=GLOB,type:T;steps=0|5-8|every:N;io=inputs|outputs|both;\n"
       "phase=forward,backward,update,params,grads;what=full|stats;max=2G;compress=gzip:N,\n"
       "or @FILE. 'info dump' shows what it selects and what it wrote. 'dump now' writes the\n"
-      "tensors named into DIR/now/step-N.h5 at once.", cmd_dump },
-    { NULL, NULL, NULL, NULL, NULL },
+      "tensors named into DIR/now/step-N.h5 at once.",
+      .args = { { .words = DBG_WORDS("off", "now") }, { DBG_ARG_TENSOR } }, .run = cmd_dump },
+    { .name = NULL },
 };

@@ -18,10 +18,6 @@ static bool resume(dbg_run_mode mode)
 static bool cmd_run(const char *args)
 {
     (void)args;
-    if (dbg.started) {
-        dbg_error("training is already running (step %lld); 'continue' goes on", (long long)dbg.step);
-        return false;
-    }
     return resume(RUN_GO);
 }
 
@@ -55,10 +51,6 @@ static bool cmd_next(const char *args)
 static bool cmd_finish(const char *args)
 {
     (void)args;
-    if (!dbg.started || !dbg.in_step) {
-        dbg_error("finish: no step is running; 'next' stops at the next one");
-        return false;
-    }
     dbg.finish_phase = dbg.phase;
     dbg.finish_step = dbg.step;
     return resume(RUN_FINISH);
@@ -91,14 +83,19 @@ static bool cmd_quit(const char *args)
     exit(dbg.batch && dbg.stopped_ever ? 1 : 0); /* at_exit flushes and reports */
 }
 
+/* Each resumes training, and starts it when `run` was not given yet. */
 const dbg_cmd dbg_cmds_exec[] = {
-    { "run", "r", "run", "start training (the program waits for this)", cmd_run },
-    { "continue", "c", "continue [N]", "go on until a breakpoint hits\n"
-      "With N, ignore the breakpoint stopped at N-1 more times.", cmd_continue },
-    { "step", "s", "step", "run the next op and stop after it", cmd_step },
-    { "next", "n", "next", "run to the start of the next training step", cmd_next },
-    { "finish", NULL, "finish", "run to the end of the current phase (forward, backward, update)", cmd_finish },
-    { "until", "u", "until step N", "run to the start of step N", cmd_until },
-    { "quit", "q", "quit", "end training and the program", cmd_quit },
-    { NULL, NULL, NULL, NULL, NULL },
+    { .name = "run", .alias = "r", .usage = "run", .help = "start training (the program waits for this)",
+      .needs = DBG_CMD_NOT_STARTED, .run = cmd_run },
+    { .name = "continue", .alias = "c", .usage = "continue [N]", .help = "go on until a breakpoint hits\n"
+      "With N, ignore the breakpoint stopped at N-1 more times.", .run = cmd_continue },
+    { .name = "step", .alias = "s", .usage = "step", .help = "run the next op and stop after it", .run = cmd_step },
+    { .name = "next", .alias = "n", .usage = "next", .help = "run to the start of the next training step",
+      .run = cmd_next },
+    { .name = "finish", .usage = "finish", .help = "run to the end of the current phase (forward, backward, update)",
+      .needs = DBG_CMD_STARTED | DBG_CMD_STOPPED, .run = cmd_finish },
+    { .name = "until", .alias = "u", .usage = "until step N", .help = "run to the start of step N",
+      .args = { { .words = DBG_WORDS("step") } }, .run = cmd_until },
+    { .name = "quit", .alias = "q", .usage = "quit", .help = "end training and the program", .run = cmd_quit },
+    { .name = NULL },
 };

@@ -245,16 +245,24 @@ static bool cmd_set(const char *args)
 }
 
 const dbg_cmd dbg_cmds_inspect[] = {
-    { "info", "i", "info breakpoints|ops|op NAME|step|dump", "the breakpoints, the step's ops, one op, the step, the dump",
-      cmd_info },
-    { "print", "p", "print TENSOR[SLICES]", "a tensor's values, numpy-style\n"
+    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op NAME|step|dump",
+      .help = "the breakpoints, the step's ops, one op, the step, the dump",
+      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump") }, { DBG_ARG_OP } },
+      .run = cmd_info },
+    { .name = "print", .alias = "p", .usage = "print TENSOR[SLICES]", .help = "a tensor's values, numpy-style\n"
       "TENSOR: OP:out0, OP:in1, param:NAME, grad:NAME or a name from 'info op';\n"
-      "SLICES: one per dim: 3, -1, 1:4, :, ::2. Without slices: statistics and a summary.", cmd_print },
-    { "stats", NULL, "stats TENSOR", "min, max, mean, std, abs_max, l2norm, zeros, NaN, Inf", cmd_stats },
-    { "hist", NULL, "hist TENSOR [BINS]", "a text histogram of the finite values", cmd_hist },
-    { "trend", NULL, "trend TENSOR", "the tensor's statistics over the last steps recorded\n"
-      "Recorded while a breakpoint checks it, and every step once 'trend' named it.", cmd_trend },
-    { "set", NULL, "set TENSOR[INDEX] = VALUE", "change one element, then go on", cmd_set },
-    { "help", "h", "help [COMMAND]", "list the commands, or explain one", dbg_help },
-    { NULL, NULL, NULL, NULL, NULL },
+      "SLICES: one per dim: 3, -1, 1:4, :, ::2. Without slices: statistics and a summary.",
+      .args = { { DBG_ARG_TENSOR } }, .run = cmd_print },
+    { .name = "stats", .usage = "stats TENSOR", .help = "min, max, mean, std, abs_max, l2norm, zeros, NaN, Inf",
+      .args = { { DBG_ARG_TENSOR } }, .run = cmd_stats },
+    { .name = "hist", .usage = "hist TENSOR [BINS]", .help = "a text histogram of the finite values",
+      .args = { { DBG_ARG_TENSOR } }, .run = cmd_hist },
+    { .name = "trend", .usage = "trend TENSOR", .help = "the tensor's statistics over the last steps recorded\n"
+      "Recorded while a breakpoint checks it, and every step once 'trend' named it.",
+      .args = { { DBG_ARG_TENSOR } }, .run = cmd_trend },
+    { .name = "set", .usage = "set TENSOR[INDEX] = VALUE", .help = "change one element, then go on",
+      .args = { { DBG_ARG_TENSOR | DBG_ARG_SETTING } }, .run = cmd_set },
+    { .name = "help", .alias = "h", .usage = "help [COMMAND]", .help = "list the commands, or explain one",
+      .args = { { DBG_ARG_COMMAND } }, .run = dbg_help },
+    { .name = NULL },
 };

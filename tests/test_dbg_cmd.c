@@ -2,12 +2,15 @@
  * test_dbg_cmd.c — the command layer without a running program: lookup
  * (names, aliases, unambiguous prefixes, typos), and the breakpoint
  * commands' parsing of good and malformed input, read back from the
- * session's breakpoint table and from what the commands print.
+ * session's breakpoint table and from what the commands print; the needs
+ * commands declare, checked once; completion by each command's argument
+ * kinds; groups and settings a front end adds.
  */
 #include "cmd.h"
 #include "session.h"
 #include "suites.h"
 #include "testutil.h"
+#include "tui_internal.h"
 
 #include <readline/readline.h>
 #include <stdio.h>
@@ -168,7 +171,7 @@ START_TEST(test_running_commands)
     ck_assert(run("run"));
     ck_assert_int_eq(dbg.mode, RUN_GO);
     ck_assert(!run("run"));
-    said("error: training is already running");
+    said("error: run: training is already running (step -1); 'continue' goes on");
     ck_assert(run("s"));
     ck_assert_int_eq(dbg.mode, RUN_STEP);
     ck_assert(run("next"));
@@ -187,15 +190,17 @@ START_TEST(test_running_commands)
 }
 END_TEST
 
-/* Tab completion of text after "break " as the CLI and the TUI ask for
+/* Tab completion of the last word of line as the CLI and the TUI ask for
  * it: the matches (readline's list without its common-prefix head). */
-static int complete(const char *text, char **got, int max)
+static int complete(const char *line, char **got, int max)
 {
-    char line[64];
-    snprintf(line, sizeof line, "break %s", text);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", line);
+    const char *space = strrchr(buf, ' ');
+    int start = space ? (int)(space - buf) + 1 : 0;
     char *saved = rl_line_buffer;
-    rl_line_buffer = line;
-    char **m = dbg_complete(text, 6, (int)strlen(line));
+    rl_line_buffer = buf;
+    char **m = dbg_complete(buf + start, start, (int)strlen(buf));
     rl_line_buffer = saved;
     int n = 0;
     for (int i = m && m[1] ? 1 : 0; m && m[i]; i++)
@@ -209,15 +214,32 @@ static int complete(const char *text, char **got, int max)
     return n;
 }
 
-/* Stopped two ops into a step: this step's ops and the rest of the last
- * step's (the backward and update ops still to come) complete, each once. */
-START_TEST(test_complete_op_names)
+/* complete(line) gives exactly the words of want, a space-separated list
+ * in the order offered ("" for none). */
+static void completes(const char *line, const char *want)
 {
-    static dbg_op now[2], last[4];
+    char *got[64], list[1024] = "";
+    int n = complete(line, got, 64);
+    for (int i = 0; i < n; i++) {
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s%s", i ? " " : "", got[i]);
+        free(got[i]);
+    }
+    ck_assert_msg(strcmp(list, want) == 0, "'%s' completes to\n  '%s', want\n  '%s'", line, list, want);
+}
+
+static dbg_op now[2], last[4];
+
+/* Stopped two ops into a step of fc1/linear, fc1/relu, grad/fc1/linear,
+ * update/fc1.weight. */
+static void stopped_in_a_step(void)
+{
     static const char *const names[4] = { "fc1/linear", "fc1/relu", "grad/fc1/linear", "update/fc1.weight" };
+    static const char *const types[4] = { "Linear", "Relu", "LinearGrad", "SGD" };
     for (int i = 0; i < 4; i++) {
         snprintf(last[i].name, sizeof last[i].name, "%s", names[i]);
         snprintf(last[i].out_name[0], sizeof last[i].out_name[0], "%s:out0", names[i]);
+        last[i].type = types[i];
         last[i].n_out = 1;
         if (i < 2)
             now[i] = last[i];
@@ -226,21 +248,203 @@ START_TEST(test_complete_op_names)
     dbg.n_ops = 2;
     dbg.last_ops = last;
     dbg.n_last_ops = 4;
-    char *got[8];
-    int n = complete("upd", got, 8);
-    ck_assert_int_eq(n, 2);
-    ck_assert_str_eq(got[0], "update/fc1.weight");
-    ck_assert_str_eq(got[1], "update/fc1.weight:out0");
-    for (int i = 0; i < n; i++)
-        free(got[i]);
-    n = complete("fc1/l", got, 8); /* in both steps' lists, offered once */
-    ck_assert_int_eq(n, 2);
-    ck_assert_str_eq(got[0], "fc1/linear");
-    ck_assert_str_eq(got[1], "fc1/linear:out0");
-    for (int i = 0; i < n; i++)
-        free(got[i]);
+}
+
+/* This step's ops and the rest of the last step's (the backward and update
+ * ops still to come) complete, each once: op names where the command takes
+ * an op (break), tensors where it takes a tensor (print). */
+START_TEST(test_complete_op_names)
+{
+    stopped_in_a_step();
+    completes("break upd", "update/fc1.weight");
+    completes("break fc1/l", "fc1/linear"); /* in both steps' lists, offered once */
+    completes("print upd", "update/fc1.weight:out0");
+    completes("print fc1/l", "fc1/linear:out0");
     dbg.ops = dbg.last_ops = NULL;
     dbg.n_ops = dbg.n_last_ops = 0;
+}
+END_TEST
+
+/* Each command's words complete from what its entry says they name. */
+START_TEST(test_complete_by_kind)
+{
+    stopped_in_a_step();
+    te_param_new("fc1.weight", TE_F32, 2, (int64_t[]){ 4, 3 });
+    run("break nan");
+    run("break step 4");
+    completes("he", "help");                              /* a command name */
+    completes("help fi", "finish");                       /* help: command names */
+    completes("break n", "nan nonfinite");                /* keywords, no op starts with n */
+    completes("tbreak type:L", "type:Linear type:LinearGrad");
+    completes("break fc1/relu if has_", "has_nan has_inf"); /* after WHAT: a condition */
+    completes("b fc1/relu if abs_max > 3 an", "and");
+    completes("info o", "ops op");
+    completes("info op grad", "grad/fc1/linear");         /* an op, not its tensors */
+    completes("print param:", "param:fc1.weight");
+    completes("stats grad:", "grad:fc1.weight");
+    completes("hist fc1/r", "fc1/relu:out0");
+    completes("delete ", "1 2");                          /* breakpoint numbers, every word */
+    completes("disable 1 ", "1 2");
+    completes("condition 2 has_n", "has_nan");
+    completes("ignore ", "1 2");
+    completes("ignore 1 ", "");                           /* COUNT: a number */
+    completes("until ", "step");
+    completes("dump o", "off");
+    completes("dump now fc1/l", "fc1/linear:out0");
+    completes("run ", "");                                /* takes nothing */
+    completes("finish fc", "");
+    completes("xyzzy fc", "");                            /* no such command: nothing */
+    dbg.ops = dbg.last_ops = NULL;
+    dbg.n_ops = dbg.n_last_ops = 0;
+}
+END_TEST
+
+/* finish needs a stop in a step: refused before `run` and between steps,
+ * with the message every command with that need gives; run needs training
+ * not started. */
+START_TEST(test_needs)
+{
+    ck_assert(!run("finish"));
+    said("error: finish: training has not started; 'run' starts it");
+    ck_assert(!run("help finish"));
+    said("Only while training is stopped in a step.");
+    ck_assert(!run("help run"));
+    said("Only before training starts.");
+    ck_assert(run("run"));
+    ck_assert(!run("finish"));
+    said("error: finish: no step is running; 'next' stops at the start of the next one");
+    dbg.in_step = true;
+    dbg.step = 3;
+    dbg.phase = TE_PHASE_BACKWARD;
+    ck_assert(run("finish"));
+    ck_assert(dbg.mode == RUN_FINISH && dbg.finish_step == 3 && dbg.finish_phase == TE_PHASE_BACKWARD);
+    ck_assert(!run("r"));
+    said("error: run: training is already running (step 3); 'continue' goes on");
+}
+END_TEST
+
+/* No two commands share a name or an alias, the TUI's included, and every
+ * entry has its usage, help and function. */
+START_TEST(test_names_unique)
+{
+    char why[256];
+    ck_assert_msg(tui_cmds_register(why, sizeof why), "the TUI's commands: %s", why);
+    int n_groups;
+    const dbg_cmd_group *g = dbg_cmd_groups(&n_groups);
+    ck_assert_int_eq(n_groups, 5);
+    const char *words[256];
+    int n = 0, n_cmds = 0;
+    for (int i = 0; i < n_groups; i++)
+        for (const dbg_cmd *c = g[i].cmds; c->name; c++) {
+            ck_assert_msg(c->usage && c->help && c->run, "%s lacks its usage, help or function", c->name);
+            ck_assert_msg(strncmp(c->usage, c->name, strlen(c->name)) == 0, "%s's usage: %s", c->name, c->usage);
+            n_cmds++;
+            for (int k = 0; k < 2; k++) {
+                const char *w = k ? c->alias : c->name;
+                for (int j = 0; w && j < n; j++)
+                    ck_assert_msg(strcmp(words[j], w) != 0, "'%s' names two commands", w);
+                if (w && n < 256)
+                    words[n++] = w;
+            }
+        }
+    ck_assert_int_ge(n_cmds, 29); /* 22 built in, 7 the TUI's, as of issue 13 */
+    int n_names = 0;
+    for (const char *const *p = dbg_cmd_names(); *p; p++)
+        n_names++;
+    ck_assert_int_eq(n_names, n_cmds);
+    /* the settings came with the group */
+    ck_assert(!run("set highlight x"));
+    said("error: set highlight: expected a positive number or off, got 'x'");
+    completes("set mou", "mouse");
+    /* a second time: every name clashes, and nothing is added */
+    ck_assert(!tui_cmds_register(why, sizeof why));
+    ck_assert_msg(strstr(why, "terminal UI: the command 'focus' (alias none) clashes with 'focus'"), "%s", why);
+    dbg_cmd_groups(&n_groups);
+    ck_assert_int_eq(n_groups, 5);
+}
+END_TEST
+
+/* Many groups and settings: no cap, every name listed and found. */
+#define MANY 40
+static char many_names[MANY][4][16], many_settings[MANY][16];
+static int many_set_calls;
+
+static bool cmd_nothing(const char *args)
+{
+    (void)args;
+    return false;
+}
+
+static bool set_count(const char *value)
+{
+    (void)value;
+    many_set_calls++;
+    return false;
+}
+
+START_TEST(test_many_groups)
+{
+    static dbg_cmd tables[MANY][4];
+    static dbg_setting settings[MANY][2];
+    static dbg_cmd_group groups[MANY];
+    int before = 0;
+    for (const char *const *p = dbg_cmd_names(); *p; p++)
+        before++;
+    char err[256];
+    for (int g = 0; g < MANY; g++) {
+        for (int k = 0; k < 3; k++) {
+            snprintf(many_names[g][k], sizeof many_names[g][k], "zz%02dc%d", g, k);
+            tables[g][k] = (dbg_cmd){ .name = many_names[g][k], .usage = many_names[g][k], .help = "h",
+                                      .run = cmd_nothing };
+        }
+        snprintf(many_settings[g], sizeof many_settings[g], "zzset%02d", g);
+        settings[g][0] = (dbg_setting){ many_settings[g], set_count };
+        groups[g] = (dbg_cmd_group){ "many", tables[g], settings[g] };
+        ck_assert_msg(dbg_cmd_add_group(&groups[g], err, sizeof err), "group %d: %s", g, err);
+    }
+    int n_names = 0;
+    for (const char *const *p = dbg_cmd_names(); *p; p++)
+        n_names++;
+    ck_assert_int_eq(n_names, before + 3 * MANY); /* 120 more: past the old 127 */
+    ck_assert_int_gt(n_names, 127);
+    ck_assert_str_eq(dbg_cmd_lookup("zz39c2")->name, "zz39c2");
+    ck_assert_str_eq(dbg_cmd_names()[n_names - 1], "zz39c2");
+    run("set zzset39 on");
+    run("set zzset00 on");
+    ck_assert_int_eq(many_set_calls, 2);
+
+    /* clashes: an alias on a name, a name on an alias, a setting; each refused whole */
+    static const dbg_cmd alias_on_name[] = { { .name = "zznew", .alias = "zz00c1", .usage = "u", .help = "h",
+                                               .run = cmd_nothing }, { .name = NULL } };
+    static const dbg_cmd name_on_alias[] = { { .name = "zzok", .usage = "u", .help = "h", .run = cmd_nothing },
+                                             { .name = "b", .usage = "u", .help = "h", .run = cmd_nothing },
+                                             { .name = NULL } };
+    static const dbg_cmd twice[] = { { .name = "zzt", .usage = "u", .help = "h", .run = cmd_nothing },
+                                     { .name = "zzu", .alias = "zzt", .usage = "u", .help = "h", .run = cmd_nothing },
+                                     { .name = NULL } };
+    static const dbg_cmd no_run[] = { { .name = "zzr", .usage = "u", .help = "h" }, { .name = NULL } };
+    static const dbg_setting old_setting[] = { { "zzset07", set_count }, { NULL, NULL } };
+    static const dbg_cmd fine[] = { { .name = "zzfine", .usage = "u", .help = "h", .run = cmd_nothing },
+                                    { .name = NULL } };
+    static const struct {
+        dbg_cmd_group g;
+        const char *want;
+    } bad[] = {
+        { { "a", alias_on_name, NULL }, "a: the command 'zznew' (alias zz00c1) clashes with 'zz00c1' (alias none)" },
+        { { "b", name_on_alias, NULL }, "b: the command 'b' (alias none) clashes with 'break' (alias b)" },
+        { { "t", twice, NULL }, "t: the command 'zzu' (alias zzt) clashes with 'zzt' (alias none)" },
+        { { "r", no_run, NULL }, "r: the command 'zzr' lacks its usage, help or function" },
+        { { "s", fine, old_setting }, "s: the setting 'zzset07' exists already" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(!dbg_cmd_add_group(&bad[i].g, err, sizeof err), "group %s was added", bad[i].g.title);
+        ck_assert_msg(strcmp(err, bad[i].want) == 0, "got  %s\nwant %s", err, bad[i].want);
+    }
+    n_names = 0;
+    for (const char *const *p = dbg_cmd_names(); *p; p++)
+        n_names++;
+    ck_assert_int_eq(n_names, before + 3 * MANY);
+    ck_assert(dbg_cmd_find("zzok") == NULL && dbg_cmd_find("zzfine") == NULL);
 }
 END_TEST
 
@@ -255,6 +459,10 @@ Suite *suite_dbg_cmd(void)
     tcase_add_test(tc, test_manage_breaks);
     tcase_add_test(tc, test_running_commands);
     tcase_add_test(tc, test_complete_op_names);
+    tcase_add_test(tc, test_complete_by_kind);
+    tcase_add_test(tc, test_needs);
+    tcase_add_test(tc, test_names_unique);
+    tcase_add_test(tc, test_many_groups);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -218,26 +218,39 @@ static bool set_highlight(const char *v)
 }
 
 static const dbg_cmd cmds[] = {
-    { "focus", NULL, "focus PANE|cmd|next|back", "move the focus (F6, Esc)\n"
-      "PANE: ops, tensor, chart, breakpoints, output; cmd: the command line; back: the last pane.", cmd_focus },
-    { "view", NULL, "view TENSOR[I,J]|OP|[I,J]", "show a tensor in the tensor pane\n"
+    { .name = "focus", .usage = "focus PANE|cmd|next|back", .help = "move the focus (F6, Esc)\n"
+      "PANE: ops, tensor, chart, breakpoints, output; cmd: the command line; back: the last pane.",
+      .args = { { .words = DBG_WORDS("ops", "tensor", "chart", "breakpoints", "output", "cmd", "next", "back") } },
+      .run = cmd_focus },
+    { .name = "view", .usage = "view TENSOR[I,J]|OP|[I,J]", .help = "show a tensor in the tensor pane\n"
       "An op stands for its first output; the indices fix the leading dims, the grid shows the last two.\n"
-      "'view [I,J]' picks another slice of the tensor on show.", cmd_view },
-    { "scroll", NULL, "scroll PANE up|down|left|right|pgup|pgdn|home|end [N]",
-      "move in a pane as the keys do (the selection, the tensor's cursor, the output)", cmd_scroll },
-    { "search", NULL, "search [TEXT]", "select the next op whose name holds TEXT or matches it as a glob (/, F3)",
-      cmd_search },
-    { "jump", NULL, "jump", "select the op training stopped at and show its bad element (j, F4)", cmd_jump },
-    { "keys", NULL, "keys", "the keys and the commands underneath (?, F1)\n"
+      "'view [I,J]' picks another slice of the tensor on show.",
+      .args = { { DBG_ARG_OP | DBG_ARG_TENSOR } }, .run = cmd_view },
+    { .name = "scroll", .usage = "scroll PANE up|down|left|right|pgup|pgdn|home|end [N]",
+      .help = "move in a pane as the keys do (the selection, the tensor's cursor, the output)",
+      .args = { { .words = DBG_WORDS("ops", "tensor", "chart", "breakpoints", "output") },
+                { .words = DBG_WORDS("up", "down", "left", "right", "pgup", "pgdn", "home", "end") } },
+      .run = cmd_scroll },
+    { .name = "search", .usage = "search [TEXT]",
+      .help = "select the next op whose name holds TEXT or matches it as a glob (/, F3)",
+      .args = { { DBG_ARG_OP } }, .run = cmd_search },
+    { .name = "jump", .usage = "jump", .help = "select the op training stopped at and show its bad element (j, F4)",
+      .run = cmd_jump },
+    { .name = "keys", .usage = "keys", .help = "the keys and the commands underneath (?, F1)\n"
       "The TUI's settings: 'set mouse on|off' (off lets the terminal select text again),\n"
-      "'set highlight X|off' (tensor cells with |x| >= X stand out).", cmd_keys },
-    { "refresh", NULL, "refresh", "draw the screen again (Ctrl-L)", cmd_refresh },
-    { NULL, NULL, NULL, NULL, NULL },
+      "'set highlight X|off' (tensor cells with |x| >= X stand out).", .run = cmd_keys },
+    { .name = "refresh", .usage = "refresh", .help = "draw the screen again (Ctrl-L)", .run = cmd_refresh },
+    { .name = NULL },
 };
 
-void tui_cmds_register(void)
+static const dbg_setting settings[] = {
+    { "mouse", set_mouse },
+    { "highlight", set_highlight },
+    { NULL, NULL },
+};
+
+bool tui_cmds_register(char *why, size_t n)
 {
-    dbg_cmd_add_group(cmds, "terminal UI");
-    dbg_setting_add("mouse", set_mouse);
-    dbg_setting_add("highlight", set_highlight);
+    static const dbg_cmd_group group = { "terminal UI", cmds, settings };
+    return dbg_cmd_add_group(&group, why, n);
 }

@@ -290,8 +290,12 @@ int tui_start(char *why, size_t n)
         tui_term_close();
         return -1;
     }
+    if (!tui_cmds_register(why, n)) {
+        tui_capture_stop();
+        tui_term_close();
+        return -1;
+    }
     hook = te_hook_add(&(te_hooks){ .op_end = on_op_end, .step_end = on_step_end }, NULL);
-    tui_cmds_register();
     tui_mouse_set(true);
     tui_focus(TUI_CMDLINE); /* typing a command and Enter always works */
     tui.last_pane = TUI_OPS;

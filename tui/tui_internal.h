@@ -312,7 +312,8 @@ void tui_mouse_set(bool on);
 
 /* ---- cmd_tui.c ------------------------------------------------------------------- */
 
-void tui_cmds_register(void);
+/* Adds the TUI's commands and settings; false with why when they clash. */
+bool tui_cmds_register(char *why, size_t n);
 /* The op and tensor training stopped at: selected, shown, cursor on the bad element. */
 void tui_jump(void);
 
