@@ -139,7 +139,7 @@ void tui_jump(void)
         tui_ops_select(row, !s->tensor[0]);
     if (s->tensor[0]) {
         char err[256];
-        if (tui_view_set(s->tensor, false, err, sizeof err) && s->index >= 0) {
+        if (tui_view_name(s->tensor, err, sizeof err) && s->index >= 0) {
             const te_tensor *t = tui_view_tensor(err, sizeof err);
             if (t)
                 tui_view_focus_index(t, s->index);

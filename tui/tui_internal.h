@@ -214,6 +214,9 @@ const dbg_break *tui_breaks_selected(void);
  * false with err written. Unless must_exist, a tensor that cannot be read
  * now is shown anyway (its pane says why). */
 bool tui_view_set(const char *text, bool must_exist, char *err, size_t n);
+/* Shows the tensor (or an op's out0) of exactly that name, as names come
+ * from the session (spaces and all, no slice): true, or false with err. */
+bool tui_view_name(const char *name, char *err, size_t n);
 /* Puts the tensor pane's cursor on a flat index of its tensor. */
 void tui_view_focus_index(const te_tensor *t, int64_t flat);
 /* The tensor on show, readable now, or NULL with why. */
