@@ -1,10 +1,10 @@
 /*
  * cli.c — where commands come from: first the -x/-ex script the launcher
- * passed in TDBG_SCRIPT, then, at a terminal, GNU readline (history in
- * ~/.tdbg_history, ~/.inputrc honoured, completion of commands, ops and
- * tensors), else plain lines from stdin. --batch reads the script only. A
- * front end (the TUI) reads lines its own way, with the same completion
- * and history.
+ * passed in TDBG_SCRIPT, then the front end. Two front ends are built in:
+ * the CLI (at a terminal GNU readline, history in ~/.tdbg_history,
+ * ~/.inputrc honoured, completion of commands, ops and tensors; else plain
+ * lines from stdin) and batch mode (the script only). A front end that
+ * reads lines its own way (the TUI) gets the same completion and history.
  */
 #include "cmd.h"
 #include "session.h"
@@ -17,7 +17,6 @@
 
 static bool use_readline;
 static char history_path[4096];
-const dbg_frontend *dbg_frontend_active;
 
 /* ---- completion ------------------------------------------------------------
  * The command's name at the start of the line, then what its entry says its
@@ -172,7 +171,7 @@ char **dbg_complete(const char *text, int start, int end)
 
 /* ---- lines ------------------------------------------------------------------- */
 
-void dbg_cli_init(void)
+void dbg_script_load(void)
 {
     const char *script = getenv("TDBG_SCRIPT");
     if (script && script[0]) {
@@ -186,9 +185,17 @@ void dbg_cli_init(void)
         }
         free(copy);
     }
-    use_readline = !dbg_frontend_active && dbg.interactive && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
-    if (!use_readline && !dbg_frontend_active)
-        return;
+}
+
+void dbg_script_free(void)
+{
+    for (int i = dbg.script_pos; i < dbg.n_script; i++)
+        free(dbg.script[i]);
+    dbg.script_pos = dbg.n_script;
+}
+
+void dbg_readline_setup(void)
+{
     rl_readline_name = "tdbg"; /* $if tdbg in ~/.inputrc */
     rl_attempted_completion_function = dbg_complete;
     rl_basic_word_break_characters = " \t[=";
@@ -197,13 +204,6 @@ void dbg_cli_init(void)
         snprintf(history_path, sizeof history_path, "%s/.tdbg_history", home);
         read_history(history_path);
     }
-}
-
-void dbg_cli_finish(void)
-{
-    for (int i = dbg.script_pos; i < dbg.n_script; i++)
-        free(dbg.script[i]);
-    dbg.script_pos = dbg.n_script;
 }
 
 void dbg_history_add(const char *l)
@@ -222,10 +222,23 @@ char *dbg_read_line(const char *prompt)
         fprintf(dbg_out, "%s%s\n", prompt, l);
         return l;
     }
-    if (dbg.batch)
-        return NULL;
-    if (dbg_frontend_active)
-        return dbg_frontend_active->read_line(prompt);
+    return dbg_frontend_active ? dbg_frontend_active->read_line(prompt) : NULL;
+}
+
+/* ---- the built-in front ends ----------------------------------------------------- */
+
+static int cli_start(char *why, size_t n)
+{
+    (void)why;
+    (void)n;
+    use_readline = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    if (use_readline)
+        dbg_readline_setup();
+    return 0;
+}
+
+static char *cli_read_line(const char *prompt)
+{
     if (use_readline) {
         char *l = readline(prompt);
         dbg_history_add(l);
@@ -244,3 +257,14 @@ char *dbg_read_line(const char *prompt)
         l[n - 1] = '\0';
     return l;
 }
+
+const dbg_frontend dbg_frontend_cli = { .name = "cli", .start = cli_start, .read_line = cli_read_line };
+
+/* --batch: the script is all there is. */
+static char *batch_read_line(const char *prompt)
+{
+    (void)prompt;
+    return NULL;
+}
+
+const dbg_frontend dbg_frontend_batch = { .name = "batch", .read_line = batch_read_line };

@@ -1,7 +1,9 @@
 /*
  * cond.c — breakpoint conditions: a recursive-descent parser into a small
- * tree (grammar in dbg.h), the tree's canonical text, and its evaluation
- * against an op record with statistics computed once per tensor.
+ * tree (grammar in dbg.h), the tree's canonical text, its evaluation
+ * against an op record with statistics computed once per tensor, and the
+ * answers to what a condition asks (its predicates: scope, statistic,
+ * comparison, threshold), so that no front end parses condition text.
  */
 #include "dbg.h"
 
@@ -14,27 +16,22 @@
 #define MAX_DEPTH 64  /* nested '(' and 'not': the parser recurses on them */
 #define CACHE_SLOTS 16 /* tensors whose statistics one evaluation keeps */
 
-typedef enum {
-    F_HAS_NAN, F_HAS_INF, F_MAX, F_MIN, F_MEAN, F_STD, F_ABS_MAX, F_ABS_MEAN,
-    F_L2NORM, F_ZERO_FRAC, F_FP16_OVERFLOW, F_REL_CHANGE, F_COUNT
-} func;
-
 static const char *const func_names[] = {
     "has_nan", "has_inf", "max", "min", "mean", "std", "abs_max", "abs_mean",
     "l2norm", "zero_frac", "fp16_overflow", "rel_change",
 };
-_Static_assert(sizeof func_names / sizeof *func_names == F_COUNT, "a name for every function");
+_Static_assert(sizeof func_names / sizeof *func_names == DBG_FN_COUNT, "a name for every function");
 
 /* Counts hold without a comparison ("count > 0"); the rest need one. */
-static bool func_is_count(func f) { return f == F_HAS_NAN || f == F_HAS_INF || f == F_FP16_OVERFLOW; }
+static bool func_is_count(dbg_func f) { return f == DBG_FN_HAS_NAN || f == DBG_FN_HAS_INF || f == DBG_FN_FP16_OVERFLOW; }
 /* Functions te_stats_quick serves. */
-static bool func_is_quick(func f)
+static bool func_is_quick(dbg_func f)
 {
-    return f == F_HAS_NAN || f == F_HAS_INF || f == F_ABS_MAX || f == F_L2NORM;
+    return f == DBG_FN_HAS_NAN || f == DBG_FN_HAS_INF || f == DBG_FN_ABS_MAX || f == DBG_FN_L2NORM;
 }
 
-typedef enum { C_NONE, C_GT, C_GE, C_LT, C_LE, C_EQ, C_NE } cmp;
 static const char *const cmp_names[] = { "", ">", ">=", "<", "<=", "==", "!=" };
+_Static_assert(sizeof cmp_names / sizeof *cmp_names == DBG_CMP_NE + 1, "a name for every comparison");
 
 static const struct {
     const char *name;
@@ -58,8 +55,8 @@ typedef struct node {
     node_kind kind;
     struct node *l, *r; /* or, and: both; not: l */
     int scope;          /* pred: index into scopes[] */
-    func fn;            /* pred */
-    cmp op;             /* pred (C_NONE: a count without comparison); phase: C_EQ or C_NE */
+    dbg_func fn;            /* pred */
+    dbg_cmp op;             /* pred (DBG_CMP_NONE: a count without comparison); phase: DBG_CMP_EQ or DBG_CMP_NE */
     double num;         /* pred */
     te_phase phase;     /* phase */
 } node;
@@ -78,7 +75,7 @@ typedef struct tok {
     tok_kind kind;
     const char *s;
     int len, col;
-    cmp op;     /* T_CMP */
+    dbg_cmp op;     /* T_CMP */
     double num; /* T_NUM */
 } tok;
 
@@ -128,7 +125,7 @@ static void next(parser *ps)
         bool eq = p[1] == '=';
         t.kind = T_CMP;
         t.len = eq ? 2 : 1;
-        t.op = *p == '>' ? (eq ? C_GE : C_GT) : *p == '<' ? (eq ? C_LE : C_LT) : *p == '=' ? C_EQ : C_NE;
+        t.op = *p == '>' ? (eq ? DBG_CMP_GE : DBG_CMP_GT) : *p == '<' ? (eq ? DBG_CMP_LE : DBG_CMP_LT) : *p == '=' ? DBG_CMP_EQ : DBG_CMP_NE;
     }
     ps->t = t;
     ps->p = p + t.len;
@@ -220,8 +217,8 @@ static node *parse_phase(parser *ps)
 {
     char d[64];
     next(ps);
-    cmp op = ps->t.kind == T_CMP ? ps->t.op : C_NONE;
-    if (op != C_EQ && op != C_NE) {
+    dbg_cmp op = ps->t.kind == T_CMP ? ps->t.op : DBG_CMP_NONE;
+    if (op != DBG_CMP_EQ && op != DBG_CMP_NE) {
         fail(ps, &ps->t, "expected '==' or '!=' after 'phase', got %s", tok_desc(&ps->t, d, sizeof d));
         return NULL;
     }
@@ -292,9 +289,9 @@ static void fail_func(parser *ps, const tok *t, bool scoped)
 {
     char d[64];
     /* unscoped, the word may also be a misspelt keyword */
-    const char *names[F_COUNT + 2];
+    const char *names[DBG_FN_COUNT + 2];
     int n = 0;
-    for (; n < F_COUNT; n++)
+    for (; n < DBG_FN_COUNT; n++)
         names[n] = func_names[n];
     if (!scoped) {
         names[n++] = "phase";
@@ -312,7 +309,7 @@ static void fail_func(parser *ps, const tok *t, bool scoped)
 
 /* A number after a comparison: a numeric token, or a word strtod reads
  * whole (inf, nan). */
-static bool take_number(parser *ps, cmp op, double *out)
+static bool take_number(parser *ps, dbg_cmp op, double *out)
 {
     char d[64], word[16];
     const tok *t = &ps->t;
@@ -364,9 +361,9 @@ static node *parse_pred(parser *ps)
         scope = SCOPE_DEFAULT;
     }
     int fn = 0;
-    while (fn < F_COUNT && !is_word(&name, func_names[fn]))
+    while (fn < DBG_FN_COUNT && !is_word(&name, func_names[fn]))
         fn++;
-    if (fn == F_COUNT) {
+    if (fn == DBG_FN_COUNT) {
         fail_func(ps, &name, scoped);
         return NULL;
     }
@@ -374,7 +371,7 @@ static node *parse_pred(parser *ps)
     if (!n)
         return NULL;
     n->scope = scope;
-    n->fn = (func)fn;
+    n->fn = (dbg_func)fn;
     if (ps->t.kind == T_CMP) {
         n->op = ps->t.op;
         next(ps);
@@ -392,7 +389,7 @@ static node *parse_pred(parser *ps)
         node_free(n);
         return NULL;
     }
-    ps->rel_change |= n->fn == F_REL_CHANGE;
+    ps->rel_change |= n->fn == DBG_FN_REL_CHANGE;
     return n;
 }
 
@@ -509,7 +506,7 @@ static void render(FILE *f, const node *n, int outer)
         break;
     case N_PRED:
         fprintf(f, "%s.%s", scopes[n->scope].name, func_names[n->fn]);
-        if (n->op != C_NONE) {
+        if (n->op != DBG_CMP_NONE) {
             fprintf(f, " %s ", cmp_names[n->op]);
             put_number(f, n->num);
         }
@@ -598,6 +595,86 @@ const char *dbg_cond_text(const dbg_cond *c) { return c->text; }
 
 bool dbg_cond_uses_rel_change(const dbg_cond *c) { return c->rel_change; }
 
+/* A deep copy of n; NULL (with nothing left behind) when out of memory. */
+static node *node_copy(const node *n)
+{
+    if (!n)
+        return NULL;
+    node *m = malloc(sizeof *m);
+    if (!m)
+        return NULL;
+    *m = *n;
+    m->l = node_copy(n->l);
+    m->r = node_copy(n->r);
+    if ((n->l && !m->l) || (n->r && !m->r)) {
+        m->l = m->r = NULL;
+        node_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+dbg_cond *dbg_cond_copy(const dbg_cond *c)
+{
+    dbg_cond *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->root = node_copy(c->root);
+    d->text = strdup(c->text);
+    d->rel_change = c->rel_change;
+    if (!d->root || !d->text) {
+        dbg_cond_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* ---- what a condition asks ------------------------------------------------------ */
+
+static void collect(const node *n, bool negated, dbg_pred *out, int max, int *count)
+{
+    switch (n->kind) {
+    case N_OR:
+    case N_AND:
+        collect(n->l, negated, out, max, count);
+        collect(n->r, negated, out, max, count);
+        return;
+    case N_NOT:
+        collect(n->l, !negated, out, max, count);
+        return;
+    case N_PHASE:
+        return;
+    case N_PRED:
+        if (*count < max)
+            out[*count] = (dbg_pred){ .scope = scopes[n->scope].kind, .slot = scopes[n->scope].slot,
+                                      .func = n->fn, .cmp = n->op, .number = n->num, .negated = negated };
+        (*count)++;
+        return;
+    }
+}
+
+int dbg_cond_preds(const dbg_cond *c, dbg_pred *out, int max)
+{
+    int count = 0;
+    collect(c->root, false, out, max, &count);
+    return count;
+}
+
+const char *dbg_func_name(dbg_func f) { return f >= 0 && f < DBG_FN_COUNT ? func_names[f] : "?"; }
+
+const char *dbg_cmp_name(dbg_cmp c)
+{
+    return c >= 0 && c < (int)(sizeof cmp_names / sizeof *cmp_names) ? cmp_names[c] : "?";
+}
+
+const char *dbg_scope_name(dbg_scope_kind k, int slot)
+{
+    for (int i = 0; i < N_SCOPES; i++)
+        if (scopes[i].kind == k && scopes[i].slot == slot)
+            return scopes[i].name;
+    return "?";
+}
+
 /* ---- evaluation ----------------------------------------------------------------- */
 
 typedef struct cached {
@@ -655,10 +732,10 @@ static bool rel_change(const dbg_eval_ctx *ctx, const te_tensor *t, double *out)
 }
 
 /* f's value for t; false when it has none (rel_change without a previous value). */
-static bool func_value(evaluator *ev, func f, const te_tensor *t, double *v)
+static bool func_value(evaluator *ev, dbg_func f, const te_tensor *t, double *v)
 {
     cached *c = cache_entry(ev, t);
-    if (f == F_REL_CHANGE) {
+    if (f == DBG_FN_REL_CHANGE) {
         if (!c->rel_done) {
             c->rel_ok = rel_change(ev->ctx, t, &c->rel);
             c->rel_done = true;
@@ -672,33 +749,33 @@ static bool func_value(evaluator *ev, func f, const te_tensor *t, double *v)
     }
     const te_stats *s = &c->s;
     switch (f) {
-    case F_HAS_NAN: *v = (double)s->nan; break;
-    case F_HAS_INF: *v = (double)s->inf; break;
-    case F_MAX: *v = s->max; break;
-    case F_MIN: *v = s->min; break;
-    case F_MEAN: *v = s->mean; break;
-    case F_STD: *v = s->std; break;
-    case F_ABS_MAX: *v = s->abs_max; break;
-    case F_ABS_MEAN: *v = s->abs_mean; break;
-    case F_L2NORM: *v = s->l2norm; break;
-    case F_ZERO_FRAC: *v = s->n ? (double)s->zero / (double)s->n : 0.0; break;
-    case F_FP16_OVERFLOW: *v = (double)s->fp16_overflow; break;
-    case F_REL_CHANGE:
-    case F_COUNT: abort();
+    case DBG_FN_HAS_NAN: *v = (double)s->nan; break;
+    case DBG_FN_HAS_INF: *v = (double)s->inf; break;
+    case DBG_FN_MAX: *v = s->max; break;
+    case DBG_FN_MIN: *v = s->min; break;
+    case DBG_FN_MEAN: *v = s->mean; break;
+    case DBG_FN_STD: *v = s->std; break;
+    case DBG_FN_ABS_MAX: *v = s->abs_max; break;
+    case DBG_FN_ABS_MEAN: *v = s->abs_mean; break;
+    case DBG_FN_L2NORM: *v = s->l2norm; break;
+    case DBG_FN_ZERO_FRAC: *v = s->n ? (double)s->zero / (double)s->n : 0.0; break;
+    case DBG_FN_FP16_OVERFLOW: *v = (double)s->fp16_overflow; break;
+    case DBG_FN_REL_CHANGE:
+    case DBG_FN_COUNT: abort();
     }
     return true;
 }
 
-static bool compare(cmp op, double v, double num)
+static bool compare(dbg_cmp op, double v, double num)
 {
     switch (op) {
-    case C_NONE: return v > 0;
-    case C_GT: return v > num;
-    case C_GE: return v >= num;
-    case C_LT: return v < num;
-    case C_LE: return v <= num;
-    case C_EQ: return v == num;
-    case C_NE: return v != num;
+    case DBG_CMP_NONE: return v > 0;
+    case DBG_CMP_GT: return v > num;
+    case DBG_CMP_GE: return v >= num;
+    case DBG_CMP_LT: return v < num;
+    case DBG_CMP_LE: return v <= num;
+    case DBG_CMP_EQ: return v == num;
+    case DBG_CMP_NE: return v != num;
     }
     abort();
 }
@@ -744,8 +821,8 @@ static bool eval_pred(evaluator *ev, const node *n, dbg_hit *hit)
                 !compare(n->op, v, n->num))
                 continue;
             *hit = (dbg_hit){ .tensor = t, .slot = i, .is_output = side, .index = -1, .value = v };
-            if (n->fn == F_HAS_NAN || n->fn == F_HAS_INF)
-                hit->index = first_of(t, cache_entry(ev, t)->s.first_bad, n->fn == F_HAS_NAN);
+            if (n->fn == DBG_FN_HAS_NAN || n->fn == DBG_FN_HAS_INF)
+                hit->index = first_of(t, cache_entry(ev, t)->s.first_bad, n->fn == DBG_FN_HAS_NAN);
             snprintf(hit->func, sizeof hit->func, "%s", func_names[n->fn]);
             return true;
         }
@@ -771,7 +848,7 @@ static bool eval_node(evaluator *ev, const node *n, dbg_hit *hit)
         *hit = no_hit;
         return true;
     case N_PHASE:
-        if ((ev->ctx->rec->phase == n->phase) != (n->op == C_EQ))
+        if ((ev->ctx->rec->phase == n->phase) != (n->op == DBG_CMP_EQ))
             return false;
         *hit = no_hit;
         return true;

@@ -50,6 +50,13 @@ typedef struct dbg_cond dbg_cond;
 
 typedef enum { DBG_SCOPE_INPUTS, DBG_SCOPE_OUTPUTS, DBG_SCOPE_PARAMS, DBG_SCOPE_GRADS } dbg_scope_kind;
 
+/* FUNC and CMP of the grammar, as the condition module knows them. */
+typedef enum {
+    DBG_FN_HAS_NAN, DBG_FN_HAS_INF, DBG_FN_MAX, DBG_FN_MIN, DBG_FN_MEAN, DBG_FN_STD, DBG_FN_ABS_MAX,
+    DBG_FN_ABS_MEAN, DBG_FN_L2NORM, DBG_FN_ZERO_FRAC, DBG_FN_FP16_OVERFLOW, DBG_FN_REL_CHANGE, DBG_FN_COUNT
+} dbg_func;
+typedef enum { DBG_CMP_NONE, DBG_CMP_GT, DBG_CMP_GE, DBG_CMP_LT, DBG_CMP_LE, DBG_CMP_EQ, DBG_CMP_NE } dbg_cmp;
+
 /* Parses text. On error returns NULL and writes into err a message naming
  * the offending token and its column, e.g.
  * "column 9: unknown function 'abs_mx' (did you mean abs_max?)" or
@@ -60,6 +67,28 @@ void dbg_cond_free(dbg_cond *c);
 const char *dbg_cond_text(const dbg_cond *c);
 /* Does it use rel_change (the caller then keeps previous values)? */
 bool dbg_cond_uses_rel_change(const dbg_cond *c);
+/* A copy that lives on its own (NULL when out of memory): a stop keeps
+ * the condition it stopped on after its breakpoint is deleted. */
+dbg_cond *dbg_cond_copy(const dbg_cond *c);
+
+/* What a condition asks, for a front end that shows it (the thresholds
+ * the TUI highlights) without a parser of its own: one entry per
+ * predicate `[SCOPE.]FUNC [CMP NUMBER]`, in the order of the text. */
+typedef struct dbg_pred {
+    dbg_scope_kind scope; /* the tensors it watches */
+    int slot;             /* in2, out0: the slot; -1: every tensor of the scope */
+    dbg_func func;        /* the statistic */
+    dbg_cmp cmp;          /* DBG_CMP_NONE: a count without comparison ("count > 0") */
+    double number;        /* the threshold cmp compares against (0 with DBG_CMP_NONE) */
+    bool negated;         /* under an odd number of 'not': the condition wants it false */
+} dbg_pred;
+
+/* Writes the first max predicates of c into out; returns how many c has. */
+int dbg_cond_preds(const dbg_cond *c, dbg_pred *out, int max);
+/* "abs_max", ">=", "outputs" / "out0": the words of the grammar. */
+const char *dbg_func_name(dbg_func f);
+const char *dbg_cmp_name(dbg_cmp c);
+const char *dbg_scope_name(dbg_scope_kind k, int slot);
 
 /* What a condition is evaluated against: one op record, and how to find a
  * tensor's previous-step value. Params of an op are its inputs with

@@ -1,12 +1,13 @@
 /*
  * plugin.c — the debugger's entry point: engine/plugin.c calls
  * dbg_plugin_start() from te_init() when TDBG is set. It attaches the
- * session's hooks, catches Ctrl-C, starts the front end (TDBG=tui: the
- * terminal UI, else the readline CLI or batch mode) and runs the first
- * command loop before any training (the program waits for `run`).
+ * session's hooks, catches Ctrl-C and the fatal signals, starts the front
+ * end TDBG names (cli, batch, or one that registered itself: tui) and runs
+ * the first command loop before any training (the program waits for
+ * `run`). A front end that cannot start (the TUI without a terminal)
+ * leaves the command line in its place.
  */
 #include "session.h"
-#include "tui.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -19,9 +20,10 @@ static void at_exit(void)
     fflush(stdout);
     if (!dbg.ending)
         fprintf(dbg_out, "tdbg: the program finished%s\n", dbg.stopped_ever ? " (it stopped on the way)" : "");
-    if (dbg_frontend_active)
+    dbg_stop_leave(); /* the program's tensors are going */
+    if (dbg_frontend_active && dbg_frontend_active->finish)
         dbg_frontend_active->finish(); /* the TUI: a last look, then the terminal back */
-    dbg_cli_finish();
+    dbg_script_free();
     fflush(NULL);
     /* --batch: status 1 when a breakpoint stopped the program, as documented */
     if (dbg.batch && dbg.stopped_ever)
@@ -32,12 +34,15 @@ int dbg_plugin_start(void);
 int dbg_plugin_start(void)
 {
     const char *mode = getenv("TDBG");
-    dbg.batch = strcmp(mode, "batch") == 0;
-    dbg.interactive = !dbg.batch;
-    if (strcmp(mode, "batch") != 0 && strcmp(mode, "cli") != 0 && strcmp(mode, "tui") != 0) {
-        fprintf(stderr, "tdbg: TDBG=%s: expected cli, tui or batch\n", mode);
+    const dbg_frontend *fe = dbg_frontend_find(mode);
+    if (!fe) {
+        char names[256];
+        dbg_frontend_names(names, sizeof names);
+        fprintf(stderr, "tdbg: TDBG=%s: expected %s\n", mode, names);
         return 1;
     }
+    dbg.batch = fe == &dbg_frontend_batch;
+    dbg.interactive = !dbg.batch;
     dbg.ops = calloc(DBG_MAX_OPS, sizeof *dbg.ops);
     dbg.last_ops = calloc(DBG_MAX_OPS, sizeof *dbg.last_ops);
     dbg.trends = calloc(DBG_MAX_TRENDS, sizeof *dbg.trends);
@@ -59,13 +64,16 @@ int dbg_plugin_start(void)
     struct sigaction sa = { .sa_handler = dbg_on_sigint };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
+    dbg_fatal_handlers_install(); /* before a front end's start: curses leaves caught signals alone */
     atexit(at_exit);
-    if (strcmp(mode, "tui") == 0) {
-        char why[256];
-        if (tui_start(why, sizeof why) != 0) /* no terminal: never a crash, the CLI instead */
-            fprintf(stderr, "tdbg: %s; using the command line instead\n", why);
+    char why[256];
+    if (fe->start && fe->start(why, sizeof why) != 0) { /* no terminal: never a crash, the CLI instead */
+        fprintf(stderr, "tdbg: %s; using the command line instead\n", why);
+        fe = &dbg_frontend_cli;
+        fe->start(why, sizeof why);
     }
-    dbg_cli_init();
+    dbg_frontend_active = fe;
+    dbg_script_load();
     fprintf(dbg_out, "tdbg %s: %s (pid %d), %d threads. Type 'help' for commands, 'run' to start.\n",
             TE_VERSION, dbg.program, (int)getpid(), te_threads());
     dbg_command_loop();

@@ -2,6 +2,10 @@
  * report.c — what the debugger says when it stops: where, why, the
  * offending tensor and element, the op's inputs, whether the op created the
  * bad value or inherited it, and one `stopped:` line for scripts.
+ *
+ * The stop is data first: dbg_stop_make() gathers it into a dbg_stop (the
+ * struct front ends read), dbg_stop_report() prints from that struct
+ * alone, so the text and the data cannot tell two stories.
  */
 #include "session.h"
 
@@ -33,52 +37,80 @@ static void describe_tensor(const char *label, const te_tensor *t)
     fprintf(dbg_out, "\n");
 }
 
-void dbg_report_stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec)
+void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const dbg_hit *hit,
+                   const te_op_record *rec)
+{
+    dbg_cond_free(s->cond);
+    *s = (dbg_stop){ .step = dbg.step, .phase = rec ? rec->phase : dbg.phase, .rec = rec, .index = -1 };
+    snprintf(s->reason, sizeof s->reason, "%s", reason);
+    if (b) {
+        s->break_id = b->id;
+        snprintf(s->break_what, sizeof s->break_what, "%s", b->what);
+        s->cond = b->cond ? dbg_cond_copy(b->cond) : NULL;
+    }
+    if (rec) {
+        snprintf(s->op, sizeof s->op, "%s", rec->name);
+        snprintf(s->type, sizeof s->type, "%s", rec->type);
+        s->loc = rec->loc;
+    }
+    if (rec && hit && hit->tensor) {
+        s->t = hit->tensor;
+        snprintf(s->tensor, sizeof s->tensor, "%s", hit->tensor->name);
+        s->index = hit->index;
+        if (hit->index >= 0)
+            te_index_str(hit->tensor, hit->index, s->index_text, sizeof s->index_text);
+        snprintf(s->func, sizeof s->func, "%s", hit->func);
+        s->value = hit->value;
+        dbg_origin_of(rec, hit->tensor, &s->origin);
+    }
+}
+
+static const char *or_dash(const char *s) { return s[0] ? s : "-"; }
+
+void dbg_stop_report(const dbg_stop *s)
 {
     fflush(stdout);
-    char idx[96] = "-";
-    dbg_origin origin = { .kind = DBG_ORIGIN_NONE };
-    if (b)
-        fprintf(dbg_out, "\nBreakpoint %d (%s%s%s), step %lld, %s", b->id, b->what,
-                b->cond ? " if " : "", b->cond ? dbg_cond_text(b->cond) : "", (long long)dbg.step,
-                te_phase_name(dbg.phase));
+    const te_op_record *rec = s->rec;
+    if (s->break_id)
+        fprintf(dbg_out, "\nBreakpoint %d (%s%s%s), step %lld, %s", s->break_id, s->break_what,
+                s->cond ? " if " : "", s->cond ? dbg_cond_text(s->cond) : "", (long long)s->step,
+                te_phase_name(s->phase));
     else
-        fprintf(dbg_out, "\nStopped (%s), step %lld, %s", reason, (long long)dbg.step, te_phase_name(dbg.phase));
-    if (rec)
-        fprintf(dbg_out, ", %s (%s) at %s:%d", rec->name, rec->type, dbg_short_path(rec->loc.file), rec->loc.line);
+        fprintf(dbg_out, "\nStopped (%s), step %lld, %s", s->reason, (long long)s->step, te_phase_name(s->phase));
+    if (s->op[0])
+        fprintf(dbg_out, ", %s (%s) at %s:%d", s->op, s->type, dbg_short_path(s->loc.file), s->loc.line);
     fprintf(dbg_out, "\n");
-    if (rec && hit && hit->tensor) {
-        const te_tensor *t = hit->tensor;
+    if (s->t) {
+        const te_tensor *t = s->t;
         char sh[96];
         te_shape_str(t->ndim, t->shape, sh, sizeof sh);
-        if (hit->index >= 0) {
-            te_index_str(t, hit->index, idx, sizeof idx);
-            te_stats s;
-            te_stats_quick(t, &s);
-            fprintf(dbg_out, "  %s %s %s: %lld NaN and %lld Inf of %lld; first at %s = %g\n", t->name, sh,
-                    te_dtype_name(t->dtype), (long long)s.nan, (long long)s.inf, (long long)s.n, idx,
-                    (double)te_get(t, hit->index));
+        if (s->index >= 0) {
+            te_stats st;
+            te_stats_quick(t, &st);
+            fprintf(dbg_out, "  %s %s %s: %lld NaN and %lld Inf of %lld; first at %s = %g\n", s->tensor, sh,
+                    te_dtype_name(t->dtype), (long long)st.nan, (long long)st.inf, (long long)st.n, s->index_text,
+                    (double)te_get(t, s->index));
         } else {
-            fprintf(dbg_out, "  %s %s %s: %s = %g\n", t->name, sh, te_dtype_name(t->dtype), hit->func, hit->value);
+            fprintf(dbg_out, "  %s %s %s: %s = %g\n", s->tensor, sh, te_dtype_name(t->dtype), s->func, s->value);
         }
-        dbg_origin_of(rec, t, &origin);
     }
-    if (rec && (b || strcmp(reason, "interrupt") == 0)) {
+    if (rec && (s->break_id || strcmp(s->reason, "interrupt") == 0)) {
         for (int i = 0; i < rec->n_inputs; i++)
             describe_tensor(i ? "" : "inputs:", rec->inputs[i]);
         for (int k = 0; k < rec->n_outputs; k++)
             describe_tensor(k ? "" : "outputs:", rec->outputs[k]);
     }
-    if (origin.kind == DBG_ORIGIN_CREATED)
+    const dbg_origin *origin = &s->origin;
+    if (origin->kind == DBG_ORIGIN_CREATED)
         fprintf(dbg_out, "  verdict: created here (every input is finite)\n");
-    else if (origin.kind == DBG_ORIGIN_PROPAGATED)
-        fprintf(dbg_out, "  verdict: propagated from %s%s\n", origin.from,
-                origin.from_read ? " (a forward tensor this op reads)" : "");
+    else if (origin->kind == DBG_ORIGIN_PROPAGATED)
+        fprintf(dbg_out, "  verdict: propagated from %s%s\n", origin->from,
+                origin->from_read ? " (a forward tensor this op reads)" : "");
     /* The one line scripts parse: origin=created or origin=propagated:TENSOR. */
     char origin_tok[TE_NAME_MAX + 32];
-    dbg_origin_token(&origin, origin_tok, sizeof origin_tok);
+    dbg_origin_token(origin, origin_tok, sizeof origin_tok);
     fprintf(dbg_out, "stopped: step=%lld phase=%s op=%s type=%s reason=%s tensor=%s index=%s origin=%s\n",
-            (long long)dbg.step, te_phase_name(rec ? rec->phase : dbg.phase), rec ? rec->name : "-",
-            rec ? rec->type : "-", reason, hit && hit->tensor ? hit->tensor->name : "-", idx, origin_tok);
+            (long long)s->step, te_phase_name(s->phase), or_dash(s->op), or_dash(s->type), s->reason,
+            or_dash(s->tensor), or_dash(s->index_text), origin_tok);
     fflush(dbg_out);
 }

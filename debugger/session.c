@@ -2,6 +2,10 @@
  * session.c — the debugger in the training process: the plugin entry
  * point, the hooks, and the decision to stop.
  *
+ * A stop is kept as data (dbg_stop, dbg_last_stop()): report.c prints it,
+ * the active front end is shown it, and it stays after training goes on
+ * (its pointers into the program do not).
+ *
  * Checks run on the training thread after each op. `break nan` (inf,
  * nonfinite) stops only at an op that creates the value: an output is
  * non-finite while every input is finite. An op that merely passes a NaN
@@ -118,17 +122,37 @@ void dbg_on_step_end(int64_t step, void *user)
 
 /* ---- stops ---------------------------------------------------------------- */
 
+static dbg_stop last_stop;
+
+const dbg_stop *dbg_last_stop(void) { return last_stop.seq ? &last_stop : NULL; }
+
+void dbg_stop_leave(void)
+{
+    last_stop.active = false;
+    last_stop.rec = NULL;
+    last_stop.t = NULL;
+}
+
+/* The stop as data first; the report, the front end and the commands
+ * read it. */
 static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec)
 {
     dbg.stopped_ever = true;
     dbg.mode = RUN_GO;
     dbg.rec = rec;
     dbg.stopped_id = b ? b->id : 0;
+    unsigned seq = last_stop.seq + 1;
+    dbg_stop_make(&last_stop, b, reason, hit, rec);
+    last_stop.seq = seq;
+    last_stop.active = true;
     dbg_dump_stopped();
-    dbg_report_stop(b, reason, hit, rec);
+    dbg_stop_report(&last_stop);
+    if (dbg_frontend_active && dbg_frontend_active->show_stop)
+        dbg_frontend_active->show_stop(&last_stop);
     if (b && b->temporary) /* as gdb: a tbreak is gone once it stopped */
         dbg_break_remove(b->id);
     dbg_command_loop();
+    dbg_stop_leave();
     dbg.rec = NULL;
     dbg.stopped_id = 0;
 }

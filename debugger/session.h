@@ -6,6 +6,13 @@
  * thread itself: a hook returns only when a command (continue, step, ...)
  * says training goes on. Breakpoints are checked in the op_end hook;
  * step/next/finish/until stops in the step and phase hooks.
+ *
+ * A stop is data first: the session keeps the last one as a dbg_stop
+ * (report.c fills it, then prints the report and the `stopped:` line from
+ * it), and hands it to the front end, which reads the struct, never the
+ * printed text. Front ends (dbg_frontend: the CLI and batch mode built in,
+ * the TUI registering itself) are picked by TDBG's value; the debugger
+ * calls them through the struct and includes nothing of theirs.
  */
 #ifndef TDBG_SESSION_H
 #define TDBG_SESSION_H
@@ -98,6 +105,88 @@ typedef struct dbg_session {
 extern dbg_session dbg;
 extern volatile sig_atomic_t dbg_interrupted;
 
+/* ---- the stop ------------------------------------------------------------- */
+
+/* Where and why training stopped, as data. Text fields are "" where the
+ * `stopped:` line says "-". Pointers into the program (t, rec) are valid
+ * while the stop is active, NULL after. */
+typedef struct dbg_stop {
+    unsigned seq;                /* 1 for the first stop of the run; 0: none yet */
+    bool active;                 /* training is paused at this stop now */
+    int64_t step;
+    te_phase phase;              /* the op's, else the session's */
+    char op[TE_NAME_MAX];        /* "" at a stop between ops (step, finish) */
+    char type[TE_NAME_MAX];      /* the op's type, "MatMul" */
+    te_loc loc;                  /* the program's call that made the op; file NULL without an op */
+    const te_op_record *rec;     /* the op's record */
+    char reason[16];             /* nan, inf, condition, breakpoint, step, finish, interrupt */
+    int break_id;                /* the breakpoint stopped at, 0 if none */
+    char break_what[TE_NAME_MAX]; /* its glob, type or step as typed */
+    dbg_cond *cond;              /* its condition: the stop's own copy, NULL if none */
+    char tensor[TE_NAME_MAX];    /* the tensor that made it stop */
+    const te_tensor *t;          /* that tensor */
+    int64_t index;               /* its first bad element (flat), -1 if none */
+    char index_text[96];         /* the same as "[0,0,0,7]" */
+    char func[16];               /* the condition's statistic that held, "abs_max" */
+    double value;                /* its value for the tensor */
+    dbg_origin origin;           /* created here or propagated (non-finite stops) */
+} dbg_stop;
+
+/* The last stop, NULL before the first. */
+const dbg_stop *dbg_last_stop(void);
+/* Fills s for a hit of b (or a step/interrupt stop with reason when b is
+ * NULL), taking s's old condition copy away; the caller sets seq and
+ * active. report.c. */
+void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const dbg_hit *hit,
+                   const te_op_record *rec);
+/* Prints s's report and its `stopped:` line on dbg_out. report.c. */
+void dbg_stop_report(const dbg_stop *s);
+/* Training is not paused at the last stop any more (the program ends
+ * inside it): its pointers go. */
+void dbg_stop_leave(void);
+
+/* ---- front ends ----------------------------------------------------------- */
+
+/* A front end: where command lines come from and where a stop is shown.
+ * Output: the debugger writes to dbg_out; a front end that shows output
+ * its own way points dbg_out_stream at a stream of its own in start (the
+ * TUI: its output pane), and the program's stdout and stderr are its to
+ * take. Optional members may be NULL. */
+typedef struct dbg_frontend {
+    const char *name;  /* TDBG's value that picks it: "cli", "batch", "tui" */
+    /* optional: takes over; 0, or -1 with why written and nothing changed
+     * (no terminal): the command line is used instead. */
+    int (*start)(char *why, size_t n);
+    /* The next command line (malloc'd), NULL at the end of input. Lines of
+     * the -ex script come first, without asking the front end. */
+    char *(*read_line)(const char *prompt);
+    /* optional: a stop, reported on dbg_out already; s is dbg_last_stop(). */
+    void (*show_stop)(const dbg_stop *s);
+    /* optional: the program ends (a last look, then the terminal back). */
+    void (*finish)(void);
+    /* optional: a fatal signal (SIGSEGV, SIGABRT, SIGTERM, SIGHUP, ...),
+     * from the debugger's handler: async-signal-safe calls only. The TUI
+     * gives the terminal back here. */
+    void (*fatal_signal)(int sig);
+} dbg_frontend;
+
+#define DBG_MAX_FRONTENDS 8
+/* Adds f (which must live as long as the program) to the choices; a front
+ * end linked into the debugger registers from a constructor. -1 with a
+ * message on stderr when the name is taken or the table is full. */
+int dbg_frontend_register(const dbg_frontend *f);
+/* The front end TDBG=name picks, or NULL. */
+const dbg_frontend *dbg_frontend_find(const char *name);
+/* "cli, batch or tui": the registered names, for a message. */
+void dbg_frontend_names(char *buf, size_t n);
+/* The built-in ones (cli.c). */
+extern const dbg_frontend dbg_frontend_cli, dbg_frontend_batch;
+/* The one in use; set by plugin.c before the first command. */
+extern const dbg_frontend *dbg_frontend_active;
+/* Catches the fatal signals: the active front end's fatal_signal runs,
+ * then the signal's old action (the program still dies of it). */
+void dbg_fatal_handlers_install(void);
+
 /* The hooks plugin.c attaches, and its SIGINT handler. */
 void dbg_on_step_begin(int64_t step, void *user);
 void dbg_on_step_end(int64_t step, void *user);
@@ -109,10 +198,12 @@ void dbg_on_sigint(int sig);
 void dbg_command_loop(void);
 /* Runs one command line; returns true when training should resume. */
 bool dbg_execute(const char *line);
-/* Reads the next command line (script, readline or stdin); NULL at the end. */
+/* Reads the next command line (the script's, else the front end's); NULL at the end. */
 char *dbg_read_line(const char *prompt);
-void dbg_cli_init(void);
-void dbg_cli_finish(void);
+/* The -x/-ex commands the launcher passed in TDBG_SCRIPT, run first; and
+ * those left over, dropped at the end. cli.c. */
+void dbg_script_load(void);
+void dbg_script_free(void);
 
 /* Did an op of this step produce t (an output of a recorded op)? */
 bool dbg_made_this_step(const te_tensor *t);
@@ -122,9 +213,6 @@ void dbg_dump_stopped(void);
 void dbg_break_remove(int id);
 /* Breakpoints changed: keeps the engine observing what they need. */
 void dbg_breaks_changed(void);
-/* Prints the stop report for a hit of b (or a step/interrupt stop when b
- * is NULL, with reason) and the `stopped:` line. */
-void dbg_report_stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec);
 
 /* Tensors by the names users type: "OP:out0", "OP:in1", "param:NAME",
  * "grad:NAME". NULL with err naming what is wrong (and a suggestion). */
@@ -148,17 +236,10 @@ extern FILE *dbg_out_stream;
 #define dbg_out (dbg_out_stream ? dbg_out_stream : stdout)
 void dbg_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* A front end other than the readline CLI and batch mode (the TUI,
- * tui/tui.h). Set before dbg_cli_init(); the script still runs first. */
-typedef struct dbg_frontend {
-    /* The next command line (malloc'd), NULL at the end of input. */
-    char *(*read_line)(const char *prompt);
-    /* The program ends: the last look, then the terminal back. */
-    void (*finish)(void);
-} dbg_frontend;
-extern const dbg_frontend *dbg_frontend_active;
 /* The CLI's readline completion (commands, then op and tensor names) and
- * its history file, for a front end that drives readline itself. */
+ * its history file, for a front end that drives readline itself: set up
+ * by dbg_readline_setup() (word breaks, ~/.tdbg_history). */
+void dbg_readline_setup(void);
 char **dbg_complete(const char *text, int start, int end);
 void dbg_history_add(const char *line);
 

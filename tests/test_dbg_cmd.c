@@ -4,7 +4,9 @@
  * commands' parsing of good and malformed input, read back from the
  * session's breakpoint table and from what the commands print; the needs
  * commands declare, checked once; completion by each command's argument
- * kinds; groups and settings a front end adds.
+ * kinds; groups and settings a front end adds. And the session in this
+ * process: the stop as data (dbg_stop) that a front end is shown, beside
+ * the `stopped:` line printed from it; the front-end registry.
  */
 #include "cmd.h"
 #include "session.h"
@@ -448,6 +450,190 @@ START_TEST(test_many_groups)
 }
 END_TEST
 
+/* ---- the stop as data, and front ends ---------------------------------------------- */
+
+static dbg_stop shown;        /* what the test front end was shown, copied */
+static char shown_cond[128];
+static int n_shown, n_read;
+static bool shown_live;       /* the pointers were live and agreed with the names */
+static int hook = -1;
+static char out[16384];
+static FILE *out_f;
+
+static void fe_show(const dbg_stop *s)
+{
+    n_shown++;
+    shown = *s;
+    shown.cond = NULL; /* the stop's own; its text is kept below */
+    snprintf(shown_cond, sizeof shown_cond, "%s", s->cond ? dbg_cond_text(s->cond) : "");
+    shown_live = s == dbg_last_stop() && s->active && s->rec && strcmp(s->rec->name, s->op) == 0 &&
+                 (!s->tensor[0] || (s->t && strcmp(s->t->name, s->tensor) == 0));
+}
+
+static char *fe_read(const char *prompt)
+{
+    (void)prompt;
+    n_read++;
+    return strdup("continue");
+}
+
+static const dbg_frontend fe_test = { .name = "test-stop", .read_line = fe_read, .show_stop = fe_show };
+
+static void stop_setup(void)
+{
+    setup();
+    dbg.ops = calloc(DBG_MAX_OPS, sizeof *dbg.ops);
+    dbg.last_ops = calloc(DBG_MAX_OPS, sizeof *dbg.last_ops);
+    dbg.trends = calloc(DBG_MAX_TRENDS, sizeof *dbg.trends);
+    ck_assert(dbg.ops && dbg.last_ops && dbg.trends);
+    dbg.interactive = true;
+    dbg.started = true;
+    dbg_frontend_active = &fe_test;
+    hook = te_hook_add(&(te_hooks){ .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end,
+                                    .phase_begin = dbg_on_phase, .op_end = dbg_on_op_end },
+                       NULL);
+    ck_assert(hook >= 0);
+    memset(out, 0, sizeof out);
+    out_f = fmemopen(out, sizeof out, "w");
+    ck_assert(out_f != NULL);
+    dbg_out_stream = out_f;
+    n_shown = n_read = 0;
+}
+
+static void stop_teardown(void)
+{
+    te_hook_remove(hook);
+    dbg_out_stream = NULL;
+    fclose(out_f);
+    dbg_frontend_active = NULL;
+    free(dbg.ops);
+    free(dbg.last_ops);
+    free(dbg.trends);
+    teardown();
+}
+
+/* One step: sqrt over x [2,4] under the scope "a b=c" (a name no
+ * "key=value" parser survives); returns the line of the sqrt call. */
+static int sqrt_step(const float *x8)
+{
+    te_step_begin();
+    te_tensor *x = te_tensor_from(TE_F32, te_shape(2, 4), x8);
+    ck_assert(x != NULL);
+    snprintf(x->name, sizeof x->name, "data:x");
+    te_scope_push("a b=c");
+    int line = __LINE__ + 1;
+    te_tensor *y = te_sqrt(x);
+    te_scope_pop();
+    ck_assert(y != NULL);
+    te_step_end();
+    fflush(out_f);
+    return line;
+}
+
+START_TEST(test_stop_as_data)
+{
+    const dbg_stop *before = dbg_last_stop();
+    unsigned seq0 = before ? before->seq : 0;
+    ck_assert(!dbg_execute("break nan"));
+    int line = sqrt_step((const float[]){ 1, 4, 9, 16, 25, -1, 49, 64 }); /* sqrt(-1) at [1,1] */
+    ck_assert_int_eq(n_shown, 1);
+    ck_assert_int_eq(n_read, 1); /* the command loop asked the front end, which said continue */
+    ck_assert_msg(shown_live, "the stop's pointers were not live while stopped");
+    ck_assert_uint_eq(shown.seq, seq0 + 1);
+    ck_assert(shown.active);
+    ck_assert_int_eq(shown.step, 0);
+    ck_assert_int_eq(shown.phase, TE_PHASE_FORWARD);
+    ck_assert_str_eq(shown.op, "a b=c/sqrt");
+    ck_assert_str_eq(shown.type, "Sqrt");
+    ck_assert_int_eq(shown.loc.line, line);
+    ck_assert_msg(shown.loc.file && strstr(shown.loc.file, "test_dbg_cmd.c"), "loc.file %s", shown.loc.file);
+    ck_assert_str_eq(shown.reason, "nan");
+    ck_assert_int_eq(shown.break_id, 1);
+    ck_assert_str_eq(shown.break_what, "nan");
+    ck_assert_str_eq(shown_cond, "");
+    ck_assert_str_eq(shown.tensor, "a b=c/sqrt:out0");
+    ck_assert_int_eq(shown.index, 5);
+    ck_assert_str_eq(shown.index_text, "[1,1]");
+    ck_assert_str_eq(shown.func, "has_nan");
+    ck_assert_int_eq(shown.origin.kind, DBG_ORIGIN_CREATED);
+    /* the line scripts read, printed from the same struct */
+    const char *want = "\nstopped: step=0 phase=forward op=a b=c/sqrt type=Sqrt reason=nan tensor=a b=c/sqrt:out0 "
+                       "index=[1,1] origin=created\n";
+    ck_assert_msg(strstr(out, want), "no '%s' in:\n%s", want + 1, out);
+    /* training went on: the stop stays, its pointers into the step do not */
+    const dbg_stop *after = dbg_last_stop();
+    ck_assert(after != NULL && after->seq == shown.seq);
+    ck_assert(!after->active && after->t == NULL && after->rec == NULL);
+    ck_assert_str_eq(after->op, "a b=c/sqrt");
+}
+END_TEST
+
+START_TEST(test_stop_condition_outlives_tbreak)
+{
+    ck_assert(!dbg_execute("tbreak a?b=c/sqrt if in0.abs_max > 50"));
+    sqrt_step((const float[]){ 1, 4, 9, 16, 25, 36, 49, 64 });
+    ck_assert_int_eq(n_shown, 1);
+    ck_assert_msg(shown_live, "the stop's pointers were not live while stopped");
+    ck_assert_str_eq(shown.reason, "condition");
+    ck_assert_str_eq(shown.break_what, "a?b=c/sqrt");
+    ck_assert_str_eq(shown.tensor, "data:x");
+    ck_assert_str_eq(shown.func, "abs_max");
+    ck_assert_msg(shown.value == 64, "value %g", shown.value);
+    ck_assert_int_eq(shown.index, -1);
+    ck_assert_str_eq(shown.index_text, "");
+    ck_assert_int_eq(shown.origin.kind, DBG_ORIGIN_NONE);
+    ck_assert_str_eq(shown_cond, "in0.abs_max > 50");
+    ck_assert_int_eq(dbg.n_breaks, 0); /* the tbreak is gone... */
+    const dbg_stop *s = dbg_last_stop();
+    ck_assert(s && s->cond); /* ...its condition stays with the stop, whole */
+    ck_assert_str_eq(dbg_cond_text(s->cond), "in0.abs_max > 50");
+    dbg_pred p[2];
+    ck_assert_int_eq(dbg_cond_preds(s->cond, p, 2), 1);
+    ck_assert(p[0].scope == DBG_SCOPE_INPUTS && p[0].slot == 0 && p[0].func == DBG_FN_ABS_MAX && p[0].number == 50);
+    const char *want = "stopped: step=0 phase=forward op=a b=c/sqrt type=Sqrt reason=condition tensor=data:x "
+                       "index=- origin=-\n";
+    ck_assert_msg(strstr(out, want), "no '%s' in:\n%s", want, out);
+    ck_assert_msg(strstr(out, "Breakpoint 1 (a?b=c/sqrt if in0.abs_max > 50), step 0, forward, a b=c/sqrt (Sqrt) at "),
+                  "no breakpoint header in:\n%s", out);
+}
+END_TEST
+
+static char *fe_none(const char *prompt)
+{
+    (void)prompt;
+    return NULL;
+}
+
+START_TEST(test_frontend_registry)
+{
+    ck_assert(dbg_frontend_find("cli") == &dbg_frontend_cli);
+    ck_assert(dbg_frontend_find("batch") == &dbg_frontend_batch);
+    ck_assert(dbg_frontend_find("nope") == NULL);
+    static const dbg_frontend mine = { .name = "test-reg", .read_line = fe_none };
+    static const dbg_frontend taken = { .name = "cli", .read_line = fe_none };
+    static const dbg_frontend nameless = { .read_line = fe_none };
+    ck_assert_int_eq(dbg_frontend_register(&mine), 0);
+    ck_assert(dbg_frontend_find("test-reg") == &mine);
+    ck_assert_int_eq(dbg_frontend_register(&taken), -1);
+    ck_assert(dbg_frontend_find("cli") == &dbg_frontend_cli);
+    ck_assert_int_eq(dbg_frontend_register(&nameless), -1);
+    char names[256];
+    dbg_frontend_names(names, sizeof names);
+    ck_assert_msg(strncmp(names, "cli, batch, ", 12) == 0 && strstr(names, "test-reg") &&
+                  strstr(names, " or "), "names: %s", names);
+    /* the table has an end, said at registration */
+    static dbg_frontend many[DBG_MAX_FRONTENDS];
+    static char fe_names[DBG_MAX_FRONTENDS][16];
+    int ok = 0;
+    for (int i = 0; i < DBG_MAX_FRONTENDS; i++) {
+        snprintf(fe_names[i], sizeof fe_names[i], "fe%d", i);
+        many[i] = (dbg_frontend){ .name = fe_names[i], .read_line = fe_none };
+        ok += dbg_frontend_register(&many[i]) == 0;
+    }
+    ck_assert_msg(ok > 0 && ok < DBG_MAX_FRONTENDS, "%d registered", ok);
+}
+END_TEST
+
 Suite *suite_dbg_cmd(void)
 {
     Suite *s = suite_create("dbg_cmd");
@@ -464,5 +650,11 @@ Suite *suite_dbg_cmd(void)
     tcase_add_test(tc, test_names_unique);
     tcase_add_test(tc, test_many_groups);
     suite_add_tcase(s, tc);
+    TCase *st = tcase_create("stop");
+    tcase_add_checked_fixture(st, stop_setup, stop_teardown);
+    tcase_add_test(st, test_stop_as_data);
+    tcase_add_test(st, test_stop_condition_outlives_tbreak);
+    tcase_add_test(st, test_frontend_registry);
+    suite_add_tcase(s, st);
     return s;
 }

@@ -462,6 +462,98 @@ START_TEST(test_parse_uses_rel_change)
 }
 END_TEST
 
+/* What a condition asks: its predicates, as the TUI reads them. */
+START_TEST(test_preds)
+{
+    char err[128];
+    dbg_cond *c = dbg_cond_parse("inputs.has_inf or (phase == backward and not out1.abs_max >= -2.5e3) "
+                                 "or grads.l2norm > 10 and in3.zero_frac != 0.5 or max > 1e4",
+                                 err, sizeof err);
+    ck_assert_msg(c != NULL, "%s", err);
+    dbg_pred p[8];
+    ck_assert_int_eq(dbg_cond_preds(c, p, 8), 5); /* the phase test is no predicate */
+    ck_assert_int_eq(p[0].scope, DBG_SCOPE_INPUTS);
+    ck_assert_int_eq(p[0].slot, -1);
+    ck_assert_int_eq(p[0].func, DBG_FN_HAS_INF);
+    ck_assert_int_eq(p[0].cmp, DBG_CMP_NONE);
+    ck_assert(!p[0].negated);
+    ck_assert_int_eq(p[1].scope, DBG_SCOPE_OUTPUTS);
+    ck_assert_int_eq(p[1].slot, 1);
+    ck_assert_int_eq(p[1].func, DBG_FN_ABS_MAX);
+    ck_assert_int_eq(p[1].cmp, DBG_CMP_GE);
+    assert_near(p[1].number, -2500, 0);
+    ck_assert_msg(p[1].negated, "under 'not' but not negated");
+    ck_assert_int_eq(p[2].scope, DBG_SCOPE_GRADS);
+    ck_assert_int_eq(p[2].func, DBG_FN_L2NORM);
+    ck_assert_int_eq(p[2].cmp, DBG_CMP_GT);
+    assert_near(p[2].number, 10, 0);
+    ck_assert_int_eq(p[3].scope, DBG_SCOPE_INPUTS);
+    ck_assert_int_eq(p[3].slot, 3);
+    ck_assert_int_eq(p[3].func, DBG_FN_ZERO_FRAC);
+    ck_assert_int_eq(p[3].cmp, DBG_CMP_NE);
+    assert_near(p[3].number, 0.5, 0);
+    /* no scope: outputs, the default */
+    ck_assert_int_eq(p[4].scope, DBG_SCOPE_OUTPUTS);
+    ck_assert_int_eq(p[4].slot, -1);
+    ck_assert_int_eq(p[4].func, DBG_FN_MAX);
+    assert_near(p[4].number, 1e4, 0);
+    ck_assert(!p[4].negated);
+    /* the words of the grammar back */
+    ck_assert_str_eq(dbg_scope_name(p[1].scope, p[1].slot), "out1");
+    ck_assert_str_eq(dbg_scope_name(p[2].scope, p[2].slot), "grads");
+    ck_assert_str_eq(dbg_func_name(p[3].func), "zero_frac");
+    ck_assert_str_eq(dbg_cmp_name(p[1].cmp), ">=");
+    /* room for fewer: the count stays, only max are written */
+    dbg_pred one[1] = { { .number = 42 } };
+    ck_assert_int_eq(dbg_cond_preds(c, one, 1), 5);
+    ck_assert_int_eq(one[0].func, DBG_FN_HAS_INF);
+    ck_assert_int_eq(dbg_cond_preds(c, NULL, 0), 5);
+    /* not not: wanted true again */
+    dbg_cond *d = dbg_cond_parse("not not abs_max > 7", err, sizeof err);
+    ck_assert_msg(d != NULL, "%s", err);
+    ck_assert_int_eq(dbg_cond_preds(d, p, 8), 1);
+    ck_assert(!p[0].negated);
+    dbg_cond_free(d);
+    /* only phases: no predicate */
+    d = dbg_cond_parse("phase == update", err, sizeof err);
+    ck_assert_int_eq(dbg_cond_preds(d, p, 8), 0);
+    dbg_cond_free(d);
+    dbg_cond_free(c);
+}
+END_TEST
+
+/* A copy outlives its original and evaluates the same. */
+START_TEST(test_cond_copy)
+{
+    char err[128];
+    dbg_cond *c = dbg_cond_parse("out0.abs_max > 2 and not has_nan or grads.rel_change > 0.1", err, sizeof err);
+    ck_assert_msg(c != NULL, "%s", err);
+    dbg_cond *d = dbg_cond_copy(c);
+    ck_assert(d != NULL && d != c);
+    char text[256];
+    snprintf(text, sizeof text, "%s", dbg_cond_text(c));
+    ck_assert(dbg_cond_text(d) != dbg_cond_text(c));
+    dbg_cond_free(c);
+    ck_assert_str_eq(dbg_cond_text(d), text);
+    ck_assert(dbg_cond_uses_rel_change(d));
+    const float big[] = { 1, -3 }, small[] = { 1, 1 };
+    te_tensor *x = mk("x", 2, small), *y = mk("y:out0", 2, big), *z = mk("z:out0", 2, small);
+    te_tensor *ins[] = { x }, *outs_big[] = { y }, *outs_small[] = { z };
+    te_op_record r = { .name = "op", .type = "T", .inputs = ins, .n_inputs = 1, .outputs = outs_big,
+                       .n_outputs = 1 };
+    dbg_eval_ctx ctx = { .rec = &r };
+    dbg_hit hit;
+    ck_assert(dbg_cond_eval(d, &ctx, &hit));
+    ck_assert(hit.tensor == y);
+    r.outputs = outs_small;
+    ck_assert(!dbg_cond_eval(d, &ctx, &hit));
+    dbg_pred p[4];
+    ck_assert_int_eq(dbg_cond_preds(d, p, 4), 3);
+    ck_assert(p[1].negated && p[1].func == DBG_FN_HAS_NAN);
+    dbg_cond_free(d);
+}
+END_TEST
+
 /* Parses text that must fail; returns the message. */
 static const char *parse_error(const char *text)
 {
@@ -948,6 +1040,8 @@ Suite *suite_dbg_cond(void)
     tcase_add_test(tc, test_edit_distance);
     tcase_add_test(tc, test_parse_forms);
     tcase_add_test(tc, test_parse_uses_rel_change);
+    tcase_add_test(tc, test_preds);
+    tcase_add_test(tc, test_cond_copy);
     tcase_add_test(tc, test_parse_error_unknown_function);
     tcase_add_test(tc, test_parse_error_scope);
     tcase_add_test(tc, test_parse_error_number);

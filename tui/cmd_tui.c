@@ -3,6 +3,9 @@
  * (help lists them under "terminal UI"), so that everything done with a
  * key can be typed or scripted: focus, view, scroll, search, jump, keys,
  * refresh; and the settings `set mouse on|off` and `set highlight X|off`.
+ * `jump` goes to the session's last stop (dbg_last_stop()), and a
+ * condition's threshold comes from the condition module
+ * (dbg_cond_preds()): no text of the debugger's is parsed here.
  */
 #include "tui_internal.h"
 
@@ -112,62 +115,45 @@ static bool cmd_search(const char *args)
     return false;
 }
 
-/* The threshold of a condition like "abs_max > 1e4" (any scope), or 0. */
-static double cond_threshold(const char *text)
+/* The value a condition's cells stand out from: the threshold of its
+ * first predicate that holds above a number (max or abs_max, > or >=,
+ * not negated), or 0 for none. */
+static double cond_threshold(const dbg_cond *c)
 {
-    const char *p = strstr(text, "abs_max");
-    if (!p && (p = strstr(text, "max")) != NULL && p > text && p[-1] == '_')
-        p = NULL;
-    if (!p)
-        return 0;
-    p = strchr(p, '>');
-    if (!p)
-        return 0;
-    p += p[1] == '=' ? 2 : 1;
-    char *end;
-    double v = strtod(p, &end);
-    return end > p && v > 0 ? v : 0;
+    dbg_pred p[16];
+    int n = dbg_cond_preds(c, p, 16);
+    for (int i = 0; i < n && i < 16; i++)
+        if ((p[i].func == DBG_FN_ABS_MAX || p[i].func == DBG_FN_MAX) &&
+            (p[i].cmp == DBG_CMP_GT || p[i].cmp == DBG_CMP_GE) && !p[i].negated && p[i].number > 0)
+            return p[i].number;
+    return 0;
 }
 
 void tui_jump(void)
 {
-    const tui_stop *s = &tui.stop;
-    if (!s->seq)
+    const dbg_stop *s = dbg_last_stop();
+    if (!s)
         return;
-    int row = strcmp(s->op, "-") ? tui_ops_find(s->op) : -1;
+    int row = s->op[0] ? tui_ops_find(s->op) : -1;
     if (row >= 0)
-        tui_ops_select(row, strcmp(s->tensor, "-") == 0);
-    if (strcmp(s->tensor, "-") != 0) {
+        tui_ops_select(row, !s->tensor[0]);
+    if (s->tensor[0]) {
         char err[256];
-        if (tui_view_set(s->tensor, false, err, sizeof err) && strcmp(s->index, "-") != 0) {
+        if (tui_view_name(s->tensor, err, sizeof err) && s->index >= 0) {
             const te_tensor *t = tui_view_tensor(err, sizeof err);
-            if (t) { /* "[0,0,0,7]" -> its flat index */
-                int64_t flat = 0;
-                const char *p = s->index + 1;
-                for (int d = 0; d < t->ndim; d++) {
-                    flat = flat * t->shape[d] + strtoll(p, NULL, 10);
-                    p = strchr(p, ',');
-                    if (!p)
-                        break;
-                    p++;
-                }
-                tui_view_focus_index(t, flat);
-            }
+            if (t)
+                tui_view_focus_index(t, s->index);
         }
     }
-    if (strcmp(s->reason, "condition") == 0)
-        for (int i = 0; i < dbg.n_breaks; i++)
-            if (dbg.breaks[i].id == dbg.stopped_id && dbg.breaks[i].cond) {
-                double v = cond_threshold(dbg_cond_text(dbg.breaks[i].cond));
-                if (v > 0)
-                    tui.view.highlight = v;
-            }
+    double v = s->cond && strcmp(s->reason, "condition") == 0 ? cond_threshold(s->cond) : 0;
+    if (v > 0)
+        tui.view.highlight = v;
 }
 
 static bool cmd_jump(const char *args)
 {
     (void)args;
-    if (!tui.stop.seq)
+    if (!dbg_last_stop())
         dbg_error("jump: training has not stopped yet");
     else
         tui_jump();

@@ -50,7 +50,7 @@ void tui_ops_select(int i, bool show)
     const dbg_op *o = tui_ops_at(l->sel, &later);
     if (show && o && o->n_out && o->out_name[0][0] && strcmp(tui.view.name, o->out_name[0]) != 0) {
         char err[256];
-        tui_view_set(o->out_name[0], false, err, sizeof err); /* one of the last step says why in its pane */
+        tui_view_name(o->out_name[0], err, sizeof err); /* one of the last step says why in its pane */
     }
 }
 

@@ -67,8 +67,6 @@ static void commit(tui_source src)
     p->len = 0;
     if (!text)
         return;
-    if (src == TUI_SRC_DBG)
-        tui_track_line(text); /* a `stopped:` line: the status bar's reason */
     if (count == OUT_LINES) {
         /* a reader scrolled back keeps the same lines in view as the oldest go */
         if (!tui_list_at_end(view()))

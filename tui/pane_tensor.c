@@ -115,6 +115,8 @@ void tui_view_focus_index(const te_tensor *t, int64_t flat)
     want_flat = flat;
 }
 
+static bool view_ref(dbg_ref *rp, bool must_exist, char *err, size_t n);
+
 bool tui_view_set(const char *text, bool must_exist, char *err, size_t n)
 {
     char buf[TE_NAME_MAX + 128];
@@ -130,6 +132,21 @@ bool tui_view_set(const char *text, bool must_exist, char *err, size_t n)
     dbg_ref r;
     if (!dbg_ref_parse(text, &r, err, n))
         return false;
+    return view_ref(&r, must_exist, err, n);
+}
+
+bool tui_view_name(const char *name, char *err, size_t n)
+{
+    dbg_ref r = { .n_slices = 0 };
+    snprintf(r.name, sizeof r.name, "%s", name);
+    return view_ref(&r, false, err, n);
+}
+
+/* tui_view_set after the text: r names a tensor or an op, its slices the
+ * leading indices. */
+static bool view_ref(dbg_ref *rp, bool must_exist, char *err, size_t n)
+{
+    dbg_ref r = *rp;
     /* an op's name stands for its first output */
     int row = tui_ops_find(r.name);
     bool later;

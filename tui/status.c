@@ -1,25 +1,25 @@
 /*
  * status.c — the status bar (top: running or paused, step, phase, op,
- * mode, why training stopped) and the function bar (bottom: the function
- * keys, or a one-line hint until the next key).
+ * mode, why training stopped, read from the session's dbg_stop) and the
+ * function bar (bottom: the function keys, or a one-line hint until the
+ * next key).
  */
 #include "tui_internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* "nan at conv2/bn:out0[0,0,0,7], created here" and the like. */
-static void why(char *buf, size_t n)
+/* "NaN at conv2/bn:out0[0,0,0,7] created" and the like, from the stop. */
+static void why(const dbg_stop *s, char *buf, size_t n)
 {
-    const tui_stop *s = &tui.stop;
     if (strcmp(s->reason, "nan") == 0 || strcmp(s->reason, "inf") == 0) {
-        const char *from = strncmp(s->origin, "propagated:", 11) == 0 ? s->origin + 11 : NULL;
+        const char *from = s->origin.kind == DBG_ORIGIN_PROPAGATED ? s->origin.from : NULL;
         snprintf(buf, n, "%s at %s%s %s%s", strcmp(s->reason, "nan") == 0 ? "NaN" : "Inf", s->tensor,
-                 strcmp(s->index, "-") ? s->index : "", from ? "from " : "created", from ? from : "");
+                 s->index_text, from ? "from " : "created", from ? from : "");
     } else if (strcmp(s->reason, "condition") == 0) {
-        snprintf(buf, n, "condition held on %s", s->tensor);
+        snprintf(buf, n, "condition held%s%s", s->tensor[0] ? " on " : "", s->tensor);
     } else if (strcmp(s->reason, "breakpoint") == 0) {
-        snprintf(buf, n, "breakpoint %d", dbg.stopped_id);
+        snprintf(buf, n, "breakpoint %d", s->break_id);
     } else if (strcmp(s->reason, "interrupt") == 0) {
         snprintf(buf, n, "interrupted (Ctrl-C)");
     } else {
@@ -35,11 +35,11 @@ void tui_status_draw(void)
     int width = getmaxx(w);
     wattrset(w, tui_attr(TUI_C_BAR));
     mvwhline(w, 0, 0, ' ', width);
-    bool stopped_here = tui.state == TUI_PAUSED && tui.stop.seq && dbg.rec &&
-                        strcmp(tui.stop.op, dbg.rec->name) == 0;
-    bool step_stop = tui.state == TUI_PAUSED && tui.stop.seq && !dbg.rec && strcmp(tui.stop.op, "-") == 0;
-    bool bad = (stopped_here || step_stop) &&
-               (strcmp(tui.stop.reason, "nan") == 0 || strcmp(tui.stop.reason, "inf") == 0);
+    /* paused at the session's stop: at an op, or between ops (step, finish) */
+    const dbg_stop *stop = dbg_last_stop();
+    bool at_stop = tui.state == TUI_PAUSED && stop && stop->active;
+    bool stopped_here = at_stop && stop->op[0];
+    bool bad = at_stop && (strcmp(stop->reason, "nan") == 0 || strcmp(stop->reason, "inf") == 0);
     static const char *const badge[] = { [TUI_READY] = " READY ", [TUI_RUNNING] = " RUNNING ",
                                          [TUI_PAUSED] = " PAUSED ", [TUI_FINISHED] = " FINISHED " };
     static const tui_color badge_color[] = { [TUI_READY] = TUI_C_READY, [TUI_RUNNING] = TUI_C_RUN,
@@ -56,11 +56,11 @@ void tui_status_draw(void)
         snprintf(buf, sizeof buf, " %s finished at step %lld: q, Enter or F10 leaves", dbg.program,
                  (long long)(dbg.step < 0 ? 0 : dbg.step));
     } else {
-        const char *op = stopped_here ? dbg.rec->name : cur && dbg.in_step ? cur->name : "at its start";
-        const char *type = stopped_here ? dbg.rec->type : cur && dbg.in_step ? cur->type : "";
-        if (stopped_here || step_stop)
-            why(reason, sizeof reason);
-        char with_type[TE_NAME_MAX + 64];
+        const char *op = stopped_here ? stop->op : cur && dbg.in_step ? cur->name : "at its start";
+        const char *type = stopped_here ? stop->type : cur && dbg.in_step ? cur->type : "";
+        if (at_stop)
+            why(stop, reason, sizeof reason);
+        char with_type[2 * TE_NAME_MAX + 8];
         snprintf(with_type, sizeof with_type, "%s%s%s%s", op, type[0] ? " (" : "", type, type[0] ? ")" : "");
         for (int pass = 0; pass < 2; pass++) { /* the op's type only when everything fits */
             snprintf(buf, sizeof buf, " step %lld %s %s %s%s", (long long)(dbg.step < 0 ? 0 : dbg.step),

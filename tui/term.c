@@ -2,9 +2,11 @@
  * term.c — the terminal: which one (stdin and stdout when both are
  * terminals, else /dev/tty), curses on it, colour slots with a monochrome
  * fallback that honours NO_COLOR, and the terminal given back as it was on
- * exit, on error and on a crash signal. endwin() is not async-signal-safe:
- * the crash handler restores the saved termios with tcsetattr() and writes
- * the terminal's own reset sequences, read from terminfo at start.
+ * exit, on error and on a crash signal. The debugger owns the fatal-signal
+ * handler (debugger/frontend.c) and calls the TUI's fatal_signal,
+ * tui_term_fatal(), from it. endwin() is not async-signal-safe: that
+ * restores the saved termios with tcsetattr() and writes the terminal's
+ * own reset sequences, read from terminfo at start.
  */
 #include "tui_internal.h"
 
@@ -29,11 +31,6 @@ static volatile sig_atomic_t active;
 static char reset_seq[512];
 static size_t reset_len;
 
-static const int fatal[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGHUP, SIGQUIT };
-#define N_FATAL (int)(sizeof fatal / sizeof fatal[0])
-static struct sigaction old_action[N_FATAL];
-static bool handlers_on;
-
 /* ---- crash ------------------------------------------------------------------- */
 
 static void put(int fd, const char *s)
@@ -48,52 +45,27 @@ static void put(int fd, const char *s)
     }
 }
 
-/* The terminal back, the last lines of output after it, then the signal's
- * old action: a fault the kernel raised (SIGSEGV, SIGBUS, SIGFPE, SIGILL
- * with si_code > 0) happens again when the handler returns; any other
- * signal (kill, abort, a hangup) is raised again. */
-static void on_fatal(int sig, siginfo_t *info, void *ctx)
+/* The terminal back, the last lines of output after it, and which signal
+ * it was; the debugger's handler then lets the signal take its course. */
+void tui_term_fatal(int sig)
 {
-    (void)ctx;
-    int saved_errno = errno;
-    if (active) {
-        active = 0;
-        put(tty_fd, reset_seq);
-        if (have_saved)
-            tcsetattr(tty_fd, TCSANOW, &saved);
-        put(tty_fd, "\r\n");
-        tui_out_crash_tail(tty_fd, 12);
-        tui_capture_crash_copy(tty_fd);
-        static const char *const names[] = { [SIGSEGV] = "SIGSEGV", [SIGBUS] = "SIGBUS", [SIGFPE] = "SIGFPE",
-                                             [SIGILL] = "SIGILL",   [SIGABRT] = "SIGABRT", [SIGTERM] = "SIGTERM",
-                                             [SIGHUP] = "SIGHUP",   [SIGQUIT] = "SIGQUIT" };
-        put(tty_fd, "tdbg: ");
-        put(tty_fd, sig < (int)(sizeof names / sizeof names[0]) && names[sig] ? names[sig] : "a signal");
-        put(tty_fd, ": the terminal is restored\n");
-    }
-    for (int i = 0; i < N_FATAL; i++)
-        if (fatal[i] == sig)
-            sigaction(sig, &old_action[i], NULL);
-    bool fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL;
-    if (!fault || info->si_code <= 0)
-        raise(sig);
-    errno = saved_errno;
-}
-
-static void handlers(bool on)
-{
-    if (on == handlers_on)
+    if (!active)
         return;
-    handlers_on = on;
-    for (int i = 0; i < N_FATAL; i++) {
-        if (on) {
-            struct sigaction sa = { .sa_sigaction = on_fatal, .sa_flags = SA_SIGINFO };
-            sigemptyset(&sa.sa_mask);
-            sigaction(fatal[i], &sa, &old_action[i]);
-        } else {
-            sigaction(fatal[i], &old_action[i], NULL);
-        }
-    }
+    int saved_errno = errno;
+    active = 0;
+    put(tty_fd, reset_seq);
+    if (have_saved)
+        tcsetattr(tty_fd, TCSANOW, &saved);
+    put(tty_fd, "\r\n");
+    tui_out_crash_tail(tty_fd, 12);
+    tui_capture_crash_copy(tty_fd);
+    static const char *const names[] = { [SIGSEGV] = "SIGSEGV", [SIGBUS] = "SIGBUS", [SIGFPE] = "SIGFPE",
+                                         [SIGILL] = "SIGILL",   [SIGABRT] = "SIGABRT", [SIGTERM] = "SIGTERM",
+                                         [SIGHUP] = "SIGHUP",   [SIGQUIT] = "SIGQUIT" };
+    put(tty_fd, "tdbg: ");
+    put(tty_fd, sig > 0 && sig < (int)(sizeof names / sizeof names[0]) && names[sig] ? names[sig] : "a signal");
+    put(tty_fd, ": the terminal is restored\n");
+    errno = saved_errno;
 }
 
 /* The sequences that undo what curses set: the alternate screen, the
@@ -228,11 +200,11 @@ bool tui_term_open(char *why, size_t n)
     tui.utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
     /* readline's terminal set-up takes curses' cur_term: it goes first */
     tui_input_prep(tty_in);
-    handlers(true); /* before curses, which catches SIGTERM only when nobody does */
+    /* curses catches SIGTERM only when nobody does: the debugger's fatal
+     * handler is in place already (dbg_fatal_handlers_install) */
     screen = newterm(NULL, tty_out, tty_in);
     if (!screen) {
         fail(why, n, "cannot start curses on TERM=%s (no terminfo entry?)", term);
-        handlers(false);
         fclose(tty_in);
         fclose(tty_out);
         tty_in = tty_out = NULL;
@@ -269,7 +241,6 @@ void tui_term_close(void)
     screen = NULL;
     if (have_saved)
         tcsetattr(tty_fd, TCSANOW, &saved);
-    handlers(false);
     /* what the program and the debugger said last, on the terminal again */
     tui_out_tail(tty_out, 6);
     fflush(tty_out);

@@ -2,8 +2,8 @@
  * track.c — what the TUI follows beside the session: the loss of every
  * training step (the outputs of CrossEntropy and MSE in the forward phase,
  * averaged over a step's micro-batches; a Scale applied to the loss is the
- * loss scale) and the last stop, parsed from the `stopped:` line the
- * session prints (the same line scripts read).
+ * loss scale). The last stop is the session's (dbg_last_stop()), read as
+ * a struct where it is shown: nothing here reads the debugger's output.
  */
 #include "tui_internal.h"
 
@@ -111,38 +111,6 @@ bool tui_track_last(float *l, int64_t *step, float *scale)
     *step = last_loss_step;
     *scale = last_scale;
     return last_loss_step >= 0;
-}
-
-/* "key=value" of a `stopped:` line into buf. */
-static void field(const char *line, const char *key, char *buf, size_t n)
-{
-    size_t klen = strlen(key);
-    for (const char *p = line; (p = strstr(p, key)) != NULL; p++)
-        if ((p == line || p[-1] == ' ') && p[klen] == '=') {
-            p += klen + 1;
-            size_t len = strcspn(p, " ");
-            snprintf(buf, n, "%.*s", (int)len, p);
-            return;
-        }
-    snprintf(buf, n, "-");
-}
-
-void tui_track_line(const char *line)
-{
-    if (strncmp(line, "stopped: ", 9) != 0)
-        return;
-    tui_stop s = { .seq = tui.stop.seq + 1 };
-    char step[32];
-    field(line, "step", step, sizeof step);
-    s.step = strtoll(step, NULL, 10);
-    field(line, "phase", s.phase, sizeof s.phase);
-    field(line, "op", s.op, sizeof s.op);
-    field(line, "type", s.type, sizeof s.type);
-    field(line, "reason", s.reason, sizeof s.reason);
-    field(line, "tensor", s.tensor, sizeof s.tensor);
-    field(line, "index", s.index, sizeof s.index);
-    field(line, "origin", s.origin, sizeof s.origin);
-    tui.stop = s;
 }
 
 void tui_track_free(void)

@@ -1,8 +1,12 @@
 /*
- * tui.c — the TUI as the session's front end: tui_start() takes the
- * terminal, the session then asks it for command lines at every stop
- * (read_line: the key loop until a line is ready), and at the program's
- * end it gets a last look (finish) before the terminal goes back.
+ * tui.c — the TUI as the session's front end, registered with the
+ * debugger from a constructor when the debugger library loads (TDBG=tui
+ * picks it; the debugger names nothing of the TUI). tui_start() takes the
+ * terminal, the session then shows it each stop (show_stop: the stop's op
+ * and tensor on show, from the session's dbg_stop), asks it for command
+ * lines (read_line: the key loop until a line is ready), and at the
+ * program's end it gets a last look (finish) before the terminal goes
+ * back; on a fatal signal it gives the terminal back (tui_term_fatal).
  *
  * While training runs, the TUI's own engine hooks keep the screen live at
  * op boundaries, at most every TUI_FRAME_MS: keys are read (a command
@@ -145,10 +149,6 @@ static char *read_line(const char *prompt)
         tui.state = dbg.started ? TUI_PAUSED : TUI_READY;
     tui_ops_forget();
     tui.gen++;
-    if (tui.stop.seq != tui.stop_shown) { /* a new stop: its op and tensor on show */
-        tui.stop_shown = tui.stop.seq;
-        tui_jump();
-    }
     tui_redraw(false);
     for (;;) {
         if (tui_input_poll(100))
@@ -188,7 +188,6 @@ static void stop_tui(void)
         fprintf(stderr, "tdbg tui: frames=%ld frame_s=%.4f run_s=%.3f\n", n_frames, frame_s, now_s() - start_s);
     tui_out_free();
     tui_track_free();
-    dbg_frontend_active = NULL;
 }
 
 /* The program ended. When it ended by itself, the screen stays for a last
@@ -226,7 +225,28 @@ static void finish(void)
     stop_tui();
 }
 
-static const dbg_frontend frontend = { .read_line = read_line, .finish = finish };
+/* A new stop: its op and tensor on show before the first command. */
+static void show_stop(const dbg_stop *s)
+{
+    (void)s; /* tui_jump reads the same dbg_last_stop() */
+    tui.state = TUI_PAUSED;
+    tui_ops_forget();
+    tui_jump();
+}
+
+static const dbg_frontend frontend = {
+    .name = "tui",
+    .start = tui_start,
+    .read_line = read_line,
+    .show_stop = show_stop,
+    .finish = finish,
+    .fatal_signal = tui_term_fatal,
+};
+
+/* The TUI's objects are linked into the debugger library (libtool links
+ * a convenience library into a shared one whole), so this runs when the
+ * engine loads the debugger, before dbg_plugin_start() picks a front end. */
+__attribute__((constructor)) static void register_frontend(void) { dbg_frontend_register(&frontend); }
 
 /* ---- live while training runs ------------------------------------------------------- */
 
@@ -300,8 +320,8 @@ int tui_start(char *why, size_t n)
     tui_focus(TUI_CMDLINE); /* typing a command and Enter always works */
     tui.last_pane = TUI_OPS;
     tui_layout_apply();
+    dbg_readline_setup(); /* the CLI's completion and history; the TUI's hooks go over them */
     tui_input_install("(tdbg) ");
-    dbg_frontend_active = &frontend;
     tui_redraw(true);
     return 0;
 }

@@ -1,8 +1,9 @@
 /*
  * tui_internal.h — the TUI's parts and the state they share.
  *
- *   tui.c          start, the session's front end (the loop at a stop, the
- *                  last look at the end), the engine hooks, redraws
+ *   tui.c          the session's front end (registered from a constructor:
+ *                  start, the loop at a stop, showing a stop, the last look
+ *                  at the end), the engine hooks, redraws
  *   term.c         the terminal: open, colours, restore on exit and crash
  *   capture.c      the program's stdout/stderr (pipes) and dbg_out
  *   layout.c       pane geometry for any size, windows, pane titles
@@ -12,7 +13,10 @@
  *   listview.c     a pane's rows: selection, scrolling (htop's Panel)
  *   input.c        keys, mouse, readline's callback interface, focus
  *   help.c         the key overlay             cmd_tui.c      the TUI's commands
- *   track.c        loss per step, the last stop
+ *   track.c        loss per step
+ *
+ * The stop on show is the session's (dbg_last_stop()), conditions answer
+ * for themselves (dbg_cond_preds()): the TUI parses no debugger output.
  *
  * Everything runs on the training thread (the session's hooks and its
  * command loop) except capture.c's reader thread, which only appends to
@@ -116,14 +120,6 @@ extern const tui_pane_class tui_pane_ops, tui_pane_tensor, tui_pane_chart, tui_p
 
 typedef enum { TUI_READY, TUI_RUNNING, TUI_PAUSED, TUI_FINISHED } tui_run_state;
 
-/* The last `stopped:` line (the contract of docs/debugger.md), parsed. */
-typedef struct tui_stop {
-    int seq; /* how many stops so far */
-    long long step;
-    char phase[16], op[TE_NAME_MAX], type[40], reason[16], tensor[TE_NAME_MAX], index[96],
-        origin[TE_NAME_MAX + 32];
-} tui_stop;
-
 /* The tensor pane's tensor and the 2-D slice of it shown. */
 typedef struct tui_view {
     char name[TE_NAME_MAX];    /* "" : none */
@@ -144,8 +140,6 @@ typedef struct tui_state {
     char **matches; /* a completion list on show (matches[0] the common part) */
     int n_matches;
     tui_view view;
-    tui_stop stop;
-    int stop_shown; /* stop.seq the panes last jumped to */
     bool graph;     /* ops run in compiled kernels */
     bool full;      /* a full redraw is under way (a resize, Ctrl-L) */
     unsigned gen;   /* counts the pauses for commands: values may have changed */
@@ -172,6 +166,8 @@ bool tui_term_open(char *why, size_t n);
 bool tui_term_gone(void);
 /* Ends curses and gives the terminal back as it was; safe to call twice. */
 void tui_term_close(void);
+/* The front end's fatal_signal: the terminal back, async-signal-safe. */
+void tui_term_fatal(int sig);
 /* The attributes of a colour slot: a colour pair, or without colours
  * (NO_COLOR, a monochrome terminal) bold, reverse, underline. */
 attr_t tui_attr(tui_color c);
@@ -219,8 +215,6 @@ void tui_track_step_end(int64_t step);
 int tui_track_loss(float *out, int cols, int64_t *s0, int64_t *s1);
 /* The last loss, its step, and the loss scale (1 when none). false: none yet. */
 bool tui_track_last(float *loss, int64_t *step, float *scale);
-/* A line of debugger output: a `stopped:` line updates tui.stop. */
-void tui_track_line(const char *line);
 void tui_track_free(void);
 
 /* ---- layout.c -------------------------------------------------------------------- */
@@ -257,6 +251,9 @@ const dbg_break *tui_breaks_selected(void);
  * false with err written. Unless must_exist, a tensor that cannot be read
  * now is shown anyway (its pane says why). */
 bool tui_view_set(const char *text, bool must_exist, char *err, size_t n);
+/* Shows the tensor (or an op's out0) of exactly that name, as names come
+ * from the session (spaces and all, no slice): true, or false with err. */
+bool tui_view_name(const char *name, char *err, size_t n);
 /* Puts the tensor pane's cursor on a flat index of its tensor. */
 void tui_view_focus_index(const te_tensor *t, int64_t flat);
 /* The tensor on show, readable now, or NULL with why. */
@@ -314,7 +311,8 @@ void tui_mouse_set(bool on);
 
 /* Adds the TUI's commands and settings; false with why when they clash. */
 bool tui_cmds_register(char *why, size_t n);
-/* The op and tensor training stopped at: selected, shown, cursor on the bad element. */
+/* The op and tensor of the last stop: selected, shown, the cursor on the
+ * bad element, a condition's threshold highlighted. */
 void tui_jump(void);
 
 /* ---- tui.c ---------------------------------------------------------------------- */
