@@ -5,9 +5,8 @@
  * Checks run on the training thread after each op. `break nan` (inf,
  * nonfinite) stops only at an op that creates the value: an output is
  * non-finite while every input is finite (for a backward op, every forward
- * tensor it reads too). An op that merely passes a NaN
- * on is not a stop, so the answer is the origin, not the hundreds of ops
- * downstream. Graph mode is asked to keep every op's tensors visible while
+ * tensor it reads too). An op that merely passes a NaN on is not a stop,
+ * so the answer is the origin, not the hundreds of ops downstream. Graph mode is asked to keep every op's tensors visible while
  * any breakpoint exists (te_observe_add), so both modes stop at the same op.
  */
 #include "session.h"
