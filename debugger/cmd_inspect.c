@@ -87,6 +87,15 @@ static void info_op(const char *name)
         producers_consumers(o->in_name[k], true);
         fprintf(dbg_out, "\n");
     }
+    for (int k = 0; k < o->n_reads; k++) { /* backward: forward tensors its kernel reads */
+        fprintf(dbg_out, "  read%d %s  from ", k, o->read_name[k]);
+        if (strstr(o->read_name[k], ":saved")) /* "OP:savedN": state OP kept for its backward */
+            fprintf(dbg_out, "%.*s", (int)(strstr(o->read_name[k], ":saved") - o->read_name[k]),
+                    o->read_name[k]);
+        else
+            producers_consumers(o->read_name[k], true);
+        fprintf(dbg_out, "\n");
+    }
     for (int k = 0; k < o->n_out; k++) {
         fprintf(dbg_out, "  out%d %s  to ", k, o->out_name[k][0] ? o->out_name[k] : "-");
         producers_consumers(o->out_name[k], false);

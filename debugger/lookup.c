@@ -70,6 +70,9 @@ static bool in_current_record(const te_tensor *t)
     for (int i = 0; i < r->n_outputs; i++)
         if (r->outputs[i] == t)
             return true;
+    for (int i = 0; i < r->n_reads; i++)
+        if (r->reads[i] == t)
+            return true;
     return false;
 }
 
@@ -130,7 +133,7 @@ const te_tensor *dbg_tensor_find(const char *name, char *err, size_t errlen)
         if (p)
             return readable(p->grad, name, err, errlen);
     }
-    /* A tensor by its own name, among this step's ops' inputs and outputs. */
+    /* A tensor by its own name, among this step's ops' inputs, outputs and reads. */
     for (int i = dbg.n_ops - 1; i >= 0; i--) {
         const dbg_op *o = &dbg.ops[i];
         for (int k = 0; k < o->n_out; k++)
@@ -139,6 +142,9 @@ const te_tensor *dbg_tensor_find(const char *name, char *err, size_t errlen)
         for (int k = 0; k < o->n_in; k++)
             if (strcmp(o->in_name[k], name) == 0)
                 return readable(o->in[k], name, err, errlen);
+        for (int k = 0; k < o->n_reads; k++) /* a backward op's reads: saved state too */
+            if (strcmp(o->read_name[k], name) == 0)
+                return readable(o->reads[k], name, err, errlen);
     }
     /* OP:inK, OP:outK */
     const char *colon = strrchr(name, ':');

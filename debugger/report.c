@@ -1,7 +1,8 @@
 /*
  * report.c — what the debugger says when it stops: where, why, the
- * offending tensor and element, the op's inputs, whether the op created the
- * bad value or inherited it, and one `stopped:` line for scripts.
+ * offending tensor and element, the op's inputs (and the forward tensors
+ * a backward op reads), whether the op created the bad value or inherited
+ * it, and one `stopped:` line for scripts.
  *
  * The stop is data first: dbg_stop_make() gathers it into a dbg_stop (the
  * struct front ends read), dbg_stop_report() prints from that struct
@@ -97,6 +98,8 @@ void dbg_stop_report(const dbg_stop *s)
     if (rec && (s->break_id || strcmp(s->reason, "interrupt") == 0)) {
         for (int i = 0; i < rec->n_inputs; i++)
             describe_tensor(i ? "" : "inputs:", rec->inputs[i]);
+        for (int i = 0; i < rec->n_reads; i++) /* backward: what it reads of the forward pass */
+            describe_tensor(i ? "" : "reads:", rec->reads[i]);
         for (int k = 0; k < rec->n_outputs; k++)
             describe_tensor(k ? "" : "outputs:", rec->outputs[k]);
     }

@@ -8,9 +8,9 @@
  *
  * Checks run on the training thread after each op. `break nan` (inf,
  * nonfinite) stops only at an op that creates the value: an output is
- * non-finite while every input is finite. An op that merely passes a NaN
- * on is not a stop, so the answer is the origin, not the hundreds of ops
- * downstream. Graph mode is asked to keep every op's tensors visible while
+ * non-finite while every input is finite (for a backward op, every forward
+ * tensor it reads too). An op that merely passes a NaN on is not a stop,
+ * so the answer is the origin, not the hundreds of ops downstream. Graph mode is asked to keep every op's tensors visible while
  * any breakpoint exists (te_observe_add), so both modes stop at the same op.
  */
 #include "session.h"
@@ -83,6 +83,11 @@ static void remember_op(const te_op_record *r)
         o->out[i] = r->outputs[i];
         snprintf(o->out_name[i], TE_NAME_MAX, "%s", r->outputs[i] ? r->outputs[i]->name : "");
     }
+    o->n_reads = r->n_reads < 8 ? r->n_reads : 8;
+    for (int i = 0; i < o->n_reads; i++) {
+        o->reads[i] = r->reads[i];
+        snprintf(o->read_name[i], TE_NAME_MAX, "%s", r->reads[i]->name);
+    }
     if (r->kernel)
         snprintf(o->kernel, sizeof o->kernel, "%s", r->kernel);
 }
@@ -116,6 +121,7 @@ void dbg_on_step_end(int64_t step, void *user)
     for (int i = 0; i < dbg.n_last_ops; i++) {
         memset(dbg.last_ops[i].in, 0, sizeof dbg.last_ops[i].in);
         memset(dbg.last_ops[i].out, 0, sizeof dbg.last_ops[i].out);
+        memset(dbg.last_ops[i].reads, 0, sizeof dbg.last_ops[i].reads);
     }
     dbg.in_step = false;
 }
@@ -218,6 +224,20 @@ bool dbg_made_this_step(const te_tensor *t)
     return false;
 }
 
+/* Did this step make t, a forward tensor a backward op reads? An op's
+ * output, or state a forward op saved for its backward: no op lists that
+ * as an input or output. Parameters and data are listed as inputs. */
+static bool read_made_this_step(const te_tensor *t)
+{
+    if (dbg_made_this_step(t))
+        return true;
+    for (int i = dbg.n_ops - 2; i >= 0; i--)
+        for (int k = 0; k < dbg.ops[i].n_in; k++)
+            if (dbg.ops[i].in[k] == t)
+                return false;
+    return true;
+}
+
 /* For a nonfinite breakpoint: does this op create such a value? Sets hit
  * to the first bad output and its first bad element. */
 static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hit *hit, dbg_op *o)
@@ -248,6 +268,9 @@ static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hi
         for (int i = 0; i < r->n_inputs; i++)
             if (tensor_bad(r->inputs[i], true, true, &si) && dbg_made_this_step(r->inputs[i]))
                 return false; /* inherited from an op of this step: the origin stopped already */
+        for (int i = 0; i < r->n_reads; i++) /* backward: the forward tensors it reads, likewise */
+            if (tensor_bad(r->reads[i], true, true, &si) && read_made_this_step(r->reads[i]))
+                return false;
         /* The first element of the kind asked for (for nonfinite: of either). */
         const te_tensor *t = r->outputs[k];
         int64_t at = s.first_bad;

@@ -55,6 +55,9 @@ typedef struct dbg_op {
     int n_in, n_out;
     const te_tensor *in[8], *out[8]; /* valid while the step runs (see dbg_tensor_readable) */
     char in_name[8][TE_NAME_MAX], out_name[8][TE_NAME_MAX];
+    int n_reads;             /* backward: the forward tensors its kernel reads (te_op_record.reads) */
+    const te_tensor *reads[8];
+    char read_name[8][TE_NAME_MAX];
     bool has_stats;
     te_stats out_stats;     /* of output 0, when a check computed them */
     bool bad;                /* produced NaN/Inf this step */

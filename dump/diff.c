@@ -188,7 +188,7 @@ int tdbg_diff_main(int argc, char **argv, FILE *out, FILE *err)
             diff_complain(&c, DIFF_RC_TROUBLE, "%s and %s have no step in common%s%s", c.o.a,
                           c.o.b, c.o.has_steps ? " among --steps" : "", detail);
     }
-    if (n_steps > 0 && !(g = diff_graph_new(a.ops, a.n_ops, a.meta.lists_inplace)))
+    if (n_steps > 0 && !(g = diff_graph_new(a.ops, a.n_ops, a.meta.lists_inplace, a.meta.lists_reads)))
         diff_complain(&c, DIFF_RC_TROUBLE, "out of memory");
     if (g) {
         run(&c, &a, &b, g, steps, n_steps, &s);

@@ -244,11 +244,12 @@ void diff_plan_free(diff_plan *p);
 typedef struct diff_graph diff_graph;
 
 /* The op graph of A's run.h5 (ops may be NULL): each op's inputs and
- * outputs by tensor name; a backward op grad/X also reads X's inputs and
- * outputs, an update op its parameter and its optimizer state. In-place
- * writes are the ops' inplace lists when lists_inplace (run.h5 has them),
- * else every input no op writes. NULL when out of memory. */
-diff_graph *diff_graph_new(const dump_op_row *ops, int n_ops, bool lists_inplace);
+ * outputs by tensor name; a backward op grad/X also reads its reads list
+ * when lists_reads (run.h5 has them), else X's inputs and outputs; an update
+ * op its parameter and its optimizer state. In-place writes are the ops'
+ * inplace lists when lists_inplace, else every input no op writes. NULL
+ * when out of memory. */
+diff_graph *diff_graph_new(const dump_op_row *ops, int n_ops, bool lists_inplace, bool lists_reads);
 void diff_graph_free(diff_graph *g);
 /* Gives each row of a step its verdict, in execution order: a divergent
  * tensor is inherited when an input of its op differs or was computed from a

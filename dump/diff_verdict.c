@@ -7,7 +7,10 @@
  * it writes, and its optimizer state; an op updates in place the inputs
  * the table's inplace column lists (a batch norm's running statistics in
  * training). Tables from before that column stood: an op reading a tensor
- * no op writes is taken to update it in place.
+ * no op writes is taken to update it in place. Where the table has its
+ * reads column, grad/X reads exactly what that lists of X's tensors (a
+ * ReLU's gradient reads its output, not its input) and X's saved state
+ * ("X:saved0"), which X writes; older tables: every input and output of X.
  *
  * Walking a step's ops in execution order, a name is marked tainted when the
  * op writing it diverged or read a tainted or divergent input. Names keep
@@ -187,7 +190,27 @@ static int by_exec(const void *pa, const void *pb)
     return a->exec < b->exec ? -1 : a->exec > b->exec;
 }
 
-diff_graph *diff_graph_new(const dump_op_row *ops, int n_ops, bool lists_inplace)
+/* grad/X (row i) reads what the reads column lists of X (row j); what X
+ * neither read nor wrote there is the state X saved for it, which X
+ * writes as it writes its outputs. */
+static bool listed_reads(gop *bwd, gop *fwd, const dump_op_row *b, const dump_op_row *f)
+{
+    list r = { 0, NULL }, io = { 0, NULL };
+    bool ok = list_split(&r, b->reads) && list_split(&bwd->deps, b->reads) && list_split(&io, f->inputs) &&
+              list_split(&io, f->outputs);
+    for (int k = 0; ok && k < r.n; k++) {
+        bool listed = false;
+        for (int m = 0; !listed && m < io.n; m++)
+            listed = strcmp(io.s[m], r.s[k]) == 0;
+        if (!listed)
+            ok = list_add(&fwd->outs, r.s[k], strlen(r.s[k]));
+    }
+    list_free(&r);
+    list_free(&io);
+    return ok;
+}
+
+diff_graph *diff_graph_new(const dump_op_row *ops, int n_ops, bool lists_inplace, bool lists_reads)
 {
     diff_graph *g = calloc(1, sizeof *g);
     if (!g || !(g->ops = calloc((size_t)(n_ops ? n_ops : 1), sizeof *g->ops))) {
@@ -226,12 +249,13 @@ diff_graph *diff_graph_new(const dump_op_row *ops, int n_ops, bool lists_inplace
         }
     }
     list_free(&written);
-    for (int i = 0; ok && i < n_ops; i++)   /* grad/X reads what X read and wrote */
+    for (int i = 0; ok && i < n_ops; i++)   /* grad/X reads (some of) what X read and wrote */
         if (ops[i].phase == TE_PHASE_BACKWARD && strncmp(ops[i].name, "grad/", 5) == 0)
             for (int j = 0; ok && j < n_ops; j++)
                 if (ops[j].phase == TE_PHASE_FORWARD && strcmp(ops[j].name, ops[i].name + 5) == 0)
-                    ok = list_split(&g->ops[i].deps, ops[j].inputs) &&
-                         list_split(&g->ops[i].deps, ops[j].outputs);
+                    ok = lists_reads ? listed_reads(&g->ops[i], &g->ops[j], &ops[i], &ops[j])
+                                     : list_split(&g->ops[i].deps, ops[j].inputs) &&
+                                           list_split(&g->ops[i].deps, ops[j].outputs);
     if (ok && n_ops > 1)
         qsort(g->ops, (size_t)n_ops, sizeof *g->ops, by_exec);
     for (int i = 0; ok && i < n_ops; i++)

@@ -95,6 +95,8 @@ typedef struct dump_run_meta {
     char created[32];             /* ISO 8601 UTC; writing "" means now */
     bool lists_inplace;           /* read only: /ops has the inplace column (older files
                                    * do not say which inputs an op writes in place) */
+    bool lists_reads;             /* read only: /ops has the reads column (older files do
+                                   * not say what a backward op reads of its forward op) */
 } dump_run_meta;
 
 /* One row of run.h5's /ops table, in execution order. */
@@ -110,6 +112,8 @@ typedef struct dump_op_row {
     char kernel[DUMP_TEXT_MAX];   /* "" in eager mode */
     char inplace[DUMP_TEXT_MAX];  /* the inputs it writes in place: a batch norm's running
                                    * statistics in training */
+    char reads[DUMP_TEXT_MAX];    /* backward: the forward tensors it reads besides the
+                                   * gradients (te_op_record.reads), joined by ',' */
 } dump_op_row;
 
 /* The dataset path of an op's tensor: ("fc1/linear", DUMP_IN, 1) gives

@@ -591,6 +591,7 @@ static void remember_op(dump_session *d, const te_op_record *r)
         if (r->inplace >> i & 1u)
             inplace[n_inplace++] = r->inputs[i];
     join_names(o->inplace, sizeof o->inplace, inplace, n_inplace);
+    join_names(o->reads, sizeof o->reads, r->reads, r->n_reads);
     snprintf(o->kernel, sizeof o->kernel, "%s", r->kernel ? r->kernel : "");
 }
 

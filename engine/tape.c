@@ -593,6 +593,33 @@ te_tensor *te_node_run(te_node *n)
 
 /* ---- backward ------------------------------------------------------------ */
 
+static int add_read(te_tensor **reads, int n, te_tensor *t)
+{
+    if (!t)
+        return n;
+    for (int i = 0; i < n; i++)
+        if (reads[i] == t)
+            return n;
+    reads[n] = t;
+    return n + 1;
+}
+
+int te_node_bwd_reads(const te_node *n, te_tensor **reads)
+{
+    unsigned r = te_op_bwd_reads(n->op);
+    int c = 0;
+    for (int i = 0; i < n->n_in; i++)
+        if (r & (1u << i))
+            c = add_read(reads, c, n->in[i]);
+    for (int k = 0; k < n->n_out; k++)
+        if (r & (TE_READS_OUT << k))
+            c = add_read(reads, c, n->out[k]);
+    if (r & TE_READS_SAVED)
+        for (int j = 0; j < n->n_saved; j++)
+            c = add_read(reads, c, n->saved[j]);
+    return c;
+}
+
 static te_status backward_node(te_node *n)
 {
     te_tensor *grads_in[TE_MAX_OUT], *grads_out[TE_MAX_IN];
@@ -626,10 +653,12 @@ static te_status backward_node(te_node *n)
         grads_out[i] = te_needs_grad(n->in[i]) ? n->in[i]->grad : NULL;
     int exec = te_tracing ? -1 : te_next_exec_index();
     if (!te_tracing && (te_inject_count || te_hook_count)) {
+        te_tensor *reads[TE_BWD_READS_MAX];
         te_op_record rec = {
             .step = te_step(), .phase = TE_PHASE_BACKWARD, .op_id = n->id, .exec_index = exec,
             .name = n->grad_name, .type = te_op_grad_type_name(n->op), .loc = n->loc,
             .inputs = grads_in, .n_inputs = n->n_out, .outputs = grads_out, .n_outputs = n->n_in,
+            .reads = reads, .n_reads = te_node_bwd_reads(n, reads),
         };
         te_op_done(&rec);
     }

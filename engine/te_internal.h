@@ -136,6 +136,11 @@ te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
  * data (bit i), output k's (bit TE_READS_OUT << k), the saved tensors. */
 enum { TE_READS_OUT = 1u << 8, TE_READS_SAVED = 1u << 16 };
 unsigned te_op_bwd_reads(te_op op);
+/* Those tensors of node n (inputs, then outputs, then saved tensors; absent
+ * and repeated ones once), into reads; returns how many. They are the
+ * backward record's te_op_record.reads, in eager and graph mode alike. */
+#define TE_BWD_READS_MAX (TE_MAX_IN + TE_MAX_OUT + TE_MAX_SAVED)
+int te_node_bwd_reads(const te_node *n, te_tensor **reads);
 /* The inputs node n writes in place, as te_op_record.inplace. */
 unsigned te_node_inplace(const te_node *n);
 

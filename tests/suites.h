@@ -24,6 +24,7 @@ Suite *suite_dump_h5(void);     /* HDF5 step files and run.h5: round trips, vali
 Suite *suite_dump(void);        /* dump sessions: round trips, selection, stats, cap, errors */
 Suite *suite_tdbg_dump(void);   /* the tdbg-dump inspector: ls, show, stats, export, verify */
 Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, formats, damaged dumps */
+Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the whole op table */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */

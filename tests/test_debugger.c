@@ -108,6 +108,50 @@ START_TEST(test_inject_nan_forward)
 }
 END_TEST
 
+/* A NaN made in the forward pass reaches the backward ops through what they
+ * read of it (the cross entropy's logits and saved log-sum-exp, a batch
+ * norm's input and statistics): none of them created it, so `break nan`
+ * does not stop in that backward. The next op with a NaN it did not get
+ * from an op of the same step is the first of the next step, reading the
+ * parameters the update spoiled. */
+START_TEST(test_nan_not_recreated_in_backward)
+{
+    static const char *const modes[] = { "eager", "graph" };
+    for (int m = 0; m < 2; m++) {
+        session s = run_tdbg("break nan;run;continue", "mlp", "%s --steps 6 --mode %s "
+                             "--inject nan@op=fc2/linear,step=3", MLP, modes[m]);
+        assert_stop(&s, 0, "stopped: step=3 phase=forward op=fc2/linear type=Linear reason=nan "
+                           "tensor=fc2/linear:out0 index=[0,0] origin=created");
+        assert_stop(&s, 1, "stopped: step=4 phase=forward op=fc1/linear type=Linear reason=nan "
+                           "tensor=fc1/linear:out0 index=[0,0] origin=propagated:param:fc1.weight");
+        ck_assert_msg(!strstr(s.out, "phase=backward"), "%s: stopped in the backward:\n%s", modes[m], s.out);
+        done(&s);
+        s = run_tdbg("break nan;run;continue", "cnn", "%s --steps 4 --mode %s --inject nan@op=conv3/bn,step=2",
+                     CNN, modes[m]);
+        assert_stop(&s, 0, "stopped: step=2 phase=forward op=conv3/bn type=BatchNorm reason=nan "
+                           "tensor=conv3/bn:out0 index=[0,0,0,0] origin=created");
+        assert_stop(&s, 1, "stopped: step=3 phase=forward op=conv1/conv type=Conv2D reason=nan "
+                           "tensor=conv1/conv:out0 index=[0,0,0,0] origin=propagated:param:conv1.weight");
+        done(&s);
+        /* Stopped in that backward by name: the reads are listed, and the verdict names one. */
+        s = run_tdbg("break grad/cross_entropy if out0.has_nan;run;info op grad/cross_entropy;"
+                     "print cross_entropy:saved0[:2]", "mlp", "%s --steps 6 --mode %s "
+                     "--inject nan@op=fc2/linear,step=3", MLP, modes[m]);
+        assert_stop(&s, 0, "stopped: step=3 phase=backward op=grad/cross_entropy type=CrossEntropyGrad "
+                           "reason=condition tensor=grad:fc3/linear:out0 index=[0,0] "
+                           "origin=propagated:fc3/linear:out0");
+        assert_has(&s, "  verdict: propagated from fc3/linear:out0 (a forward tensor this op reads)\n");
+        assert_has(&s, "  reads:   fc3/linear:out0 [32,10] f32  NON-FINITE");
+        assert_has(&s, "           batch:y [32] i32  finite");
+        assert_has(&s, "           cross_entropy:saved0 [32] f32  NON-FINITE");
+        assert_has(&s, "  read0 fc3/linear:out0  from fc3/linear\n  read1 batch:y  from input\n"
+                       "  read2 cross_entropy:saved0  from cross_entropy\n");
+        assert_has(&s, "cross_entropy:saved0 f32 [32] (slice [:2] -> [2])\n[    nan ");
+        done(&s);
+    }
+}
+END_TEST
+
 START_TEST(test_inject_inf_backward_and_cnn)
 {
     static const char *const modes[] = { "eager", "graph" };
@@ -390,6 +434,7 @@ Suite *suite_debugger(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_inject_nan_forward);
     tcase_add_test(tc, test_inject_inf_backward_and_cnn);
+    tcase_add_test(tc, test_nan_not_recreated_in_backward);
     tcase_add_test(tc, test_natural_nan);
     suite_add_tcase(s, tc);
 

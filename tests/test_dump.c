@@ -495,6 +495,53 @@ START_TEST(test_ops_list_inplace_writes)
 }
 END_TEST
 
+/* run.h5 lists what each backward op reads of the forward pass, by the
+ * same names in eager and graph mode; forward and update ops read nothing
+ * there. */
+START_TEST(test_ops_list_backward_reads)
+{
+    static const char *const modes[2] = { "eager", "graph" };
+    dump_op_row *ops[2];
+    int n[2];
+    for (int k = 0; k < 2; k++) {
+        char run[256], err[1024];
+        snprintf(run, sizeof run, "%s/%s", dir, modes[k]);
+        int st = tu_shell(out, sizeof out,
+                          "'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 "
+                          "--train-size 16 --mode %s --dump 'dir=%s;steps=0' 2>&1",
+                          TDBG_BUILDDIR, modes[k], run);
+        ck_assert_msg(st == 0, "%s", out);
+        dump_run_meta m;
+        ck_assert_msg(dump_run_read(run, &m, &ops[k], &n[k], err, sizeof err), "%s", err);
+        ck_assert(m.lists_reads);
+        int found = 0;
+        for (int i = 0; i < n[k]; i++) {
+            const dump_op_row *o = &ops[k][i];
+            const char *want = strcmp(o->name, "grad/conv1/bn") == 0
+                                   ? "conv1/conv:out0,param:bn1.weight,conv1/bn:saved0,conv1/bn:saved1"
+                               : strcmp(o->name, "grad/cross_entropy") == 0
+                                   ? "fc/linear:out0,batch:y,cross_entropy:saved0"
+                               : strcmp(o->name, "grad/gap") == 0 || o->phase != TE_PHASE_BACKWARD ? ""
+                                                                                                   : NULL;
+            if (!want)
+                continue;
+            found += o->phase == TE_PHASE_BACKWARD;
+            ck_assert_msg(strcmp(o->reads, want) == 0, "%s %s reads '%s', want '%s'", modes[k], o->name,
+                          o->reads, want);
+        }
+        ck_assert_int_eq(found, 3);
+    }
+    ck_assert_int_eq(n[0], n[1]);
+    for (int i = 0; i < n[0]; i++) {
+        ck_assert_str_eq(ops[0][i].name, ops[1][i].name);
+        ck_assert_msg(strcmp(ops[0][i].reads, ops[1][i].reads) == 0, "%s: eager reads %s, graph %s",
+                      ops[0][i].name, ops[0][i].reads, ops[1][i].reads);
+    }
+    free(ops[0]);
+    free(ops[1]);
+}
+END_TEST
+
 START_TEST(test_h5py_interop)
 {
     /* h5py alone (no tdbg code) reads the dump, and numpy recomputes a conv
@@ -525,6 +572,7 @@ Suite *suite_dump(void)
     tcase_add_test(tc, test_stats_mode);
     tcase_add_test(tc, test_stats_mode_everything);
     tcase_add_test(tc, test_ops_list_inplace_writes);
+    tcase_add_test(tc, test_ops_list_backward_reads);
     tcase_add_test(tc, test_size_cap);
     tcase_add_test(tc, test_flight_recorder);
     tcase_add_test(tc, test_unwritable_dir);

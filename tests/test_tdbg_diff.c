@@ -731,15 +731,15 @@ START_TEST(test_nan_one_side)
 }
 END_TEST
 
-/* run.h5 as tdbg wrote it before the /ops table had its inplace column. */
-static void drop_inplace_column(const char *dir)
+/* run.h5 as tdbg wrote it before the /ops table had column `col`. */
+static void drop_column(const char *dir, const char *col)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/run.h5", dir);
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     hid_t ds = H5Dopen2(f, "/ops", H5P_DEFAULT);
     hid_t ft = H5Dget_type(ds), sp = H5Dget_space(ds);
-    ck_assert(f >= 0 && ds >= 0 && ft >= 0 && sp >= 0 && H5Tget_member_index(ft, "inplace") >= 0);
+    ck_assert(f >= 0 && ds >= 0 && ft >= 0 && sp >= 0 && H5Tget_member_index(ft, col) >= 0);
     size_t size = 0;
     int nm = H5Tget_nmembers(ft);
     for (int i = 0; i < nm; i++) {
@@ -752,7 +752,7 @@ static void drop_inplace_column(const char *dir)
     for (int i = 0; i < nm; i++) {
         char *name = H5Tget_member_name(ft, (unsigned)i);
         hid_t mt = H5Tget_member_type(ft, (unsigned)i);
-        if (strcmp(name, "inplace") != 0) {
+        if (strcmp(name, col) != 0) {
             ck_assert(H5Tinsert(old, name, at, mt) >= 0);
             at += H5Tget_size(mt);
         }
@@ -811,7 +811,7 @@ START_TEST(test_inplace_column)
     free(ops);
     for (int old = 0; old < 2; old++) {
         if (old)
-            drop_inplace_column(a);
+            drop_column(a, "inplace");
         tu_result r = RUN(a, b, "--format", "csv");
         ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
         csv t = csv_parse(r.out);
@@ -824,6 +824,96 @@ START_TEST(test_inplace_column)
     ck_assert_msg(dump_run_read(a, &m, &ops, &n, err, sizeof err), "%s", err);
     ck_assert(!m.lists_inplace && n == 2 && strcmp(ops[0].inputs, "batch:x,param:w") == 0);
     free(ops);
+}
+END_TEST
+
+/* Two forward ops on tensors that differ (x, y), and their backward ops,
+ * whose outputs differ. The reads column says grad/scale reads nothing of
+ * the forward pass (its gradient is a constant times the incoming one),
+ * so its difference starts there; grad/ln reads only what ln saved, and ln
+ * read the divergent y: inherited. Tables from before the column let grad/X
+ * read every input and output of X: both inherited. */
+START_TEST(test_reads_column)
+{
+    static const char *const table[][6] = {   /* name, phase, inputs, outputs, reads */
+        { "x", "f", "", "x:out0", "" },
+        { "scale", "f", "x:out0", "scale:out0", "" },
+        { "y", "f", "", "y:out0", "" },
+        { "ln", "f", "y:out0", "ln:out0", "" },
+        { "grad/ln", "b", "grad:ln:out0", "grad:y:out0", "ln:saved0" },
+        { "grad/scale", "b", "grad:scale:out0", "grad:x:out0", "" },
+    };
+    enum { N_OPS = sizeof table / sizeof table[0] };
+    char dir[128], a[160], b[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    float va[8], vb[8];
+    for (int i = 0; i < 8; i++)
+        va[i] = vb[i] = (float)i;
+    vb[2] += 0.5f;
+    dump_run_meta m = { .mode = TE_MODE_EAGER, .seed = 7 };
+    snprintf(m.engine_version, sizeof m.engine_version, "0.1.0");
+    snprintf(m.amp, sizeof m.amp, "none");
+    snprintf(m.backend, sizeof m.backend, "cpu");
+    snprintf(m.command_line, sizeof m.command_line, "test");
+    dump_op_row ops[N_OPS];
+    memset(ops, 0, sizeof ops);
+    for (int i = 0; i < N_OPS; i++) {
+        ops[i].exec = i;
+        ops[i].phase = table[i][1][0] == 'b' ? TE_PHASE_BACKWARD : TE_PHASE_FORWARD;
+        ops[i].line = 40 + i;
+        snprintf(ops[i].name, sizeof ops[i].name, "%s", table[i][0]);
+        snprintf(ops[i].type, sizeof ops[i].type, "Test");
+        snprintf(ops[i].file, sizeof ops[i].file, "examples/mlp.c");
+        snprintf(ops[i].inputs, sizeof ops[i].inputs, "%s", table[i][2]);
+        snprintf(ops[i].outputs, sizeof ops[i].outputs, "%s", table[i][3]);
+        snprintf(ops[i].reads, sizeof ops[i].reads, "%s", table[i][4]);
+    }
+    char err[512];
+    for (int k = 0; k < 2; k++) {
+        const char *d = k ? b : a;
+        ck_assert_msg(dump_run_write(d, &m, ops, N_OPS, err, sizeof err), "run.h5: %s", err);
+        dump_step_writer *w = create(d, 0, 0);
+        add(w, meta("x", DUMP_OUT, 0, 0, "x:out0", TE_F32, te_shape(8)), k ? vb : va);
+        add(w, meta("scale", DUMP_OUT, 0, 1, "scale:out0", TE_F32, te_shape(8)), k ? vb : va);
+        add(w, meta("y", DUMP_OUT, 0, 2, "y:out0", TE_F32, te_shape(8)), k ? vb : va);
+        add(w, meta("grad/ln", DUMP_OUT, 0, 4, "grad:y:out0", TE_F32, te_shape(8)), k ? vb : va);
+        add(w, meta("grad/scale", DUMP_OUT, 0, 5, "grad:x:out0", TE_F32, te_shape(8)), k ? vb : va);
+        commit(w);
+    }
+    dump_op_row *got;
+    int n;
+    ck_assert_msg(dump_run_read(a, &m, &got, &n, err, sizeof err), "%s", err);
+    ck_assert(m.lists_reads && n == N_OPS && strcmp(got[4].reads, "ln:saved0") == 0 && got[0].reads[0] == '\0');
+    free(got);
+    for (int old = 0; old < 2; old++) {
+        if (old)
+            drop_column(a, "reads");
+        tu_result r = RUN(a, b, "--format", "csv");
+        ck_assert_msg(r.rc == 1, "rc %d: %s", r.rc, r.err);
+        csv t = csv_parse(r.out);
+        static const char *const want[][3] = {   /* op, with the column, without */
+            { "x", "diverges here", "diverges here" },
+            { "scale", "inherited", "inherited" },
+            { "y", "diverges here", "diverges here" },
+            { "grad/ln", "inherited", "inherited" },
+            { "grad/scale", "diverges here", "inherited" },
+        };
+        for (int i = 0; i < 5; i++) {
+            int row = find_row(&t, 0, want[i][0], "out", 0);
+            ck_assert_msg(row >= 0, "no row for %s:\n%s", want[i][0], r.out);
+            ck_assert_msg(strcmp(cell(&t, row, "verdict"), want[i][1 + old]) == 0, "%s%s: %s, want %s",
+                          want[i][0], old ? " (no reads column)" : "", cell(&t, row, "verdict"),
+                          want[i][1 + old]);
+        }
+        csv_free(&t);
+        tu_result_free(&r);
+    }
+    ck_assert_msg(dump_run_read(a, &m, &got, &n, err, sizeof err), "%s", err);
+    ck_assert(!m.lists_reads && m.lists_inplace && n == N_OPS && strcmp(got[5].inputs, "grad:scale:out0") == 0 &&
+              got[4].reads[0] == '\0');
+    free(got);
 }
 END_TEST
 
@@ -1235,6 +1325,7 @@ Suite *suite_tdbg_diff(void)
     tcase_add_test(tc, test_half_against_f32);
     tcase_add_test(tc, test_nan_one_side);
     tcase_add_test(tc, test_inplace_column);
+    tcase_add_test(tc, test_reads_column);
     tcase_add_test(tc, test_shapes_and_one_side);
     tcase_add_test(tc, test_steps_intersected);
     tcase_add_test(tc, test_map_renames);

@@ -26,7 +26,7 @@ static void report(const tg_kernel *k, const tg_origin *o, int base)
         te_op_done(&rec);
         return;
     }
-    te_tensor *grads_in[TE_MAX_OUT], *grads_out[TE_MAX_IN];
+    te_tensor *grads_in[TE_MAX_OUT], *grads_out[TE_MAX_IN], *reads[TE_BWD_READS_MAX];
     for (int j = 0; j < n->n_out; j++)
         grads_in[j] = n->out[j]->grad;
     for (int i = 0; i < n->n_in; i++)
@@ -38,6 +38,10 @@ static void report(const tg_kernel *k, const tg_origin *o, int base)
     rec.n_inputs = n->n_out;
     rec.outputs = grads_out;
     rec.n_outputs = n->n_in;
+    /* The plan keeps what a backward kernel reads in memory up to that
+     * kernel (tg_kernel_reads), so these hold the data it read. */
+    rec.reads = reads;
+    rec.n_reads = te_node_bwd_reads(n, reads);
     te_op_done(&rec);
 }
 
