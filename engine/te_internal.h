@@ -21,10 +21,6 @@
  *   enum     suffix of TE_OP_*
  *   type     type name shown to users ("MatMul"; the backward is "MatMulGrad")
  *   name     default op name ("matmul", scoped and numbered on the tape)
- *   inputs   INk(...): the k inputs in order, each the dtypes it takes and
- *            its name in messages: F (f32, f16, bf16), I32 (indices), ANY,
- *            F_OPT and F32_OPT (may be NULL)
- *   outs     number of outputs
  *   reads    what the backward reads besides its outputs' gradients:
  *            TE_IN<i>, TE_OUT0, TE_SAVED (every saved tensor), or TE_NONE.
  *            Graph mode frees or reuses everything else before it runs.
@@ -36,40 +32,46 @@
  *            norm's running statistics): TE_IN<i>, or TE_NONE
  *   finite   NONFINITE_OK if it may produce NaN/Inf on purpose, else FINITE
  *   loss     LOSS if its output is a training loss, else NOLOSS
+ *   outs     number of outputs
+ *   inputs   INk(...): the k inputs in order, each the dtypes it takes and
+ *            its name in messages: F (f32, f16, bf16), I32 (indices), ANY,
+ *            F_OPT and F32_OPT (may be NULL)
  */
-#define TE_OP_LIST(X)                                                                              \
-    X(MATMUL, "MatMul", "matmul", IN2(F(a), F(b)), 1, TE_IN0 | TE_IN1, NONE, PRODUCER, TE_NONE, FINITE, NOLOSS) \
-    X(LINEAR, "Linear", "linear", IN3(F(x), F(w), F_OPT(b)), 1, TE_IN0 | TE_IN1, NONE, PRODUCER, TE_NONE, FINITE, NOLOSS) \
-    X(ADD, "Add", "add", IN2(F(a), F(b)), 1, TE_IN0 | TE_IN1, BINARY, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(SUB, "Sub", "sub", IN2(F(a), F(b)), 1, TE_IN0 | TE_IN1, BINARY, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(MUL, "Mul", "mul", IN2(F(a), F(b)), 1, TE_IN0 | TE_IN1, BINARY, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(DIV, "Div", "div", IN2(F(a), F(b)), 1, TE_IN0 | TE_IN1, BINARY, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(SCALE, "Scale", "scale", IN1(F(x)), 1, TE_NONE, UNARY, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(RELU, "Relu", "relu", IN1(F(x)), 1, TE_OUT0, UNARY, ACT, TE_NONE, FINITE, NOLOSS) \
-    X(GELU, "Gelu", "gelu", IN1(F(x)), 1, TE_IN0, UNARY, ACT, TE_NONE, FINITE, NOLOSS) \
-    X(TANH, "Tanh", "tanh", IN1(F(x)), 1, TE_OUT0, UNARY, ACT, TE_NONE, FINITE, NOLOSS) \
-    X(SIGMOID, "Sigmoid", "sigmoid", IN1(F(x)), 1, TE_OUT0, UNARY, ACT, TE_NONE, FINITE, NOLOSS) \
-    X(EXP, "Exp", "exp", IN1(F(x)), 1, TE_OUT0, UNARY, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(LOG, "Log", "log", IN1(F(x)), 1, TE_IN0, UNARY, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(SQRT, "Sqrt", "sqrt", IN1(F(x)), 1, TE_OUT0, UNARY, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(SOFTMAX, "Softmax", "softmax", IN1(F(x)), 1, TE_OUT0, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(LOG_SOFTMAX, "LogSoftmax", "log_softmax", IN1(F(x)), 1, TE_OUT0, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(CROSS_ENTROPY, "CrossEntropy", "cross_entropy", IN2(F(logits), I32(labels)), 1, TE_IN0 | TE_IN1 | TE_SAVED, NONE, NONE, TE_NONE, FINITE, LOSS) \
-    X(MSE, "MSE", "mse", IN2(F(pred), F(target)), 1, TE_IN0 | TE_IN1, NONE, NONE, TE_NONE, FINITE, LOSS) \
-    X(CONV2D, "Conv2D", "conv", IN3(F(x), F(w), F_OPT(b)), 1, TE_IN0 | TE_IN1, NONE, PRODUCER, TE_NONE, FINITE, NOLOSS) \
-    X(MAXPOOL2D, "MaxPool2D", "maxpool", IN1(F(x)), 1, TE_SAVED, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(AVGPOOL2D, "AvgPool2D", "avgpool", IN1(F(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap", IN1(F(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(BATCHNORM, "BatchNorm", "bn", IN5(F(x), F_OPT(gamma), F_OPT(beta), F32_OPT(running_mean), F32_OPT(running_var)), 1, TE_IN0 | TE_IN1 | TE_SAVED, NONE, PRODUCER, TE_IN3 | TE_IN4, FINITE, NOLOSS) \
-    X(LAYERNORM, "LayerNorm", "ln", IN3(F(x), F_OPT(gamma), F_OPT(beta)), 1, TE_IN0 | TE_IN1 | TE_SAVED, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(DROPOUT, "Dropout", "dropout", IN1(F(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(RESHAPE, "Reshape", "reshape", IN1(ANY(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(FLATTEN, "Flatten", "flatten", IN1(ANY(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(TRANSPOSE, "Transpose", "transpose", IN1(ANY(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(SUM, "Sum", "sum", IN1(F(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(MEAN, "Mean", "mean", IN1(F(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(EMBEDDING, "Embedding", "embedding", IN2(F(weight), I32(idx)), 1, TE_IN1, NONE, NONE, TE_NONE, FINITE, NOLOSS) \
-    X(CAST, "Cast", "cast", IN1(ANY(x)), 1, TE_NONE, NONE, NONE, TE_NONE, FINITE, NOLOSS)
+/*    enum            type             name             reads                       ew      fuse      writes           finite  loss    outs inputs */
+#define TE_OP_LIST(X)                                                                                                                                                                       \
+    X(MATMUL,         "MatMul",        "matmul",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(LINEAR,         "Linear",        "linear",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F(w), F_OPT(b)))                     \
+    X(ADD,            "Add",           "add",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(SUB,            "Sub",           "sub",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(MUL,            "Mul",           "mul",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(DIV,            "Div",           "div",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(SCALE,          "Scale",         "scale",         TE_NONE,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(RELU,           "Relu",          "relu",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(GELU,           "Gelu",          "gelu",          TE_IN0,                     UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(TANH,           "Tanh",          "tanh",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(SIGMOID,        "Sigmoid",       "sigmoid",       TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(EXP,            "Exp",           "exp",           TE_OUT0,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(LOG,            "Log",           "log",           TE_IN0,                     UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(SQRT,           "Sqrt",          "sqrt",          TE_OUT0,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(SOFTMAX,        "Softmax",       "softmax",       TE_OUT0,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(LOG_SOFTMAX,    "LogSoftmax",    "log_softmax",   TE_OUT0,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(CROSS_ENTROPY,  "CrossEntropy",  "cross_entropy", TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         FINITE, LOSS,   1,    IN2(F(logits), I32(labels)))                   \
+    X(MSE,            "MSE",           "mse",           TE_IN0 | TE_IN1,            NONE,   NONE,     TE_NONE,         FINITE, LOSS,   1,    IN2(F(pred), F(target)))                       \
+    X(CONV2D,         "Conv2D",        "conv",          TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F(w), F_OPT(b)))                     \
+    X(MAXPOOL2D,      "MaxPool2D",     "maxpool",       TE_SAVED,                   NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(AVGPOOL2D,      "AvgPool2D",     "avgpool",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap",           TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(BATCHNORM,      "BatchNorm",     "bn",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   PRODUCER, TE_IN3 | TE_IN4, FINITE, NOLOSS, 1,    IN5(F(x), F_OPT(gamma), F_OPT(beta),           \
+                                                                                                                                                 F32_OPT(running_mean), F32_OPT(running_var))) \
+    X(LAYERNORM,      "LayerNorm",     "ln",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F_OPT(gamma), F_OPT(beta)))          \
+    X(DROPOUT,        "Dropout",       "dropout",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(RESHAPE,        "Reshape",       "reshape",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
+    X(FLATTEN,        "Flatten",       "flatten",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
+    X(TRANSPOSE,      "Transpose",     "transpose",     TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
+    X(SUM,            "Sum",           "sum",           TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(MEAN,           "Mean",          "mean",          TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(EMBEDDING,      "Embedding",     "embedding",     TE_IN1,                     NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(weight), I32(idx)))                      \
+    X(CAST,           "Cast",          "cast",          TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))
 
 typedef enum {
 #define TE_OP_ENUM(e, ...) TE_OP_##e,
@@ -115,7 +117,7 @@ typedef struct te_op_info {
  * expression that is a syntax error when the column is empty, and the
  * word columns are pasted onto their own prefix, so a word from another
  * column (or a typo) is an undeclared identifier. */
-#define TE_OP_ROW(e, type_, name_, ins, outs, reads, ew_, fuse_, writes_, finite, loss)          \
+#define TE_OP_ROW(e, type_, name_, reads, ew_, fuse_, writes_, finite, loss, outs, ins)          \
     [TE_OP_##e] = { .type = type_, .grad_type = type_ "Grad", .name = name_, TE_OPROW_##ins,     \
                     .n_out = (outs), .bwd_reads = (reads), .ew = TE_EW_##ew_,                    \
                     .fuse = TE_FUSE_##fuse_, .writes = (writes_),                                \
