@@ -44,51 +44,20 @@ static struct {
     uint32_t name_gen;
 } eng = { .backend = &te_backend_cpu, .step = -1, .training = true };
 
-static const char *const op_type_names[] = {
-#define TE_OP_TYPE(e, type, name) type,
-    TE_OP_LIST(TE_OP_TYPE)
-#undef TE_OP_TYPE
-};
-static const char *const op_grad_type_names[] = {
-#define TE_OP_GRAD(e, type, name) type "Grad",
-    TE_OP_LIST(TE_OP_GRAD)
-#undef TE_OP_GRAD
-};
-static const char *const op_default_names[] = {
-#define TE_OP_NAME(e, type, name) name,
-    TE_OP_LIST(TE_OP_NAME)
-#undef TE_OP_NAME
-};
-_Static_assert(sizeof op_type_names / sizeof op_type_names[0] == TE_OP_COUNT, "op table");
+const te_op_info te_op_table[TE_OP_COUNT] = { TE_OP_LIST(TE_OP_ROW) };
 
-const char *te_op_type_name(te_op op) { return op_type_names[op]; }
-const char *te_op_grad_type_name(te_op op) { return op_grad_type_names[op]; }
-const char *te_op_default_name(te_op op) { return op_default_names[op]; }
-
-/* What each backward kernel reads (see te_internal.h); unlisted ops read
- * every input and output and their saved tensors. */
-static const unsigned bwd_reads[TE_OP_COUNT] = {
-    [TE_OP_MATMUL] = 0x3, [TE_OP_LINEAR] = 0x3, [TE_OP_CONV2D] = 0x3,
-    [TE_OP_ADD] = 0x3, [TE_OP_SUB] = 0x3, [TE_OP_MUL] = 0x3, [TE_OP_DIV] = 0x3,
-    [TE_OP_SCALE] = 0, [TE_OP_GELU] = 0x1, [TE_OP_LOG] = 0x1,
-    [TE_OP_RELU] = TE_READS_OUT, [TE_OP_TANH] = TE_READS_OUT, [TE_OP_SIGMOID] = TE_READS_OUT,
-    [TE_OP_EXP] = TE_READS_OUT, [TE_OP_SQRT] = TE_READS_OUT,
-    [TE_OP_SOFTMAX] = TE_READS_OUT, [TE_OP_LOG_SOFTMAX] = TE_READS_OUT,
-    [TE_OP_CROSS_ENTROPY] = 0x3 | TE_READS_SAVED, [TE_OP_MSE] = 0x3,
-    [TE_OP_MAXPOOL2D] = TE_READS_SAVED, [TE_OP_AVGPOOL2D] = 0, [TE_OP_GLOBAL_AVGPOOL] = 0,
-    [TE_OP_BATCHNORM] = 0x3 | TE_READS_SAVED, [TE_OP_LAYERNORM] = 0x3 | TE_READS_SAVED,
-    [TE_OP_DROPOUT] = 0, [TE_OP_RESHAPE] = 0, [TE_OP_FLATTEN] = 0, [TE_OP_TRANSPOSE] = 0,
-    [TE_OP_SUM] = 0, [TE_OP_MEAN] = 0, [TE_OP_EMBEDDING] = 0x2, [TE_OP_CAST] = 0,
-};
-
-unsigned te_op_bwd_reads(te_op op) { return bwd_reads[op]; }
+const char *te_op_type_name(te_op op) { return te_op_table[op].type; }
+const char *te_op_grad_type_name(te_op op) { return te_op_table[op].grad_type; }
+const char *te_op_default_name(te_op op) { return te_op_table[op].name; }
+unsigned te_op_traits(te_op op) { return te_op_table[op].traits; }
+unsigned te_op_bwd_reads(te_op op) { return te_op_table[op].bwd_reads; }
 
 unsigned te_node_inplace(const te_node *n)
 {
-    /* batch norm in training updates its running statistics, inputs 3 and 4 */
-    if (n->op == TE_OP_BATCHNORM && n->a.training && n->in[3])
-        return 1u << 3 | 1u << 4;
-    return 0;
+    unsigned given = 0;
+    for (int i = 0; i < n->n_in; i++)
+        given |= n->in[i] ? 1u << i : 0;
+    return n->a.training ? te_op_table[n->op].writes & given : 0;
 }
 
 const te_backend *te_backend_current(void) { return eng.backend; }
@@ -303,15 +272,26 @@ static te_node *new_node(void)
     return *slot;
 }
 
-te_node *te_node_begin_opt(te_op op, te_loc loc, int n_in, te_tensor *const *in, unsigned optional)
+/* "float input (f32, f16, bf16)", "f32", "i32 indices": what a dtype mask takes. */
+static const char *dtypes_text(unsigned dtypes)
 {
-    for (int i = 0; i < n_in; i++) {
-        if (in[i] || (optional & (1u << i)))
+    if (dtypes == TE_DT_FLOAT)
+        return "float input (f32, f16, bf16)";
+    if (dtypes == 1u << TE_I32)
+        return "i32 indices";
+    return te_dtype_name((te_dtype)__builtin_ctz(dtypes));
+}
+
+te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
+{
+    const te_op_info *info = &te_op_table[op];
+    for (int i = 0; i < info->n_in; i++) {
+        if (in[i] || info->in[i].optional)
             continue;
         /* An earlier op failed and already said why; keep its message. */
         if (te_error_code() == TE_OK)
-            te_set_error(TE_ERR_INPUT, "%s (%s) at %s:%d: input %d is NULL", te_op_default_name(op),
-                         te_op_type_name(op), loc.file, loc.line, i);
+            te_set_error(TE_ERR_INPUT, "%s (%s) at %s:%d: input %d (%s) is NULL", info->name,
+                         info->type, loc.file, loc.line, i, info->in[i].name);
         return NULL;
     }
     if (!eng.initialized)
@@ -321,22 +301,27 @@ te_node *te_node_begin_opt(te_op op, te_loc loc, int n_in, te_tensor *const *in,
     te_set_phase(TE_PHASE_FORWARD);
     te_node *n = new_node();
     if (!n) {
-        te_set_error(TE_ERR_NOMEM, "%s at %s:%d: out of memory", te_op_type_name(op), loc.file, loc.line);
+        te_set_error(TE_ERR_NOMEM, "%s at %s:%d: out of memory", info->type, loc.file, loc.line);
         return NULL;
     }
     n->op = op;
     n->id = eng.n_nodes - 1;
     n->loc = loc;
-    n->n_in = n_in;
-    for (int i = 0; i < n_in; i++)
+    n->n_in = info->n_in;
+    for (int i = 0; i < info->n_in; i++)
         n->in[i] = in[i];
     name_node(n);
+    for (int i = 0; i < info->n_in; i++) {
+        const te_tensor *x = in[i];
+        if (!x || info->in[i].dtypes & 1u << x->dtype)
+            continue;
+        char sx[96];
+        te_node_fail(n, TE_ERR_DTYPE, "%s %s is %s: %s needed", info->in[i].name,
+                     te_shape_str(x->ndim, x->shape, sx, sizeof sx), te_dtype_name(x->dtype),
+                     dtypes_text(info->in[i].dtypes));
+        return NULL;
+    }
     return n;
-}
-
-te_node *te_node_begin(te_op op, te_loc loc, int n_in, te_tensor *const *in)
-{
-    return te_node_begin_opt(op, loc, n_in, in, 0);
 }
 
 /* Drops the newest node, n, and gives its name back, so that the tape holds
@@ -563,7 +548,7 @@ te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
 
 te_tensor *te_node_run(te_node *n)
 {
-    for (int k = 0; k < n->n_out; k++)
+    for (int k = 0; k < te_op_table[n->op].n_out; k++)
         if (!n->out[k])
             return te_node_fail(n, TE_ERR_NOMEM, "cannot allocate output %d", k);
     for (int k = 0; k < TE_MAX_SAVED; k++)
@@ -583,6 +568,7 @@ te_tensor *te_node_run(te_node *n)
             .exec_index = te_next_exec_index(), .name = n->name, .type = te_op_type_name(n->op),
             .loc = n->loc, .inputs = n->in, .n_inputs = n->n_in, .outputs = n->out,
             .n_outputs = n->n_out, .inplace = te_node_inplace(n),
+            .traits = te_op_traits(n->op),
         };
         te_op_done(&rec);
     } else {
@@ -659,6 +645,7 @@ static te_status backward_node(te_node *n)
             .name = n->grad_name, .type = te_op_grad_type_name(n->op), .loc = n->loc,
             .inputs = grads_in, .n_inputs = n->n_out, .outputs = grads_out, .n_outputs = n->n_in,
             .reads = reads, .n_reads = te_node_bwd_reads(n, reads),
+            .traits = te_op_traits(n->op),
         };
         te_op_done(&rec);
     }

@@ -13,55 +13,142 @@
 
 #include <stdarg.h>
 
-/* Every op: enum suffix, type name (shown to users), default op name. */
-#define TE_OP_LIST(X)                                   \
-    X(MATMUL, "MatMul", "matmul")                       \
-    X(LINEAR, "Linear", "linear")                       \
-    X(ADD, "Add", "add")                                \
-    X(SUB, "Sub", "sub")                                \
-    X(MUL, "Mul", "mul")                                \
-    X(DIV, "Div", "div")                                \
-    X(SCALE, "Scale", "scale")                          \
-    X(RELU, "Relu", "relu")                             \
-    X(GELU, "Gelu", "gelu")                             \
-    X(TANH, "Tanh", "tanh")                             \
-    X(SIGMOID, "Sigmoid", "sigmoid")                    \
-    X(EXP, "Exp", "exp")                                \
-    X(LOG, "Log", "log")                                \
-    X(SQRT, "Sqrt", "sqrt")                             \
-    X(SOFTMAX, "Softmax", "softmax")                    \
-    X(LOG_SOFTMAX, "LogSoftmax", "log_softmax")         \
-    X(CROSS_ENTROPY, "CrossEntropy", "cross_entropy")   \
-    X(MSE, "MSE", "mse")                                \
-    X(CONV2D, "Conv2D", "conv")                         \
-    X(MAXPOOL2D, "MaxPool2D", "maxpool")                \
-    X(AVGPOOL2D, "AvgPool2D", "avgpool")                \
-    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap")           \
-    X(BATCHNORM, "BatchNorm", "bn")                     \
-    X(LAYERNORM, "LayerNorm", "ln")                     \
-    X(DROPOUT, "Dropout", "dropout")                    \
-    X(RESHAPE, "Reshape", "reshape")                    \
-    X(FLATTEN, "Flatten", "flatten")                    \
-    X(TRANSPOSE, "Transpose", "transpose")              \
-    X(SUM, "Sum", "sum")                                \
-    X(MEAN, "Mean", "mean")                             \
-    X(EMBEDDING, "Embedding", "embedding")              \
-    X(CAST, "Cast", "cast")
+/* ---- the op table ----------------------------------------------------------
+ * One row per op with every fact the engine asks about it. A row with a
+ * column missing does not build (the macro's argument count), and every
+ * column is said explicitly: NONE is a token, not a default.
+ *
+ *   enum     suffix of TE_OP_*
+ *   type     type name shown to users ("MatMul"; the backward is "MatMulGrad")
+ *   name     default op name ("matmul", scoped and numbered on the tape)
+ *   reads    what the backward reads besides its outputs' gradients:
+ *            TE_IN<i>, TE_OUT0, TE_SAVED (every saved tensor), or TE_NONE.
+ *            Graph mode frees or reuses everything else before it runs.
+ *   ew       elementwise class, for the fused elementwise kernel:
+ *            UNARY, BINARY (numpy broadcasting) or NONE
+ *   fuse     ACT: an activation a PRODUCER (matmul, linear, conv, batch
+ *            norm) runs in place on its output in graph mode; or NONE
+ *   writes   inputs written in place in training mode when given (batch
+ *            norm's running statistics): TE_IN<i>, or TE_NONE
+ *   finite   NONFINITE_OK if it may produce NaN/Inf on purpose, else FINITE
+ *   loss     LOSS if its output is a training loss, else NOLOSS
+ *   outs     number of outputs
+ *   inputs   INk(...): the k inputs in order, each the dtypes it takes and
+ *            its name in messages: F (f32, f16, bf16), I32 (indices), ANY,
+ *            F_OPT and F32_OPT (may be NULL)
+ */
+/*    enum            type             name             reads                       ew      fuse      writes           finite  loss    outs inputs */
+#define TE_OP_LIST(X)                                                                                                                                                                       \
+    X(MATMUL,         "MatMul",        "matmul",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(LINEAR,         "Linear",        "linear",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F(w), F_OPT(b)))                     \
+    X(ADD,            "Add",           "add",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(SUB,            "Sub",           "sub",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(MUL,            "Mul",           "mul",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(DIV,            "Div",           "div",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
+    X(SCALE,          "Scale",         "scale",         TE_NONE,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(RELU,           "Relu",          "relu",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(GELU,           "Gelu",          "gelu",          TE_IN0,                     UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(TANH,           "Tanh",          "tanh",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(SIGMOID,        "Sigmoid",       "sigmoid",       TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(EXP,            "Exp",           "exp",           TE_OUT0,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(LOG,            "Log",           "log",           TE_IN0,                     UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(SQRT,           "Sqrt",          "sqrt",          TE_OUT0,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(SOFTMAX,        "Softmax",       "softmax",       TE_OUT0,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(LOG_SOFTMAX,    "LogSoftmax",    "log_softmax",   TE_OUT0,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(CROSS_ENTROPY,  "CrossEntropy",  "cross_entropy", TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         FINITE, LOSS,   1,    IN2(F(logits), I32(labels)))                   \
+    X(MSE,            "MSE",           "mse",           TE_IN0 | TE_IN1,            NONE,   NONE,     TE_NONE,         FINITE, LOSS,   1,    IN2(F(pred), F(target)))                       \
+    X(CONV2D,         "Conv2D",        "conv",          TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F(w), F_OPT(b)))                     \
+    X(MAXPOOL2D,      "MaxPool2D",     "maxpool",       TE_SAVED,                   NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(AVGPOOL2D,      "AvgPool2D",     "avgpool",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap",           TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(BATCHNORM,      "BatchNorm",     "bn",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   PRODUCER, TE_IN3 | TE_IN4, FINITE, NOLOSS, 1,    IN5(F(x), F_OPT(gamma), F_OPT(beta),           \
+                                                                                                                                                 F32_OPT(running_mean), F32_OPT(running_var))) \
+    X(LAYERNORM,      "LayerNorm",     "ln",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F_OPT(gamma), F_OPT(beta)))          \
+    X(DROPOUT,        "Dropout",       "dropout",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(RESHAPE,        "Reshape",       "reshape",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
+    X(FLATTEN,        "Flatten",       "flatten",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
+    X(TRANSPOSE,      "Transpose",     "transpose",     TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
+    X(SUM,            "Sum",           "sum",           TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(MEAN,           "Mean",          "mean",          TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
+    X(EMBEDDING,      "Embedding",     "embedding",     TE_IN1,                     NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(weight), I32(idx)))                      \
+    X(CAST,           "Cast",          "cast",          TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))
 
 typedef enum {
-#define TE_OP_ENUM(e, type, name) TE_OP_##e,
+#define TE_OP_ENUM(e, ...) TE_OP_##e,
     TE_OP_LIST(TE_OP_ENUM)
 #undef TE_OP_ENUM
     TE_OP_COUNT
 } te_op;
 
-const char *te_op_type_name(te_op op);      /* "MatMul" */
-const char *te_op_grad_type_name(te_op op); /* "MatMulGrad" */
-const char *te_op_default_name(te_op op);   /* "matmul" */
-
 #define TE_MAX_IN 5
 #define TE_MAX_OUT 2
 #define TE_MAX_SAVED 3
+
+/* Bits of the reads and writes columns: input i (bit i), output k's data
+ * (TE_READS_OUT << k), the saved tensors. */
+enum {
+    TE_NONE = 0,
+    TE_IN0 = 1u << 0, TE_IN1 = 1u << 1, TE_IN2 = 1u << 2, TE_IN3 = 1u << 3, TE_IN4 = 1u << 4,
+    TE_READS_OUT = 1u << 8, TE_OUT0 = TE_READS_OUT,
+    TE_READS_SAVED = 1u << 16, TE_SAVED = TE_READS_SAVED,
+};
+
+typedef enum { TE_EW_NONE, TE_EW_UNARY, TE_EW_BINARY } te_ew_class;
+typedef enum { TE_FUSE_NONE, TE_FUSE_ACT, TE_FUSE_PRODUCER } te_fuse_role;
+
+typedef struct te_op_input {
+    unsigned dtypes; /* bit d: dtype d is accepted */
+    bool optional;   /* may be NULL */
+    const char *name;
+} te_op_input;
+
+typedef struct te_op_info {
+    const char *type, *grad_type, *name;
+    int n_in, n_out;
+    te_op_input in[TE_MAX_IN];
+    unsigned bwd_reads;
+    te_ew_class ew;
+    te_fuse_role fuse;
+    unsigned writes; /* in training mode, those of these inputs that are given */
+    unsigned traits; /* TE_TRAIT_*: loss, elementwise, non-finite on purpose */
+} te_op_info;
+
+/* A row of TE_OP_LIST as a te_op_info initializer. Each column lands in an
+ * expression that is a syntax error when the column is empty, and the
+ * word columns are pasted onto their own prefix, so a word from another
+ * column (or a typo) is an undeclared identifier. */
+#define TE_OP_ROW(e, type_, name_, reads, ew_, fuse_, writes_, finite, loss, outs, ins)          \
+    [TE_OP_##e] = { .type = type_, .grad_type = type_ "Grad", .name = name_, TE_OPROW_##ins,     \
+                    .n_out = (outs), .bwd_reads = (reads), .ew = TE_EW_##ew_,                    \
+                    .fuse = TE_FUSE_##fuse_, .writes = (writes_),                                \
+                    .traits = TE_OPROW_##finite | TE_OPROW_##loss |                              \
+                              (TE_EW_##ew_ != TE_EW_NONE ? TE_TRAIT_ELEMENTWISE : 0) },
+#define TE_OPROW_IN1(a) .n_in = 1, .in = { TE_OPROW_##a }
+#define TE_OPROW_IN2(a, b) .n_in = 2, .in = { TE_OPROW_##a, TE_OPROW_##b }
+#define TE_OPROW_IN3(a, b, c) .n_in = 3, .in = { TE_OPROW_##a, TE_OPROW_##b, TE_OPROW_##c }
+#define TE_OPROW_IN4(a, b, c, d)                                                                 \
+    .n_in = 4, .in = { TE_OPROW_##a, TE_OPROW_##b, TE_OPROW_##c, TE_OPROW_##d }
+#define TE_OPROW_IN5(a, b, c, d, e)                                                              \
+    .n_in = 5, .in = { TE_OPROW_##a, TE_OPROW_##b, TE_OPROW_##c, TE_OPROW_##d, TE_OPROW_##e }
+#define TE_DT_FLOAT (1u << TE_F32 | 1u << TE_F16 | 1u << TE_BF16)
+#define TE_OPROW_F(n) { TE_DT_FLOAT, false, #n }
+#define TE_OPROW_F_OPT(n) { TE_DT_FLOAT, true, #n }
+#define TE_OPROW_F32_OPT(n) { 1u << TE_F32, true, #n }
+#define TE_OPROW_I32(n) { 1u << TE_I32, false, #n }
+#define TE_OPROW_ANY(n) { (1u << TE_DTYPE_COUNT) - 1, false, #n }
+#define TE_OPROW_FINITE 0
+#define TE_OPROW_NONFINITE_OK TE_TRAIT_NONFINITE_OK
+#define TE_OPROW_NOLOSS 0
+#define TE_OPROW_LOSS TE_TRAIT_LOSS
+
+extern const te_op_info te_op_table[TE_OP_COUNT];
+static inline const te_op_info *te_op_info_of(te_op op) { return &te_op_table[op]; }
+
+const char *te_op_type_name(te_op op);      /* "MatMul" */
+const char *te_op_grad_type_name(te_op op); /* "MatMulGrad" */
+const char *te_op_default_name(te_op op);   /* "matmul" */
+/* The TE_TRAIT_* of op, for te_op_record.traits. */
+unsigned te_op_traits(te_op op);
 
 /* Attributes of all ops in one flat struct; each op uses what it needs. */
 typedef struct te_attrs {
@@ -91,16 +178,17 @@ struct te_node {
 
 /* ---- making an op (used by the files of engine/ops) -------------------------------
  *
- *   te_node *n = te_node_begin(TE_OP_RELU, loc, 1, (te_tensor *[]){ x });
- *   if (!n) return NULL;                       // an input was NULL
+ *   te_node *n = te_node_begin(TE_OP_RELU, loc, (te_tensor *[]){ x });
+ *   if (!n) return NULL;                       // an input was NULL or of a wrong dtype
  *   if (bad) return te_node_fail(n, TE_ERR_SHAPE, "x %s: ...", te_shape_str(...));
  *   te_node_output(n, x->dtype, x->ndim, x->shape);
  *   return te_node_run(n);                     // runs forward, calls hooks
  */
-te_node *te_node_begin(te_op op, te_loc loc, int n_in, te_tensor *const *in);
-/* The same, where inputs whose bit is set in `optional` may be NULL (absent
- * bias, gamma, running stats); kernels see NULL in those slots. */
-te_node *te_node_begin_opt(te_op op, te_loc loc, int n_in, te_tensor *const *in, unsigned optional);
+/* Starts a node of op on `in`, which holds the op's n_in inputs (its row in
+ * TE_OP_LIST), optional ones possibly NULL: kernels see NULL there. Checks
+ * each input against the row: NULL where it is required, or a dtype the
+ * row does not take, fails with a message naming the input. */
+te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in);
 /* Discards n and records "NAME (Type) at FILE:LINE: message"; returns NULL. */
 te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -132,16 +220,16 @@ float *te_grad_buf(te_tensor *x, int *acc);
 te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* What a backward kernel reads besides its outputs' gradients: input i's
- * data (bit i), output k's (bit TE_READS_OUT << k), the saved tensors. */
-enum { TE_READS_OUT = 1u << 8, TE_READS_SAVED = 1u << 16 };
+/* What a backward kernel reads besides its outputs' gradients (the reads
+ * column: TE_IN<i>, TE_READS_OUT << k, TE_READS_SAVED). */
 unsigned te_op_bwd_reads(te_op op);
 /* Those tensors of node n (inputs, then outputs, then saved tensors; absent
  * and repeated ones once), into reads; returns how many. They are the
  * backward record's te_op_record.reads, in eager and graph mode alike. */
 #define TE_BWD_READS_MAX (TE_MAX_IN + TE_MAX_OUT + TE_MAX_SAVED)
 int te_node_bwd_reads(const te_node *n, te_tensor **reads);
-/* The inputs node n writes in place, as te_op_record.inplace. */
+/* The inputs node n writes in place, as te_op_record.inplace: the writes
+ * column's inputs that n was given, in training mode. */
 unsigned te_node_inplace(const te_node *n);
 
 static inline float *te_f32(const te_tensor *t) { return (float *)t->data; }

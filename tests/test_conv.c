@@ -527,11 +527,11 @@ START_TEST(test_conv_errors)
     te_tensor *xi = te_tensor_zeros(TE_I32, te_shape(2, 3, 8, 8));
     line = __LINE__ + 1;
     ck_assert(te_conv2d(xi, w3, NULL, 1, 1) == NULL);
-    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "Conv2D", "x is i32");
+    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "Conv2D", "x [2,3,8,8] is i32");
     te_tensor *wi = te_tensor_zeros(TE_I32, te_shape(4, 3, 3, 3));
     line = __LINE__ + 1;
     ck_assert(te_conv2d(x, wi, NULL, 1, 1) == NULL);
-    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "Conv2D", "w is i32");
+    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "Conv2D", "w [4,3,3,3] is i32");
 
     te_error_clear();
     ck_assert(te_conv2d(x, NULL, NULL, 1, 1) == NULL);
@@ -566,7 +566,7 @@ START_TEST(test_pool_errors)
     te_tensor *xi = te_tensor_zeros(TE_I32, te_shape(2, 3, 4, 4));
     line = __LINE__ + 1;
     ck_assert(te_avgpool2d(xi, 2, 2, 0) == NULL);
-    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "avgpool", "x is i32");
+    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "avgpool", "x [2,3,4,4] is i32");
 
     te_tensor *x2 = te_tensor_zeros(TE_F32, te_shape(2, 3));
     line = __LINE__ + 1;
@@ -574,7 +574,7 @@ START_TEST(test_pool_errors)
     tu_assert_error(TE_ERR_SHAPE, tu_at(line), "gap", "GlobalAvgPool", "x [2,3]", "4-D");
     line = __LINE__ + 1;
     ck_assert(te_global_avgpool(xi) == NULL);
-    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "gap", "GlobalAvgPool", "x is i32");
+    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "gap", "GlobalAvgPool", "x [2,3,4,4] is i32");
 }
 END_TEST
 

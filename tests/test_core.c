@@ -5,7 +5,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 START_TEST(test_dtypes)
 {
@@ -507,6 +509,51 @@ START_TEST(test_half_same_input_twice)
 }
 END_TEST
 
+/* ---- the op table: a row without a fact does not build ------------------ */
+
+/* One op row, complete or with its backward-reads column left out or
+ * empty, expanded by te_internal.h's TE_OP_ROW as the engine does. */
+static const char op_row_probe[] =
+    "#include \"te_internal.h\"\n"
+    "#if defined(ROW_COMPLETE)\n"
+    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", TE_OUT0, UNARY, ACT, TE_NONE, FINITE, NOLOSS, 1, IN1(F(x)))\n"
+    "#elif defined(ROW_NO_READS)\n"
+    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", UNARY, ACT, TE_NONE, FINITE, NOLOSS, 1, IN1(F(x)))\n"
+    "#else\n"
+    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", , UNARY, ACT, TE_NONE, FINITE, NOLOSS, 1, IN1(F(x)))\n"
+    "#endif\n"
+    "const te_op_info probe[TE_OP_COUNT] = { ROWS(TE_OP_ROW) };\n";
+
+/* Compiles the probe with -D`variant`; returns the compiler's status. */
+static int compile_probe(const char *dir, const char *variant, char *out, size_t n)
+{
+    return tu_shell(out, n, "%s -std=c11 -D_GNU_SOURCE -fsyntax-only -I%s/engine -D%s %s/probe.c 2>&1",
+                    TDBG_CC, TDBG_SRCDIR, variant, dir);
+}
+
+START_TEST(test_op_row_missing_fact_does_not_build)
+{
+    char dir[] = "/tmp/tdbg-oprow-XXXXXX", path[64], out[4096];
+    ck_assert(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/probe.c", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert(f != NULL);
+    fputs(op_row_probe, f);
+    ck_assert_int_eq(fclose(f), 0);
+
+    int st = compile_probe(dir, "ROW_COMPLETE", out, sizeof out);
+    ck_assert_msg(st == 0, "the complete row does not build (%d):\n%s", st, out);
+    st = compile_probe(dir, "ROW_NO_READS", out, sizeof out);
+    ck_assert_msg(st != 0, "a row without its reads column builds");
+    ck_assert_msg(strstr(out, "argument"), "not the macro's argument count:\n%s", out);
+    st = compile_probe(dir, "ROW_EMPTY_READS", out, sizeof out);
+    ck_assert_msg(st != 0, "a row with an empty reads column builds");
+
+    remove(path);
+    rmdir(dir);
+}
+END_TEST
+
 Suite *suite_core(void)
 {
     Suite *s = suite_create("core");
@@ -536,6 +583,7 @@ Suite *suite_core(void)
     tcase_add_test(tc, test_half_inputs_round_outputs);
     tcase_add_test(tc, test_half_backward);
     tcase_add_test(tc, test_half_same_input_twice);
+    tcase_add_test(tc, test_op_row_missing_fact_does_not_build);
     suite_add_tcase(s, tc);
     return s;
 }

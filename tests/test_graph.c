@@ -692,6 +692,69 @@ END_TEST
 START_TEST(test_parity_cnn) { check_parity(true); }
 END_TEST
 
+/* ---- op traits in records ------------------------------------------------ */
+
+typedef struct {
+    te_tensor *w, *b;
+} ce_model;
+
+static te_status ce_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    ce_model *m = ctx;
+    out[1] = te_relu(te_linear(in[0], m->w, m->b));
+    out[0] = te_cross_entropy(out[1], in[1]);
+    return te_backward(out[0]);
+}
+
+typedef struct {
+    unsigned ce, ce_grad, relu, relu_grad, linear;
+    int seen;
+} trait_log;
+
+static void log_traits(const te_op_record *r, void *user)
+{
+    trait_log *l = user;
+    const char *name[] = { "cross_entropy", "grad/cross_entropy", "relu", "grad/relu", "linear" };
+    unsigned *slot[] = { &l->ce, &l->ce_grad, &l->relu, &l->relu_grad, &l->linear };
+    for (int i = 0; i < 5; i++)
+        if (strcmp(r->name, name[i]) == 0) {
+            *slot[i] = r->traits;
+            l->seen |= 1 << i;
+        }
+}
+
+/* Records carry the op table's traits, forward and backward, in both modes
+ * (in graph mode relu runs fused into linear and is reported all the same). */
+START_TEST(test_record_traits)
+{
+    ce_model m = { .w = param("w", te_shape(4, 16), -1, 1), .b = param("b", te_shape(4), -1, 1) };
+    te_tensor *labels = te_tensor_persistent(TE_I32, te_shape(8));
+    for (int i = 0; i < 8; i++)
+        te_i32(labels)[i] = i % 4;
+    te_tensor *in[2] = { input(te_shape(8, 16), 11), labels }, *out[2];
+    for (int mode = 0; mode < 2; mode++) {
+        te_graph *g = te_graph_new(ce_step, &m, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 2,
+                                                                  .n_outputs = 2 });
+        trait_log l = { 0 };
+        int h = te_hook_add(&(te_hooks){ .op_end = log_traits }, &l);
+        te_step_begin();
+        ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s", te_error());
+        te_step_end();
+        te_hook_remove(h);
+        if (mode == TE_MODE_GRAPH)
+            ck_assert_int_eq(count_kernels(g, TG_K_ACT, 0), 1); /* linear + relu */
+        te_graph_free(g);
+        ck_assert_int_eq(l.seen, 0x1f);
+        ck_assert_uint_eq(l.ce, TE_TRAIT_LOSS);
+        ck_assert_uint_eq(l.ce_grad, TE_TRAIT_LOSS);
+        ck_assert_uint_eq(l.relu, TE_TRAIT_ELEMENTWISE);
+        ck_assert_uint_eq(l.relu_grad, TE_TRAIT_ELEMENTWISE);
+        ck_assert_uint_eq(l.linear, 0);
+    }
+    te_tensor_free(labels);
+}
+END_TEST
+
 static void teardown(void)
 {
     free_inputs();
@@ -717,6 +780,7 @@ Suite *suite_graph(void)
     tcase_add_test(tc, test_inject_in_fused_chain);
     tcase_add_test(tc, test_trace_errors);
     tcase_add_test(tc, test_save_graph);
+    tcase_add_test(tc, test_record_traits);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("parity");

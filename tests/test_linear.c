@@ -276,11 +276,11 @@ START_TEST(test_linear_errors)
     te_tensor *wi = te_tensor_zeros(TE_I32, te_shape(4, 3));
     line = __LINE__ + 1;
     ck_assert(te_linear(x, wi, NULL) == NULL);
-    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "linear", "Linear", "w is i32");
+    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "linear", "Linear", "w [4,3] is i32");
     te_tensor *bi = te_tensor_zeros(TE_I32, te_shape(4));
     line = __LINE__ + 1;
     ck_assert(te_linear(x, w3, bi) == NULL);
-    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "linear", "Linear", "b is i32");
+    tu_assert_error(TE_ERR_DTYPE, tu_at(line), "linear", "Linear", "b [4] is i32");
 
     /* the failures leave the tape usable */
     te_tensor *y = te_linear(x, w3, NULL);

@@ -3,8 +3,6 @@
 
 #include <stdlib.h>
 
-_Static_assert(TE_OP_COUNT == 32, "a new op needs its kernels in both tables below");
-
 static void *cpu_alloc(size_t bytes)
 {
     /* 64-byte alignment for vector loads; size rounded as aligned_alloc wants. */
@@ -13,77 +11,32 @@ static void *cpu_alloc(size_t bytes)
 
 static void cpu_free(void *p) { free(p); }
 
-/* One kernel per op and direction; Flatten is Reshape's copy. */
+/* Each op and the prefix of its kernels, PREFIX_forward and
+ * PREFIX_backward; Flatten is Reshape's copy. */
+#define CPU_KERNELS(K)                                                                             \
+    K(MATMUL, cpu_matmul) K(LINEAR, cpu_linear) K(ADD, cpu_add) K(SUB, cpu_sub) K(MUL, cpu_mul)    \
+    K(DIV, cpu_div) K(SCALE, cpu_scale) K(RELU, cpu_relu) K(GELU, cpu_gelu) K(TANH, cpu_tanh)      \
+    K(SIGMOID, cpu_sigmoid) K(EXP, cpu_exp) K(LOG, cpu_log) K(SQRT, cpu_sqrt)                      \
+    K(SOFTMAX, cpu_softmax) K(LOG_SOFTMAX, cpu_log_softmax)                                        \
+    K(CROSS_ENTROPY, cpu_cross_entropy) K(MSE, cpu_mse) K(CONV2D, cpu_conv2d)                      \
+    K(MAXPOOL2D, cpu_maxpool2d) K(AVGPOOL2D, cpu_avgpool2d)                                        \
+    K(GLOBAL_AVGPOOL, cpu_global_avgpool) K(BATCHNORM, cpu_batchnorm)                              \
+    K(LAYERNORM, cpu_layernorm) K(DROPOUT, cpu_dropout) K(RESHAPE, cpu_reshape)                    \
+    K(FLATTEN, cpu_reshape) K(TRANSPOSE, cpu_transpose) K(SUM, cpu_sum) K(MEAN, cpu_mean)          \
+    K(EMBEDDING, cpu_embedding) K(CAST, cpu_cast)
+
+/* Every op exactly once, or the build stops: a repeated op redeclares its
+ * enumerator, and the count must be the op count. */
+#define CPU_ONCE(e, k) cpu_kernels_of_##e,
+enum { CPU_KERNELS(CPU_ONCE) CPU_KERNEL_ROWS };
+_Static_assert((int)CPU_KERNEL_ROWS == (int)TE_OP_COUNT, "every op needs its kernels in CPU_KERNELS");
+
+#define CPU_FWD(e, k) [TE_OP_##e] = k##_forward,
+#define CPU_BWD(e, k) [TE_OP_##e] = k##_backward,
 const te_backend te_backend_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .forward = {
-        [TE_OP_MATMUL] = cpu_matmul_forward,
-        [TE_OP_LINEAR] = cpu_linear_forward,
-        [TE_OP_ADD] = cpu_add_forward,
-        [TE_OP_SUB] = cpu_sub_forward,
-        [TE_OP_MUL] = cpu_mul_forward,
-        [TE_OP_DIV] = cpu_div_forward,
-        [TE_OP_SCALE] = cpu_scale_forward,
-        [TE_OP_RELU] = cpu_relu_forward,
-        [TE_OP_GELU] = cpu_gelu_forward,
-        [TE_OP_TANH] = cpu_tanh_forward,
-        [TE_OP_SIGMOID] = cpu_sigmoid_forward,
-        [TE_OP_EXP] = cpu_exp_forward,
-        [TE_OP_LOG] = cpu_log_forward,
-        [TE_OP_SQRT] = cpu_sqrt_forward,
-        [TE_OP_SOFTMAX] = cpu_softmax_forward,
-        [TE_OP_LOG_SOFTMAX] = cpu_log_softmax_forward,
-        [TE_OP_CROSS_ENTROPY] = cpu_cross_entropy_forward,
-        [TE_OP_MSE] = cpu_mse_forward,
-        [TE_OP_CONV2D] = cpu_conv2d_forward,
-        [TE_OP_MAXPOOL2D] = cpu_maxpool2d_forward,
-        [TE_OP_AVGPOOL2D] = cpu_avgpool2d_forward,
-        [TE_OP_GLOBAL_AVGPOOL] = cpu_global_avgpool_forward,
-        [TE_OP_BATCHNORM] = cpu_batchnorm_forward,
-        [TE_OP_LAYERNORM] = cpu_layernorm_forward,
-        [TE_OP_DROPOUT] = cpu_dropout_forward,
-        [TE_OP_RESHAPE] = cpu_reshape_forward,
-        [TE_OP_FLATTEN] = cpu_reshape_forward,
-        [TE_OP_TRANSPOSE] = cpu_transpose_forward,
-        [TE_OP_SUM] = cpu_sum_forward,
-        [TE_OP_MEAN] = cpu_mean_forward,
-        [TE_OP_EMBEDDING] = cpu_embedding_forward,
-        [TE_OP_CAST] = cpu_cast_forward,
-    },
-    .backward = {
-        [TE_OP_MATMUL] = cpu_matmul_backward,
-        [TE_OP_LINEAR] = cpu_linear_backward,
-        [TE_OP_ADD] = cpu_add_backward,
-        [TE_OP_SUB] = cpu_sub_backward,
-        [TE_OP_MUL] = cpu_mul_backward,
-        [TE_OP_DIV] = cpu_div_backward,
-        [TE_OP_SCALE] = cpu_scale_backward,
-        [TE_OP_RELU] = cpu_relu_backward,
-        [TE_OP_GELU] = cpu_gelu_backward,
-        [TE_OP_TANH] = cpu_tanh_backward,
-        [TE_OP_SIGMOID] = cpu_sigmoid_backward,
-        [TE_OP_EXP] = cpu_exp_backward,
-        [TE_OP_LOG] = cpu_log_backward,
-        [TE_OP_SQRT] = cpu_sqrt_backward,
-        [TE_OP_SOFTMAX] = cpu_softmax_backward,
-        [TE_OP_LOG_SOFTMAX] = cpu_log_softmax_backward,
-        [TE_OP_CROSS_ENTROPY] = cpu_cross_entropy_backward,
-        [TE_OP_MSE] = cpu_mse_backward,
-        [TE_OP_CONV2D] = cpu_conv2d_backward,
-        [TE_OP_MAXPOOL2D] = cpu_maxpool2d_backward,
-        [TE_OP_AVGPOOL2D] = cpu_avgpool2d_backward,
-        [TE_OP_GLOBAL_AVGPOOL] = cpu_global_avgpool_backward,
-        [TE_OP_BATCHNORM] = cpu_batchnorm_backward,
-        [TE_OP_LAYERNORM] = cpu_layernorm_backward,
-        [TE_OP_DROPOUT] = cpu_dropout_backward,
-        [TE_OP_RESHAPE] = cpu_reshape_backward,
-        [TE_OP_FLATTEN] = cpu_reshape_backward,
-        [TE_OP_TRANSPOSE] = cpu_transpose_backward,
-        [TE_OP_SUM] = cpu_sum_backward,
-        [TE_OP_MEAN] = cpu_mean_backward,
-        [TE_OP_EMBEDDING] = cpu_embedding_backward,
-        [TE_OP_CAST] = cpu_cast_backward,
-    },
+    .forward = { CPU_KERNELS(CPU_FWD) },
+    .backward = { CPU_KERNELS(CPU_BWD) },
 };

@@ -162,8 +162,6 @@ void tg_compact(tg_plan *p);  /* drops removed kernels */
 /* Appends from's original ops to to's (fusing kernels, merging ops). */
 void tg_origin_move(tg_kernel *to, tg_kernel *from);
 void tg_plan_free(tg_plan *p);
-bool tg_is_elementwise(te_op op);
-bool tg_is_activation(te_op op);
 bool tg_has_side_effects(const te_node *n);
 
 /* Value ids a kernel reads and writes (each at most TG_IO_MAX). */

@@ -173,32 +173,13 @@ void tg_plan_free(tg_plan *p)
     free(p);
 }
 
-/* ---- op classes ---------------------------------------------------------- */
-
-bool tg_is_elementwise(te_op op)
-{
-    switch (op) {
-    case TE_OP_ADD: case TE_OP_SUB: case TE_OP_MUL: case TE_OP_DIV: case TE_OP_SCALE:
-    case TE_OP_RELU: case TE_OP_GELU: case TE_OP_TANH: case TE_OP_SIGMOID: case TE_OP_EXP:
-    case TE_OP_LOG: case TE_OP_SQRT:
-        return true;
-    default:
-        return false;
-    }
-}
-
-bool tg_is_activation(te_op op)
-{
-    return op == TE_OP_RELU || op == TE_OP_GELU || op == TE_OP_TANH || op == TE_OP_SIGMOID;
-}
+/* ---- side effects --------------------------------------------------------- */
 
 /* Ops whose kernel changes something besides its outputs: they are never
  * removed, folded or merged. Dropout's mask changes with the step. */
 bool tg_has_side_effects(const te_node *n)
 {
-    if (n->op == TE_OP_DROPOUT)
-        return true;
-    return n->op == TE_OP_BATCHNORM && n->a.training && n->in[3];
+    return n->op == TE_OP_DROPOUT || te_node_inplace(n) != 0;
 }
 
 /* ---- reads and writes ----------------------------------------------------- */

@@ -11,15 +11,19 @@
 
 #include <stdlib.h>
 
+/* The first forward kernel after `after` that reads t, when it is an op
+ * of type op (TE_OP_COUNT: an activation); else -1. */
 static int fwd_consumer(const tg_plan *p, const te_tensor *t, int after, te_op op)
 {
     for (int i = after + 1; i < p->n_kernels; i++) {
         const tg_kernel *k = &p->kernels[i];
         if (k->removed || k->kind != TG_K_FWD)
             continue;
+        te_op o = k->node->op;
+        bool fits = op == TE_OP_COUNT ? te_op_info_of(o)->fuse == TE_FUSE_ACT : o == op;
         for (int j = 0; j < k->node->n_in; j++)
             if (k->node->in[j] == t)
-                return k->node->op == op || (op == TE_OP_COUNT && tg_is_activation(k->node->op)) ? i : -1;
+                return fits ? i : -1;
     }
     return -1;
 }

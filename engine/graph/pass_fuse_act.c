@@ -10,11 +10,6 @@
 
 #include <stdlib.h>
 
-static bool producer_op(te_op op)
-{
-    return op == TE_OP_LINEAR || op == TE_OP_MATMUL || op == TE_OP_CONV2D || op == TE_OP_BATCHNORM;
-}
-
 static int fwd_kernel_of(const tg_plan *p, const te_node *n, int before)
 {
     for (int i = before - 1; i >= 0; i--)
@@ -33,13 +28,13 @@ int tg_pass_fuse_act(tg_plan *p)
     int fused = 0;
     for (int a = 0; a < p->n_kernels; a++) {
         tg_kernel *ka = &p->kernels[a];
-        if (ka->removed || ka->kind != TG_K_FWD || ka->shadow || !tg_is_activation(ka->node->op))
+        if (ka->removed || ka->kind != TG_K_FWD || ka->shadow || te_op_info_of(ka->node->op)->fuse != TE_FUSE_ACT)
             continue;
         te_tensor *mid = ka->node->in[0];
         te_node *prod = mid->node;
         int m = tg_value_of(p, mid);
         if (!prod || p->values[m].kind != TG_TEMP || p->values[m].observed || p->values[m].output ||
-            !producer_op(prod->op) || mid->dtype != TE_F32 || mid->slot != 0)
+            te_op_info_of(prod->op)->fuse != TE_FUSE_PRODUCER || mid->dtype != TE_F32 || mid->slot != 0)
             continue;
         int k = fwd_kernel_of(p, prod, a);
         if (k < 0 || p->kernels[k].shadow || tg_read_between(p, k, a, m))

@@ -31,7 +31,7 @@ static bool feeds(const te_tensor *in, const te_tensor *out)
 
 static bool fusable(const tg_plan *p, const tg_kernel *k)
 {
-    if (k->removed || k->kind != TG_K_FWD || k->shadow || !tg_is_elementwise(k->node->op))
+    if (k->removed || k->kind != TG_K_FWD || k->shadow || te_op_info_of(k->node->op)->ew == TE_EW_NONE)
         return false;
     const te_node *n = k->node;
     if (n->out[0]->dtype != TE_F32)
@@ -62,8 +62,9 @@ static bool add_step(tg_ew *ew, const te_node *n)
     if (ew->n_steps == TG_EW_MAX)
         return false;
     tg_ew save = *ew;
-    int a = reg_of(ew, n->in[0]), b = n->n_in > 1 ? reg_of(ew, n->in[1]) : -1;
-    if (a < 0 || (n->n_in > 1 && b < 0)) {
+    bool binary = te_op_info_of(n->op)->ew == TE_EW_BINARY;
+    int a = reg_of(ew, n->in[0]), b = binary ? reg_of(ew, n->in[1]) : -1;
+    if (a < 0 || (binary && b < 0)) {
         *ew = save;
         return false;
     }

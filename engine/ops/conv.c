@@ -7,23 +7,13 @@
 
 #define SHAPE_BUF 96
 
-static te_tensor *fail_dtype(te_node *n, const char *what, const te_tensor *t)
-{
-    return te_node_fail(n, TE_ERR_DTYPE, "%s is %s: float input (f32, f16, bf16) needed", what,
-                        te_dtype_name(t->dtype));
-}
-
-/* Checks x is a float [N,C,H,W] and that a kh x kw window with this stride
+/* Checks x is [N,C,H,W] and that a kh x kw window with this stride
  * and padding fits; on success records stride and pad in n and writes the
  * output height and width. On failure n is discarded with a message that
  * starts with `shapes`, the op's inputs as "x [..]" or "x [..] and w [..]". */
 static bool check_window(te_node *n, const char *shapes, const te_tensor *x, int64_t kh,
                          int64_t kw, int stride, int pad, int64_t *oh, int64_t *ow)
 {
-    if (!te_is_float(x)) {
-        fail_dtype(n, "x", x);
-        return false;
-    }
     if (x->ndim != 4) {
         te_node_fail(n, TE_ERR_SHAPE, "%s: x must be 4-D [N,C,H,W]", shapes);
         return false;
@@ -53,13 +43,9 @@ static bool check_window(te_node *n, const char *shapes, const te_tensor *x, int
 /* x [N,C,H,W] * w [O,C,KH,KW] + b [O] -> [N,O,OH,OW]. */
 te_tensor *te_conv2d_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b, int stride, int pad)
 {
-    te_node *n = te_node_begin_opt(TE_OP_CONV2D, l, 3, (te_tensor *[]){ x, w, b }, 1u << 2);
+    te_node *n = te_node_begin(TE_OP_CONV2D, l, (te_tensor *[]){ x, w, b });
     if (!n)
         return NULL;
-    if (!te_is_float(w))
-        return fail_dtype(n, "w", w);
-    if (b && !te_is_float(b))
-        return fail_dtype(n, "b", b);
 
     char sx[SHAPE_BUF], sw[SHAPE_BUF], shapes[2 * SHAPE_BUF + 16];
     te_shape_str(x->ndim, x->shape, sx, sizeof sx);
@@ -88,7 +74,7 @@ te_tensor *te_conv2d_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b, int 
 /* The shared front-end of max and average pooling. */
 static te_tensor *pool2d(te_op op, te_loc l, te_tensor *x, int kernel, int stride, int pad)
 {
-    te_node *n = te_node_begin(op, l, 1, (te_tensor *[]){ x });
+    te_node *n = te_node_begin(op, l, (te_tensor *[]){ x });
     if (!n)
         return NULL;
     char sx[SHAPE_BUF], shapes[SHAPE_BUF + 8];
@@ -127,11 +113,9 @@ te_tensor *te_avgpool2d_at(te_loc l, te_tensor *x, int kernel, int stride, int p
 /* x [N,C,H,W] -> mean over H and W, [N,C]. */
 te_tensor *te_global_avgpool_at(te_loc l, te_tensor *x)
 {
-    te_node *n = te_node_begin(TE_OP_GLOBAL_AVGPOOL, l, 1, (te_tensor *[]){ x });
+    te_node *n = te_node_begin(TE_OP_GLOBAL_AVGPOOL, l, (te_tensor *[]){ x });
     if (!n)
         return NULL;
-    if (!te_is_float(x))
-        return fail_dtype(n, "x", x);
     if (x->ndim != 4) {
         char sx[SHAPE_BUF];
         te_shape_str(x->ndim, x->shape, sx, sizeof sx);

@@ -3,18 +3,15 @@
 
 /* a OP b. Shapes broadcast as in numpy: aligned at the last dim, each pair of
  * dims equal or one of them 1; the output has the larger rank. Fails with
- * TE_ERR_DTYPE for a non-float input, TE_ERR_SHAPE when shapes do not fit. */
+ * TE_ERR_SHAPE when shapes do not fit. */
 static te_tensor *binary(te_op op, te_loc l, te_tensor *a, te_tensor *b)
 {
-    te_node *n = te_node_begin(op, l, 2, (te_tensor *[]){ a, b });
+    te_node *n = te_node_begin(op, l, (te_tensor *[]){ a, b });
     if (!n)
         return NULL;
     char sa[96], sb[96];
     te_shape_str(a->ndim, a->shape, sa, sizeof sa);
     te_shape_str(b->ndim, b->shape, sb, sizeof sb);
-    if (!te_is_float(a) || !te_is_float(b))
-        return te_node_fail(n, TE_ERR_DTYPE, "a %s %s and b %s %s: inputs must be float",
-                            sa, te_dtype_name(a->dtype), sb, te_dtype_name(b->dtype));
 
     int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
     int64_t shape[TE_MAX_DIMS];
@@ -35,15 +32,9 @@ static te_tensor *binary(te_op op, te_loc l, te_tensor *a, te_tensor *b)
 /* A float op of one input whose output has the input's shape and dtype. */
 static te_tensor *unary(te_op op, te_loc l, te_tensor *x, float scale)
 {
-    te_node *n = te_node_begin(op, l, 1, &x);
+    te_node *n = te_node_begin(op, l, &x);
     if (!n)
         return NULL;
-    if (!te_is_float(x)) {
-        char sx[96];
-        return te_node_fail(n, TE_ERR_DTYPE, "x %s %s: input must be float",
-                            te_shape_str(x->ndim, x->shape, sx, sizeof sx),
-                            te_dtype_name(x->dtype));
-    }
     n->a.scale = scale;
     te_node_output(n, te_result_dtype(1, &x), x->ndim, x->shape);
     return te_node_run(n);

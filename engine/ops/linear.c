@@ -4,22 +4,12 @@
 
 #define SHAPE_BUF 96
 
-static te_tensor *fail_dtype(te_node *n, const char *what, const te_tensor *t)
-{
-    return te_node_fail(n, TE_ERR_DTYPE, "%s is %s: float input (f32, f16, bf16) needed", what,
-                        te_dtype_name(t->dtype));
-}
-
-/* a [M,K] @ b [K,N] -> [M,N]. NULL with a message on dtype or shape mismatch. */
+/* a [M,K] @ b [K,N] -> [M,N]. NULL with a message on a shape mismatch. */
 te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b)
 {
-    te_node *n = te_node_begin(TE_OP_MATMUL, l, 2, (te_tensor *[]){ a, b });
+    te_node *n = te_node_begin(TE_OP_MATMUL, l, (te_tensor *[]){ a, b });
     if (!n)
         return NULL;
-    if (!te_is_float(a))
-        return fail_dtype(n, "a", a);
-    if (!te_is_float(b))
-        return fail_dtype(n, "b", b);
 
     char sa[SHAPE_BUF], sb[SHAPE_BUF];
     te_shape_str(a->ndim, a->shape, sa, sizeof sa);
@@ -37,15 +27,9 @@ te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b)
 /* x [N,I], w [O,I] (PyTorch's layout), b [O] or NULL -> x w^T + b [N,O]. */
 te_tensor *te_linear_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b)
 {
-    te_node *n = te_node_begin_opt(TE_OP_LINEAR, l, 3, (te_tensor *[]){ x, w, b }, 1u << 2);
+    te_node *n = te_node_begin(TE_OP_LINEAR, l, (te_tensor *[]){ x, w, b });
     if (!n)
         return NULL;
-    if (!te_is_float(x))
-        return fail_dtype(n, "x", x);
-    if (!te_is_float(w))
-        return fail_dtype(n, "w", w);
-    if (b && !te_is_float(b))
-        return fail_dtype(n, "b", b);
 
     char sx[SHAPE_BUF], sw[SHAPE_BUF];
     te_shape_str(x->ndim, x->shape, sx, sizeof sx);

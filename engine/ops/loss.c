@@ -7,16 +7,12 @@
  * naming the label and its index. */
 te_tensor *te_cross_entropy_at(te_loc l, te_tensor *logits, te_tensor *labels)
 {
-    te_node *n = te_node_begin(TE_OP_CROSS_ENTROPY, l, 2, (te_tensor *[]){ logits, labels });
+    te_node *n = te_node_begin(TE_OP_CROSS_ENTROPY, l, (te_tensor *[]){ logits, labels });
     if (!n)
         return NULL;
     char sz[96], sy[96];
     te_shape_str(logits->ndim, logits->shape, sz, sizeof sz);
     te_shape_str(labels->ndim, labels->shape, sy, sizeof sy);
-    if (!te_is_float(logits) || labels->dtype != TE_I32)
-        return te_node_fail(n, TE_ERR_DTYPE,
-                            "logits %s %s and labels %s %s: logits must be float, labels i32", sz,
-                            te_dtype_name(logits->dtype), sy, te_dtype_name(labels->dtype));
     if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0])
         return te_node_fail(n, TE_ERR_SHAPE,
                             "logits %s and labels %s: expected logits [N,C] and labels [N]", sz,
@@ -31,15 +27,12 @@ te_tensor *te_cross_entropy_at(te_loc l, te_tensor *logits, te_tensor *labels)
 /* mean((pred - target)^2) over all elements; pred and target of one shape. */
 te_tensor *te_mse_at(te_loc l, te_tensor *pred, te_tensor *target)
 {
-    te_node *n = te_node_begin(TE_OP_MSE, l, 2, (te_tensor *[]){ pred, target });
+    te_node *n = te_node_begin(TE_OP_MSE, l, (te_tensor *[]){ pred, target });
     if (!n)
         return NULL;
     char sp[96], st[96];
     te_shape_str(pred->ndim, pred->shape, sp, sizeof sp);
     te_shape_str(target->ndim, target->shape, st, sizeof st);
-    if (!te_is_float(pred) || !te_is_float(target))
-        return te_node_fail(n, TE_ERR_DTYPE, "pred %s %s and target %s %s: inputs must be float",
-                            sp, te_dtype_name(pred->dtype), st, te_dtype_name(target->dtype));
     if (!te_same_shape(pred, target))
         return te_node_fail(n, TE_ERR_SHAPE, "pred %s and target %s must have the same shape", sp,
                             st);

@@ -7,12 +7,6 @@
 
 #define SHAPE_BUF 96
 
-static te_tensor *fail_dtype(te_node *n, const char *what, const te_tensor *t)
-{
-    return te_node_fail(n, TE_ERR_DTYPE, "%s is %s: float input (f32, f16, bf16) needed", what,
-                        te_dtype_name(t->dtype));
-}
-
 /* Checks an optional per-feature vector t (gamma, beta, running stats) is
  * [len]; false after failing n with a message naming it and x. */
 static bool check_vec(te_node *n, const char *what, const te_tensor *t, int64_t len, const char *sx)
@@ -37,16 +31,10 @@ te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *
                            te_tensor *running_mean, te_tensor *running_var, float momentum,
                            float eps)
 {
-    te_node *n = te_node_begin_opt(
-        TE_OP_BATCHNORM, l, 5, (te_tensor *[]){ x, gamma, beta, running_mean, running_var }, 0x1eu);
+    te_node *n = te_node_begin(TE_OP_BATCHNORM, l,
+                               (te_tensor *[]){ x, gamma, beta, running_mean, running_var });
     if (!n)
         return NULL;
-    if (!te_is_float(x))
-        return fail_dtype(n, "x", x);
-    if (gamma && !te_is_float(gamma))
-        return fail_dtype(n, "gamma", gamma);
-    if (beta && !te_is_float(beta))
-        return fail_dtype(n, "beta", beta);
 
     char sx[SHAPE_BUF];
     te_shape_str(x->ndim, x->shape, sx, sizeof sx);
@@ -62,9 +50,6 @@ te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *
     const te_tensor *rs[2] = { running_mean, running_var };
     const char *rname[2] = { "running_mean", "running_var" };
     for (int i = 0; i < 2 && rs[i]; i++) {
-        if (rs[i]->dtype != TE_F32)
-            return te_node_fail(n, TE_ERR_DTYPE, "%s is %s: f32 needed", rname[i],
-                                te_dtype_name(rs[i]->dtype));
         if (!check_vec(n, rname[i], rs[i], C, sx))
             return NULL;
         /* a tape tensor would be freed at the step's end, losing the stats */
@@ -104,15 +89,9 @@ te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *
  * beta [D] (either NULL: 1 and 0). */
 te_tensor *te_layernorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *beta, float eps)
 {
-    te_node *n = te_node_begin_opt(TE_OP_LAYERNORM, l, 3, (te_tensor *[]){ x, gamma, beta }, 0x6u);
+    te_node *n = te_node_begin(TE_OP_LAYERNORM, l, (te_tensor *[]){ x, gamma, beta });
     if (!n)
         return NULL;
-    if (!te_is_float(x))
-        return fail_dtype(n, "x", x);
-    if (gamma && !te_is_float(gamma))
-        return fail_dtype(n, "gamma", gamma);
-    if (beta && !te_is_float(beta))
-        return fail_dtype(n, "beta", beta);
 
     char sx[SHAPE_BUF];
     te_shape_str(x->ndim, x->shape, sx, sizeof sx);

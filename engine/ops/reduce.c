@@ -18,14 +18,11 @@ static int norm_axis(int axis, int ndim)
 
 static te_tensor *reduction(te_op op, te_loc l, te_tensor *x, int axis, bool keepdim)
 {
-    te_node *n = te_node_begin(op, l, 1, &x);
+    te_node *n = te_node_begin(op, l, &x);
     if (!n)
         return NULL;
     char sx[96];
     te_shape_str(x->ndim, x->shape, sx, sizeof sx);
-    if (!te_is_float(x))
-        return te_node_fail(n, TE_ERR_DTYPE, "x %s %s: input must be float", sx,
-                            te_dtype_name(x->dtype));
     int64_t shape[TE_MAX_DIMS];
     int nd = 0;
     if (axis == TE_ALL) {
@@ -64,14 +61,11 @@ te_tensor *te_mean_at(te_loc l, te_tensor *x, int axis, bool keepdim)
 /* Softmax along one axis; the output has x's shape. */
 static te_tensor *softmax(te_op op, te_loc l, te_tensor *x, int axis)
 {
-    te_node *n = te_node_begin(op, l, 1, &x);
+    te_node *n = te_node_begin(op, l, &x);
     if (!n)
         return NULL;
     char sx[96];
     te_shape_str(x->ndim, x->shape, sx, sizeof sx);
-    if (!te_is_float(x))
-        return te_node_fail(n, TE_ERR_DTYPE, "x %s %s: input must be float", sx,
-                            te_dtype_name(x->dtype));
     int ax = norm_axis(axis, x->ndim);
     if (ax < 0)
         return te_node_fail(n, TE_ERR_ARG, "axis %d is out of range for x %s (%d dims)", axis, sx,
