@@ -529,6 +529,40 @@ START_TEST(test_registered)
 }
 END_TEST
 
+/* The loss is what the op table marks as one, whatever the op's type is
+ * called, and a unary elementwise op of it before backward is the scale. */
+START_TEST(test_track_loss_by_traits)
+{
+    te_init(&(te_config){ .seed = 1, .threads = 1 });
+    te_tensor *l = te_tensor_persistent(TE_F32, 0, NULL), *scaled = te_tensor_persistent(TE_F32, 0, NULL);
+    te_tensor *other = te_tensor_persistent(TE_F32, 0, NULL);
+    te_set(l, 0, 2.5f);
+    te_set(scaled, 0, 20.0f);
+    te_set(other, 0, 99.0f);
+    te_tensor *in[] = { l }, *out_l[] = { l }, *out_s[] = { scaled }, *out_o[] = { other };
+    /* a scalar that is no loss, then the loss under a made-up type name, then its scale */
+    te_op_record none = { .step = 7, .name = "acc", .type = "Sum", .outputs = out_o, .n_outputs = 1 };
+    te_op_record loss = { .step = 7, .name = "my loss", .type = "Whatever", .outputs = out_l, .n_outputs = 1,
+                          .traits = TE_TRAIT_LOSS };
+    te_op_record scale = { .step = 7, .name = "s", .type = "Scale", .inputs = in, .n_inputs = 1,
+                           .outputs = out_s, .n_outputs = 1, .traits = TE_TRAIT_ELEMENTWISE };
+    te_op_record back = { .step = 7, .phase = TE_PHASE_BACKWARD, .name = "grad/s", .type = "ScaleGrad" };
+    tui_track_op(&none);
+    tui_track_op(&loss);
+    tui_track_op(&scale);
+    tui_track_op(&back);
+    tui_track_step_end(7);
+    float v, sc;
+    int64_t step;
+    ck_assert(tui_track_last(&v, &step, &sc));
+    ck_assert_msg(v == 2.5f && step == 7 && sc == 8.0f, "loss %g step %lld scale %g", v, (long long)step, sc);
+    te_tensor_free(l);
+    te_tensor_free(scaled);
+    te_tensor_free(other);
+    te_shutdown();
+}
+END_TEST
+
 START_TEST(test_output_lines)
 {
     const dbg_stop *before = dbg_last_stop();
@@ -717,6 +751,7 @@ Suite *suite_tui(void)
     TCase *unit = tcase_create("parts");
     tcase_add_test(unit, test_layout);
     tcase_add_test(unit, test_output_lines);
+    tcase_add_test(unit, test_track_loss_by_traits);
     tcase_add_test(unit, test_list_clamp);
     tcase_add_test(unit, test_list_taller_than_rows);
     tcase_add_test(unit, test_list_resize);

@@ -1,15 +1,15 @@
 /*
  * track.c — what the TUI follows beside the session: the loss of every
- * training step (the outputs of CrossEntropy and MSE in the forward phase,
- * averaged over a step's micro-batches; a Scale applied to the loss is the
- * loss scale). The last stop is the session's (dbg_last_stop()), read as
+ * training step (the outputs of ops the op table marks as losses,
+ * TE_TRAIT_LOSS, in the forward phase, averaged over a step's micro-batches;
+ * a unary elementwise op of the loss, as a Scale before backward, gives the
+ * loss scale until mixed precision makes the scaler engine state). The last stop is the session's (dbg_last_stop()), read as
  * a struct where it is shown: nothing here reads the debugger's output.
  */
 #include "tui_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define LOSS_MAX (1 << 20) /* entries kept; then pairs merge and each covers more steps */
 
@@ -38,11 +38,11 @@ void tui_track_op(const te_op_record *r)
     if (r->n_outputs < 1 || !r->outputs[0] || r->outputs[0]->numel != 1 || !r->outputs[0]->data)
         return;
     const te_tensor *o = r->outputs[0];
-    if (strcmp(r->type, "CrossEntropy") == 0 || strcmp(r->type, "MSE") == 0) {
+    if (r->traits & TE_TRAIT_LOSS) {
         step_sum += te_get(o, 0);
         step_n++;
         step_loss_t = o;
-    } else if (step_loss_t && r->n_inputs >= 1 && r->inputs[0] == step_loss_t && strcmp(r->type, "Scale") == 0) {
+    } else if (step_loss_t && r->n_inputs == 1 && r->inputs[0] == step_loss_t && (r->traits & TE_TRAIT_ELEMENTWISE)) {
         float x = te_get(step_loss_t, 0);
         if (x != 0 && isfinite(x))
             step_scale = te_get(o, 0) / x;
