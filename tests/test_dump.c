@@ -564,6 +564,7 @@ Suite *suite_dump(void)
 {
     Suite *s = suite_create("dump");
     TCase *tc = tcase_create("sessions");
+    tcase_set_timeout(tc, 120); /* some run the examples (the CNN twice): seconds under a sanitizer or load */
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_round_trip_every_tensor);
     tcase_add_test(tc, test_graph_mode_dumps_the_same);
