@@ -27,5 +27,6 @@ Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, format
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
+Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
 
 #endif
