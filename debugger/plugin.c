@@ -30,7 +30,9 @@ static void at_exit(void)
         _exit(1);
 }
 
-int dbg_plugin_start(void);
+/* The module's one exported symbol (it is built with -fvisibility=hidden):
+ * engine/plugin.c finds it with dlsym. */
+__attribute__((visibility("default"))) int dbg_plugin_start(void);
 int dbg_plugin_start(void)
 {
     const char *mode = getenv("TDBG");

@@ -26,7 +26,13 @@ void te_plugin_load(void)
     const char *path = getenv("TDBG_PLUGIN");
     if (!path || !path[0])
         path = TDBG_PLUGIN_PATH;
-    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    /* RTLD_NOW: a symbol the module lacks fails here, with dlerror()'s
+     * message, not in the middle of a session. RTLD_LOCAL: nothing of the
+     * module (dbg_*, dump_*, tui_*, its ncurses and readline) joins the
+     * training program's namespace; the module resolves the engine through
+     * its own link to libtdbg-engine.so, the copy the program already has
+     * loaded, and the engine needs of it only the dlsym'd entry point. */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     int (*start)(void) = h ? (int (*)(void))dlsym(h, "dbg_plugin_start") : NULL;
     if (!start) {
         /* The user asked for a debugger: running without one would be worse. */

@@ -44,6 +44,16 @@
 extern "C" {
 #endif
 
+/* TE_API marks the engine's public API. The engine is compiled with
+ * -fvisibility=hidden, so what this header declares with TE_API is all that
+ * libtdbg-engine.so exports (tests/test_exports.c checks it); everything in
+ * te_internal.h and the kernels stays inside the library. */
+#if defined(__GNUC__)
+#define TE_API __attribute__((visibility("default")))
+#else
+#define TE_API
+#endif
+
 #define TE_VERSION "0.1.0"
 #define TE_MAX_DIMS 4
 #define TE_NAME_MAX 128
@@ -61,27 +71,27 @@ typedef enum {
     TE_ERR_IO = -7,      /* file or thread trouble */
 } te_status;
 
-const char *te_status_str(te_status s);
+TE_API const char *te_status_str(te_status s);
 /* The message of the last failed call on this thread: it names the op, its
  * type, the source file:line of the call and the offending shapes or values.
  * "" when nothing failed since te_error_clear(). */
-const char *te_error(void);
-te_status te_error_code(void);
-void te_error_clear(void);
+TE_API const char *te_error(void);
+TE_API te_status te_error_code(void);
+TE_API void te_error_clear(void);
 
 /* ---- dtypes and tensors ------------------------------------------------ */
 
 typedef enum { TE_F32, TE_F16, TE_BF16, TE_I32, TE_DTYPE_COUNT } te_dtype;
 
-const char *te_dtype_name(te_dtype dt);   /* "f32", "f16", "bf16", "i32" */
-size_t te_dtype_size(te_dtype dt);
-bool te_dtype_is_float(te_dtype dt);
+TE_API const char *te_dtype_name(te_dtype dt);   /* "f32", "f16", "bf16", "i32" */
+TE_API size_t te_dtype_size(te_dtype dt);
+TE_API bool te_dtype_is_float(te_dtype dt);
 
 /* IEEE half and bfloat16 conversions, round to nearest even. */
-uint16_t te_f32_to_f16(float f);
-float te_f16_to_f32(uint16_t h);
-uint16_t te_f32_to_bf16(float f);
-float te_bf16_to_f32(uint16_t h);
+TE_API uint16_t te_f32_to_f16(float f);
+TE_API float te_f16_to_f32(uint16_t h);
+TE_API uint16_t te_f32_to_bf16(float f);
+TE_API float te_bf16_to_f32(uint16_t h);
 
 enum {
     TE_TENSOR_PERSISTENT = 1u << 0,  /* not freed by te_tape_reset() */
@@ -116,25 +126,25 @@ struct te_tensor {
     (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
 
 /* Tape-owned tensors, freed at te_tape_reset(). NULL on bad shape. */
-te_tensor *te_tensor_new(te_dtype dt, int ndim, const int64_t *shape);
-te_tensor *te_tensor_zeros(te_dtype dt, int ndim, const int64_t *shape);
+TE_API te_tensor *te_tensor_new(te_dtype dt, int ndim, const int64_t *shape);
+TE_API te_tensor *te_tensor_zeros(te_dtype dt, int ndim, const int64_t *shape);
 /* Copies data (ndim/shape elements of dt) into a new tape tensor. */
-te_tensor *te_tensor_from(te_dtype dt, int ndim, const int64_t *shape, const void *data);
+TE_API te_tensor *te_tensor_from(te_dtype dt, int ndim, const int64_t *shape, const void *data);
 /* A tensor that outlives the tape, zeroed; free it with te_tensor_free(),
  * which refuses tape tensors (TE_ERR_STATE) since the tape frees those. */
-te_tensor *te_tensor_persistent(te_dtype dt, int ndim, const int64_t *shape);
-void te_tensor_free(te_tensor *t);
+TE_API te_tensor *te_tensor_persistent(te_dtype dt, int ndim, const int64_t *shape);
+TE_API void te_tensor_free(te_tensor *t);
 
 /* Element access in f32 whatever the dtype (flat, row-major index). */
-float te_get(const te_tensor *t, int64_t i);
-void te_set(te_tensor *t, int64_t i, float v);
-float te_item(const te_tensor *t);                      /* element 0 */
-void te_copy_to_f32(const te_tensor *t, float *dst);    /* numel floats */
-void te_copy_from_f32(te_tensor *t, const float *src);  /* rounds to t's dtype */
-void te_fill(te_tensor *t, float v);
-bool te_same_shape(const te_tensor *a, const te_tensor *b);
+TE_API float te_get(const te_tensor *t, int64_t i);
+TE_API void te_set(te_tensor *t, int64_t i, float v);
+TE_API float te_item(const te_tensor *t);                      /* element 0 */
+TE_API void te_copy_to_f32(const te_tensor *t, float *dst);    /* numel floats */
+TE_API void te_copy_from_f32(te_tensor *t, const float *src);  /* rounds to t's dtype */
+TE_API void te_fill(te_tensor *t, float v);
+TE_API bool te_same_shape(const te_tensor *a, const te_tensor *b);
 /* "[128,784]" into buf; returns buf. */
-char *te_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+TE_API char *te_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
 
 /* ---- engine lifetime, steps, scopes ------------------------------------ */
 
@@ -143,28 +153,28 @@ typedef struct te_config {
     int threads;     /* compute threads; 0 = all cores */
 } te_config;
 
-te_status te_init(const te_config *cfg);
-void te_shutdown(void);
-int te_threads(void);
+TE_API te_status te_init(const te_config *cfg);
+TE_API void te_shutdown(void);
+TE_API int te_threads(void);
 
 typedef enum { TE_PHASE_FORWARD, TE_PHASE_BACKWARD, TE_PHASE_UPDATE, TE_PHASE_COUNT } te_phase;
-const char *te_phase_name(te_phase p);   /* "forward", "backward", "update" */
+TE_API const char *te_phase_name(te_phase p);   /* "forward", "backward", "update" */
 
 /* Steps count from 0. te_step_begin() starts the forward phase. */
-void te_step_begin(void);
-void te_step_end(void);
-int64_t te_step(void);
-te_phase te_current_phase(void);
+TE_API void te_step_begin(void);
+TE_API void te_step_end(void);
+TE_API int64_t te_step(void);
+TE_API te_phase te_current_phase(void);
 /* Frees every tape tensor and node; parameters and their grads stay. */
-void te_tape_reset(void);
+TE_API void te_tape_reset(void);
 
 /* Training or evaluation: dropout and batch-norm follow this flag. */
-void te_set_training(bool training);
-bool te_training(void);
+TE_API void te_set_training(bool training);
+TE_API bool te_training(void);
 
 /* Hierarchical op names: ops made inside push("conv1") are "conv1/conv". */
-void te_scope_push(const char *name);
-void te_scope_pop(void);
+TE_API void te_scope_push(const char *name);
+TE_API void te_scope_pop(void);
 
 /* ---- source locations -------------------------------------------------- */
 
@@ -181,44 +191,44 @@ typedef struct te_loc {
  * the inputs' dtype; f32 wins when mixed). Index inputs are i32.
  */
 
-te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b);            /* [M,K]@[K,N] */
-te_tensor *te_linear_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b); /* x[N,I] w[O,I] b[O]|NULL */
-te_tensor *te_add_at(te_loc l, te_tensor *a, te_tensor *b);   /* numpy broadcasting */
-te_tensor *te_sub_at(te_loc l, te_tensor *a, te_tensor *b);
-te_tensor *te_mul_at(te_loc l, te_tensor *a, te_tensor *b);
-te_tensor *te_div_at(te_loc l, te_tensor *a, te_tensor *b);
-te_tensor *te_scale_at(te_loc l, te_tensor *x, float s);      /* x * s */
-te_tensor *te_relu_at(te_loc l, te_tensor *x);
-te_tensor *te_gelu_at(te_loc l, te_tensor *x);                /* exact (erf) form */
-te_tensor *te_tanh_at(te_loc l, te_tensor *x);
-te_tensor *te_sigmoid_at(te_loc l, te_tensor *x);
-te_tensor *te_exp_at(te_loc l, te_tensor *x);
-te_tensor *te_log_at(te_loc l, te_tensor *x);
-te_tensor *te_sqrt_at(te_loc l, te_tensor *x);
-te_tensor *te_softmax_at(te_loc l, te_tensor *x, int axis);    /* axis < 0 counts from the end */
-te_tensor *te_log_softmax_at(te_loc l, te_tensor *x, int axis);
-te_tensor *te_cross_entropy_at(te_loc l, te_tensor *logits, te_tensor *labels); /* [N,C], i32 [N] -> mean */
-te_tensor *te_mse_at(te_loc l, te_tensor *pred, te_tensor *target);            /* mean of squares */
-te_tensor *te_conv2d_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b,
-                        int stride, int pad);   /* x[N,C,H,W] w[O,C,KH,KW] b[O]|NULL */
-te_tensor *te_maxpool2d_at(te_loc l, te_tensor *x, int kernel, int stride, int pad);
-te_tensor *te_avgpool2d_at(te_loc l, te_tensor *x, int kernel, int stride, int pad);
-te_tensor *te_global_avgpool_at(te_loc l, te_tensor *x);    /* [N,C,H,W] -> [N,C] */
+TE_API te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b);            /* [M,K]@[K,N] */
+TE_API te_tensor *te_linear_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b); /* x[N,I] w[O,I] b[O]|NULL */
+TE_API te_tensor *te_add_at(te_loc l, te_tensor *a, te_tensor *b);   /* numpy broadcasting */
+TE_API te_tensor *te_sub_at(te_loc l, te_tensor *a, te_tensor *b);
+TE_API te_tensor *te_mul_at(te_loc l, te_tensor *a, te_tensor *b);
+TE_API te_tensor *te_div_at(te_loc l, te_tensor *a, te_tensor *b);
+TE_API te_tensor *te_scale_at(te_loc l, te_tensor *x, float s);      /* x * s */
+TE_API te_tensor *te_relu_at(te_loc l, te_tensor *x);
+TE_API te_tensor *te_gelu_at(te_loc l, te_tensor *x);                /* exact (erf) form */
+TE_API te_tensor *te_tanh_at(te_loc l, te_tensor *x);
+TE_API te_tensor *te_sigmoid_at(te_loc l, te_tensor *x);
+TE_API te_tensor *te_exp_at(te_loc l, te_tensor *x);
+TE_API te_tensor *te_log_at(te_loc l, te_tensor *x);
+TE_API te_tensor *te_sqrt_at(te_loc l, te_tensor *x);
+TE_API te_tensor *te_softmax_at(te_loc l, te_tensor *x, int axis);    /* axis < 0 counts from the end */
+TE_API te_tensor *te_log_softmax_at(te_loc l, te_tensor *x, int axis);
+TE_API te_tensor *te_cross_entropy_at(te_loc l, te_tensor *logits, te_tensor *labels); /* [N,C], i32 [N] -> mean */
+TE_API te_tensor *te_mse_at(te_loc l, te_tensor *pred, te_tensor *target);            /* mean of squares */
+TE_API te_tensor *te_conv2d_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b,
+                               int stride, int pad);   /* x[N,C,H,W] w[O,C,KH,KW] b[O]|NULL */
+TE_API te_tensor *te_maxpool2d_at(te_loc l, te_tensor *x, int kernel, int stride, int pad);
+TE_API te_tensor *te_avgpool2d_at(te_loc l, te_tensor *x, int kernel, int stride, int pad);
+TE_API te_tensor *te_global_avgpool_at(te_loc l, te_tensor *x);    /* [N,C,H,W] -> [N,C] */
 /* x [N,C] or [N,C,H,W]; running stats are persistent tensors [C], updated in
  * training mode (PyTorch's momentum convention), used in eval mode. */
-te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *beta,
-                           te_tensor *running_mean, te_tensor *running_var,
-                           float momentum, float eps);
-te_tensor *te_layernorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *beta,
-                           float eps);          /* over the last dim */
-te_tensor *te_dropout_at(te_loc l, te_tensor *x, float p);   /* identity in eval mode */
-te_tensor *te_reshape_at(te_loc l, te_tensor *x, int ndim, const int64_t *shape); /* one -1 allowed */
-te_tensor *te_flatten_at(te_loc l, te_tensor *x);           /* [N,...] -> [N,rest] */
-te_tensor *te_transpose_at(te_loc l, te_tensor *x, int d0, int d1);
-te_tensor *te_sum_at(te_loc l, te_tensor *x, int axis, bool keepdim);  /* axis TE_ALL: all */
-te_tensor *te_mean_at(te_loc l, te_tensor *x, int axis, bool keepdim);
-te_tensor *te_embedding_at(te_loc l, te_tensor *weight, te_tensor *idx); /* w[V,D], i32 idx[...] */
-te_tensor *te_cast_at(te_loc l, te_tensor *x, te_dtype dt);
+TE_API te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *beta,
+                                  te_tensor *running_mean, te_tensor *running_var,
+                                  float momentum, float eps);
+TE_API te_tensor *te_layernorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *beta,
+                                  float eps);   /* over the last dim */
+TE_API te_tensor *te_dropout_at(te_loc l, te_tensor *x, float p);   /* identity in eval mode */
+TE_API te_tensor *te_reshape_at(te_loc l, te_tensor *x, int ndim, const int64_t *shape); /* one -1 allowed */
+TE_API te_tensor *te_flatten_at(te_loc l, te_tensor *x);           /* [N,...] -> [N,rest] */
+TE_API te_tensor *te_transpose_at(te_loc l, te_tensor *x, int d0, int d1);
+TE_API te_tensor *te_sum_at(te_loc l, te_tensor *x, int axis, bool keepdim);  /* axis TE_ALL: all */
+TE_API te_tensor *te_mean_at(te_loc l, te_tensor *x, int axis, bool keepdim);
+TE_API te_tensor *te_embedding_at(te_loc l, te_tensor *weight, te_tensor *idx); /* w[V,D], i32 idx[...] */
+TE_API te_tensor *te_cast_at(te_loc l, te_tensor *x, te_dtype dt);
 
 #define TE_ALL (-100)
 
@@ -261,23 +271,23 @@ te_tensor *te_cast_at(te_loc l, te_tensor *x, te_dtype dt);
  * backward in reverse order (phase backward). Gradients of parameters
  * accumulate (+=) across calls until te_zero_grad(), which makes gradient
  * accumulation over micro-batches a loop of forward, backward, te_tape_reset. */
-te_status te_backward(te_tensor *loss);
+TE_API te_status te_backward(te_tensor *loss);
 /* Backpropagates from any tensor y given dL/dy (same shape as y). */
-te_status te_backward_with(te_tensor *y, const te_tensor *dy);
+TE_API te_status te_backward_with(te_tensor *y, const te_tensor *dy);
 
 /* ---- parameters, initialisation, optimizers ---------------------------- */
 
 /* A persistent, registered tensor that requires grad, named "param:NAME". */
-te_tensor *te_param_new(const char *name, te_dtype dt, int ndim, const int64_t *shape);
-te_tensor **te_params(void);
-int te_param_count(void);
-te_tensor *te_param_find(const char *name);   /* by NAME or "param:NAME" */
-void te_zero_grad(void);                      /* every registered parameter */
+TE_API te_tensor *te_param_new(const char *name, te_dtype dt, int ndim, const int64_t *shape);
+TE_API te_tensor **te_params(void);
+TE_API int te_param_count(void);
+TE_API te_tensor *te_param_find(const char *name);   /* by NAME or "param:NAME" */
+TE_API void te_zero_grad(void);                      /* every registered parameter */
 
 /* PyTorch's defaults: Linear/Conv weight and bias U(-1/sqrt(fan_in), +). */
-void te_init_linear(te_tensor *w, te_tensor *b);
-void te_init_uniform(te_tensor *t, float lo, float hi);
-void te_init_normal(te_tensor *t, float mean, float std);
+TE_API void te_init_linear(te_tensor *w, te_tensor *b);
+TE_API void te_init_uniform(te_tensor *t, float lo, float hi);
+TE_API void te_init_normal(te_tensor *t, float mean, float std);
 
 typedef struct te_optim te_optim;
 typedef struct te_sgd_opts {
@@ -289,26 +299,26 @@ typedef struct te_adam_opts {
     bool decoupled;                             /* AdamW */
 } te_adam_opts;
 
-te_optim *te_sgd_new(te_tensor **params, int n, const te_sgd_opts *o);
-te_optim *te_adam_new(te_tensor **params, int n, const te_adam_opts *o);
+TE_API te_optim *te_sgd_new(te_tensor **params, int n, const te_sgd_opts *o);
+TE_API te_optim *te_adam_new(te_tensor **params, int n, const te_adam_opts *o);
 /* One update of every parameter (phase update, an op "update/NAME" each),
  * then the gradients are marked empty. */
-te_status te_optim_step(te_optim *opt);
-void te_optim_set_lr(te_optim *opt, float lr);
-float te_optim_lr(const te_optim *opt);
-void te_optim_free(te_optim *opt);
+TE_API te_status te_optim_step(te_optim *opt);
+TE_API void te_optim_set_lr(te_optim *opt, float lr);
+TE_API float te_optim_lr(const te_optim *opt);
+TE_API void te_optim_free(te_optim *opt);
 /* Scales all gradients so their global L2 norm is at most max_norm; returns
  * the norm before clipping. */
-float te_clip_grad_norm(te_tensor **params, int n, float max_norm);
+TE_API float te_clip_grad_norm(te_tensor **params, int n, float max_norm);
 
 /* ---- random numbers ---------------------------------------------------- */
 
 /* Counter-based: the value depends only on (seed, stream, counter), so the
  * same seed gives the same numbers on any thread count. */
-uint64_t te_seed(void);
-uint64_t te_rand_u64(uint64_t seed, uint64_t stream, uint64_t counter);
-float te_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter);  /* [0,1) */
-float te_rand_normal(uint64_t seed, uint64_t stream, uint64_t counter);
+TE_API uint64_t te_seed(void);
+TE_API uint64_t te_rand_u64(uint64_t seed, uint64_t stream, uint64_t counter);
+TE_API float te_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter);  /* [0,1) */
+TE_API float te_rand_normal(uint64_t seed, uint64_t stream, uint64_t counter);
 
 /* ---- hooks ----------------------------------------------------------------
  * The engine calls attached hooks around every op. A record describes the
@@ -358,8 +368,8 @@ typedef struct te_hooks {
 } te_hooks;
 
 /* Returns a handle >= 0, or -1 when the hook table is full. */
-int te_hook_add(const te_hooks *hooks, void *user);
-void te_hook_remove(int handle);
+TE_API int te_hook_add(const te_hooks *hooks, void *user);
+TE_API void te_hook_remove(int handle);
 
 /* ---- fault injection ---------------------------------------------------
  * "KIND@op=GLOB,step=N[,value=X][,index=I]", KIND one of nan, inf, scale,
@@ -368,8 +378,8 @@ void te_hook_remove(int handle);
  * (default 0), scale multiplies by X (default 1000), noise adds N(0, X^2)
  * (default X 0.01), zero clears it. Returns TE_ERR_ARG with a message naming
  * the bad token. */
-te_status te_inject_add(const char *spec);
-void te_inject_clear(void);
+TE_API te_status te_inject_add(const char *spec);
+TE_API void te_inject_clear(void);
 
 /* ---- graph mode ------------------------------------------------------------
  * A step function does one training (or evaluation) step with engine ops:
@@ -397,7 +407,7 @@ void te_inject_clear(void);
  * Outputs stay valid until the next run of the same graph.
  */
 typedef enum { TE_MODE_EAGER, TE_MODE_GRAPH } te_mode;
-const char *te_mode_name(te_mode m);      /* "eager", "graph" */
+TE_API const char *te_mode_name(te_mode m);      /* "eager", "graph" */
 
 typedef te_status (*te_step_fn)(void *ctx, te_tensor *const *inputs, te_tensor **outputs);
 typedef struct te_graph te_graph;
@@ -422,15 +432,15 @@ typedef struct te_graph_opts {
     unsigned disable;         /* TE_PASS_* bits */
 } te_graph_opts;
 
-te_graph *te_graph_new(te_step_fn fn, void *ctx, const te_graph_opts *o);
+TE_API te_graph *te_graph_new(te_step_fn fn, void *ctx, const te_graph_opts *o);
 /* Runs one step. In graph mode an input whose shape or dtype differs from
  * the compiled one fails with TE_ERR_SHAPE naming it, both shapes and the
  * fixes, unless opts.recompile. */
-te_status te_graph_run(te_graph *g, te_tensor *const *inputs, te_tensor **outputs);
-void te_graph_free(te_graph *g);
+TE_API te_status te_graph_run(te_graph *g, te_tensor *const *inputs, te_tensor **outputs);
+TE_API void te_graph_free(te_graph *g);
 /* Writes the IR of the variant compiled last, after each pass, into dir
  * (as opts.save_dir does at compile time); later compiles write there too. */
-te_status te_graph_save(te_graph *g, const char *dir);
+TE_API te_status te_graph_save(te_graph *g, const char *dir);
 
 typedef struct te_graph_stats {
     int variants;          /* plans compiled (per shape, training flag, observed set) */
@@ -442,15 +452,15 @@ typedef struct te_graph_stats {
     size_t naive_bytes;    /* sum of its temporaries: no sharing at all */
     double compile_ms;     /* trace and compile time of the last plan */
 } te_graph_stats;
-te_graph_stats te_graph_stats_get(const te_graph *g);
+TE_API te_graph_stats te_graph_stats_get(const te_graph *g);
 
 /* Tensors a consumer must see in graph mode ("conv1/bn:out0", "fc*", a glob
  * over tensor or op names): they stay in memory to the end of the step and
  * no kernel fuses across them. Changing the set recompiles, and variants are
  * cached per set. */
-te_status te_observe_add(const char *glob);
-void te_observe_remove(const char *glob);   /* one glob added before */
-void te_observe_clear(void);
+TE_API te_status te_observe_add(const char *glob);
+TE_API void te_observe_remove(const char *glob);   /* one glob added before */
+TE_API void te_observe_clear(void);
 
 /* ---- statistics (stats.c) -----------------------------------------------------
  * One pass over a tensor of any float dtype (f32, f16, bf16; i32 too, read
@@ -469,23 +479,23 @@ typedef struct te_stats {
 
 /* Full statistics. t->data must not be NULL. Deterministic: the same tensor
  * gives the same result bit for bit whatever the thread count. */
-void te_stats_compute(const te_tensor *t, te_stats *s);
+TE_API void te_stats_compute(const te_tensor *t, te_stats *s);
 /* The cheap pass of `break nonfinite` on every op: only n, nan, inf,
  * first_bad, abs_max and l2norm are set (the rest 0). */
-void te_stats_quick(const te_tensor *t, te_stats *s);
+TE_API void te_stats_quick(const te_tensor *t, te_stats *s);
 /* Does t hold a NaN or Inf? The cheapest pass there is (x * 0 summed),
  * for tensors whose statistics nobody keeps (parameters after an update). */
-bool te_has_nonfinite(const te_tensor *t);
+TE_API bool te_has_nonfinite(const te_tensor *t);
 /* A hook that takes the statistics of ops' outputs says so: ops that can
  * compute them while they write the output (the optimizer's update, a
  * strip at a time in cache) then do, and te_op_output_stats hands them
  * over instead of reading the tensor again. Calls nest: on, then off. */
-void te_stats_want(bool on);
+TE_API void te_stats_want(bool on);
 /* Output i's full statistics: those the op computed, else te_stats_compute.
  * The same bits either way. */
-void te_op_output_stats(const te_op_record *r, int i, te_stats *s);
+TE_API void te_op_output_stats(const te_op_record *r, int i, te_stats *s);
 /* Flat index -> "[3,17]" for t's shape; returns buf. */
-char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
+TE_API char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
 
 /* ---- memory ------------------------------------------------------------ */
 
@@ -495,9 +505,9 @@ typedef struct te_mem_stats {
     size_t cached;    /* bytes kept in the allocator's free lists */
     uint64_t allocs, cache_hits;
 } te_mem_stats;
-te_mem_stats te_mem_stats_get(void);
-void te_mem_reset_peak(void);
-void te_mem_release_cached(void);
+TE_API te_mem_stats te_mem_stats_get(void);
+TE_API void te_mem_reset_peak(void);
+TE_API void te_mem_release_cached(void);
 
 /* ---- data --------------------------------------------------------------- */
 
@@ -516,12 +526,12 @@ struct te_dataset {
 };
 
 /* K interleaved spiral arms in 2-D, one per class, with noise. */
-te_dataset *te_dataset_spirals(int64_t size, int classes, uint64_t seed);
+TE_API te_dataset *te_dataset_spirals(int64_t size, int classes, uint64_t seed);
 /* Gaussian blobs in dim dimensions, one per class, overlapping. */
-te_dataset *te_dataset_blobs(int64_t size, int dim, int classes, uint64_t seed);
+TE_API te_dataset *te_dataset_blobs(int64_t size, int dim, int classes, uint64_t seed);
 /* 3x32x32 images of 10 procedurally drawn shape classes. */
-te_dataset *te_dataset_shapes(int64_t size, uint64_t seed);
-void te_dataset_free(te_dataset *d);
+TE_API te_dataset *te_dataset_shapes(int64_t size, uint64_t seed);
+TE_API void te_dataset_free(te_dataset *d);
 
 typedef struct te_loader_opts {
     int batch;
@@ -533,15 +543,15 @@ typedef struct te_loader_opts {
 } te_loader_opts;
 
 typedef struct te_loader te_loader;
-te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o);
+TE_API te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o);
 /* Next batch as tape tensors x [B,...] f32 and y [B] i32 (named "batch:x"
  * and "batch:y"), in the same order whatever the worker count; starts the
  * next epoch after the last batch. */
-te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y);
+TE_API te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y);
 /* The epoch the next batch comes from: `while (te_loader_epoch(l) < E)` runs E epochs. */
-int64_t te_loader_epoch(const te_loader *l);
-int64_t te_loader_batches_per_epoch(const te_loader *l);
-void te_loader_free(te_loader *l);
+TE_API int64_t te_loader_epoch(const te_loader *l);
+TE_API int64_t te_loader_batches_per_epoch(const te_loader *l);
+TE_API void te_loader_free(te_loader *l);
 
 #ifdef __cplusplus
 }

@@ -28,5 +28,6 @@ Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
+Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
 
 #endif
