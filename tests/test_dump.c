@@ -462,23 +462,30 @@ START_TEST(test_disk_full)
 }
 END_TEST
 
+/* A one-step CNN run dumped in mode ("eager" or "graph"); its /ops table
+ * into *ops (free it), *n rows. */
+static void cnn_op_table(const char *mode, dump_run_meta *m, dump_op_row **ops, int *n)
+{
+    char run[256], err[1024];
+    snprintf(run, sizeof run, "%s/%s", dir, mode);
+    int st = tu_shell(out, sizeof out,
+                      "'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 "
+                      "--train-size 16 --mode %s --dump 'dir=%s;steps=0' 2>&1",
+                      TDBG_BUILDDIR, mode, run);
+    ck_assert_msg(st == 0, "%s", out);
+    ck_assert_msg(dump_run_read(run, m, ops, n, err, sizeof err), "%s", err);
+}
+
 /* run.h5 says which inputs an op writes in place: a batch norm's running
  * statistics in training, in eager and in graph mode alike. */
 START_TEST(test_ops_list_inplace_writes)
 {
     static const char *const modes[2] = { "eager", "graph" };
     for (int k = 0; k < 2; k++) {
-        char run[256], err[1024];
-        snprintf(run, sizeof run, "%s/%s", dir, modes[k]);
-        int st = tu_shell(out, sizeof out,
-                          "'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 "
-                          "--train-size 16 --mode %s --dump 'dir=%s;steps=0' 2>&1",
-                          TDBG_BUILDDIR, modes[k], run);
-        ck_assert_msg(st == 0, "%s", out);
         dump_run_meta m;
         dump_op_row *ops;
         int n, bn = 0;
-        ck_assert_msg(dump_run_read(run, &m, &ops, &n, err, sizeof err), "%s", err);
+        cnn_op_table(modes[k], &m, &ops, &n);
         ck_assert(m.lists_inplace);
         for (int i = 0; i < n; i++) {
             if (strcmp(ops[i].name, "conv1/bn") == 0) {
@@ -504,15 +511,8 @@ START_TEST(test_ops_list_backward_reads)
     dump_op_row *ops[2];
     int n[2];
     for (int k = 0; k < 2; k++) {
-        char run[256], err[1024];
-        snprintf(run, sizeof run, "%s/%s", dir, modes[k]);
-        int st = tu_shell(out, sizeof out,
-                          "'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 "
-                          "--train-size 16 --mode %s --dump 'dir=%s;steps=0' 2>&1",
-                          TDBG_BUILDDIR, modes[k], run);
-        ck_assert_msg(st == 0, "%s", out);
         dump_run_meta m;
-        ck_assert_msg(dump_run_read(run, &m, &ops[k], &n[k], err, sizeof err), "%s", err);
+        cnn_op_table(modes[k], &m, &ops[k], &n[k]);
         ck_assert(m.lists_reads);
         int found = 0;
         for (int i = 0; i < n[k]; i++) {
