@@ -140,7 +140,8 @@ te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned
     }
     t->dtype = dt;
     t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    if (ndim) /* a scalar may come with no shape array at all */
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->numel = numel;
     t->nbytes = (size_t)numel * te_dtype_size(dt);
     t->flags = flags;
