@@ -445,8 +445,8 @@ static bool is_half(const te_tensor *t) { return t && (t->dtype == TE_F16 || t->
 
 static bool needs_shadow(const te_node *n)
 {
-    if (n->op == TE_OP_CAST)
-        return false; /* cast kernels handle every dtype themselves */
+    if (te_op_table[n->op].sees == TE_SEES_NATIVE)
+        return false; /* its kernels handle every dtype themselves */
     for (int i = 0; i < n->n_in; i++)
         if (is_half(n->in[i]))
             return true;

@@ -4,7 +4,8 @@
  * An op call makes a node (op, inputs, attributes, outputs) on the tape and
  * hands it to the backend's forward; te_backward() later hands each node to
  * the backend's backward. Kernels see only f32 floats (and i32 indices):
- * the dispatcher converts f16/bf16 tensors around them.
+ * the dispatcher converts f16/bf16 tensors around them, for every op but
+ * those the table marks NATIVE (Cast).
  */
 #ifndef TE_INTERNAL_H
 #define TE_INTERNAL_H
@@ -30,48 +31,55 @@
  *            norm) runs in place on its output in graph mode; or NONE
  *   writes   inputs written in place in training mode when given (batch
  *            norm's running statistics): TE_IN<i>, or TE_NONE
+ *   rng      RANDOM if its kernel draws from the RNG, keyed by the attribute
+ *            seed, which graph mode sets afresh each step (dropout's mask),
+ *            else DETERMINISTIC. With writes, what makes an op one that the
+ *            graph passes never remove, fold or merge.
  *   finite   NONFINITE_OK if it may produce NaN/Inf on purpose, else FINITE
  *   loss     LOSS if its output is a training loss, else NOLOSS
+ *   sees     the dtypes its kernels are handed: F32 (f16/bf16 tensors reach
+ *            them as f32 copies, rounded back afterwards) or NATIVE (every
+ *            dtype as it is: Cast, whose whole job is the conversion)
  *   outs     number of outputs
  *   inputs   INk(...): the k inputs in order, each the dtypes it takes and
  *            its name in messages: F (f32, f16, bf16), I32 (indices), ANY,
  *            F_OPT and F32_OPT (may be NULL)
  */
-/*    enum            type             name             reads                       ew      fuse      writes           finite  loss    outs inputs */
-#define TE_OP_LIST(X)                                                                                                                                                                       \
-    X(MATMUL,         "MatMul",        "matmul",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
-    X(LINEAR,         "Linear",        "linear",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F(w), F_OPT(b)))                     \
-    X(ADD,            "Add",           "add",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
-    X(SUB,            "Sub",           "sub",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
-    X(MUL,            "Mul",           "mul",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
-    X(DIV,            "Div",           "div",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(a), F(b)))                               \
-    X(SCALE,          "Scale",         "scale",         TE_NONE,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(RELU,           "Relu",          "relu",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(GELU,           "Gelu",          "gelu",          TE_IN0,                     UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(TANH,           "Tanh",          "tanh",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(SIGMOID,        "Sigmoid",       "sigmoid",       TE_OUT0,                    UNARY,  ACT,      TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(EXP,            "Exp",           "exp",           TE_OUT0,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(LOG,            "Log",           "log",           TE_IN0,                     UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(SQRT,           "Sqrt",          "sqrt",          TE_OUT0,                    UNARY,  NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(SOFTMAX,        "Softmax",       "softmax",       TE_OUT0,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(LOG_SOFTMAX,    "LogSoftmax",    "log_softmax",   TE_OUT0,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(CROSS_ENTROPY,  "CrossEntropy",  "cross_entropy", TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         FINITE, LOSS,   1,    IN2(F(logits), I32(labels)))                   \
-    X(MSE,            "MSE",           "mse",           TE_IN0 | TE_IN1,            NONE,   NONE,     TE_NONE,         FINITE, LOSS,   1,    IN2(F(pred), F(target)))                       \
-    X(CONV2D,         "Conv2D",        "conv",          TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F(w), F_OPT(b)))                     \
-    X(MAXPOOL2D,      "MaxPool2D",     "maxpool",       TE_SAVED,                   NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(AVGPOOL2D,      "AvgPool2D",     "avgpool",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap",           TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(BATCHNORM,      "BatchNorm",     "bn",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   PRODUCER, TE_IN3 | TE_IN4, FINITE, NOLOSS, 1,    IN5(F(x), F_OPT(gamma), F_OPT(beta),           \
-                                                                                                                                                 F32_OPT(running_mean), F32_OPT(running_var))) \
-    X(LAYERNORM,      "LayerNorm",     "ln",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN3(F(x), F_OPT(gamma), F_OPT(beta)))          \
-    X(DROPOUT,        "Dropout",       "dropout",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(RESHAPE,        "Reshape",       "reshape",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
-    X(FLATTEN,        "Flatten",       "flatten",       TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
-    X(TRANSPOSE,      "Transpose",     "transpose",     TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))                                   \
-    X(SUM,            "Sum",           "sum",           TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(MEAN,           "Mean",          "mean",          TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(F(x)))                                     \
-    X(EMBEDDING,      "Embedding",     "embedding",     TE_IN1,                     NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN2(F(weight), I32(idx)))                      \
-    X(CAST,           "Cast",          "cast",          TE_NONE,                    NONE,   NONE,     TE_NONE,         FINITE, NOLOSS, 1,    IN1(ANY(x)))
+/*    enum            type             name             reads                       ew      fuse      writes           rng            finite  loss    sees    outs inputs */
+#define TE_OP_LIST(X)                                                                                                                                                                                                 \
+    X(MATMUL,         "MatMul",        "matmul",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
+    X(LINEAR,         "Linear",        "linear",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN3(F(x), F(w), F_OPT(b)))                        \
+    X(ADD,            "Add",           "add",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
+    X(SUB,            "Sub",           "sub",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
+    X(MUL,            "Mul",           "mul",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
+    X(DIV,            "Div",           "div",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
+    X(SCALE,          "Scale",         "scale",         TE_NONE,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(RELU,           "Relu",          "relu",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(GELU,           "Gelu",          "gelu",          TE_IN0,                     UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(TANH,           "Tanh",          "tanh",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(SIGMOID,        "Sigmoid",       "sigmoid",       TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(EXP,            "Exp",           "exp",           TE_OUT0,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(LOG,            "Log",           "log",           TE_IN0,                     UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(SQRT,           "Sqrt",          "sqrt",          TE_OUT0,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(SOFTMAX,        "Softmax",       "softmax",       TE_OUT0,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(LOG_SOFTMAX,    "LogSoftmax",    "log_softmax",   TE_OUT0,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(CROSS_ENTROPY,  "CrossEntropy",  "cross_entropy", TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, LOSS,   F32,    1,    IN2(F(logits), I32(labels)))                      \
+    X(MSE,            "MSE",           "mse",           TE_IN0 | TE_IN1,            NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, LOSS,   F32,    1,    IN2(F(pred), F(target)))                          \
+    X(CONV2D,         "Conv2D",        "conv",          TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN3(F(x), F(w), F_OPT(b)))                        \
+    X(MAXPOOL2D,      "MaxPool2D",     "maxpool",       TE_SAVED,                   NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(AVGPOOL2D,      "AvgPool2D",     "avgpool",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap",           TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(BATCHNORM,      "BatchNorm",     "bn",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   PRODUCER, TE_IN3 | TE_IN4, DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN5(F(x), F_OPT(gamma), F_OPT(beta),              \
+                                                                                                                                                                        F32_OPT(running_mean), F32_OPT(running_var))) \
+    X(LAYERNORM,      "LayerNorm",     "ln",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN3(F(x), F_OPT(gamma), F_OPT(beta)))             \
+    X(DROPOUT,        "Dropout",       "dropout",       TE_NONE,                    NONE,   NONE,     TE_NONE,         RANDOM,        FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(RESHAPE,        "Reshape",       "reshape",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(ANY(x)))                                      \
+    X(FLATTEN,        "Flatten",       "flatten",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(ANY(x)))                                      \
+    X(TRANSPOSE,      "Transpose",     "transpose",     TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(ANY(x)))                                      \
+    X(SUM,            "Sum",           "sum",           TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(MEAN,           "Mean",          "mean",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
+    X(EMBEDDING,      "Embedding",     "embedding",     TE_IN1,                     NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(weight), I32(idx)))                         \
+    X(CAST,           "Cast",          "cast",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, NATIVE, 1,    IN1(ANY(x)))
 
 typedef enum {
 #define TE_OP_ENUM(e, ...) TE_OP_##e,
@@ -95,6 +103,8 @@ enum {
 
 typedef enum { TE_EW_NONE, TE_EW_UNARY, TE_EW_BINARY } te_ew_class;
 typedef enum { TE_FUSE_NONE, TE_FUSE_ACT, TE_FUSE_PRODUCER } te_fuse_role;
+typedef enum { TE_RNG_DETERMINISTIC, TE_RNG_RANDOM } te_rng_use;
+typedef enum { TE_SEES_F32, TE_SEES_NATIVE } te_kernel_dtypes;
 
 typedef struct te_op_input {
     unsigned dtypes; /* bit d: dtype d is accepted */
@@ -110,6 +120,8 @@ typedef struct te_op_info {
     te_ew_class ew;
     te_fuse_role fuse;
     unsigned writes; /* in training mode, those of these inputs that are given */
+    te_rng_use rng;
+    te_kernel_dtypes sees;
     unsigned traits; /* TE_TRAIT_*: loss, elementwise, non-finite on purpose */
 } te_op_info;
 
@@ -117,10 +129,11 @@ typedef struct te_op_info {
  * expression that is a syntax error when the column is empty, and the
  * word columns are pasted onto their own prefix, so a word from another
  * column (or a typo) is an undeclared identifier. */
-#define TE_OP_ROW(e, type_, name_, reads, ew_, fuse_, writes_, finite, loss, outs, ins)          \
+#define TE_OP_ROW(e, type_, name_, reads, ew_, fuse_, writes_, rng_, finite, loss, sees_, outs, ins) \
     [TE_OP_##e] = { .type = type_, .grad_type = type_ "Grad", .name = name_, TE_OPROW_##ins,     \
                     .n_out = (outs), .bwd_reads = (reads), .ew = TE_EW_##ew_,                    \
-                    .fuse = TE_FUSE_##fuse_, .writes = (writes_),                                \
+                    .fuse = TE_FUSE_##fuse_, .writes = (writes_), .rng = TE_RNG_##rng_,          \
+                    .sees = TE_SEES_##sees_,                                                     \
                     .traits = TE_OPROW_##finite | TE_OPROW_##loss |                              \
                               (TE_EW_##ew_ != TE_EW_NONE ? TE_TRAIT_ELEMENTWISE : 0) },
 #define TE_OPROW_IN1(a) .n_in = 1, .in = { TE_OPROW_##a }
@@ -160,7 +173,7 @@ typedef struct te_attrs {
     float p;                    /* dropout probability */
     float eps, momentum;        /* batchnorm, layernorm */
     bool training;              /* batchnorm, dropout: mode at record time */
-    uint64_t seed;              /* dropout: counter-based mask key */
+    uint64_t seed;              /* RANDOM ops (dropout): counter-based key, set each step */
 } te_attrs;
 
 struct te_node {
@@ -209,7 +222,7 @@ te_tensor *te_node_save(te_node *n, int slot, te_dtype dt, int ndim, const int64
  * n->out[k]->grad (never NULL for a single-output op) and, for each input x
  * with te_needs_grad(x), write te_grad_buf(x, &acc): overwrite when acc is
  * 0, add when acc is 1. The buffer has x's dtype: f32 for every kernel but
- * Cast's, which alone sees the real dtypes. A backward reads no tensor data
+ * those of a NATIVE op (the sees column: Cast), which see the real dtypes. A backward reads no tensor data
  * beyond what te_op_bwd_reads() says: graph mode plans memory by it.
  */
 typedef te_status (*te_kernel_fn)(te_node *n);
@@ -336,7 +349,7 @@ int te_tape_mark(void);
 int te_tape_node_mark(void);
 void te_tape_rollback(int tensors, int nodes);
 
-/* Dropout's mask key for the op NAME at a step. */
+/* The RNG key of the RANDOM op NAME at a step (dropout's mask). */
 uint64_t te_dropout_seed(const char *name, int64_t step);
 
 #endif

@@ -2,7 +2,8 @@
  * test_graph.c — graph mode on small hand-built steps: what each pass
  * removes, folds, merges or fuses, with results compared against the same
  * step run eagerly; the memory plan checked by an independent verifier;
- * shape changes, observed tensors, hooks and injections, misuse.
+ * shape changes, observed tensors, hooks and injections, misuse; every op
+ * the op table makes fusable, fused and compared with eager mode.
  */
 #include "graph/graph.h"
 #include "suites.h"
@@ -692,6 +693,156 @@ END_TEST
 START_TEST(test_parity_cnn) { check_parity(true); }
 END_TEST
 
+/* ---- every fusable op of the op table ------------------------------------------
+ * The fusion passes fuse each op the op table marks UNARY, BINARY or ACT, and
+ * cpu_fused.c must hold its formula: a table row without one must not
+ * compute quietly wrong in graph mode. For every such op, in turn: a chain
+ * op(op(x)) (op(op(x, y), y), y broadcast, for a binary one) that fuse-ew
+ * makes one kernel, and for an activation linear then op, which fuse-act
+ * makes one; outputs and every gradient as in eager mode, bit for bit. */
+
+typedef struct {
+    te_op op;
+    bool act;          /* linear -> op (fuse-act), else the elementwise chain (fuse-ew) */
+    te_tensor *p[3];   /* x, then y (binary) or w and b (act) */
+    int n_p;
+} fuse_case;
+
+/* op on a (and b for a binary op); an op the table makes fusable that is
+ * missing here fails the test, so a new one cannot go unchecked. */
+static te_tensor *apply(te_op op, te_tensor *a, te_tensor *b)
+{
+    switch (op) {
+    case TE_OP_ADD: return te_add(a, b);
+    case TE_OP_SUB: return te_sub(a, b);
+    case TE_OP_MUL: return te_mul(a, b);
+    case TE_OP_DIV: return te_div(a, b);
+    case TE_OP_SCALE: return te_scale(a, 0.75f);
+    case TE_OP_RELU: return te_relu(a);
+    case TE_OP_GELU: return te_gelu(a);
+    case TE_OP_TANH: return te_tanh(a);
+    case TE_OP_SIGMOID: return te_sigmoid(a);
+    case TE_OP_EXP: return te_exp(a);
+    case TE_OP_LOG: return te_log(a);
+    case TE_OP_SQRT: return te_sqrt(a);
+    default: break;
+    }
+    ck_abort_msg("%s is fusable in the op table, but test_graph.c's apply() cannot call it: add it",
+                 te_op_type_name(op));
+    return NULL;
+}
+
+/* Where x lies: op(op(x)) stays defined (log(log(x)) needs x > 1). */
+static void domain(te_op op, float *lo, float *hi)
+{
+    *lo = op == TE_OP_LOG ? 1.5f : op == TE_OP_SQRT ? 0.25f : -2.0f;
+    *hi = op == TE_OP_LOG ? 3.0f : op == TE_OP_SQRT ? 4.0f : 2.0f;
+}
+
+static te_status fusable_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    (void)in;
+    fuse_case *c = ctx;
+    te_tensor *const *p = c->p, *z;
+    if (c->act)
+        z = apply(c->op, te_linear(p[0], p[1], p[2]), NULL);
+    else if (te_op_info_of(c->op)->ew == TE_EW_BINARY)
+        z = apply(c->op, apply(c->op, p[0], p[1]), p[1]);
+    else
+        z = apply(c->op, apply(c->op, p[0], NULL), NULL);
+    out[1] = z;
+    out[0] = te_mean(z, TE_ALL, false);
+    return te_backward(out[0]);
+}
+
+typedef struct {
+    float *out[2], *grad[3];
+    int64_t n_out1;
+    int fused, ew_kernels, act_kernels;
+} fuse_run;
+
+static fuse_run run_fusable(fuse_case *c, te_mode mode)
+{
+    fuse_run r = { 0 };
+    te_graph *g = te_graph_new(fusable_step, c, &(te_graph_opts){ .mode = mode, .n_outputs = 2 });
+    ck_assert_msg(g != NULL, "%s", te_error());
+    te_tensor *out[2];
+    te_zero_grad();
+    te_step_begin();
+    ck_assert_msg(te_graph_run(g, NULL, out) == TE_OK, "%s %s: %s", te_op_type_name(c->op),
+                  te_mode_name(mode), te_error());
+    r.out[0] = values(out[0]);
+    r.out[1] = values(out[1]);
+    r.n_out1 = out[1]->numel;
+    for (int i = 0; i < c->n_p; i++) {
+        ck_assert_msg(c->p[i]->grad != NULL, "%s: no gradient for %s", te_op_type_name(c->op), c->p[i]->name);
+        r.grad[i] = values(c->p[i]->grad);
+    }
+    te_step_end();
+    if (mode == TE_MODE_GRAPH) {
+        r.fused = te_graph_stats_get(g).fused;
+        r.ew_kernels = count_kernels(g, TG_K_EW, 0);
+        r.act_kernels = count_kernels(g, TG_K_ACT, 0);
+        assert_plan_sound(g);
+    }
+    te_graph_free(g);
+    return r;
+}
+
+static te_tensor *case_param(fuse_case *c, const char *role, int ndim, const int64_t *shape, float lo, float hi)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s_%s_%s", te_op_default_name(c->op), c->act ? "act" : "ew", role);
+    return c->p[c->n_p++] = param(name, ndim, shape, lo, hi);
+}
+
+static void check_fused_parity(te_op op, bool act)
+{
+    fuse_case c = { .op = op, .act = act };
+    float lo, hi;
+    domain(op, &lo, &hi);
+    case_param(&c, "x", te_shape(8, 16), act ? -1.0f : lo, act ? 1.0f : hi);
+    if (act) {
+        case_param(&c, "w", te_shape(16, 16), -0.5f, 0.5f);
+        case_param(&c, "b", te_shape(16), -0.5f, 0.5f);
+    } else if (te_op_info_of(op)->ew == TE_EW_BINARY) {
+        case_param(&c, "y", te_shape(16), 0.5f, 2.0f); /* broadcast; away from 0 for div */
+    }
+    fuse_run e = run_fusable(&c, TE_MODE_EAGER), g = run_fusable(&c, TE_MODE_GRAPH);
+    char what[TE_NAME_MAX + 64];
+    const char *type = te_op_type_name(op), *how = act ? "linear then" : "a chain of";
+    ck_assert_msg(g.fused > 0, "%s %s: nothing fused", how, type);
+    if (act)
+        ck_assert_msg(g.act_kernels == 1, "linear then %s: %d fused-act kernels", type, g.act_kernels);
+    else
+        ck_assert_msg(g.ew_kernels == 1, "a chain of %s: %d fused-ew kernels", type, g.ew_kernels);
+    snprintf(what, sizeof what, "%s %s: z", how, type);
+    assert_close(e.out[1], g.out[1], e.n_out1, 0, what);
+    snprintf(what, sizeof what, "%s %s: loss", how, type);
+    assert_close(e.out[0], g.out[0], 1, 0, what);
+    for (int i = 0; i < c.n_p; i++) {
+        snprintf(what, sizeof what, "%s %s: grad %s", how, type, c.p[i]->name);
+        assert_close(e.grad[i], g.grad[i], c.p[i]->numel, 0, what);
+    }
+    fuse_run *runs[] = { &e, &g };
+    for (int k = 0; k < 2; k++) {
+        free(runs[k]->out[0]);
+        free(runs[k]->out[1]);
+        for (int i = 0; i < c.n_p; i++)
+            free(runs[k]->grad[i]);
+    }
+}
+
+START_TEST(test_fusable_op_parity)
+{
+    const te_op_info *info = te_op_info_of((te_op)_i);
+    if (info->ew != TE_EW_NONE)
+        check_fused_parity((te_op)_i, false);
+    if (info->fuse == TE_FUSE_ACT)
+        check_fused_parity((te_op)_i, true);
+}
+END_TEST
+
 /* ---- op traits in records ------------------------------------------------ */
 
 typedef struct {
@@ -771,6 +922,11 @@ Suite *suite_graph(void)
     tcase_add_test(tc, test_fuse_activation);
     tcase_add_test(tc, test_bn_fold);
     tcase_add_test(tc, test_fuse_bn_relu);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("every fusable op");
+    tcase_add_checked_fixture(tc, tu_setup, teardown);
+    tcase_add_loop_test(tc, test_fusable_op_parity, 0, TE_OP_COUNT);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("runtime");

@@ -11,10 +11,23 @@
 #include "graph/graph.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #define BLOCK 512
 #define SQRT1_2 0.70710678118654752440f
 
+/* The fusion passes fuse every op the op table marks UNARY, BINARY or ACT:
+ * one without a formula here is a bug in the engine, never in the user's
+ * program, and computing anything in its place would be silently wrong. */
+static _Noreturn void no_formula(te_op op)
+{
+    fprintf(stderr, "tdbg engine: %s is fusable in TE_OP_LIST but has no formula in cpu_fused.c\n",
+            te_op_type_name(op));
+    abort();
+}
+
+/* Unary elementwise ops and activations, one element. */
 static float act1(te_op op, float x)
 {
     switch (op) {
@@ -25,7 +38,7 @@ static float act1(te_op op, float x)
     case TE_OP_EXP: return expf(x);
     case TE_OP_LOG: return logf(x);
     case TE_OP_SQRT: return sqrtf(x);
-    default: return x;
+    default: no_formula(op);
     }
 }
 
@@ -92,6 +105,8 @@ static void step_block(te_op op, const float *restrict a, const float *restrict 
         for (int64_t i = 0; i < m; i++) d[i] = a[i] < 0.0f ? 0.0f : a[i];
         break;
     default:
+        if (te_op_info_of(op)->ew != TE_EW_UNARY)
+            no_formula(op); /* a binary op: act1 would drop its second operand */
         for (int64_t i = 0; i < m; i++) d[i] = act1(op, a[i]);
         break;
     }

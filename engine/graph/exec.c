@@ -48,7 +48,8 @@ static void report(const tg_kernel *k, const tg_origin *o, int base)
 
 static te_status run_node(const tg_kernel *k, te_node *n, bool backward)
 {
-    if (n->op == TE_OP_DROPOUT) /* a fresh mask each step, as in eager mode */
+    /* A fresh RNG key each step (dropout: a fresh mask), as in eager mode. */
+    if (te_op_info_of(n->op)->rng == TE_RNG_RANDOM)
         n->a.seed = te_dropout_seed(n->name, te_step());
     if (k->shadow)
         return te_node_dispatch(n, backward);

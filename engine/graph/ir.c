@@ -175,11 +175,12 @@ void tg_plan_free(tg_plan *p)
 
 /* ---- side effects --------------------------------------------------------- */
 
-/* Ops whose kernel changes something besides its outputs: they are never
- * removed, folded or merged. Dropout's mask changes with the step. */
+/* Ops whose kernel changes something besides its outputs, or draws from the
+ * RNG (dropout's mask changes with the step): they are never removed, folded
+ * or merged. */
 bool tg_has_side_effects(const te_node *n)
 {
-    return n->op == TE_OP_DROPOUT || te_node_inplace(n) != 0;
+    return te_op_info_of(n->op)->rng == TE_RNG_RANDOM || te_node_inplace(n) != 0;
 }
 
 /* ---- reads and writes ----------------------------------------------------- */
