@@ -245,6 +245,10 @@ static bool needs_met(const dbg_cmd *c)
         dbg_error("%s: no step is running; 'next' stops at the start of the next one", c->name);
         return false;
     }
+    if ((c->needs & DBG_CMD_EVER_STOPPED) && !dbg_last_stop()) {
+        dbg_error("%s: training has not stopped yet; a breakpoint, 'step' or Ctrl-C stops it", c->name);
+        return false;
+    }
     return true;
 }
 
@@ -314,6 +318,8 @@ bool dbg_help(const char *args)
                 fprintf(dbg_out, "Only while training is stopped in a step.\n");
             else if (c->needs & DBG_CMD_STARTED)
                 fprintf(dbg_out, "Only once training started.\n");
+            else if (c->needs & DBG_CMD_EVER_STOPPED)
+                fprintf(dbg_out, "Only once training has stopped (the last stop, also after the program's end).\n");
         }
         return false;
     }

@@ -2,7 +2,8 @@
  * cmd.h — the command table. Each group of commands lives in its own file
  * (cmd_exec.c, cmd_break.c, cmd_inspect.c, cmd_dump.c; a front end's, as
  * tui/cmd_tui.c) and exports a table whose entries declare what they need
- * (a started program, a stop) and what their words name (for completion).
+ * (a started program, a stop), whether they resume training, and what
+ * their words name (for completion).
  * cmd.c looks names up (exact, alias, or an unambiguous prefix, as in gdb),
  * checks the needs once before a command runs, suggests the nearest
  * command for a typo, and prints help.
@@ -21,7 +22,11 @@
 enum {
     DBG_CMD_STARTED = 1 << 0,    /* training was started (`run`, or any command that resumes it) */
     DBG_CMD_STOPPED = 1 << 1,    /* training is paused inside a step: at an op, a phase or the step's start */
-    DBG_CMD_NOT_STARTED = 1 << 2 /* training was not started yet (`run` itself) */
+    DBG_CMD_NOT_STARTED = 1 << 2, /* training was not started yet (`run` itself) */
+    /* training stopped at least once, now or before (dbg_last_stop()): for
+     * a command that reads the last stop's data, not the live program, and
+     * so works after the program's end too (the TUI's `jump`) */
+    DBG_CMD_EVER_STOPPED = 1 << 3
 };
 
 /* What a command's words name, for Tab completion: the sources of the
@@ -50,6 +55,10 @@ typedef struct dbg_cmd {
     const char *usage;   /* "break WHAT [if COND]" */
     const char *help;    /* one line, then details after a newline */
     unsigned needs;      /* DBG_CMD_*, checked before run */
+    /* it goes on with training (run, continue, step, ...) or ends it
+     * (quit): run returns true for it. A front end whose program has
+     * ended takes such a command as "leave". */
+    bool resumes;
     dbg_arg args[2];     /* the first word after the name, then every later one */
     /* args: the rest of the line, trimmed; returns true to resume training */
     bool (*run)(const char *args);

@@ -21,17 +21,38 @@ static bool cmd_run(const char *args)
     return resume(RUN_GO);
 }
 
+/* `continue N`: the breakpoint stopped at lets its next N-1 hits pass. N
+ * counts nothing at any other stop, so it is refused there, with why,
+ * rather than dropped. */
+static bool ignore_hits(long long n)
+{
+    const dbg_stop *s = dbg_last_stop();
+    if (!s || !s->active) {
+        dbg_error("continue N: training is %s, not stopped at a breakpoint; N counts a breakpoint's hits",
+                  dbg.started ? "running" : "not started");
+        return false;
+    }
+    if (!s->break_id) {
+        dbg_error("continue N: stopped by %s, not at a breakpoint; N counts a breakpoint's hits", s->reason);
+        return false;
+    }
+    for (int i = 0; i < dbg.n_breaks; i++)
+        if (dbg.breaks[i].id == s->break_id) {
+            dbg.breaks[i].ignore = n - 1;
+            fprintf(dbg_out, "Will ignore the next %lld hits of breakpoint %d.\n", n - 1, s->break_id);
+            return true;
+        }
+    dbg_error("continue N: breakpoint %d is deleted (a tbreak goes once it stopped); N counts a breakpoint's hits",
+              s->break_id);
+    return false;
+}
+
 static bool cmd_continue(const char *args)
 {
     if (args[0]) {
         long long n;
-        if (!dbg_parse_int(args, "continue N", 1, &n))
+        if (!dbg_parse_int(args, "continue N", 1, &n) || !ignore_hits(n))
             return false;
-        for (int i = 0; i < dbg.n_breaks; i++)
-            if (dbg.breaks[i].id == dbg.stopped_id) {
-                dbg.breaks[i].ignore = n - 1;
-                fprintf(dbg_out, "Will ignore the next %lld hits of breakpoint %d.\n", n - 1, dbg.stopped_id);
-            }
     }
     return resume(RUN_GO);
 }
@@ -80,22 +101,26 @@ static bool cmd_quit(const char *args)
     (void)args;
     fprintf(dbg_out, "tdbg: training ended by quit at step %lld\n", (long long)(dbg.step < 0 ? 0 : dbg.step));
     dbg.ending = true;
-    exit(dbg.batch && dbg.stopped_ever ? 1 : 0); /* at_exit flushes and reports */
+    exit(dbg.batch && dbg_last_stop() ? 1 : 0); /* at_exit flushes and reports */
 }
 
-/* Each resumes training, and starts it when `run` was not given yet. */
+/* Each resumes training (quit: ends it), and starts it when `run` was not
+ * given yet; their entries say so (.resumes). */
 const dbg_cmd dbg_cmds_exec[] = {
     { .name = "run", .alias = "r", .usage = "run", .help = "start training (the program waits for this)",
-      .needs = DBG_CMD_NOT_STARTED, .run = cmd_run },
+      .needs = DBG_CMD_NOT_STARTED, .resumes = true, .run = cmd_run },
     { .name = "continue", .alias = "c", .usage = "continue [N]", .help = "go on until a breakpoint hits\n"
-      "With N, ignore the breakpoint stopped at N-1 more times.", .run = cmd_continue },
-    { .name = "step", .alias = "s", .usage = "step", .help = "run the next op and stop after it", .run = cmd_step },
+      "With N, ignore the breakpoint stopped at N-1 more times (only at a breakpoint's stop).",
+      .resumes = true, .run = cmd_continue },
+    { .name = "step", .alias = "s", .usage = "step", .help = "run the next op and stop after it", .resumes = true,
+      .run = cmd_step },
     { .name = "next", .alias = "n", .usage = "next", .help = "run to the start of the next training step",
-      .run = cmd_next },
+      .resumes = true, .run = cmd_next },
     { .name = "finish", .usage = "finish", .help = "run to the end of the current phase (forward, backward, update)",
-      .needs = DBG_CMD_STARTED | DBG_CMD_STOPPED, .run = cmd_finish },
+      .needs = DBG_CMD_STARTED | DBG_CMD_STOPPED, .resumes = true, .run = cmd_finish },
     { .name = "until", .alias = "u", .usage = "until step N", .help = "run to the start of step N",
-      .args = { { .words = DBG_WORDS("step") } }, .run = cmd_until },
-    { .name = "quit", .alias = "q", .usage = "quit", .help = "end training and the program", .run = cmd_quit },
+      .args = { { .words = DBG_WORDS("step") } }, .resumes = true, .run = cmd_until },
+    { .name = "quit", .alias = "q", .usage = "quit", .help = "end training and the program", .resumes = true,
+      .run = cmd_quit },
     { .name = NULL },
 };

@@ -61,7 +61,7 @@ const dbg_op *dbg_op_find(const char *name)
  * even when graph mode reuses their memory later. */
 static bool in_current_record(const te_tensor *t)
 {
-    const te_op_record *r = dbg.rec;
+    const te_op_record *r = dbg_stopped_at();
     if (!r)
         return false;
     for (int i = 0; i < r->n_inputs; i++)

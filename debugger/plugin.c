@@ -19,14 +19,14 @@ static void at_exit(void)
 {
     fflush(stdout);
     if (!dbg.ending)
-        fprintf(dbg_out, "tdbg: the program finished%s\n", dbg.stopped_ever ? " (it stopped on the way)" : "");
+        fprintf(dbg_out, "tdbg: the program finished%s\n", dbg_last_stop() ? " (it stopped on the way)" : "");
     dbg_stop_leave(); /* the program's tensors are going */
     if (dbg_frontend_active && dbg_frontend_active->finish)
         dbg_frontend_active->finish(); /* the TUI: a last look, then the terminal back */
     dbg_script_free();
     fflush(NULL);
     /* --batch: status 1 when a breakpoint stopped the program, as documented */
-    if (dbg.batch && dbg.stopped_ever)
+    if (dbg.batch && dbg_last_stop())
         _exit(1);
 }
 

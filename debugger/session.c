@@ -132,6 +132,8 @@ static dbg_stop last_stop;
 
 const dbg_stop *dbg_last_stop(void) { return last_stop.seq ? &last_stop : NULL; }
 
+const te_op_record *dbg_stopped_at(void) { return last_stop.active ? last_stop.rec : NULL; }
+
 void dbg_stop_leave(void)
 {
     last_stop.active = false;
@@ -143,10 +145,7 @@ void dbg_stop_leave(void)
  * read it. */
 static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec)
 {
-    dbg.stopped_ever = true;
     dbg.mode = RUN_GO;
-    dbg.rec = rec;
-    dbg.stopped_id = b ? b->id : 0;
     unsigned seq = last_stop.seq + 1;
     dbg_stop_make(&last_stop, b, reason, hit, rec);
     last_stop.seq = seq;
@@ -159,8 +158,6 @@ static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, con
         dbg_break_remove(b->id);
     dbg_command_loop();
     dbg_stop_leave();
-    dbg.rec = NULL;
-    dbg.stopped_id = 0;
 }
 
 void dbg_on_step_begin(int64_t step, void *user)

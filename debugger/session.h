@@ -85,7 +85,6 @@ typedef struct dbg_session {
     te_phase finish_phase;
     int64_t finish_step;
     bool started;            /* `run` was given */
-    bool stopped_ever;
     bool ending;             /* the debugger ends the program (quit, script over) */
     bool in_step;
     int64_t step;
@@ -94,8 +93,6 @@ typedef struct dbg_session {
     int n_ops;
     dbg_op *last_ops;        /* the previous step's */
     int n_last_ops;
-    const te_op_record *rec; /* the op stopped at, while stopped */
-    int stopped_id;          /* the breakpoint stopped at, 0 if none */
     dbg_trend *trends;
     int n_trends;
     bool observing;          /* te_observe_add("*") is in force */
@@ -135,8 +132,12 @@ typedef struct dbg_stop {
     dbg_origin origin;           /* created here or propagated (non-finite stops) */
 } dbg_stop;
 
-/* The last stop, NULL before the first. */
+/* The last stop, NULL before the first: the one record of where training
+ * stopped (the session keeps no copy of its own). */
 const dbg_stop *dbg_last_stop(void);
+/* The op record training is paused at now: the last stop's while it is
+ * active and at an op, else NULL. */
+const te_op_record *dbg_stopped_at(void);
 /* Fills s for a hit of b (or a step/interrupt stop with reason when b is
  * NULL), taking s's old condition copy away; the caller sets seq and
  * active. report.c. */

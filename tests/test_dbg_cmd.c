@@ -470,11 +470,15 @@ static void fe_show(const dbg_stop *s)
                  (!s->tensor[0] || (s->t && strcmp(s->t->name, s->tensor) == 0));
 }
 
+/* What the test front end answers at a stop, line by line, then "continue". */
+static const char *const *fe_lines;
+static int fe_next;
+
 static char *fe_read(const char *prompt)
 {
     (void)prompt;
     n_read++;
-    return strdup("continue");
+    return strdup(fe_lines && fe_lines[fe_next] ? fe_lines[fe_next++] : "continue");
 }
 
 static const dbg_frontend fe_test = { .name = "test-stop", .read_line = fe_read, .show_stop = fe_show };
@@ -498,6 +502,8 @@ static void stop_setup(void)
     ck_assert(out_f != NULL);
     dbg_out_stream = out_f;
     n_shown = n_read = 0;
+    fe_lines = NULL;
+    fe_next = 0;
 }
 
 static void stop_teardown(void)
@@ -598,6 +604,119 @@ START_TEST(test_stop_condition_outlives_tbreak)
 }
 END_TEST
 
+/* `continue N` counts the hits of the breakpoint stopped at: there it
+ * lets N-1 pass; at a stop no breakpoint made, after its tbreak went, or
+ * with training not stopped, it is refused with why and nothing resumes. */
+START_TEST(test_continue_n)
+{
+    static const float ok[8] = { 1, 4, 9, 16, 25, 36, 49, 64 };
+    ck_assert(!dbg_execute("continue 3")); /* running, between stops */
+    fflush(out_f);
+    ck_assert_msg(strstr(out, "error: continue N: training is running, not stopped at a breakpoint; N counts a "
+                              "breakpoint's hits"), "%s", out);
+
+    /* a step stop: refused, the next line (continue) goes on */
+    dbg.mode = RUN_STEP;
+    fe_lines = (const char *const[]){ "continue 3", NULL };
+    sqrt_step(ok);
+    ck_assert_int_eq(n_shown, 1);
+    ck_assert_int_eq(n_read, 2);
+    ck_assert_str_eq(shown.reason, "step");
+    ck_assert_int_eq(shown.break_id, 0);
+    ck_assert_msg(strstr(out, "error: continue N: stopped by step, not at a breakpoint; N counts a breakpoint's "
+                              "hits"), "%s", out);
+
+    /* a breakpoint's stop: its next two hits pass, the third stops */
+    ck_assert(!dbg_execute("break a?b=c/sqrt"));
+    fe_lines = (const char *const[]){ "continue 3", NULL };
+    fe_next = n_shown = n_read = 0;
+    for (int i = 0; i < 4; i++)
+        sqrt_step(ok);
+    ck_assert_int_eq(n_shown, 2);
+    ck_assert_int_eq(n_read, 2);
+    ck_assert_int_eq(shown.step, 4); /* the step stop was step 0: stops at 1, then 4 */
+    ck_assert_int_eq(dbg.breaks[0].hits, 4);
+    ck_assert_int_eq(dbg.breaks[0].ignore, 0);
+    ck_assert_msg(strstr(out, "Will ignore the next 2 hits of breakpoint 1.\n"), "%s", out);
+
+    /* a tbreak's stop: the breakpoint is gone, N has nothing to count */
+    ck_assert(!dbg_execute("delete"));
+    ck_assert(!dbg_execute("tbreak a?b=c/sqrt"));
+    fe_lines = (const char *const[]){ "continue 2", NULL };
+    fe_next = n_shown = n_read = 0;
+    sqrt_step(ok);
+    ck_assert_int_eq(n_shown, 1);
+    ck_assert_int_eq(n_read, 2);
+    ck_assert_int_eq(shown.break_id, 2);
+    ck_assert_msg(strstr(out, "error: continue N: breakpoint 2 is deleted (a tbreak goes once it stopped); N counts "
+                              "a breakpoint's hits"), "%s", out);
+    ck_assert_msg(!strstr(out, "Will ignore the next 1 hits"), "%s", out);
+}
+END_TEST
+
+/* A command that reads the last stop (DBG_CMD_EVER_STOPPED, as the TUI's
+ * jump) is refused before the first stop, with one message, and runs
+ * once training stopped, also after it went on. */
+static int n_last_runs;
+
+static bool cmd_last(const char *args)
+{
+    (void)args;
+    n_last_runs++;
+    return false;
+}
+
+START_TEST(test_needs_ever_stopped)
+{
+    static const dbg_cmd last_cmds[] = { { .name = "zzlast", .usage = "zzlast", .help = "h",
+                                           .needs = DBG_CMD_EVER_STOPPED, .run = cmd_last },
+                                         { .name = NULL } };
+    static const dbg_cmd_group last_group = { "last", last_cmds, NULL };
+    char err[256];
+    ck_assert_msg(dbg_cmd_add_group(&last_group, err, sizeof err), "%s", err);
+    ck_assert_msg(tui_cmds_register(err, sizeof err), "the TUI's commands: %s", err);
+    ck_assert_uint_eq(dbg_cmd_find("jump")->needs, DBG_CMD_EVER_STOPPED);
+    n_last_runs = 0;
+    if (!dbg_last_stop()) { /* this process has not stopped yet (Check forks each case) */
+        ck_assert(!dbg_execute("zzlast"));
+        ck_assert(!dbg_execute("jump")); /* refused before the TUI is asked */
+        fflush(out_f);
+        ck_assert_int_eq(n_last_runs, 0);
+        ck_assert_msg(strstr(out, "error: zzlast: training has not stopped yet; a breakpoint, 'step' or Ctrl-C "
+                                  "stops it\nerror: jump: training has not stopped yet"), "%s", out);
+    }
+    ck_assert(!dbg_execute("help jump"));
+    fflush(out_f);
+    ck_assert_msg(strstr(out, "Only once training has stopped (the last stop, also after the program's end)."), "%s",
+                  out);
+    dbg.mode = RUN_STEP;
+    fe_lines = (const char *const[]){ "zzlast", NULL };
+    sqrt_step((const float[]){ 1, 4, 9, 16, 25, 36, 49, 64 });
+    ck_assert_int_eq(n_last_runs, 1); /* at the stop */
+    ck_assert(!dbg_last_stop()->active);
+    ck_assert(!dbg_execute("zzlast"));
+    ck_assert_int_eq(n_last_runs, 2); /* the stop is over, not gone */
+}
+END_TEST
+
+/* The entries that go on with training, or end it, say so: the running
+ * group's, and no other built-in one's. */
+START_TEST(test_resumes_declared)
+{
+    int n_groups;
+    const dbg_cmd_group *g = dbg_cmd_groups(&n_groups);
+    int n_resume = 0;
+    for (int i = 0; i < n_groups; i++)
+        for (const dbg_cmd *c = g[i].cmds; c->name; c++) {
+            ck_assert_msg(c->resumes == (g[i].cmds == dbg_cmds_exec), "%s: resumes %d", c->name, c->resumes);
+            n_resume += c->resumes;
+        }
+    ck_assert_int_eq(n_resume, 7); /* run continue step next finish until quit */
+    ck_assert(dbg_cmd_find("continue")->resumes && dbg_cmd_find("quit")->resumes);
+    ck_assert(!dbg_cmd_find("print")->resumes && !dbg_cmd_find("break")->resumes);
+}
+END_TEST
+
 static char *fe_none(const char *prompt)
 {
     (void)prompt;
@@ -649,11 +768,14 @@ Suite *suite_dbg_cmd(void)
     tcase_add_test(tc, test_needs);
     tcase_add_test(tc, test_names_unique);
     tcase_add_test(tc, test_many_groups);
+    tcase_add_test(tc, test_resumes_declared);
     suite_add_tcase(s, tc);
     TCase *st = tcase_create("stop");
     tcase_add_checked_fixture(st, stop_setup, stop_teardown);
     tcase_add_test(st, test_stop_as_data);
     tcase_add_test(st, test_stop_condition_outlives_tbreak);
+    tcase_add_test(st, test_continue_n);
+    tcase_add_test(st, test_needs_ever_stopped);
     tcase_add_test(st, test_frontend_registry);
     suite_add_tcase(s, st);
     return s;

@@ -335,6 +335,10 @@ START_TEST(test_stop_names_unparsed)
     snprintf(args, sizeof args, "-- '%s/tests/scoped'", TDBG_BUILDDIR);
     start("", 120, 30, args);
     wait_for(0, "READY", NULL);
+    /* jump needs a stop, past or present: none yet (dispatch says so) */
+    type("jump");
+    keys("Enter");
+    wait_for(-1, "error: jump: training has not stopped yet", NULL);
     keys("F9");
     wait_for(-1, "Breakpoint 1: the first op creating a NaN", NULL);
     keys("F5");
@@ -352,7 +356,20 @@ START_TEST(test_stop_names_unparsed)
     shot("scoped-stop", screen);
     /* the stopped: line itself is in the output pane, as scripts read it */
     wait_for(-1, "stopped: step=1 phase=forward op=a b=c/sqrt type=Sqrt", NULL);
-    type("quit");
+    /* without the breakpoint the program ends: jump still goes to the
+     * last stop, and continue, a command that resumes, leaves */
+    type("delete");
+    keys("Enter");
+    wait_for(-1, "(tdbg) delete", NULL);
+    type("continue");
+    keys("Enter");
+    wait_for(0, "FINISHED", NULL);
+    type("jump");
+    keys("Enter");
+    screen = wait_for(-1, "(tdbg) jump", NULL);
+    if (strstr(screen, "error: jump"))
+        fail_with("jump was refused after the program's end", screen);
+    type("continue");
     keys("Enter");
     assert_restored("tdbg-exit=0");
     kill_server();

@@ -3,7 +3,8 @@
  * (help lists them under "terminal UI"), so that everything done with a
  * key can be typed or scripted: focus, view, scroll, search, jump, keys,
  * refresh; and the settings `set mouse on|off` and `set highlight X|off`.
- * `jump` goes to the session's last stop (dbg_last_stop()), and a
+ * `jump` goes to the session's last stop (dbg_last_stop(); its entry
+ * needs DBG_CMD_EVER_STOPPED, so it works after the program's end), and a
  * condition's threshold comes from the condition module
  * (dbg_cond_preds()): no text of the debugger's is parsed here.
  */
@@ -153,10 +154,7 @@ void tui_jump(void)
 static bool cmd_jump(const char *args)
 {
     (void)args;
-    if (!dbg_last_stop())
-        dbg_error("jump: training has not stopped yet");
-    else
-        tui_jump();
+    tui_jump();
     return false;
 }
 
@@ -221,7 +219,7 @@ static const dbg_cmd cmds[] = {
       .help = "select the next op whose name holds TEXT or matches it as a glob (/, F3)",
       .args = { { DBG_ARG_OP } }, .run = cmd_search },
     { .name = "jump", .usage = "jump", .help = "select the op training stopped at and show its bad element (j, F4)",
-      .run = cmd_jump },
+      .needs = DBG_CMD_EVER_STOPPED, .run = cmd_jump },
     { .name = "keys", .usage = "keys", .help = "the keys and the commands underneath (?, F1)\n"
       "The TUI's settings: 'set mouse on|off' (off lets the terminal select text again),\n"
       "'set highlight X|off' (tensor cells with |x| >= X stand out).", .run = cmd_keys },

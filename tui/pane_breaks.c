@@ -31,12 +31,14 @@ static void draw(tui_pane *p)
         wattrset(w, A_NORMAL);
         return;
     }
+    const dbg_stop *stop = dbg_last_stop();
+    int here_id = stop && stop->active ? stop->break_id : 0; /* the breakpoint training is paused at */
     tui_list_set_height(l, p->r.h - 1);
     tui_list_set_count(l, n);
     tui_list_show(l, l->sel);
     for (int y = 0, i; (i = tui_list_item_at(l, y)) >= 0; y++) {
         const dbg_break *b = &dbg.breaks[i];
-        bool sel = i == l->sel, here = b->id == dbg.stopped_id;
+        bool sel = i == l->sel, here = b->id == here_id;
         attr_t base = here ? tui_attr(TUI_C_CURRENT) : b->enabled ? A_NORMAL : tui_attr(TUI_C_DIM);
         if (sel)
             base = tui.focus == TUI_BREAKS ? tui_attr(TUI_C_SELECT) : base | A_UNDERLINE;

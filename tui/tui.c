@@ -165,16 +165,6 @@ static char *read_line(const char *prompt)
     }
 }
 
-/* Is c one of the commands that run training (run, continue, step, ...,
- * quit)? At the end they mean: leave. */
-static bool runs_training(const dbg_cmd *c)
-{
-    for (const dbg_cmd *e = dbg_cmds_exec; e->name; e++)
-        if (e == c)
-            return true;
-    return false;
-}
-
 static void stop_tui(void)
 {
     if (hook >= 0)
@@ -192,7 +182,8 @@ static void stop_tui(void)
 
 /* The program ended. When it ended by itself, the screen stays for a last
  * look: commands still work, until q, an empty line, or a command that
- * would run training. Then the terminal goes back. */
+ * would run training (its entry says .resumes). Then the terminal goes
+ * back. */
 static void finish(void)
 {
     if (!dbg.ending && dbg.interactive) {
@@ -202,7 +193,6 @@ static void finish(void)
             memset(dbg.ops[i].in, 0, sizeof dbg.ops[i].in);
             memset(dbg.ops[i].out, 0, sizeof dbg.ops[i].out);
         }
-        dbg.rec = NULL;
         for (;;) {
             char *line = dbg_read_line("(tdbg) ");
             char word[64];
@@ -213,7 +203,7 @@ static void finish(void)
                 break;
             }
             const dbg_cmd *c = dbg_cmd_lookup(word);
-            if (c && runs_training(c)) {
+            if (c && c->resumes) { /* nothing left to run: leave */
                 free(line);
                 break;
             }
