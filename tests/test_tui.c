@@ -342,7 +342,9 @@ START_TEST(test_stop_names_unparsed)
     keys("F9");
     wait_for(-1, "Breakpoint 1: the first op creating a NaN", NULL);
     keys("F5");
-    const char *screen = wait_for(0, "PAUSED", "step 1", NULL);
+    wait_for(0, "PAUSED", "step 1", NULL);
+    /* the status bar may be drawn before the stop is shown in the panes */
+    const char *screen = wait_for(-1, "tensor a b=c/sqrt:out0", "[1,2] = nan", NULL);
     if (!strstr(line_of(screen, 0, l, sizeof l), " a b=c/sqrt (Sqrt) | NaN at a b=c/sqrt:out0[1,2] created"))
         fail_with("the status bar does not name the stop whole", screen);
     bool marked = false;
