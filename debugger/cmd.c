@@ -3,6 +3,7 @@
  * and the seams a front end adds its own commands and settings through.
  */
 #include "cmd.h"
+#include "names.h"
 #include "session.h"
 
 #include <errno.h>
@@ -221,7 +222,7 @@ const dbg_cmd *dbg_cmd_lookup(const char *word)
     int n = 0;
     while (list[n])
         n++;
-    const char *near = dbg_suggest(word, list, n);
+    const char *near = dump_suggest(word, list, n, DUMP_NEAR);
     if (near)
         dbg_error("unknown command '%s' (did you mean %s?); 'help' lists them", word, near);
     else

@@ -3,6 +3,7 @@
  * condition, ignore, and the table `info breakpoints` prints.
  */
 #include "cmd.h"
+#include "names.h"
 #include "session.h"
 
 #include <fnmatch.h>
@@ -61,7 +62,7 @@ static bool known_ops(const char *glob)
     for (int i = 0; i < n; i++)
         if (fnmatch(glob, names[i], 0) == 0)
             return true;
-    const char *near = dbg_suggest(glob, names, n);
+    const char *near = dump_suggest(glob, names, n, DUMP_NEAR);
     if (near)
         dbg_error("no op matches '%s' (did you mean %s?); 'info ops' lists them", glob, near);
     else

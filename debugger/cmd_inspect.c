@@ -3,6 +3,7 @@
  * stats, hist, trend, set, help.
  */
 #include "cmd.h"
+#include "names.h"
 #include "session.h"
 
 #include <errno.h>
@@ -75,7 +76,7 @@ static void info_op(const char *name)
     if (!o) {
         static const char *names[2 * DBG_MAX_OPS];
         int n = dbg_op_names(names);
-        const char *near = dbg_suggest(name, names, n);
+        const char *near = dump_suggest(name, names, n, DUMP_NEAR);
         dbg_error("info op: no op '%s' in this step or the last%s%s%s", name, near ? " (did you mean " : "",
                   near ? near : "", near ? "?)" : "");
         return;

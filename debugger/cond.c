@@ -6,6 +6,7 @@
  * comparison, threshold), so that no front end parses condition text.
  */
 #include "dbg.h"
+#include "names.h"
 
 #include <locale.h>
 #include <math.h>
@@ -172,16 +173,7 @@ static const char *nearest(const tok *t, const char *const *cands, int n)
         return NULL;
     memcpy(word, t->s, (size_t)t->len);
     word[t->len] = '\0';
-    const char *best = NULL;
-    int best_d = 3;
-    for (int i = 0; i < n; i++) {
-        int d = dbg_edit_distance(word, cands[i]);
-        if (d < best_d) {
-            best_d = d;
-            best = cands[i];
-        }
-    }
-    return best;
+    return dump_suggest(word, cands, n, 2);
 }
 
 /* ---- parser ----------------------------------------------------------------- */

@@ -178,7 +178,4 @@ void dbg_print_hist(FILE *f, const char *name, const te_tensor *t, int bins, int
 
 /* ---- words (util.c) ---------------------------------------------------------- */
 
-/* Levenshtein distance, for "did you mean". */
-int dbg_edit_distance(const char *a, const char *b);
-
 #endif

@@ -3,26 +3,13 @@
  * names they type, suggestions for typos, and the per-tensor statistics
  * history behind `trend` (a ring buffer per tensor, found by hash).
  */
+#include "names.h"
 #include "session.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define TREND_SLOTS 4096 /* a power of two, above DBG_MAX_TRENDS */
-
-const char *dbg_suggest(const char *w, const char *const *cands, int n)
-{
-    const char *best = NULL;
-    int best_d = 4;
-    for (int i = 0; i < n; i++) {
-        int d = dbg_edit_distance(w, cands[i]);
-        if (d < best_d) {
-            best_d = d;
-            best = cands[i];
-        }
-    }
-    return best;
-}
 
 const char *dbg_short_path(const char *file)
 {
@@ -114,7 +101,7 @@ static void not_found(const char *what, const char *name, bool ops_only, char *e
 {
     static const char *names[2 * DBG_MAX_OPS];
     int k = all_names(names, 2 * DBG_MAX_OPS, ops_only);
-    const char *near = dbg_suggest(name, names, k);
+    const char *near = dump_suggest(name, names, k, DUMP_NEAR);
     snprintf(err, n, "no %s '%s' in this step%s%s%s", what, name, near ? " (did you mean " : "", near ? near : "",
              near ? "?)" : "");
 }

@@ -228,8 +228,6 @@ const char *dbg_short_path(const char *file);
 int dbg_op_names(const char **names);
 /* An op of the current (else the last) step by exact name. */
 const dbg_op *dbg_op_find(const char *name);
-/* The nearest of n candidate words to w (edit distance <= 3), or NULL. */
-const char *dbg_suggest(const char *w, const char *const *cands, int n);
 /* A tensor's statistics history, made on first use. */
 dbg_trend *dbg_trend_get(const char *name, bool create);
 void dbg_trend_add(const char *name, int64_t step, const te_stats *s);

@@ -13,6 +13,7 @@
  * also reads, so that every dump_range has a text.
  */
 #include "dump.h"
+#include "names.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -70,28 +71,6 @@ static bool fail_at(const ctx *c, const char *at, const char *fmt, ...)
         va_end(ap);
     }
     return false;
-}
-
-/* Levenshtein distance of two short words (longer ones count as far apart). */
-static size_t edit_distance(const char *a, size_t la, const char *b)
-{
-    enum { MAXW = 32 };
-    size_t lb = strlen(b);
-    if (la >= MAXW || lb >= MAXW)
-        return SIZE_MAX;
-    size_t prev[MAXW + 1], cur[MAXW + 1];
-    for (size_t j = 0; j <= lb; j++)
-        prev[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        cur[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-        memcpy(prev, cur, (lb + 1) * sizeof *prev);
-    }
-    return prev[lb];
 }
 
 /* ---- tokens ------------------------------------------------------------------- */
@@ -167,18 +146,15 @@ static const char *word_list(const char *const *words, int n, char *buf, size_t 
  * suggests the nearest word, or lists them all when none is near. */
 static int choose(const ctx *c, tok t, const char *what, const char *const *words, int n)
 {
-    int best = -1;
-    size_t best_d = SIZE_MAX;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         if (tok_eq(t, words[i]))
             return i;
-        size_t d = edit_distance(t.s, t.len, words[i]);
-        if (d < best_d) {
-            best = i;
-            best_d = d;
-        }
-    }
-    if (best >= 0 && best_d <= 2 && best_d < t.len)
+    char word[64]; /* the words are short: a longer token is near none */
+    int best = 0, d = INT_MAX;
+    snprintf(word, sizeof word, "%.*s", (int)t.len, t.s);
+    if (t.len < sizeof word && dump_nearest(word, words, n, &best, 1) == 1)
+        d = dump_edit_distance(word, words[best]);
+    if (d <= 2 && (size_t)d < t.len)
         fail_at(c, t.s, "unknown %s '%.*s' (did you mean %s?)", what, (int)t.len, t.s, words[best]);
     else {
         char list[256];

@@ -1,6 +1,7 @@
 /* test_dbg_cond.c — tensor statistics, the condition language (parser,
  * canonical text, errors) and its evaluation against hand-made op records. */
 #include "dbg.h"
+#include "names.h"
 #include "suites.h"
 #include "testutil.h"
 
@@ -380,7 +381,7 @@ START_TEST(test_edit_distance)
         { "backwrd", "backward", 1 }, { "nto", "not", 2 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int d = dbg_edit_distance(cases[i].a, cases[i].b);
+        int d = dump_edit_distance(cases[i].a, cases[i].b);
         ck_assert_msg(d == cases[i].d, "distance(%s, %s) = %d, expected %d", cases[i].a, cases[i].b, d,
                       cases[i].d);
     }
