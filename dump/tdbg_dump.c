@@ -3,10 +3,10 @@
  * Exit codes: 0 success, 1 damage found or nothing matched, 2 trouble. */
 #include "dump.h"
 #include "h5file.h"
+#include "names.h"
 #include "te.h"
 
 #include <errno.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -26,8 +26,9 @@ static const char usage_text[] =
     "       tdbg-dump stats DIR [--step N] [GLOB]\n"
     "       tdbg-dump export DIR --npy OUTDIR [--step N] [GLOB]\n"
     "       tdbg-dump verify DIR|FILE\n"
-    "TENSOR is a dataset path (/fc1/linear/out0) or a tensor name (fc1/linear:out0,\n"
-    "param:fc1.weight); SLICES index like numpy: \"[0, 1:3]\", \"[:, ::2]\".\n"
+    "TENSOR is a dataset path (/conv2/bn/in0) or the debugger's name for it\n"
+    "(conv2/bn:in0, fc1/linear:out0, param:fc1.weight, grad:fc1.weight); a GLOB\n"
+    "matches either spelling. SLICES index like numpy: \"[0, 1:3]\", \"[:, ::2]\".\n"
     "Exit status: 0 success, 1 damage found or nothing matched, 2 trouble.\n";
 
 typedef struct args {
@@ -65,25 +66,39 @@ static void complain(ctx *c, int rc, const char *fmt, ...)
 
 /* ---- tensors: lookup, selection, sizes ------------------------------------------ */
 
-/* Tensor want by dataset path (leading '/' optional) or by stored name; -1. */
+/* Tensor want by any of its names (names.h): its path or the debugger's
+ * name first, then the name it stores (an input "param:fc1.weight" is found
+ * when phase=params did not dump the parameter itself); -1. */
 static int tensor_find(const dump_step_reader *r, const char *want)
 {
-    const char *bare = want[0] == '/' ? want + 1 : want;
-    for (int i = 0; i < dump_step_count(r); i++)
-        if (strcmp(dump_step_tensor(r, i)->path + 1, bare) == 0)
-            return i;
-    for (int i = 0; i < dump_step_count(r); i++)
-        if (strcmp(dump_step_tensor(r, i)->tensor, want) == 0)
-            return i;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < dump_step_count(r); i++) {
+            const dump_tensor_info *ti = dump_step_tensor(r, i);
+            if (dump_name_match(want, false, ti->path, ti->exec_index, pass ? ti->tensor : NULL))
+                return i;
+        }
     return -1;
 }
 
-/* Does glob (NULL: everything) match the path, with or without its '/',
- * or the tensor's name? */
-static bool glob_match(const char *glob, const char *path, const char *name)
+/* Does glob (NULL: everything) match one of the tensor's names? A miss is
+ * offered to near, for the "did you mean" when nothing matches. */
+static bool glob_match(const char *glob, const char *path, int exec_index, const char *stored,
+                       dump_near *near)
 {
-    return !glob || fnmatch(glob, path, 0) == 0 || fnmatch(glob, path + 1, 0) == 0 ||
-           (name[0] && fnmatch(glob, name, 0) == 0);
+    if (!glob || dump_name_match(glob, true, path, exec_index, stored))
+        return true;
+    dump_near_offer(near, path, exec_index);
+    return false;
+}
+
+/* " (did you mean NAME?)" when near found one, else "". */
+static const char *near_hint(const dump_near *near, char *buf, size_t n)
+{
+    if (near->best[0])
+        snprintf(buf, n, " (did you mean %s?)", near->best);
+    else
+        buf[0] = '\0';
+    return buf;
 }
 
 static const char *io_str(dump_iokind io, int slot, char *buf, size_t n)
@@ -496,6 +511,7 @@ typedef struct show_req {
     slice s[TE_MAX_DIMS];
     int ns;
     bool found;
+    dump_near near;       /* the nearest name, when no step has want */
 } show_req;
 
 static void show_tensor(ctx *c, dump_step_reader *r, int i, const show_req *q)
@@ -542,8 +558,11 @@ static bool show_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, voi
     (void)e;
     show_req *q = data;
     int i = r ? tensor_find(r, q->want) : -1;
-    if (i < 0)
+    if (i < 0) {
+        for (int k = 0; r && k < dump_step_count(r); k++)
+            dump_near_offer(&q->near, dump_step_tensor(r, k)->path, dump_step_tensor(r, k)->exec_index);
         return true;
+    }
     show_tensor(c, r, i, q);
     q->found = true;
     return false;
@@ -560,13 +579,14 @@ static void slices_text(const args *a, const char *bracket, char *buf, size_t n)
 
 static int cmd_show(ctx *c)
 {
-    char want[DUMP_PATH_MAX + TE_NAME_MAX], text[512], why[WHY_MAX];
+    char want[DUMP_PATH_MAX + TE_NAME_MAX], text[512], why[WHY_MAX], hint[600];
     snprintf(want, sizeof want, "%s", c->a.pos[1]);
     char *bracket = strchr(want, '[');
     slices_text(&c->a, bracket, text, sizeof text);
     if (bracket)
         *bracket = '\0';
     show_req q = { .want = want, .slices = text[0] ? text : NULL };
+    dump_near_init(&q.near, want);
     if (q.slices && !slices_parse(text, q.s, &q.ns, why, sizeof why)) {
         complain(c, RC_TROUBLE, "%s", why);
         return c->rc;
@@ -574,10 +594,11 @@ static int cmd_show(ctx *c)
     if (!steps_visit(c, show_step, &q) || q.found)
         return c->rc;
     if (c->a.has_step)
-        complain(c, RC_FOUND, "%s: no tensor '%s' in step %lld", c->dir, want,
-                 (long long)c->a.step);
+        complain(c, RC_FOUND, "%s: no tensor '%s' in step %lld%s", c->dir, want,
+                 (long long)c->a.step, near_hint(&q.near, hint, sizeof hint));
     else
-        complain(c, RC_FOUND, "%s: no tensor '%s' in any step", c->dir, want);
+        complain(c, RC_FOUND, "%s: no tensor '%s' in any step%s", c->dir, want,
+                 near_hint(&q.near, hint, sizeof hint));
     return c->rc;
 }
 
@@ -613,6 +634,7 @@ static bool tensor_stats(dump_step_reader *r, int i, te_stats *s, char *why, siz
 typedef struct stats_req {
     const char *glob;
     int shown;
+    dump_near near;
 } stats_req;
 
 static bool stats_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, void *data)
@@ -630,7 +652,7 @@ static bool stats_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, vo
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n; i++) {
             const dump_tensor_info *ti = dump_step_tensor(r, i);
-            if (!glob_match(glob, ti->path, ti->tensor))
+            if (!glob_match(glob, ti->path, ti->exec_index, ti->tensor, &q->near))
                 continue;
             snprintf(label, sizeof label, "%s %s %s", ti->path, te_dtype_name(ti->dtype),
                      te_shape_str(ti->ndim, ti->shape, shape, sizeof shape));
@@ -648,9 +670,7 @@ static bool stats_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, vo
         }
         for (int i = 0; i < n_rows; i++) {
             const dump_stats_row *w = &rows[i];
-            char name[TE_NAME_MAX + 16], io[16];
-            snprintf(name, sizeof name, "%s:%s", w->op, io_str(w->io, w->slot, io, sizeof io));
-            if (!glob_match(glob, w->path, name))
+            if (!glob_match(glob, w->path, w->exec_index, NULL, &q->near))
                 continue;
             snprintf(label, sizeof label, "%s (stored)", w->path);
             if (pass == 0) {
@@ -670,10 +690,12 @@ static bool stats_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, vo
 
 static int cmd_stats(ctx *c)
 {
-    stats_req q = { c->a.n_pos > 1 ? c->a.pos[1] : NULL, 0 };
+    stats_req q = { .glob = c->a.n_pos > 1 ? c->a.pos[1] : NULL };
+    char hint[600];
+    dump_near_init(&q.near, q.glob ? q.glob : "");
     if (steps_visit(c, stats_step, &q) && q.shown == 0 && c->rc == RC_OK)
-        complain(c, RC_FOUND, "%s: %s%s%s", c->dir, q.glob ? "no tensor matches '" : "no tensors",
-                 q.glob ? q.glob : "", q.glob ? "'" : "");
+        complain(c, RC_FOUND, "%s: %s%s%s%s", c->dir, q.glob ? "no tensor matches '" : "no tensors",
+                 q.glob ? q.glob : "", q.glob ? "'" : "", near_hint(&q.near, hint, sizeof hint));
     return c->rc;
 }
 
@@ -750,6 +772,7 @@ static bool npy_write(const char *path, const dump_tensor_info *ti, const void *
 typedef struct export_req {
     const char *glob;
     int written;
+    dump_near near;
 } export_req;
 
 static bool export_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, void *data)
@@ -762,7 +785,7 @@ static bool export_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, v
     snprintf(dir, sizeof dir, "%s/step-%lld", c->a.npy, (long long)e->step);
     for (int i = 0; i < dump_step_count(r); i++) {
         const dump_tensor_info *ti = dump_step_tensor(r, i);
-        if (!glob_match(x->glob, ti->path, ti->tensor))
+        if (!glob_match(x->glob, ti->path, ti->exec_index, ti->tensor, &x->near))
             continue;
         if (!made && !(made = make_dirs(dir, why, sizeof why))) {
             complain(c, RC_TROUBLE, "%s", why);
@@ -789,10 +812,12 @@ static bool export_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, v
 
 static int cmd_export(ctx *c)
 {
-    export_req x = { c->a.n_pos > 1 ? c->a.pos[1] : NULL, 0 };
+    export_req x = { .glob = c->a.n_pos > 1 ? c->a.pos[1] : NULL };
+    char hint[600];
+    dump_near_init(&x.near, x.glob ? x.glob : "");
     if (steps_visit(c, export_step, &x) && x.written == 0 && c->rc == RC_OK)
-        complain(c, RC_FOUND, "%s: nothing to export%s%s%s", c->dir, x.glob ? " matches '" : "",
-                 x.glob ? x.glob : "", x.glob ? "'" : "");
+        complain(c, RC_FOUND, "%s: nothing to export%s%s%s%s", c->dir, x.glob ? " matches '" : "",
+                 x.glob ? x.glob : "", x.glob ? "'" : "", near_hint(&x.near, hint, sizeof hint));
     else if (x.written > 0)
         fprintf(c->out, "exported %d tensors to %s\n", x.written, c->a.npy);
     return c->rc;
