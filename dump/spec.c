@@ -180,15 +180,43 @@ static bool parse_dir(const ctx *c, dump_spec *s, tok v)
     return true;
 }
 
+/* Globs are fnmatch's: '*', '?', [...] and backslash escapes. Alternatives
+ * written as in a shell or a regex ("fc3*|loss*", "{fc1,fc2}*") would match
+ * no op and dump nothing without a word, so they are errors at the
+ * character; a list is comma-separated. (steps= keeps '|': it joins ranges.) */
+static bool glob_chars_ok(const ctx *c, tok all, tok e)
+{
+    for (size_t i = 0; i < e.len; i++) {
+        if (e.s[i] == '\\') {
+            i++;
+            continue;
+        }
+        if (e.s[i] == '|') {
+            char list[TE_NAME_MAX * 2];
+            snprintf(list, sizeof list, "%.*s", (int)all.len, all.s);
+            for (char *p = list; (p = strchr(p, '|'));)
+                *p++ = ',';
+            return fail_at(c, e.s + i, "'|' in op glob '%.*s': globs have no alternatives; "
+                           "list them with a comma: ops=%s", (int)e.len, e.s, list);
+        }
+        if (e.s[i] == '{' || e.s[i] == '}')
+            return fail_at(c, e.s + i, "'%c' in op glob '%.*s': globs have no {a,b} braces; "
+                           "list the globs with a comma: ops=fc1*,fc2*", e.s[i], (int)e.len, e.s);
+    }
+    return true;
+}
+
 static bool parse_ops(const ctx *c, dump_spec *s, tok v)
 {
     s->n_ops = 0;
     if (tok_eq(v, "*"))
         return true;
-    tok e;
+    tok e, all = v;
     while (next_elem(&v, ",", &e)) {
         if (e.len == 0)
             return fail_at(c, e.s, "empty op glob");
+        if (!glob_chars_ok(c, all, e))
+            return false;
         if (s->n_ops == DUMP_MAX_GLOBS)
             return fail_at(c, e.s, "too many op globs (at most %d)", DUMP_MAX_GLOBS);
         const char *prefix = "";
