@@ -167,6 +167,8 @@ void dbg_info_dump(void)
     fprintf(dbg_out, "Dumping: %s\n  ", text);
     dump_status s = dump_status_get(dumping);
     report(&s);
+    if (s.warning[0])
+        fprintf(dbg_out, "  warning: %s\n", s.warning);
 }
 
 const dbg_cmd dbg_cmds_dump[] = {

@@ -92,6 +92,7 @@ struct dump_session {
     double write_seconds;   /* wall time with a step being built, written or synced */
     bool failed, capped;
     char error[1024];
+    char warning[1024];     /* the ops= selection matched no op of the first step */
     /* op table of the first selected step (the training thread's), for run.h5 */
     dump_op_row *ops;
     int n_ops;
@@ -653,6 +654,24 @@ static void dump_params(dump_session *d)
     }
 }
 
+/* Warns once, after the first dumped step, when ops= matched none of its ops. */
+static void check_selection(dump_session *d, int64_t step)
+{
+    const char **names = malloc(2 * (size_t)d->n_ops * sizeof *names), **types = names + d->n_ops;
+    for (int i = 0; names && i < d->n_ops; i++) {
+        names[i] = d->ops[i].name;
+        types[i] = d->ops[i].type;
+    }
+    char msg[sizeof d->warning];
+    if (names && dump_spec_unmatched(&d->spec, names, types, d->n_ops, step, msg, sizeof msg)) {
+        fprintf(stderr, "tdbg: dump warning: %s\n", msg);
+        pthread_mutex_lock(&d->mu);
+        snprintf(d->warning, sizeof d->warning, "%s", msg);
+        pthread_mutex_unlock(&d->mu);
+    }
+    free(names);
+}
+
 static void on_step_end(int64_t step, void *user)
 {
     dump_session *d = user;
@@ -667,6 +686,7 @@ static void on_step_end(int64_t step, void *user)
             it->n_ops = d->n_ops;
         }
         d->ops_done = true;
+        check_selection(d, step);
     }
     if (it)
         put(d, it);
@@ -811,6 +831,7 @@ dump_status dump_status_get(const dump_session *d)
                       .tensors_written = d->tensors_written, .queued_bytes = d->queued_bytes,
                       .write_seconds = d->write_seconds, .failed = d->failed, .capped = d->capped };
     snprintf(s.error, sizeof s.error, "%s", d->error);
+    snprintf(s.warning, sizeof s.warning, "%s", d->warning);
     pthread_mutex_unlock(&m->mu);
     return s;
 }
