@@ -191,7 +191,8 @@ static bool selected(const diff_ctx *c, const char *op, const dump_tensor_info *
 {
     if (!(c->o.io & (t->io == DUMP_IN ? DUMP_IO_INPUTS : DUMP_IO_OUTPUTS)))
         return false;
-    return !c->o.has_ops || dump_spec_op(&c->o.sel, op, t->op_type);
+    return !c->o.has_ops || dump_spec_op(&c->o.sel, op, t->op_type) ||
+           dump_spec_tensor(&c->o.sel, t->path, t->exec_index);
 }
 
 static bool same_shape(const dump_tensor_info *a, const dump_tensor_info *b)

@@ -36,6 +36,7 @@ static const char usage_text[] =
     "                          defaults by the lower precision of the pair: f32 1e-05 and\n"
     "                          1.3e-06, f16 1e-05 and 1e-03, bf16 1e-05 and 1.6e-02, i32 exact\n"
     "  --ops GLOB,...          only these ops (globs on op names; type:TYPE on op types)\n"
+    "                          or tensors (conv2/bn:in0, /conv2/bn/in0, param:NAME)\n"
     "  --steps SPEC            only these steps: N, A-B, every:N, A-B:every:N, joined by | or ,\n"
     "  --io inputs|outputs|both  which tensors of each op (both)\n"
     "  --metrics LIST          the table's and CSV's metric columns, comma separated, or all\n"

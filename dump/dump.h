@@ -76,6 +76,10 @@ bool dump_spec_parse(const char *text, dump_spec *s, char *err, size_t errlen);
 /* Does the spec select this step / op (name and type; either may be NULL)? */
 bool dump_spec_step(const dump_spec *s, int64_t step);
 bool dump_spec_op(const dump_spec *s, const char *name, const char *type);
+/* Does an ops= glob name this tensor of a step file by its path or the
+ * debugger's name (names.h: "/conv2/bn/in0", "conv2/bn:in0", "param:W")?
+ * tdbg-diff's --ops selects tensors so; a dump selects whole ops. */
+bool dump_spec_tensor(const dump_spec *s, const char *path, int exec_index);
 /* After the first dumped step: when s has an ops= selection and it matches
  * none of the step's n ops (names and types), writes into msg a warning
  * that names, for each glob, the three closest op names (types for

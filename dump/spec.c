@@ -548,6 +548,14 @@ bool dump_spec_op(const dump_spec *s, const char *name, const char *type)
     return false;
 }
 
+bool dump_spec_tensor(const dump_spec *s, const char *path, int exec_index)
+{
+    for (int i = 0; i < s->n_ops; i++)
+        if (strncmp(s->ops[i], "type:", 5) != 0 && dump_name_match(s->ops[i], true, path, exec_index, NULL))
+            return true;
+    return false;
+}
+
 /* ---- canonical text -------------------------------------------------------------------- */
 
 typedef struct out {
