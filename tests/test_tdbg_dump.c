@@ -316,7 +316,8 @@ START_TEST(test_show_errors)
     char want[256];
     tu_result r = RUN("show", dir, "fc9/linear:out0");
     ck_assert_int_eq(r.rc, 1);
-    snprintf(want, sizeof want, "tdbg-dump: %s: no tensor 'fc9/linear:out0' in any step\n", dir);
+    snprintf(want, sizeof want, "tdbg-dump: %s: no tensor 'fc9/linear:out0' in any step (did you "
+             "mean fc1/linear:out0?)\n", dir);
     assert_text(r.err, want);
     tu_result_free(&r);
     r = RUN("show", dir, "/data/out0", "--step", "2");
@@ -343,6 +344,99 @@ START_TEST(test_show_errors)
     r = RUN("show", dir, "/fc1/linear/out0", "[0, 0, 0]");
     ck_assert_int_eq(r.rc, 2);
     ck_assert_msg(strstr(r.err, "3 slices for a tensor of 2 dims"), "%s", r.err);
+    tu_result_free(&r);
+}
+END_TEST
+
+/* A step as the debugger names it: a batch norm's inputs, a parameter and
+ * its gradient (pseudo-ops without an exec index) and a real backward op
+ * "grad/loss" whose name looks like a gradient's. */
+static void write_named(const char *dir)
+{
+    static const float x[4] = { 1, 2, 3, 4 }, g[2] = { 0.5f, -0.5f }, w[2] = { 7, 8 };
+    dump_step_writer *wr = create(dir, 1);
+    add(wr, tu_dump_info("conv2/bn", "BatchNorm", DUMP_IN, 0, 4, TE_PHASE_FORWARD, "conv2/conv:out0",
+                 TE_F32, SH(2, 2)), x);
+    add(wr, tu_dump_info("conv2/bn", "BatchNorm", DUMP_IN, 1, 4, TE_PHASE_FORWARD, "param:bn.weight",
+                 TE_F32, SH(2)), w);
+    add(wr, tu_dump_info("grad/loss", "LossGrad", DUMP_OUT, 0, 5, TE_PHASE_BACKWARD, "grad/loss:out0",
+                 TE_F32, SH(2)), g);
+    add(wr, tu_dump_info("param/bn.weight", "Parameter", DUMP_OUT, 0, -1, TE_PHASE_UPDATE,
+                 "param:bn.weight", TE_F32, SH(2)), w);
+    add(wr, tu_dump_info("grad/bn.weight", "Gradient", DUMP_OUT, 0, -1, TE_PHASE_UPDATE,
+                 "grad:bn.weight", TE_F32, SH(2)), g);
+    commit(wr);
+}
+
+/* The debugger's names and the dataset paths give the same tensor. */
+START_TEST(test_names_both_spellings)
+{
+    char dir[128];
+    write_named(test_dir(dir, sizeof dir));
+    static const char *const pairs[][2] = {
+        { "conv2/bn:in0", "/conv2/bn/in0" },
+        { "conv2/bn:in1", "conv2/bn/in1" },
+        { "param:bn.weight", "/param/bn.weight/out0" },
+        { "grad:bn.weight", "/grad/bn.weight/out0" },
+        { "grad/loss:out0", "/grad/loss/out0" },
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        tu_result a = RUN("show", dir, pairs[i][0], "--step", "1"), b = RUN("show", dir, pairs[i][1]);
+        ck_assert_msg(a.rc == 0 && b.rc == 0, "%s: rc %d %d: %s%s", pairs[i][0], a.rc, b.rc, a.err, b.err);
+        ck_assert_msg(strstr(a.out, pairs[i][1][0] == '/' ? pairs[i][1] : "/conv2/bn/in1"), "%s", a.out);
+        assert_text(a.out, b.out);
+        tu_result_free(&a);
+        tu_result_free(&b);
+    }
+    tu_result r = RUN("show", dir, "conv2/bn:in0");
+    assert_text(r.out, "conv2/conv:out0  /conv2/bn/in0  step 1  f32 [2,2]\n"
+                       "op conv2/bn (BatchNorm), forward, in0, exec 4, at examples/mlp.c:44\n"
+                       "[[1 2]\n"
+                       " [3 4]]\n");
+    tu_result_free(&r);
+    /* a real backward op is not a gradient: grad:loss names nothing */
+    r = RUN("show", dir, "grad:loss");
+    ck_assert_int_eq(r.rc, 1);
+    tu_result_free(&r);
+    /* globs: either spelling selects the same tensors */
+    tu_result a = RUN("stats", dir, "conv2/bn:in*"), b = RUN("stats", dir, "/conv2/bn/in*");
+    ck_assert_msg(a.rc == 0 && strstr(a.out, "/conv2/bn/in0 ") && strstr(a.out, "/conv2/bn/in1 "),
+                  "rc %d: %s%s", a.rc, a.out, a.err);
+    assert_text(a.out, b.out);
+    tu_result_free(&a);
+    tu_result_free(&b);
+    char npy[160];
+    snprintf(npy, sizeof npy, "%s/npy", dir);
+    r = RUN("export", dir, "--npy", npy, "grad:bn.weight");
+    ck_assert_msg(r.rc == 0 && strstr(r.out, "exported 1 tensors"), "rc %d: %s%s", r.rc, r.out, r.err);
+    tu_result_free(&r);
+}
+END_TEST
+
+/* A wrong name suggests the nearest, spelled as the user spelled it. */
+START_TEST(test_names_suggest)
+{
+    char dir[128], want[512];
+    write_named(test_dir(dir, sizeof dir));
+    tu_result r = RUN("show", dir, "conv2/bn:in3", "--step", "1");
+    ck_assert_int_eq(r.rc, 1);
+    snprintf(want, sizeof want, "tdbg-dump: %s: no tensor 'conv2/bn:in3' in step 1 (did you mean "
+             "conv2/bn:in0?)\n", dir);
+    assert_text(r.err, want);
+    tu_result_free(&r);
+    r = RUN("show", dir, "/conv2/bm/in1");
+    snprintf(want, sizeof want, "tdbg-dump: %s: no tensor '/conv2/bm/in1' in any step (did you mean "
+             "/conv2/bn/in1?)\n", dir);
+    assert_text(r.err, want);
+    tu_result_free(&r);
+    r = RUN("stats", dir, "gard:bn.weight");
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_msg(strstr(r.err, ": no tensor matches 'gard:bn.weight' (did you mean grad:bn.weight?)\n"),
+                  "%s", r.err);
+    tu_result_free(&r);
+    r = RUN("show", dir, "nothing/like/it");   /* nothing near: no suggestion */
+    snprintf(want, sizeof want, "tdbg-dump: %s: no tensor 'nothing/like/it' in any step\n", dir);
+    assert_text(r.err, want);
     tu_result_free(&r);
 }
 END_TEST
@@ -614,6 +708,8 @@ Suite *suite_tdbg_dump(void)
     tcase_add_test(tc, test_show_by_name_with_slices);
     tcase_add_test(tc, test_show_elides_long_dims);
     tcase_add_test(tc, test_show_errors);
+    tcase_add_test(tc, test_names_both_spellings);
+    tcase_add_test(tc, test_names_suggest);
     tcase_add_test(tc, test_stats_values);
     tcase_add_test(tc, test_stats_stored_rows);
     tcase_add_test(tc, test_export_npy_bytes);
