@@ -271,6 +271,61 @@ START_TEST(test_err_ops)
 }
 END_TEST
 
+/* '|' and braces are not glob characters: an error at the character, with
+ * the comma list to write instead; steps= keeps '|' as its separator, and
+ * an escaped '|' is a literal one. */
+START_TEST(test_err_ops_alternatives)
+{
+    err_is("dir=d;ops=fc3*|loss*", "column 15: '|' in op glob 'fc3*|loss*': globs have no alternatives; "
+                                   "list them with a comma: ops=fc3*,loss*");
+    err_is("ops=conv1/*, fc3*|loss*|x", "column 18: '|' in op glob 'fc3*|loss*|x': globs have no "
+                                         "alternatives; list them with a comma: ops=conv1/*, fc3*,loss*,x");
+    err_is("ops={fc1,fc2}*", "column 5: '{' in op glob '{fc1': globs have no {a,b} braces; list the globs "
+                             "with a comma: ops=fc1*,fc2*");
+    dump_spec s;
+    char err[256];
+    ck_assert_msg(dump_spec_parse("ops=a\\|b;steps=0|30-40", &s, err, sizeof err), "%s", err);
+    ck_assert_int_eq(s.n_steps, 2);
+    ck_assert(dump_spec_op(&s, "a|b", "X"));
+    ck_assert(!dump_spec_op(&s, "a", "X"));
+}
+END_TEST
+
+/* A selection that matches none of the step's ops says so, with the
+ * closest names; one that matches anything, or selects every op, does not. */
+START_TEST(test_unmatched)
+{
+    static const char *const names[] = { "fc1/linear", "fc2/linear", "loss", "grad/fc1/linear" };
+    static const char *const types[] = { "Linear", "Linear", "CrossEntropy", "LinearGrad" };
+    dump_spec s;
+    char err[256], msg[1024];
+    ck_assert(dump_spec_parse("ops=fc3/linear,type:Lineer", &s, err, sizeof err));
+    ck_assert(dump_spec_unmatched(&s, names, types, 4, 7, msg, sizeof msg));
+    ck_assert_str_eq(msg, "ops=fc3/linear,type:Lineer matched none of the 4 ops of step 7: no op's tensors "
+                          "are dumped; the closest op names to 'fc3/linear': fc1/linear, fc2/linear, grad/fc1/linear; "
+                          "the closest op types to 'Lineer': Linear, LinearGrad, CrossEntropy");
+    ck_assert(dump_spec_parse("ops=nosuch,fc2*", &s, err, sizeof err));
+    ck_assert(!dump_spec_unmatched(&s, names, types, 4, 0, msg, sizeof msg));
+    ck_assert(dump_spec_parse("dir=x", &s, err, sizeof err));
+    ck_assert(!dump_spec_unmatched(&s, names, types, 4, 0, msg, sizeof msg));
+}
+END_TEST
+
+/* tdbg-diff's --ops: an entry names tensors by path or debugger name. */
+START_TEST(test_spec_tensor)
+{
+    dump_spec s;
+    char err[256];
+    ck_assert(dump_spec_parse("ops=conv2/bn:in0,/fc1/linear/out*,param:w,type:Conv2D", &s, err, sizeof err));
+    ck_assert(dump_spec_tensor(&s, "/conv2/bn/in0", 4));
+    ck_assert(!dump_spec_tensor(&s, "/conv2/bn/in1", 4));
+    ck_assert(dump_spec_tensor(&s, "/fc1/linear/out0", 0));
+    ck_assert(dump_spec_tensor(&s, "/param/w/out0", -1));
+    ck_assert(!dump_spec_tensor(&s, "/param/w/out0", 3)); /* an op named param/w, not the parameter */
+    ck_assert(!dump_spec_tensor(&s, "/conv1/conv/out0", 0)); /* type: selects ops only */
+}
+END_TEST
+
 START_TEST(test_err_steps)
 {
     err_is("dir=x;steps=0|8-5", "column 15: bad step range '8-5' (the end is before the start)");
@@ -630,6 +685,9 @@ Suite *suite_dump_spec(void)
     tcase_add_test(tc, test_format_forms);
     tcase_add_test(tc, test_format_cut);
     tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_err_ops_alternatives);
+    tcase_add_test(tc, test_unmatched);
+    tcase_add_test(tc, test_spec_tensor);
     suite_add_tcase(su, tc);
     return su;
 }
