@@ -365,6 +365,43 @@ START_TEST(test_unwritable_dir)
 }
 END_TEST
 
+/* An ops= selection that matches no op of the first step is reported in
+ * the status, with the closest names; one that matches is not. */
+START_TEST(test_unmatched_selection_status)
+{
+    static const struct {
+        const char *ops;
+        const char *warning; /* NULL: none */
+    } cases[] = {
+        { "rellu", "ops=rellu matched none of the 2 ops of step 0: no op's tensors are dumped; "
+                   "the closest op names to 'rellu': relu, sigmoid" },
+        { "type:Relu", NULL },
+        { "sig*,nosuch", NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char err[1024], text[512];
+        snprintf(text, sizeof text, "dir=%s/%zu;ops=%s", dir, i, cases[i].ops);
+        dump_spec spec;
+        ck_assert_msg(dump_spec_parse(text, &spec, err, sizeof err), "%s", err);
+        dump_session *d = dump_start(&spec, NULL, err, sizeof err);
+        ck_assert_msg(d != NULL, "%s", err);
+        for (int step = 0; step < 2; step++) {
+            te_step_begin();
+            ck_assert(te_sigmoid(te_relu(te_tensor_zeros(TE_F32, te_shape(4)))) != NULL);
+            te_step_end();
+        }
+        dump_flush(d);
+        dump_status st = dump_status_get(d);
+        if (cases[i].warning)
+            ck_assert_str_eq(st.warning, cases[i].warning);
+        else
+            ck_assert_msg(st.warning[0] == '\0', "%s: %s", cases[i].ops, st.warning);
+        ck_assert_int_eq(st.steps_written, 2);
+        dump_stop(d);
+    }
+}
+END_TEST
+
 /* ---- the examples dumping, killed and starved ------------------------------------ */
 
 static char out[1 << 16]; /* what the last command run with tu_shell printed */
@@ -411,6 +448,23 @@ START_TEST(test_backlog_at_exit)
     int incomplete, complete = readable_steps(dir, &incomplete);
     ck_assert_int_eq(complete, 20);
     ck_assert_int_eq(incomplete, 0);
+}
+END_TEST
+
+/* The warning comes on stderr once, after the first step, for a whole
+ * run; never for a selection that matches. */
+START_TEST(test_unmatched_selection_warns_once)
+{
+    int st = tu_shell(out, sizeof out,
+                      "'%s/examples/mlp' --batch 8 --steps 4 --log-every 1000 --dump 'dir=%s/a;ops=fc4/*' 2>&1 "
+                      "| grep -c 'tdbg: dump warning: ops=fc4/\\* matched none of the 18 ops of step 0: no op.s "
+                      "tensors are dumped; the closest op names to .fc4/\\*.: fc1/relu, fc2/relu, fc1/linear$'",
+                      TDBG_BUILDDIR, dir);
+    ck_assert_msg(st == 0 && strcmp(out, "1\n") == 0, "%s", out);
+    st = tu_shell(out, sizeof out,
+                  "'%s/examples/mlp' --batch 8 --steps 2 --log-every 1000 --dump 'dir=%s/b;ops=fc2/*' 2>&1",
+                  TDBG_BUILDDIR, dir);
+    ck_assert_msg(st == 0 && !strstr(out, "warning"), "%s", out);
 }
 END_TEST
 
@@ -577,12 +631,14 @@ Suite *suite_dump(void)
     tcase_add_test(tc, test_size_cap);
     tcase_add_test(tc, test_flight_recorder);
     tcase_add_test(tc, test_unwritable_dir);
+    tcase_add_test(tc, test_unmatched_selection_status);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("crashes");
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_backlog_at_exit);
+    tcase_add_test(tc, test_unmatched_selection_warns_once);
     tcase_add_test(tc, test_kill_9);
     tcase_add_test(tc, test_disk_full);
     tcase_add_test(tc, test_h5py_interop);
