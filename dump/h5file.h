@@ -227,13 +227,18 @@ typedef struct dump_extent {
     uint64_t offset;        /* where the stored chunk starts in the file */
     size_t size;            /* its bytes: the values (a last chunk zero-padded), then
                              * their Fletcher-32 checksum, 4 bytes little-endian */
+    int64_t chunk;          /* its number in chunk order */
+    bool has_crc;           /* the dataset keeps the chunk's CRC-32C (files before it
+                             * was added have Fletcher-32 only) */
+    uint32_t crc;           /* CRC-32C of the count values, without the padding */
 } dump_extent;
 /* Tensor i's extents in element order into *out (free() it): their count;
  * 0 (*out NULL) when the tensor is empty or stored another way (compressed,
  * contiguous): read it with dump_step_read_range then; -1 on error. */
 int dump_step_extents(dump_step_reader *r, int i, dump_extent **out, char *err, size_t n);
 /* Checks an extent's bytes as read: false, with a message naming the file,
- * the dataset and the elements, when the checksum does not match. */
+ * the dataset and the elements (and the chunk, for CRC-32C), when a
+ * checksum does not match. */
 bool dump_extent_verify(const dump_step_reader *r, int i, const dump_extent *e,
                         const void *stored, char *err, size_t n);
 
@@ -241,6 +246,8 @@ bool dump_extent_verify(const dump_step_reader *r, int i, const dump_extent *e,
 typedef struct dump_problems {
     int n;
     char **msg;
+    int fletcher_only;   /* step files read whose tensors have no CRC-32C (written
+                          * before it was added): checked with Fletcher-32 alone */
 } dump_problems;
 
 /* Checks a run directory (run.h5, every step file and every value in it,
@@ -295,6 +302,13 @@ void dump_image_release(dump_image *im);
 /* HDF5's Fletcher-32 checksum of len bytes, as its filter stores it after
  * each chunk (little-endian), bit for bit. */
 uint32_t dump_fletcher32(const void *data, size_t len);
+/* CRC-32C (Castagnoli) of len bytes, continuing crc (0 to start):
+ * dump_crc32c(0, "123456789", 9) is 0xe3069283. It uses the CPU's crc32
+ * instruction when it has one (dump_crc32c_hw_available); dump_crc32c_sw
+ * is the table-driven fallback, always. */
+uint32_t dump_crc32c(uint32_t crc, const void *data, size_t len);
+uint32_t dump_crc32c_sw(uint32_t crc, const void *data, size_t len);
+bool dump_crc32c_hw_available(void);
 /* The HDF5 datatype of a dtype in files (f16: an IEEE half built from
  * F32LE); the caller closes it. Negative on error. */
 int64_t dump_h5_type(te_dtype dt);

@@ -1,6 +1,6 @@
 /* h5write.c — writes step files and run.h5 (see docs/dump-format.md), and
  * the HDF5 helpers h5read.c shares. */
-#include "h5file.h"
+#include "h5crc.h"
 
 #include <hdf5.h>
 
@@ -340,9 +340,11 @@ static int chunk_dims(int rank, const hsize_t *dims, size_t esize, hsize_t *chun
  * padding of a last, partial chunk is zeros. When the data may serve as
  * scratch (spare set: 4 bytes after its end are ours), a whole chunk goes
  * from there, the checksum put over the 4 bytes after it for the call and
- * those restored: a copy of every value into stage saved. */
+ * those restored: a copy of every value into stage saved. Each chunk's
+ * CRC-32C goes into crc[], in chunk order, taken while it is in cache. */
 static bool write_chunks(hid_t ds, int rank, const hsize_t *dims, size_t esize,
-                         const unsigned char *data, unsigned char *spare, unsigned char *stage)
+                         const unsigned char *data, unsigned char *spare, unsigned char *stage,
+                         uint32_t *crc)
 {
     hsize_t chunk[TE_MAX_DIMS], offset[TE_MAX_DIMS] = { 0 };
     int k = chunk_dims(rank, dims, esize, chunk);
@@ -370,6 +372,7 @@ static bool write_chunks(hid_t ds, int rank, const hsize_t *dims, size_t esize,
                 memset(stage + used, 0, full - used);
             }
             uint32_t sum = dump_fletcher32(buf, full);
+            *crc++ = dump_crc32c(0, buf, used);
             for (int b = 0; b < 4; b++)
                 buf[full + (size_t)b] = (unsigned char)(sum >> 8 * b);
             offset[k] = at;
@@ -555,6 +558,34 @@ static bool tensor_attrs(hid_t ds, const dump_step_writer *w, const dump_tensor_
            (ti->ndim > 0 || attr_i32(ds, "ndim", 0));
 }
 
+/* A non-empty tensor's values and the CRC-32C of each chunk (the
+ * dataset's crc32c attribute): chunk by chunk when uncompressed, through
+ * HDF5's filters when compressed (the CRCs then taken from data). */
+static bool write_values(dump_step_writer *w, hid_t ds, hid_t type, int rank,
+                         const hsize_t *dims, size_t esize, const void *data,
+                         unsigned char *spare)
+{
+    hsize_t chunk[TE_MAX_DIMS];
+    chunk_dims(rank, dims, esize, chunk);
+    int64_t count = dump_chunk_runs(rank, dims, chunk, NULL);
+    uint32_t *crc = count > 0 ? malloc((size_t)count * sizeof *crc) : NULL;
+    bool ok = crc != NULL;
+    if (ok && w->gzip == 0) {
+        ok = w->stage && write_chunks(ds, rank, dims, esize, data, spare, w->stage, crc);
+    } else if (ok) {
+        dump_run *runs = malloc((size_t)count * sizeof *runs);
+        ok = runs && dump_chunk_runs(rank, dims, chunk, runs) == count;
+        for (int64_t c = 0; ok && c < count; c++)
+            crc[c] = dump_crc32c(0, (const unsigned char *)data + (size_t)runs[c].first * esize,
+                                 (size_t)runs[c].count * esize);
+        free(runs);
+        ok = ok && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
+    }
+    ok = ok && dump_crc_write(ds, crc, count);
+    free(crc);
+    return ok;
+}
+
 static bool add_values(dump_step_writer *w, const dump_tensor_info *ti, const void *data,
                        unsigned char *spare, char *err, size_t n)
 {
@@ -595,10 +626,8 @@ static bool add_values(dump_step_writer *w, const dump_tensor_info *ti, const vo
             w->stage = malloc(CHUNK_MAX + 4);
         if (total == 0)
             ok = true;
-        else if (w->gzip == 0)
-            ok = w->stage && write_chunks(ds, rank, dims, esize, data, spare, w->stage);
         else
-            ok = H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
+            ok = write_values(w, ds, type, rank, dims, esize, data, spare);
         if (ok) {
             what = "cannot write the attributes";
             ok = tensor_attrs(ds, w, ti);

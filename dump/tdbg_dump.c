@@ -865,6 +865,10 @@ static int cmd_verify(ctx *c)
         damage += !tmp;
         fprintf(c->out, "%s\n", p.msg[k]);
     }
+    if (p.fletcher_only > 0)
+        fprintf(c->out, "verify: %d step file%s without CRC-32C (written before tdbg kept it): "
+                "values checked with Fletcher-32 only\n", p.fletcher_only,
+                p.fletcher_only == 1 ? "" : "s");
     fprintf(c->out, "verify: %d steps intact, %d incomplete, %d problems\n", intact, incomplete,
             damage);
     dump_problems_free(&p);

@@ -4,6 +4,7 @@
  * and on step files written here with h5file.h, whose metrics are checked
  * against values computed independently below; then NaN on one side,
  * shapes, steps, --map, formats, damaged and foreign dumps, usage. */
+#include "crcdamage.h"
 #include "diff.h"
 #include "h5file.h"
 #include "suites.h"
@@ -1188,6 +1189,53 @@ START_TEST(test_damaged_chunk)
 }
 END_TEST
 
+/* Damage Fletcher-32 misses (a zero run flipped to 0xff, swapped words)
+ * and damage it sees (one bit) are reported as damage, naming the file,
+ * the tensor and the chunk, never as a value difference. A dump from
+ * before the CRC-32C still compares. */
+START_TEST(test_crc_damage)
+{
+    static const tu_damage kinds[] = { TU_FLIP_FF, TU_FLIP_BIT, TU_SWAP_WORDS };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char dir[128], a[160], b[160], step[256], want[512];
+        test_dir(dir, sizeof dir);
+        snprintf(a, sizeof a, "%s/a", dir);
+        snprintf(b, sizeof b, "%s/b", dir);
+        write_run_h5(a, 1);
+        write_run_h5(b, 1);
+        tu_crc_step(a);
+        tu_crc_step(b);
+        snprintf(step, sizeof step, "%s/step-00000000.h5", b);
+        tu_result r = RUN(a, b);
+        ck_assert_msg(r.rc == 0, "rc %d: %s%s", r.rc, r.out, r.err);
+        tu_result_free(&r);
+        tu_crc_damage(step, kinds[k]);
+        r = RUN(a, b);
+        ck_assert_int_eq(r.rc, 2);
+        snprintf(want, sizeof want, "tdbg-diff: %s: /op0/out0: cannot read the values: data error "
+                 "detected by %s checksum (%selements 150000..299999)\n", step,
+                 kinds[k] == TU_FLIP_BIT ? "Fletcher32" : "CRC-32C",
+                 kinds[k] == TU_FLIP_BIT ? "" : "chunk 1, ");
+        ck_assert_msg(strstr(r.err, want), "kind %zu: %s", k, r.err);
+        ck_assert_msg(strstr(r.out, "unreadable") && !strstr(r.out, "diverges here"), "%s", r.out);
+        tu_result_free(&r);
+    }
+    char dir[128], a[160], b[160], step[256];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    write_run_h5(a, 1);
+    write_run_h5(b, 1);
+    tu_crc_step(a);
+    tu_crc_step(b);
+    snprintf(step, sizeof step, "%s/step-00000000.h5", b);
+    tu_crc_strip(step);
+    tu_result r = RUN(a, b);
+    ck_assert_msg(r.rc == 0, "rc %d: %s%s", r.rc, r.out, r.err);
+    tu_result_free(&r);
+}
+END_TEST
+
 START_TEST(test_truncated_and_missing)
 {
     char dir[128], a[160], b[160], step[256], want[512];
@@ -1331,6 +1379,7 @@ Suite *suite_tdbg_diff(void)
     tcase_add_test(tc, test_map_renames);
     tcase_add_test(tc, test_json_and_color);
     tcase_add_test(tc, test_damaged_chunk);
+    tcase_add_test(tc, test_crc_damage);
     tcase_add_test(tc, test_truncated_and_missing);
     tcase_add_test(tc, test_version_mismatch);
     tcase_add_test(tc, test_bad_usage);

@@ -2,6 +2,7 @@
  * process on dumps written here with h5file.h: listings, printing with
  * slices, statistics, NPY export (checked byte by byte, and by numpy.load
  * where /usr/bin/python3 has numpy), verification and usage errors. */
+#include "crcdamage.h"
 #include "dump.h"
 #include "h5file.h"
 #include "suites.h"
@@ -641,6 +642,60 @@ START_TEST(test_verify_truncated_step)
 }
 END_TEST
 
+/* Damage in a chunk's values, each kind in a fresh copy: the CRC-32C finds
+ * what Fletcher-32 misses (issue 14), and the message names the file, the
+ * tensor and the chunk. */
+START_TEST(test_verify_crc_damage)
+{
+    static const tu_damage kinds[] = { TU_FLIP_FF, TU_FLIP_BIT, TU_SWAP_WORDS };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char dir[128], step[256], want[512];
+        tu_crc_step(test_dir(dir, sizeof dir));
+        snprintf(step, sizeof step, "%s/step-00000000.h5", dir);
+        tu_result r = RUN("verify", step);
+        ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.out);
+        assert_text(r.out, "verify: 1 steps intact, 0 incomplete, 0 problems\n");
+        tu_result_free(&r);
+        tu_crc_damage(step, kinds[k]);
+        r = RUN("verify", step);
+        ck_assert_int_eq(r.rc, 1);
+        if (kinds[k] == TU_FLIP_BIT)   /* Fletcher-32 sees it first, through HDF5 */
+            snprintf(want, sizeof want, "%s: /op0/out0: cannot read the values: data error "
+                     "detected by Fletcher32 checksum", step);
+        else
+            snprintf(want, sizeof want, "%s: /op0/out0: cannot read the values: data error "
+                     "detected by CRC-32C checksum (chunk 1, elements 150000..299999)\n", step);
+        ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "kind %zu:\n%s", k, r.out);
+        ck_assert_msg(strstr(r.out, "\nverify: 0 steps intact, 0 incomplete, 1 problems\n"),
+                      "%s", r.out);
+        tu_result_free(&r);
+    }
+}
+END_TEST
+
+/* A step file written before the CRC-32C verifies with Fletcher-32 alone,
+ * and verify says so. */
+START_TEST(test_verify_without_crc)
+{
+    char dir[128], step[256];
+    tu_crc_step(test_dir(dir, sizeof dir));
+    snprintf(step, sizeof step, "%s/step-00000000.h5", dir);
+    tu_crc_strip(step);
+    tu_result r = RUN("verify", step);
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.out);
+    assert_text(r.out, "verify: 1 step file without CRC-32C (written before tdbg kept it): "
+                "values checked with Fletcher-32 only\n"
+                "verify: 1 steps intact, 0 incomplete, 0 problems\n");
+    tu_result_free(&r);
+    tu_crc_damage(step, TU_FLIP_BIT);   /* Fletcher-32 still checks */
+    r = RUN("verify", step);
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_msg(strstr(r.out, "/op0/out0: cannot read the values: data error detected by "
+                         "Fletcher32 checksum"), "%s", r.out);
+    tu_result_free(&r);
+}
+END_TEST
+
 /* ---- usage --------------------------------------------------------------- */
 
 START_TEST(test_bad_usage)
@@ -717,6 +772,8 @@ Suite *suite_tdbg_dump(void)
     tcase_add_test(tc, test_export_errors);
     tcase_add_test(tc, test_verify_good_and_incomplete);
     tcase_add_test(tc, test_verify_truncated_step);
+    tcase_add_test(tc, test_verify_crc_damage);
+    tcase_add_test(tc, test_verify_without_crc);
     tcase_add_test(tc, test_bad_usage);
     tcase_add_test(tc, test_missing_directory);
     suite_add_tcase(s, tc);
