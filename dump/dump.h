@@ -100,7 +100,8 @@ typedef struct dump_status {     /* the written counts are of published step fil
     char error[1024];            /* why it failed, naming the path */
 } dump_status;
 
-/* Starts dumping at the next step. NULL with err when the thread cannot
+/* Starts dumping with the next step whose start its hook sees (started
+ * from another hook at a step's start, that step). NULL with err when the thread cannot
  * start. A caller flushing the session at exit registers its atexit
  * handler after this call (see writer.c). */
 dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char *err, size_t n);

@@ -61,7 +61,7 @@ typedef struct item {
     size_t bytes, cap;    /* the copy's size, its buffer's */
     dump_op_row *ops;     /* ITEM_COMMIT: the op table for run.h5, when it grew */
     int n_ops;
-    bool again;           /* ITEM_COMMIT: replaces the step's file written before */
+    bool again;           /* BEGIN, COMMIT: replaces the step's file written before */
     int64_t was_tensors;  /* ... which held this many tensors */
     uint64_t was_bytes;   /* ... of this many bytes */
     struct item *next;
@@ -362,6 +362,12 @@ static void write_item(dump_session *d, dump_step_writer **w, step_counts *c, it
     switch (it->kind) {
     case ITEM_BEGIN:
         *c = (step_counts){ .steps = 1 };
+        if (it->again) { /* the file before must have its name first: the tmp name is the same */
+            pthread_mutex_lock(&d->mu);
+            while (d->n_sealed > 0)
+                pthread_cond_wait(&d->synced, &d->mu);
+            pthread_mutex_unlock(&d->mu);
+        }
         if (!(*w = dump_step_create(d->spec.dir, it->step, d->spec.gzip, err, sizeof err)))
             fail(d, err);
         break;
@@ -547,6 +553,7 @@ static void write_current_part(dump_session *d)
             memcpy(it->data, h->data, h->bytes);
             it->bytes = h->bytes;
         }
+        it->again = d->cur_on_disk && h->kind == ITEM_BEGIN;
         tensors += h->kind == ITEM_TENSOR || h->kind == ITEM_STATS;
         bytes += h->bytes;
         enqueue(d, it);
@@ -580,7 +587,8 @@ static void recorder_write(dump_session *d, bool ended)
         write_current_part(d);
         return;
     }
-    d->cur.tail->again = d->cur_on_disk; /* the tail is the step's commit */
+    d->cur.head->again = d->cur_on_disk; /* the head is the step's begin, */
+    d->cur.tail->again = d->cur_on_disk; /* the tail its commit */
     d->cur.tail->was_tensors = d->cur_disk_tensors;
     d->cur.tail->was_bytes = d->cur_disk_bytes;
     enqueue_list(d, d->cur.head);
