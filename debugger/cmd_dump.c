@@ -1,8 +1,10 @@
 /*
  * cmd_dump.c — dumps from the debugger: `dump SPEC` starts a dump session
- * from the next step (the same spec as --dump and TDBG_DUMP), `dump off`
- * stops it after writing what is queued, `info dump` says what it selects
- * and what it wrote.
+ * (the same spec as --dump and TDBG_DUMP) with the first whole step to
+ * come, `dump off` stops it after writing what is queued, `info dump` says
+ * what it selects and what it wrote. At every stop the session writes
+ * what it has queued (and its flight recorder what it holds) before the
+ * first command is read, so what these print is what is on disk.
  */
 #include "cmd.h"
 #include "dump.h"
@@ -15,10 +17,20 @@
 static dump_session *dumping;
 static dump_spec dumping_spec;
 
+static void report(const dump_status *s);
+
+/* quit, the end of a batch script, the program's end: everything queued
+ * reaches the disk, and the last word says what is there. */
 static void stop_at_exit(void)
 {
-    dump_stop(dumping); /* everything queued reaches the disk */
+    if (!dumping)
+        return;
+    dump_flush(dumping);
+    dump_status s = dump_status_get(dumping);
+    dump_stop(dumping);
     dumping = NULL;
+    fprintf(dbg_out, "tdbg: dump to %s ended: ", dumping_spec.dir);
+    report(&s);
 }
 
 static void report(const dump_status *s)
@@ -105,6 +117,15 @@ static bool dump_now(const char *args)
     return false;
 }
 
+/* The first step a session started now writes: this one when stopped at
+ * its start (no op has run: the session's own step hook is still to
+ * come, after the debugger's), else the next (a step under way is partly
+ * gone; before `run`, step 0). */
+static int64_t first_step(void)
+{
+    return dbg.in_step && dbg.n_ops == 0 ? dbg.step : dbg.step + 1;
+}
+
 static bool cmd_dump(const char *args)
 {
     static bool registered;
@@ -149,11 +170,11 @@ static bool cmd_dump(const char *args)
     }
     char text[DUMP_SPEC_TEXT_MAX];
     dump_spec_format(&spec, text, sizeof text);
-    fprintf(dbg_out, "Dumping from step %lld: %s\n", (long long)dbg.step + 1, text);
+    fprintf(dbg_out, "Dumping from step %lld: %s\n", (long long)first_step(), text);
     return false;
 }
 
-void dbg_dump_stopped(void) { dump_trigger(dumping); }
+void dbg_dump_stopped(void) { dump_stopped(dumping, dbg_stopped_at()); }
 
 void dbg_info_dump(void);
 void dbg_info_dump(void)
@@ -165,6 +186,7 @@ void dbg_info_dump(void)
     char text[DUMP_SPEC_TEXT_MAX];
     dump_spec_format(&dumping_spec, text, sizeof text);
     fprintf(dbg_out, "Dumping: %s\n  ", text);
+    dump_flush(dumping); /* a no-op at a stop, which flushed: the counts are the files' */
     dump_status s = dump_status_get(dumping);
     report(&s);
     if (s.warning[0])

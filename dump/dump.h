@@ -102,8 +102,8 @@ typedef struct dump_run_info {   /* what run.h5 says of the run */
     const char *command_line;
 } dump_run_info;
 
-typedef struct dump_status {
-    uint64_t bytes_written;      /* tensor bytes handed to HDF5 */
+typedef struct dump_status {     /* the written counts are of published step files */
+    uint64_t bytes_written;      /* tensor bytes in them */
     int64_t steps_written, tensors_written;
     size_t queued_bytes;         /* copies waiting for the disk */
     double write_seconds;        /* wall time with a step being written (HDF5, fsync, rename) */
@@ -113,7 +113,8 @@ typedef struct dump_status {
     char warning[1024];          /* "": none; else the ops= selection matched no op (dump_spec_unmatched) */
 } dump_status;
 
-/* Starts dumping at the next step. NULL with err when the thread cannot
+/* Starts dumping with the next step whose start its hook sees (started
+ * from another hook at a step's start, that step). NULL with err when the thread cannot
  * start. A caller flushing the session at exit registers its atexit
  * handler after this call (see writer.c). */
 dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char *err, size_t n);
@@ -123,9 +124,17 @@ void dump_flush(dump_session *d);
  * (stopped inside it) stays an incomplete tmp file, as after a crash. */
 void dump_stop(dump_session *d);
 dump_status dump_status_get(const dump_session *d);
-/* when=break: the debugger stopped; the held steps up to this one are
- * written when the step ends. Nothing for other sessions. */
-void dump_trigger(dump_session *d);
+/* The debugger stopped training, at op `at` (its record; NULL at a stop
+ * between ops), on the training thread. The flight recorder first takes
+ * the stopped op's tensors (the debugger's hook runs before the session's;
+ * the hook then skips that op), then writes what it holds: when=break
+ * always, when=nonfinite once a non-finite value came (see writer.c for
+ * which steps). Every session then waits until all it has queued is on
+ * disk, fsynced under its final name, with run.h5: a quit or a kill -9
+ * next loses none of it, and the counts of dump_status_get are the files'.
+ * A part of the current step so written is replaced by the whole step
+ * when training goes on to its end. d NULL: nothing. */
+void dump_stopped(dump_session *d, const te_op_record *at);
 
 /* ---- tdbg-dump (tdbg_dump.c) -------------------------------------------------------
  * The inspector's commands (ls, show, stats, export, verify) with argv as

@@ -17,9 +17,17 @@
  * on, and the steps already written stay complete and readable.
  *
  * The flight recorder (when=nonfinite|break): a selected step's copies are
- * held in memory instead, the last `keep` steps of them; when a selected
+ * held in memory instead, the last `keep` steps of them. When a selected
  * tensor holds a NaN or Inf (nonfinite) or the debugger stops (break,
- * dump_trigger), the held steps up to and including that one are written.
+ * dump_stopped), the held steps are written at once: the keep-1 before
+ * and the current step as far as it went (a copy of it: the step stays
+ * held, and its whole file replaces that one when it ends), or at a stop
+ * between steps the last `keep`. At a stop dump_stopped then waits until
+ * they are fsynced and renamed, so a quit or a kill -9 next loses nothing.
+ *
+ * The counts (`info dump`) are of published files: a step and its tensors
+ * count once its file has its final name, and a step written again (whole
+ * after its part at a stop) counts once.
  */
 #include "dump.h"
 #include "h5file.h"
@@ -51,10 +59,19 @@ typedef struct item {
     dump_stats_row row;   /* ITEM_STATS */
     void *data;           /* ITEM_TENSOR: the copy */
     size_t bytes, cap;    /* the copy's size, its buffer's */
-    dump_op_row *ops;     /* ITEM_COMMIT of the first step: its op table for run.h5 */
+    dump_op_row *ops;     /* ITEM_COMMIT: the op table for run.h5, when it grew */
     int n_ops;
+    bool again;           /* BEGIN, COMMIT: replaces the step's file written before */
+    int64_t was_tensors;  /* ... which held this many tensors */
+    uint64_t was_bytes;   /* ... of this many bytes */
     struct item *next;
 } item;
+
+/* What publishing one step adds to the counts. */
+typedef struct step_counts {
+    int64_t steps, tensors;
+    int64_t bytes; /* may be negative: a step written again smaller */
+} step_counts;
 
 /* One step's copies held by the flight recorder. */
 typedef struct held_step {
@@ -78,14 +95,16 @@ struct dump_session {
     int n_pool;
     size_t pool_bytes;
     dump_step_writer *sealed[MAX_SEALED]; /* sealed steps for the syncer, a ring in step order */
+    step_counts sealed_counts[MAX_SEALED]; /* what each adds to the counts once published */
     int sync_start, sync_queued;
     int n_sealed;                         /* queued or being synced: at most MAX_SEALED */
     bool sync_closing;
     dump_op_row *run_ops;                 /* run.h5's op table, for the syncer to write */
     int run_n_ops;
     bool run_pending;                     /* handed over, not yet written */
-    /* what the writer did, for `info dump` */
+    /* what the writer did, for `info dump`: published files only */
     uint64_t bytes_written;
+    uint64_t bytes_taken;   /* tensor bytes the writer took from the queue (max=) */
     int64_t steps_written, tensors_written;
     int active;             /* items and sealed steps being worked on */
     struct timespec active_since;
@@ -97,12 +116,21 @@ struct dump_session {
     dump_op_row *ops;
     int n_ops;
     bool ops_done;
+    int run_sent;           /* rows of it handed to the writer so far */
+    /* the op record last taken (dump_stopped takes the stopped op early) */
+    const te_op_record *seen;
+    int seen_exec;
+    int64_t seen_step;
+    bool seen_early;
     /* flight recorder */
     bool recording;
     held_step cur;
-    held_step *ring;    /* the last keep-1 completed steps, oldest at ring_start */
+    held_step *ring;    /* the last `keep` completed steps, oldest at ring_start */
     int ring_cap, ring_n, ring_start;
     bool triggered;
+    bool cur_on_disk;       /* the current step was written as far as it went */
+    int64_t cur_disk_tensors; /* that file's tensors and bytes */
+    uint64_t cur_disk_bytes;
 };
 
 /* ---- copy buffers ---------------------------------------------------------------- */
@@ -180,12 +208,14 @@ static void activity(dump_session *d, int delta)
 }
 
 /* Hands a sealed step to the syncer, waiting while MAX_SEALED are ahead. */
-static void hand_over(dump_session *d, dump_step_writer *w)
+static void hand_over(dump_session *d, dump_step_writer *w, step_counts c)
 {
     pthread_mutex_lock(&d->mu);
     while (d->n_sealed >= MAX_SEALED)
         pthread_cond_wait(&d->synced, &d->mu);
-    d->sealed[(d->sync_start + d->sync_queued++) % MAX_SEALED] = w;
+    int at = (d->sync_start + d->sync_queued++) % MAX_SEALED;
+    d->sealed[at] = w;
+    d->sealed_counts[at] = c;
     d->n_sealed++;
     activity(d, +1);
     pthread_cond_signal(&d->to_sync);
@@ -193,10 +223,12 @@ static void hand_over(dump_session *d, dump_step_writer *w)
 }
 
 /* Hands run.h5's op table to the syncer: writing it fsyncs twice, which
- * the writer thread used to wait for before it built the next step. */
+ * the writer thread used to wait for before it built the next step. A
+ * table not written yet gives way to the newer, longer one. */
 static void hand_over_run(dump_session *d, dump_op_row *ops, int n_ops)
 {
     pthread_mutex_lock(&d->mu);
+    free(d->run_ops);
     d->run_ops = ops;
     d->run_n_ops = n_ops;
     d->run_pending = true;
@@ -257,15 +289,18 @@ static void *syncer_main(void *arg)
     struct timespec dir_synced;
     clock_gettime(CLOCK_MONOTONIC, &dir_synced);
     dump_step_writer *written = NULL; /* written, its fsync still to come */
+    step_counts written_counts = { 0 };
     pthread_mutex_lock(&d->mu);
     for (;;) {
         while (!d->sync_queued && !d->sync_closing && !written && !d->run_ops)
             pthread_cond_wait(&d->to_sync, &d->mu);
         dump_step_writer *s = NULL;
+        step_counts s_counts = { 0 }, add = { 0 };
         dump_op_row *run_ops = d->run_ops;
         d->run_ops = NULL;
         if (d->sync_queued) {
             s = d->sealed[d->sync_start];
+            s_counts = d->sealed_counts[d->sync_start];
             d->sync_start = (d->sync_start + 1) % MAX_SEALED;
             d->sync_queued--;
         } else if (!written && !run_ops) {
@@ -291,11 +326,15 @@ static void *syncer_main(void *arg)
             fail(d, err);
         free(run_ops);
         if (written) {
-            done += publish_step(d, written);
+            if (publish_step(d, written)) {
+                done++;
+                add = written_counts;
+            }
             dir_dirty = dir_dirty || done;
             gone++;
         }
         written = next;
+        written_counts = s_counts;
         if (dir_dirty && (!written || seconds_since(&dir_synced) >= DIR_SYNC_EVERY)) {
             if (!dump_dir_sync(d->spec.dir, err, sizeof err))
                 fail(d, err);
@@ -303,9 +342,11 @@ static void *syncer_main(void *arg)
             clock_gettime(CLOCK_MONOTONIC, &dir_synced);
         }
         pthread_mutex_lock(&d->mu);
-        if (run_ops)
+        if (run_ops && !d->run_ops)
             d->run_pending = false;
-        d->steps_written += done;
+        d->steps_written += add.steps;
+        d->tensors_written += add.tensors;
+        d->bytes_written = (uint64_t)((int64_t)d->bytes_written + add.bytes);
         d->n_sealed -= gone;
         activity(d, -gone);
         pthread_cond_broadcast(&d->synced);
@@ -314,13 +355,20 @@ static void *syncer_main(void *arg)
     return NULL;
 }
 
-/* Writes one item; returns 1 for a tensor or stats row written, 0 otherwise. */
-static int write_item(dump_session *d, dump_step_writer **w, item *it)
+/* Writes one item into the step *w; *c counts what the step holds, for
+ * the syncer to add when it is published. */
+static void write_item(dump_session *d, dump_step_writer **w, step_counts *c, item *it)
 {
     char err[1024];
-    int done = 0;
     switch (it->kind) {
     case ITEM_BEGIN:
+        *c = (step_counts){ .steps = 1 };
+        if (it->again) { /* the file before must have its name first: the tmp name is the same */
+            pthread_mutex_lock(&d->mu);
+            while (d->n_sealed > 0)
+                pthread_cond_wait(&d->synced, &d->mu);
+            pthread_mutex_unlock(&d->mu);
+        }
         if (!(*w = dump_step_create(d->spec.dir, it->step, d->spec.gzip, err, sizeof err)))
             fail(d, err);
         break;
@@ -328,18 +376,23 @@ static int write_item(dump_session *d, dump_step_writer **w, item *it)
         if (*w && !dump_step_add_copy(*w, &it->ti, it->data, err, sizeof err))
             fail(d, err);
         else if (*w)
-            done = 1;
+            c->tensors++, c->bytes += (int64_t)it->bytes;
         break;
     case ITEM_STATS:
         if (*w && !dump_step_add_stats(*w, &it->row, 1, err, sizeof err))
             fail(d, err);
         else if (*w)
-            done = 1;
+            c->tensors++;
         break;
     case ITEM_COMMIT:
+        if (it->again) { /* the file it replaces was counted */
+            c->steps = 0;
+            c->tensors -= it->was_tensors;
+            c->bytes -= (int64_t)it->was_bytes;
+        }
         if (*w && !d->failed) {
             if (dump_step_seal(*w, err, sizeof err))
-                hand_over(d, *w);
+                hand_over(d, *w, *c);
             else
                 fail(d, err);
         } else if (*w) {
@@ -352,7 +405,6 @@ static int write_item(dump_session *d, dump_step_writer **w, item *it)
         }
         break;
     }
-    return done;
 }
 
 static void *writer_main(void *arg)
@@ -360,6 +412,7 @@ static void *writer_main(void *arg)
     dump_session *d = arg;
     yield_to_training(d);
     dump_step_writer *w = NULL;
+    step_counts c = { 0 };
     pthread_mutex_lock(&d->mu);
     for (;;) {
         while (!d->head && !d->closing)
@@ -374,13 +427,13 @@ static void *writer_main(void *arg)
         activity(d, +1);
         bool failed = d->failed;
         pthread_mutex_unlock(&d->mu);
-        int done = failed ? 0 : write_item(d, &w, it);
+        if (!failed)
+            write_item(d, &w, &c, it);
         pthread_mutex_lock(&d->mu);
         activity(d, -1);
-        d->tensors_written += done;
         d->busy = false;
         d->queued_bytes -= it->bytes;
-        d->bytes_written += it->kind == ITEM_TENSOR ? it->bytes : 0;
+        d->bytes_taken += it->kind == ITEM_TENSOR ? it->bytes : 0;
         copy_put(d, it->data, it->cap);
         free(it->ops);
         free(it);
@@ -394,8 +447,21 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* The op table goes to run.h5 with the first step handed to the writer,
+ * and again when it has grown since (a step written in part at a stop
+ * before the first selected step had ended). Training thread. */
+static void attach_run(dump_session *d, item *it)
+{
+    if (d->run_sent >= d->n_ops || !(it->ops = malloc((size_t)d->n_ops * sizeof *it->ops)))
+        return;
+    memcpy(it->ops, d->ops, (size_t)d->n_ops * sizeof *it->ops);
+    it->n_ops = d->run_sent = d->n_ops;
+}
+
 static void enqueue(dump_session *d, item *it)
 {
+    if (it->kind == ITEM_COMMIT)
+        attach_run(d, it);
     pthread_mutex_lock(&d->mu);
     while (d->queued_bytes > 0 && d->queued_bytes + it->bytes > QUEUE_CAP_BYTES && !d->failed)
         pthread_cond_wait(&d->room, &d->mu);
@@ -423,6 +489,16 @@ static void free_items(dump_session *d, item *it)
     }
 }
 
+static item *new_item(item_kind kind, int64_t step)
+{
+    item *it = calloc(1, sizeof *it);
+    if (it) {
+        it->kind = kind;
+        it->step = step;
+    }
+    return it;
+}
+
 /* To the writer, or into the held step while the flight recorder runs. */
 static void put(dump_session *d, item *it)
 {
@@ -447,46 +523,93 @@ static void enqueue_list(dump_session *d, item *it)
     }
 }
 
-/* At a step's end: writes the held steps and this one when triggered,
- * else keeps this one and forgets the oldest beyond `keep`. */
+static void drop_oldest(dump_session *d)
+{
+    free_items(d, d->ring[d->ring_start].head);
+    d->ring_start = (d->ring_start + 1) % d->ring_cap;
+    d->ring_n--;
+}
+
+/* The current step as far as it went, copied (the step stays held), and a
+ * commit; the file it makes replaces one written at an earlier stop in
+ * this step. */
+static void write_current_part(dump_session *d)
+{
+    int64_t tensors = 0;
+    uint64_t bytes = 0;
+    for (const item *h = d->cur.head; h; h = h->next) {
+        item *it = new_item(h->kind, h->step);
+        if (!it)
+            return;
+        it->ti = h->ti;
+        it->row = h->row;
+        if (h->data) {
+            pthread_mutex_lock(&d->mu);
+            it->data = copy_get(d, h->bytes + 4, &it->cap); /* 4 to spare: dump_step_add_copy */
+            pthread_mutex_unlock(&d->mu);
+            if (!it->data) {
+                free(it);
+                return;
+            }
+            memcpy(it->data, h->data, h->bytes);
+            it->bytes = h->bytes;
+        }
+        it->again = d->cur_on_disk && h->kind == ITEM_BEGIN;
+        tensors += h->kind == ITEM_TENSOR || h->kind == ITEM_STATS;
+        bytes += h->bytes;
+        enqueue(d, it);
+    }
+    item *commit = new_item(ITEM_COMMIT, d->step);
+    if (!commit)
+        return;
+    commit->again = d->cur_on_disk;
+    commit->was_tensors = d->cur_disk_tensors;
+    commit->was_bytes = d->cur_disk_bytes;
+    enqueue(d, commit);
+    d->cur_on_disk = true;
+    d->cur_disk_tensors = tensors;
+    d->cur_disk_bytes = bytes;
+}
+
+/* Writes what the flight recorder holds: the newest keep-1 completed steps
+ * and the current one (whole when `ended`, else as far as it went), or
+ * the newest `keep` when no selected step is under way. Older ones go. */
+static void recorder_write(dump_session *d, bool ended)
+{
+    int old = d->cur.head ? d->ring_cap - 1 : d->ring_cap;
+    while (d->ring_n > old)
+        drop_oldest(d);
+    for (int i = 0; i < d->ring_n; i++)
+        enqueue_list(d, d->ring[(d->ring_start + i) % d->ring_cap].head);
+    d->ring_n = 0;
+    if (!d->cur.head)
+        return;
+    if (!ended) {
+        write_current_part(d);
+        return;
+    }
+    d->cur.head->again = d->cur_on_disk; /* the head is the step's begin, */
+    d->cur.tail->again = d->cur_on_disk; /* the tail its commit */
+    d->cur.tail->was_tensors = d->cur_disk_tensors;
+    d->cur.tail->was_bytes = d->cur_disk_bytes;
+    enqueue_list(d, d->cur.head);
+    d->cur = (held_step){ 0 };
+}
+
+/* At a selected step's end (its commit held last): writes it whole when a
+ * non-finite value came in it or a part of it is on disk, else keeps it
+ * as the newest of the last `keep`. */
 static void recorder_step_end(dump_session *d)
 {
-    held_step cur = d->cur;
+    if (d->triggered || d->cur_on_disk) {
+        recorder_write(d, true);
+    } else {
+        if (d->ring_n == d->ring_cap)
+            drop_oldest(d);
+        d->ring[(d->ring_start + d->ring_n++) % d->ring_cap] = d->cur;
+    }
     d->cur = (held_step){ 0 };
-    if (d->triggered) {
-        for (int i = 0; i < d->ring_n; i++)
-            enqueue_list(d, d->ring[(d->ring_start + i) % d->ring_cap].head);
-        enqueue_list(d, cur.head);
-        d->ring_n = 0;
-        d->triggered = false;
-        return;
-    }
-    if (d->ring_cap == 0) {
-        free_items(d, cur.head);
-        return;
-    }
-    if (d->ring_n == d->ring_cap) {
-        free_items(d, d->ring[d->ring_start].head);
-        d->ring_start = (d->ring_start + 1) % d->ring_cap;
-        d->ring_n--;
-    }
-    d->ring[(d->ring_start + d->ring_n++) % d->ring_cap] = cur;
-}
-
-void dump_trigger(dump_session *d)
-{
-    if (d && d->recording)
-        d->triggered = true;
-}
-
-static item *new_item(item_kind kind, int64_t step)
-{
-    item *it = calloc(1, sizeof *it);
-    if (it) {
-        it->kind = kind;
-        it->step = step;
-    }
-    return it;
+    d->triggered = d->cur_on_disk = false;
 }
 
 /* ---- selection ------------------------------------------------------------------ */
@@ -494,7 +617,7 @@ static item *new_item(item_kind kind, int64_t step)
 static bool capped(dump_session *d, size_t more)
 {
     pthread_mutex_lock(&d->mu);
-    bool over = d->spec.max_bytes && d->bytes_written + d->queued_bytes + more > d->spec.max_bytes;
+    bool over = d->spec.max_bytes && d->bytes_taken + d->queued_bytes + more > d->spec.max_bytes;
     pthread_mutex_unlock(&d->mu);
     if (!over)
         return false;
@@ -607,6 +730,9 @@ static void on_step_begin(int64_t step, void *user)
     dump_session *d = user;
     d->step = step;
     d->step_selected = !failed(d) && dump_spec_step(&d->spec, step);
+    d->seen = NULL;
+    if (d->step_selected && d->recording && d->ring_n == d->ring_cap)
+        drop_oldest(d); /* keep-1 of them and this one are the last `keep` now */
     if (d->step_selected) {
         item *it = new_item(ITEM_BEGIN, step);
         if (it)
@@ -614,11 +740,12 @@ static void on_step_begin(int64_t step, void *user)
     }
 }
 
-static void on_op_end(const te_op_record *r, void *user)
+/* Queues (or holds) the tensors of r the spec selects. */
+static void take_op(dump_session *d, const te_op_record *r)
 {
-    dump_session *d = user;
-    if (!d->step_selected)
-        return;
+    d->seen = r;
+    d->seen_exec = r->exec_index;
+    d->seen_step = d->step;
     remember_op(d, r);
     if (!(d->spec.phases & phase_bit(r->phase)) || !dump_spec_op(&d->spec, r->name, r->type))
         return;
@@ -628,6 +755,33 @@ static void on_op_end(const te_op_record *r, void *user)
     if (d->spec.io & DUMP_IO_OUTPUTS)
         for (int i = 0; i < r->n_outputs; i++)
             queue_tensor(d, r, r->outputs[i], DUMP_OUT, i);
+}
+
+/* Was r taken already, by dump_stopped before this hook saw it? */
+static bool taken_early(const dump_session *d, const te_op_record *r)
+{
+    return d->seen_early && r == d->seen && r->exec_index == d->seen_exec && d->step == d->seen_step;
+}
+
+static void on_op_end(const te_op_record *r, void *user)
+{
+    dump_session *d = user;
+    if (!d->step_selected)
+        return;
+    if (taken_early(d, r)) {
+        d->seen_early = false;
+        return;
+    }
+    d->seen_early = false;
+    take_op(d, r);
+    /* when=nonfinite: the first non-finite value of a step writes the
+     * held steps at once, a crash after it loses nothing; the step's
+     * whole file follows at its end */
+    if (d->triggered) {
+        d->triggered = false;
+        if (!d->cur_on_disk)
+            recorder_write(d, false);
+    }
 }
 
 /* params and grads: every parameter (and its gradient) as the step ends,
@@ -679,20 +833,20 @@ static void on_step_end(int64_t step, void *user)
         return;
     if (d->spec.phases & (DUMP_PHASE_PARAMS | DUMP_PHASE_GRADS))
         dump_params(d);
-    item *it = new_item(ITEM_COMMIT, step);
-    if (it && !d->ops_done && d->n_ops) { /* the first step's ops go with it to the writer */
-        if ((it->ops = malloc((size_t)d->n_ops * sizeof *it->ops))) {
-            memcpy(it->ops, d->ops, (size_t)d->n_ops * sizeof *it->ops);
-            it->n_ops = d->n_ops;
-        }
-        d->ops_done = true;
+    if (!d->ops_done)
         check_selection(d, step);
-    }
+    d->ops_done = true; /* the first selected step's op table is run.h5's */
+    item *it = new_item(ITEM_COMMIT, step);
     if (it)
         put(d, it);
-    if (d->recording)
+    if (d->recording && it) {
         recorder_step_end(d);
+    } else if (d->recording) { /* out of memory: the step cannot be committed */
+        free_items(d, d->cur.head);
+        d->cur = (held_step){ 0 };
+    }
     d->step_selected = false;
+    d->seen = NULL;
 }
 
 /* ---- the session ----------------------------------------------------------------- */
@@ -719,7 +873,8 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
         return NULL;
     }
     dump_session *d = calloc(1, sizeof *d);
-    int held = spec->keep > 1 ? spec->keep - 1 : 0; /* the current step is the keep-th */
+    /* the flight recorder's ring: the last `keep` completed steps (keep=0 is 1) */
+    int held = spec->when == DUMP_WHEN_ALWAYS ? 0 : spec->keep > 1 ? spec->keep : 1;
     if (!d || !(d->ops = calloc(MAX_OPS, sizeof *d->ops)) ||
         (held && !(d->ring = calloc((size_t)held, sizeof *d->ring)))) {
         if (d)
@@ -811,6 +966,24 @@ void dump_stop(dump_session *d)
     pthread_cond_destroy(&d->synced);
     free(d->ops);
     free(d);
+}
+
+void dump_stopped(dump_session *d, const te_op_record *at)
+{
+    if (!d)
+        return;
+    if (d->recording) {
+        if (at && d->step_selected && !(at == d->seen && at->exec_index == d->seen_exec &&
+                                        d->step == d->seen_step)) {
+            take_op(d, at); /* the debugger's hook runs before this session's */
+            d->seen_early = true;
+        }
+        if (d->spec.when == DUMP_WHEN_BREAK || d->triggered || d->cur_on_disk) {
+            d->triggered = false;
+            recorder_write(d, false);
+        }
+    }
+    dump_flush(d);
 }
 
 void dump_flush(dump_session *d)

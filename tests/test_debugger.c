@@ -4,9 +4,12 @@
  * mode, checking the exact `stopped:` line, the exit status and what the
  * commands print.
  */
+#include "dump.h"
+#include "h5file.h"
 #include "suites.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -427,6 +430,196 @@ START_TEST(test_launcher)
 }
 END_TEST
 
+/* ---- dumps when things go wrong ------------------------------------------------ */
+
+/* The steps and tensors in dir's step files, with dir's run.h5 read and
+ * `tdbg-dump verify DIR` passing. Returns the number of steps; their
+ * numbers go into steps (up to 8). */
+static int dump_on_disk(const char *dir, int64_t *steps, int64_t *tensors)
+{
+    char err[1024], path[512];
+    dump_step_entry *e;
+    int n = dump_run_list(dir, &e, err, sizeof err);
+    ck_assert_msg(n >= 0, "%s", err);
+    *tensors = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(e[i].complete, "%s/%s is incomplete", dir, e[i].name);
+        if (i < 8)
+            steps[i] = e[i].step;
+        snprintf(path, sizeof path, "%s/%s", dir, e[i].name);
+        dump_step_reader *r = dump_step_open(path, err, sizeof err);
+        ck_assert_msg(r != NULL, "%s", err);
+        dump_stats_row *rows = NULL;
+        int n_rows = dump_step_stats(r, &rows, err, sizeof err); /* what=stats: a row a tensor */
+        ck_assert_msg(n_rows >= 0, "%s", err);
+        *tensors += dump_step_count(r) + n_rows;
+        free(rows);
+        dump_step_close(r);
+    }
+    free(e);
+    dump_run_meta m;
+    dump_op_row *ops;
+    int n_ops;
+    ck_assert_msg(dump_run_read(dir, &m, &ops, &n_ops, err, sizeof err), "%s", err);
+    ck_assert_msg(n_ops > 0, "%s/run.h5 lists no ops", dir);
+    free(ops);
+    tu_result v = tu_run_tool(tdbg_dump_main, "tdbg-dump", (const char *const[]){ "verify", dir, NULL });
+    ck_assert_msg(v.rc == 0, "tdbg-dump verify %s: exit %d\n%s%s", dir, v.rc, v.out, v.err);
+    tu_result_free(&v);
+    return n;
+}
+
+/* Writes "dir=DIR/d;SPEC" to DIR/spec (run_tdbg splits its commands at
+ * ';') and its path into path. */
+static void spec_file(const char *dir, const char *spec, char *path, size_t n)
+{
+    snprintf(path, n, "%s/spec", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert(f != NULL);
+    fprintf(f, "dir=%s/d;%s\n", dir, spec);
+    fclose(f);
+}
+
+/* "N steps and T tensors written" in text after `after`, as N and T. */
+static void counts_after(const char *text, const char *after, int64_t *n, int64_t *t)
+{
+    const char *p = strstr(text, after);
+    ck_assert_msg(p != NULL, "no '%s' in:\n%s", after, text);
+    long long a, b;
+    ck_assert_msg(sscanf(p + strlen(after), "%lld steps and %lld tensors written", &a, &b) == 2, "%s", p);
+    *n = a, *t = b;
+}
+
+/* The flight recorder's steps of a NaN made at fc2/linear in step 3, with
+ * `keep=2`: step 2 whole and step 3 up to the stopped op (which the
+ * session takes at the stop, its own hook coming after the debugger's). */
+static void assert_recorded(const char *dir, bool stats)
+{
+    int64_t steps[8], tensors;
+    ck_assert_int_eq(dump_on_disk(dir, steps, &tensors), 2);
+    ck_assert(steps[0] == 2 && steps[1] == 3);
+    char path[512], err[1024];
+    snprintf(path, sizeof path, "%s/step-00000003.h5", dir);
+    dump_step_reader *r = dump_step_open(path, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    if (stats) {
+        dump_stats_row *rows;
+        int n = dump_step_stats(r, &rows, err, sizeof err), nan = -1;
+        ck_assert_msg(n > 0, "%s", err);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(rows[i].path, "/fc2/linear/out0") == 0)
+                nan = (int)rows[i].nan;
+            ck_assert_msg(strcmp(rows[i].path, "/loss/out0") != 0, "step 3 holds an op after the stop");
+        }
+        free(rows);
+        ck_assert_msg(nan == 1, "step 3's fc2/linear:out0 row: %d NaN", nan);
+    } else {
+        int i = dump_step_find(r, "/fc2/linear/out0");
+        ck_assert_msg(i >= 0, "step 3 lacks the stopped op's output");
+        float *v = malloc(dump_step_tensor(r, i)->numel * sizeof *v);
+        ck_assert(dump_step_read_f32(r, i, v, err, sizeof err));
+        ck_assert_msg(isnan(v[0]), "step 3's fc2/linear:out0[0] = %g, not the NaN", v[0]);
+        free(v);
+        ck_assert_int_lt(dump_step_find(r, "/loss/out0"), 0); /* after the stop: not run yet */
+    }
+    dump_step_close(r);
+}
+
+static const char *const RECORDERS[] = { "when=break;keep=2", "when=nonfinite;keep=2",
+                                         "when=break;keep=2;what=stats" };
+
+START_TEST(test_flight_recorder_at_the_stop)
+{
+    /* The steps are on disk at the stop itself, before a command is read:
+     * tdbg waits for a line on a fifo no one writes, the test looks, then
+     * kills it with SIGKILL and looks again. */
+    const char *spec = RECORDERS[_i];
+    char dir[] = "/tmp/tdbg-flight-XXXXXX", out[8192], d[128];
+    ck_assert(mkdtemp(dir) != NULL);
+    snprintf(d, sizeof d, "%s/d", dir);
+    tu_shell(out, sizeof out,
+             "exec 2>/dev/null; cd %s && mkfifo in && { '%s/debugger/tdbg' -ex 'break nan' -ex 'dump dir=%s;%s' -ex run -- "
+             "'%s/examples/mlp' %s --inject nan@op=fc2/linear,step=3 <>in >log 2>&1 & pid=$!; "
+             "for i in $(seq 1200); do grep -q '^stopped:' log && break; sleep 0.05; done; "
+             "echo at-stop: $(ls d); '%s/dump/tdbg-dump' verify d >/dev/null 2>&1; echo verify=$?; "
+             "kill -9 $pid; wait $pid; echo killed=$?; }",
+             dir, TDBG_BUILDDIR, d, spec, TDBG_BUILDDIR, MLP, TDBG_BUILDDIR);
+    ck_assert_msg(strstr(out, "at-stop: run.h5 step-00000002.h5 step-00000003.h5\n") && strstr(out, "verify=0") &&
+                  strstr(out, "killed=137"), "%s: %s", spec, out);
+    assert_recorded(d, strstr(spec, "stats") != NULL);
+    snprintf(out, sizeof out, "rm -rf %s", dir);
+    ck_assert(system(out) == 0);
+}
+END_TEST
+
+START_TEST(test_flight_recorder_quit_and_script_end)
+{
+    /* `quit`, or the batch script's end, at the stop: the steps are there,
+     * and every count printed is the files'. */
+    const char *spec = RECORDERS[_i];
+    for (int quit = 0; quit < 2; quit++) {
+        char dir[] = "/tmp/tdbg-flight-XXXXXX", cmds[512], path[128];
+        ck_assert(mkdtemp(dir) != NULL);
+        spec_file(dir, spec, path, sizeof path);
+        snprintf(cmds, sizeof cmds, "break nan;dump @%s;run;info dump%s", path, quit ? ";quit" : "");
+        session s = run_tdbg(cmds, "mlp", "%s --inject nan@op=fc2/linear,step=3", MLP);
+        ck_assert_msg(s.status == 1, "exit %d:\n%s", s.status, s.out);
+        char d[128];
+        snprintf(d, sizeof d, "%s/d", dir);
+        assert_recorded(d, strstr(spec, "stats") != NULL);
+        int64_t steps[8], tensors, n, t;
+        dump_on_disk(d, steps, &tensors);
+        counts_after(s.out, ";compress=none\n  ", &n, &t);
+        ck_assert_msg(n == 2 && t == tensors, "info dump: %lld steps, %lld tensors; on disk 2, %lld", (long long)n,
+                      (long long)t, (long long)tensors);
+        char want[256];
+        snprintf(want, sizeof want, "tdbg: dump to %s ended: ", d);
+        counts_after(s.out, want, &n, &t);
+        ck_assert(n == 2 && t == tensors);
+        snprintf(cmds, sizeof cmds, "rm -rf %s", dir);
+        ck_assert(system(cmds) == 0);
+        done(&s);
+    }
+}
+END_TEST
+
+START_TEST(test_dump_started_while_stopped)
+{
+    /* At a step's start (break step 2) the step is still whole: the dump
+     * begins there. Inside a step (at an op of step 0) it begins at the
+     * next. The message, `info dump`, `dump off` and the files agree. */
+    static const struct {
+        const char *stop;
+        int64_t first;
+    } cases[] = { { "break step 2", 2 }, { "break fc2/linear", 1 } };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char dir[] = "/tmp/tdbg-flight-XXXXXX", cmds[512], want[256], d[128], path[128];
+        ck_assert(mkdtemp(dir) != NULL);
+        snprintf(d, sizeof d, "%s/d", dir);
+        spec_file(dir, "ops=fc*", path, sizeof path);
+        snprintf(cmds, sizeof cmds, "%s;run;dump @%s;delete;break step 4;continue;info dump;dump off",
+                 cases[c].stop, path);
+        session s = run_tdbg(cmds, "mlp", "%s --steps 6", MLP);
+        snprintf(want, sizeof want, "Dumping from step %lld: dir=%s;ops=fc*;", (long long)cases[c].first, d);
+        assert_has(&s, want);
+        int64_t steps[8], tensors, n, t;
+        int n_steps = dump_on_disk(d, steps, &tensors);
+        ck_assert_msg(n_steps == 4 - cases[c].first && steps[0] == cases[c].first,
+                      "%s: %d steps from %lld:\n%s", cases[c].stop, n_steps, (long long)steps[0], s.out);
+        ck_assert_int_gt(tensors, 0);
+        counts_after(s.out, ";compress=none\n  ", &n, &t);
+        ck_assert_msg(n == n_steps && t == tensors, "info dump %lld/%lld, files %d/%lld", (long long)n, (long long)t,
+                      n_steps, (long long)tensors);
+        snprintf(want, sizeof want, "Dump to %s stopped: ", d);
+        counts_after(s.out, want, &n, &t);
+        ck_assert(n == n_steps && t == tensors);
+        snprintf(cmds, sizeof cmds, "rm -rf %s", dir);
+        ck_assert(system(cmds) == 0);
+        done(&s);
+    }
+}
+END_TEST
+
 Suite *suite_debugger(void)
 {
     Suite *s = suite_create("debugger");
@@ -450,6 +643,13 @@ Suite *suite_debugger(void)
     tcase_add_test(tc, test_launcher);
     tcase_add_test(tc, test_dump_commands);
     tcase_add_test(tc, test_interrupt);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("flight");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_flight_recorder_at_the_stop, 0, 3);
+    tcase_add_loop_test(tc, test_flight_recorder_quit_and_script_end, 0, 3);
+    tcase_add_test(tc, test_dump_started_while_stopped);
     suite_add_tcase(s, tc);
     return s;
 }
