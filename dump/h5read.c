@@ -1,16 +1,19 @@
 /* h5read.c — lists, reads and verifies step files and run.h5, checking
  * every object and attribute against docs/dump-format.md. */
 #include "h5crc.h"
+#include "contain.h"
 
 #include <hdf5.h>
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- problems ----------------------------------------------------------------- */
 
@@ -53,6 +56,7 @@ typedef struct scan {
     const char *path;
     hid_t file;
     dump_problems *p;
+    uint64_t size;   /* the file's, in bytes */
 } scan;
 
 static bool h5_problem(scan *s, const char *obj, const char *what)
@@ -85,6 +89,7 @@ static const char *type_desc(hid_t t, char *buf, size_t n)
 /* Opens attribute name of obj (called where in messages) holding one value. */
 static hid_t attr_open(scan *s, hid_t obj, const char *where, const char *name)
 {
+    dump_contain_at("%s: attribute '%s'", where, name);
     htri_t there = H5Aexists(obj, name);
     if (there < 0) {
         char what[96];
@@ -293,6 +298,7 @@ static void col_store_text(scan *s, const char *table, const col *c, int i, cons
 static void col_read(scan *s, hid_t ds, hid_t ftype, const char *table, const col *c,
                      char *rows, size_t rsize, int nrows)
 {
+    dump_contain_at("%s: field '%s'", table, c->name);
     int idx = H5Tget_member_index(ftype, c->name);
     if (idx < 0) {
         if (!c->optional)
@@ -348,6 +354,7 @@ static void *table_read(scan *s, const char *name, const col *cols, int ncols, s
                         int *nrows)
 {
     *nrows = 0;
+    dump_contain_at("%s", name);
     hid_t ds = H5Dopen2(s->file, name, H5P_DEFAULT);
     if (ds < 0) {
         h5_problem(s, name, "cannot open the table");
@@ -364,6 +371,11 @@ static void *table_read(scan *s, const char *name, const col *cols, int ncols, s
                 type_desc(ft, d, sizeof d), H5Sget_simple_extent_ndims(sp));
     } else if (H5Sget_simple_extent_dims(sp, dims, NULL) < 0 || dims[0] > (hsize_t)INT32_MAX) {
         problem(s->p, "%s: %s: bad row count", s->path, name);
+    } else if (dims[0] > s->size / (H5Tget_size(ft) ? H5Tget_size(ft) : 1)) {
+        /* tdbg's tables are stored plain: a row count the file cannot hold is damage. */
+        problem(s->p, "%s: %s: damaged HDF5 metadata (%llu rows of %zu bytes in a file of %llu "
+                "bytes)", s->path, name, (unsigned long long)dims[0], H5Tget_size(ft),
+                (unsigned long long)s->size);
     } else {
         int before = s->p->n;
         rows = calloc(dims[0] ? dims[0] : 1, rsize);
@@ -420,6 +432,8 @@ static hid_t file_open(scan *s)
         problem(s->p, "%s: cannot open: %s", s->path, strerror(errno));
         return -1;
     }
+    s->size = (uint64_t)st.st_size;
+    dump_contain_at("the superblock");
     hid_t f = H5Fopen(s->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
         char why[256];
@@ -431,13 +445,16 @@ static hid_t file_open(scan *s)
 
 /* ---- step files -------------------------------------------------------------------- */
 
-struct dump_step_reader {
-    char *path;
-    hid_t file;
-    int64_t step;
-    int n, cap;
-    dump_tensor_info *t;
-};
+/* Parsing a step file (in the child of dump_contain) fills a step_parse;
+ * the parent gets its description (step_answer) and builds the reader
+ * from it. */
+
+/* deflate's best ratio is 1032:1: no tensor stored in a file of size
+ * bytes holds more values than this (a count from damaged metadata can). */
+static bool values_fit(int64_t numel, te_dtype dt, uint64_t size)
+{
+    return numel >= 0 && (uint64_t)numel <= (size * 1032 + 4096) / te_dtype_size(dt);
+}
 
 /* A chunked dataset must hold all its chunks: a missing one would read
  * as zeros. */
@@ -527,9 +544,16 @@ static bool tensor_scan(scan *s, hid_t ds, const char *path, int64_t step, dump_
                     path, (long long)H5Sget_simple_extent_npoints(sp));
         ti->ndim = scalar ? 0 : rank;
         ti->numel = 1;
+        bool fits = true;
         for (int i = 0; i < ti->ndim; i++) {
             ti->shape[i] = (int64_t)dims[i];
-            ti->numel *= ti->shape[i];
+            fits = fits && ti->shape[i] >= 0 &&
+                   !__builtin_mul_overflow(ti->numel, ti->shape[i], &ti->numel);
+        }
+        if (!fits || !values_fit(ti->numel, ti->dtype, s->size)) {
+            problem(s->p, "%s: %s: damaged HDF5 metadata (a shape of more values than a file "
+                    "of %llu bytes holds)", s->path, path, (unsigned long long)s->size);
+            ti->numel = 0;
         }
         ti->nbytes = (size_t)ti->numel * te_dtype_size(ti->dtype);
         if (ti->numel > 0)
@@ -544,9 +568,16 @@ static bool tensor_scan(scan *s, hid_t ds, const char *path, int64_t step, dump_
     return s->p->n == before;
 }
 
+/* The tensors of a step file, as the child parses them. */
+typedef struct step_parse {
+    int64_t step;
+    int n, cap;
+    dump_tensor_info *t;
+} step_parse;
+
 typedef struct visit {
     scan *s;
-    dump_step_reader *r;
+    step_parse *r;
     bool stats;   /* a /stats table is there */
 } visit;
 
@@ -561,12 +592,13 @@ static herr_t visit_object(hid_t root, const char *name, const H5O_info_t *info,
     }
     char path[DUMP_PATH_MAX];
     snprintf(path, sizeof path, "/%s", name);
+    dump_contain_at("%s", path);
     hid_t ds = H5Dopen2(root, name, H5P_DEFAULT);
     if (ds < 0) {
         h5_problem(v->s, path, "cannot open the dataset");
         return 0;
     }
-    dump_step_reader *r = v->r;
+    step_parse *r = v->r;
     if (r->n == r->cap) {
         int cap = r->cap ? 2 * r->cap : 16;
         dump_tensor_info *t = realloc(r->t, (size_t)cap * sizeof *t);
@@ -614,7 +646,7 @@ static int64_t name_step(const char *name, bool *complete)
 }
 
 /* Checks the root attributes and every dataset of a step file into r. */
-static void step_scan(scan *s, dump_step_reader *r, int *n_tensors, bool *stats)
+static void step_scan(scan *s, step_parse *r, int *n_tensors, bool *stats)
 {
     int complete = 0;
     *n_tensors = -1;
@@ -630,6 +662,7 @@ static void step_scan(scan *s, dump_step_reader *r, int *n_tensors, bool *stats)
         problem(s->p, "%s: /: attribute 'step' is %lld, the file name says %lld", s->path,
                 (long long)r->step, (long long)named);
     visit v = { s, r, false };
+    dump_contain_at("the objects under /");
     if (H5Ovisit2(s->file, H5_INDEX_NAME, H5_ITER_INC, visit_object, &v, H5O_INFO_BASIC) < 0)
         h5_problem(s, "/", "cannot list the objects");
     *stats = v.stats;
@@ -637,110 +670,177 @@ static void step_scan(scan *s, dump_step_reader *r, int *n_tensors, bool *stats)
         qsort(r->t, (size_t)r->n, sizeof *r->t, tensor_order);
 }
 
-static void reader_free(dump_step_reader *r)
+static int contiguous_split(int rank, const hsize_t *dims, const hsize_t *chunk)
 {
-    if (r->file >= 0)
-        H5Fclose(r->file);
-    free(r->t);
-    free(r->path);
-    free(r);
+    int s = rank;   /* chunk[j] == dims[j] for every j >= s */
+    while (s > 0 && chunk[s - 1] == dims[s - 1])
+        s--;
+    int k = s > 0 ? s - 1 : 0;
+    for (int j = 0; j < k; j++)
+        if (chunk[j] != 1)
+            return -1;
+    return k;
 }
 
-/* Opens and checks a step file; the reader is returned even with problems
- * (as much as could be read), NULL only when the file did not open. */
-static dump_step_reader *step_load(const char *path, dump_problems *p, int *n_tensors,
-                                   bool *stats)
+/* Tensor ti's extents (dump_step_extents) in the open file (named fpath). */
+static int extents_find(const char *fpath, hid_t file, const dump_tensor_info *ti,
+                        dump_extent **out, char *err, size_t n)
 {
-    dump_step_reader *r = calloc(1, sizeof *r);
-    scan s = { path, -1, p };
-    if (!r || !(r->path = strdup(path))) {
-        problem(p, "%s: out of memory", path);
-        free(r);
-        return NULL;
+    *out = NULL;
+    if (ti->numel == 0)
+        return 0;
+    dump_contain_at("%s: its chunk index", ti->path);
+    hid_t ds = H5Dopen2(file, ti->path, H5P_DEFAULT);
+    hid_t dcpl = ds < 0 ? -1 : H5Dget_create_plist(ds);
+    hid_t fcpl = H5Fget_create_plist(file);
+    hid_t sp = ds < 0 ? -1 : H5Dget_space(ds);
+    int rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    hsize_t dims[TE_MAX_DIMS], chunk[TE_MAX_DIMS], base = 0;
+    unsigned flags = 0, conf[1] = { 0 };
+    size_t nconf = 0;
+    int count = -1;
+    dump_extent *e = NULL;
+    bool ok = dcpl >= 0 && fcpl >= 0 && rank >= 1 && rank <= TE_MAX_DIMS &&
+              H5Sget_simple_extent_dims(sp, dims, NULL) == rank &&
+              H5Pget_userblock(fcpl, &base) >= 0;
+    if (ok) {
+        count = 0;   /* stored some other way unless all checks below pass */
+        int k = -1;
+        if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, rank, chunk) == rank &&
+            H5Pget_nfilters(dcpl) == 1 &&
+            H5Pget_filter2(dcpl, 0, &flags, &nconf, conf, 0, NULL, NULL) == H5Z_FILTER_FLETCHER32)
+            k = contiguous_split(rank, dims, chunk);
+        hsize_t outer = 1, inner = 1, per = k >= 0 ? (dims[k] + chunk[k] - 1) / chunk[k] : 0;
+        for (int j = 0; j < k; j++)
+            outer *= dims[j];
+        for (int j = k + 1; j < rank; j++)
+            inner *= dims[j];
+        size_t full = k >= 0 ? (size_t)(chunk[k] * inner) * te_dtype_size(ti->dtype) : 0;
+        if (k >= 0 && outer * per <= (hsize_t)INT32_MAX)
+            e = malloc((size_t)(outer * per) * sizeof *e);
+        for (hsize_t o = 0; e && ok && o < outer; o++) {
+            hsize_t at[TE_MAX_DIMS] = { 0 }, rest = o;
+            for (int j = k - 1; j >= 0; j--) {
+                at[j] = rest % dims[j];
+                rest /= dims[j];
+            }
+            for (at[k] = 0; e && at[k] < dims[k]; at[k] += chunk[k]) {
+                unsigned mask = 0;
+                haddr_t addr = HADDR_UNDEF;
+                hsize_t size = 0;
+                if (H5Dget_chunk_info_by_coord(ds, at, &mask, &addr, &size) < 0 ||
+                    addr == HADDR_UNDEF) {
+                    char why[256];
+                    dump_h5_fail(err, n, "%s: %s: cannot locate the chunk at element %llu: %s",
+                                 fpath, ti->path, (unsigned long long)((o * dims[k] + at[k]) * inner),
+                                 dump_h5_reason(why, sizeof why));
+                    ok = false;
+                    break;
+                }
+                if (mask != 0 || size != full + 4) {   /* a filter skipped: not the usual chunk */
+                    free(e);
+                    e = NULL;
+                    count = 0;
+                    break;
+                }
+                hsize_t rows = dims[k] - at[k] < chunk[k] ? dims[k] - at[k] : chunk[k];
+                e[count++] = (dump_extent){ .first = (int64_t)((o * dims[k] + at[k]) * inner),
+                                            .count = (int64_t)(rows * inner),
+                                            .offset = (uint64_t)(base + addr),
+                                            .size = (size_t)size };
+            }
+        }
+    } else {
+        char why[256];
+        dump_h5_fail(err, n, "%s: %s: cannot read the storage layout: %s", fpath, ti->path,
+                     dump_h5_reason(why, sizeof why));
     }
-    r->file = s.file = file_open(&s);
-    if (r->file < 0) {
-        reader_free(r);
-        return NULL;
+    /* each chunk's CRC-32C (h5crc.c) travels with its extent to the parent */
+    if (ok && e && count > 0)
+        ok = dump_crc_extents(ds, fpath, ti->path, e, count, err, n);
+    if (!ok) {
+        free(e);
+        e = NULL;
+        count = -1;
+    } else if (count == 0) {
+        free(e);
+        e = NULL;
     }
-    step_scan(&s, r, n_tensors, stats);
-    return r;
+    *out = e;
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (ds >= 0)
+        H5Dclose(ds);
+    return count;
 }
 
-dump_step_reader *dump_step_open(const char *path, char *err, size_t n)
+static bool select_range(hid_t sp, int rank, const hsize_t *dims, int d, hsize_t *start,
+                         hsize_t first, hsize_t count, bool *any)
 {
-    dump_problems p = { 0 };
-    int n_tensors;
-    bool stats;
-    dump_h5_quiet q = dump_h5_hush();
-    dump_step_reader *r = step_load(path, &p, &n_tensors, &stats);
-    if (p.n > 0) {
-        first_problem(&p, err, n);
-        if (r)
-            reader_free(r);
-        r = NULL;
+    hsize_t inner = 1;
+    for (int j = d + 1; j < rank; j++)
+        inner *= dims[j];
+    while (count > 0) {
+        hsize_t row = first / inner, off = first % inner;
+        if (off != 0 || count < inner) {
+            hsize_t take = inner - off < count ? inner - off : count;
+            start[d] = row;
+            if (!select_range(sp, rank, dims, d + 1, start, off, take, any))
+                return false;
+            first += take;
+            count -= take;
+            continue;
+        }
+        hsize_t st[TE_MAX_DIMS], cnt[TE_MAX_DIMS], rows = count / inner;
+        for (int j = 0; j < rank; j++) {
+            st[j] = j < d ? start[j] : j == d ? row : 0;
+            cnt[j] = j < d ? 1 : j == d ? rows : dims[j];
+        }
+        if (H5Sselect_hyperslab(sp, *any ? H5S_SELECT_OR : H5S_SELECT_SET, st, NULL, cnt, NULL) < 0)
+            return false;
+        *any = true;
+        first += rows * inner;
+        count -= rows * inner;
     }
-    dump_h5_loud(q);
-    dump_problems_free(&p);
-    return r;
+    return true;
 }
 
-void dump_step_close(dump_step_reader *r)
+/* Elements [first, first + count) of tensor ti through HDF5 (a hyperslab). */
+static bool range_read_h5(const char *fpath, hid_t file, const dump_tensor_info *ti, int64_t first,
+                          int64_t count, void *dst, char *err, size_t n)
 {
-    if (!r)
-        return;
-    dump_h5_quiet q = dump_h5_hush();
-    reader_free(r);
-    dump_h5_loud(q);
-}
-
-int64_t dump_step_number(const dump_step_reader *r) { return r->step; }
-int dump_step_count(const dump_step_reader *r) { return r->n; }
-
-const dump_tensor_info *dump_step_tensor(const dump_step_reader *r, int i)
-{
-    return i >= 0 && i < r->n ? &r->t[i] : NULL;
-}
-
-int dump_step_find(const dump_step_reader *r, const char *path)
-{
-    for (int i = 0; i < r->n; i++)
-        if (strcmp(r->t[i].path, path) == 0)
-            return i;
-    return -1;
-}
-
-bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t n)
-{
-    if (i < 0 || i >= r->n)
-        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
-    return dump_step_read_range(r, i, 0, r->t[i].numel, dst, err, n);
-}
-
-bool dump_step_read_f32(dump_step_reader *r, int i, float *dst, char *err, size_t n)
-{
-    if (i < 0 || i >= r->n)
-        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
-    const dump_tensor_info *ti = &r->t[i];
-    if (ti->dtype == TE_F32)
-        return dump_step_read_raw(r, i, dst, err, n);
-    void *raw = malloc(ti->nbytes ? ti->nbytes : 1);
-    if (!raw)
-        return dump_h5_fail(err, n, "%s: %s: out of memory", r->path, ti->path);
-    bool ok = dump_step_read_raw(r, i, raw, err, n);
-    for (int64_t k = 0; ok && k < ti->numel; k++) {
-        if (ti->dtype == TE_F16)
-            dst[k] = te_f16_to_f32(((const uint16_t *)raw)[k]);
-        else if (ti->dtype == TE_BF16)
-            dst[k] = te_bf16_to_f32(((const uint16_t *)raw)[k]);
-        else
-            dst[k] = (float)((const int32_t *)raw)[k];
+    dump_contain_at("%s", ti->path);
+    hid_t ds = H5Dopen2(file, ti->path, H5P_DEFAULT);
+    hid_t t = dump_h5_type(ti->dtype);
+    hid_t fsp = ds < 0 ? -1 : H5Dget_space(ds);
+    hsize_t mdims[1] = { (hsize_t)count }, dims[TE_MAX_DIMS], start[TE_MAX_DIMS] = { 0 };
+    hid_t msp = H5Screate_simple(1, mdims, NULL);
+    int rank = fsp < 0 ? -1 : H5Sget_simple_extent_ndims(fsp);
+    bool any = false;
+    bool ok = ds >= 0 && t >= 0 && msp >= 0 && rank >= 1 && rank <= TE_MAX_DIMS &&
+              H5Sget_simple_extent_dims(fsp, dims, NULL) == rank &&
+              select_range(fsp, rank, dims, 0, start, (hsize_t)first, (hsize_t)count, &any) &&
+              H5Dread(ds, t, msp, fsp, H5P_DEFAULT, dst) >= 0;
+    if (!ok) {
+        char why[256];
+        dump_h5_fail(err, n, "%s: %s: cannot read the values: %s", fpath, ti->path,
+                     dump_h5_reason(why, sizeof why));
     }
-    free(raw);
+    if (msp >= 0)
+        H5Sclose(msp);
+    if (fsp >= 0)
+        H5Sclose(fsp);
+    if (t >= 0)
+        H5Tclose(t);
+    if (ds >= 0)
+        H5Dclose(ds);
     return ok;
 }
 
-/* Checks /stats rows: known paths that agree with op, io and slot. */
 static void stats_check(scan *s, const dump_stats_row *rows, int count)
 {
     for (int i = 0; i < count; i++) {
@@ -751,33 +851,6 @@ static void stats_check(scan *s, const dump_stats_row *rows, int count)
                     i, rows[i].path, rows[i].op, io_name(rows[i].io), rows[i].slot);
     }
 }
-
-int dump_step_stats(dump_step_reader *r, dump_stats_row **rows, char *err, size_t n)
-{
-    *rows = NULL;
-    dump_problems p = { 0 };
-    scan s = { r->path, r->file, &p };
-    int count = 0;
-    dump_h5_quiet q = dump_h5_hush();
-    htri_t there = H5Lexists(r->file, "/stats", H5P_DEFAULT);
-    if (there < 0)
-        h5_problem(&s, "/stats", "cannot look it up");
-    else if (there)
-        *rows = table_read(&s, "/stats", stats_cols, NCOLS(stats_cols), sizeof **rows, &count);
-    if (*rows)
-        stats_check(&s, *rows, count);
-    dump_h5_loud(q);
-    if (p.n > 0) {
-        first_problem(&p, err, n);
-        dump_problems_free(&p);
-        free(*rows);
-        *rows = NULL;
-        return -1;
-    }
-    return count;
-}
-
-/* ---- run.h5 ---------------------------------------------------------------------- */
 
 static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
 {
@@ -807,6 +880,588 @@ static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
         H5Dclose(ds);
 }
 
+/* ---- the parse, in the child: what it sends back ------------------------------------ */
+
+static void put_problems(dump_blob *o, const dump_problems *p)
+{
+    dump_blob_int(o, p->n);
+    for (int i = 0; i < p->n; i++)
+        dump_blob_str(o, p->msg[i]);
+}
+
+typedef struct step_job {
+    const char *path;
+    bool verify;   /* also read the values of tensors that have no extents */
+} step_job;
+
+/* Parses a step file: its size, step, n_tensors, problems, tensors, each
+ * tensor's extents (a count, then the dump_extent structs as they are in
+ * memory, or -1 and a message), the problems of the values read here
+ * (verify), then /stats: whether there is one, its problems, its rows. */
+static void step_child(void *arg, dump_blob *o)
+{
+    const step_job *j = arg;
+    dump_problems p = { 0 }, vp = { 0 }, sp = { 0 };
+    step_parse r = { 0 };
+    scan s = { j->path, -1, &p, 0 };
+    int n_tensors = -1, n_rows = 0;
+    bool stats = false, crc_none = false;
+    char err[1024];
+    dump_h5_quiet q = dump_h5_hush();
+    s.file = file_open(&s);
+    if (s.file >= 0)
+        step_scan(&s, &r, &n_tensors, &stats);
+    dump_blob_int(o, (long long)s.size);
+    dump_blob_int(o, r.step);
+    dump_blob_int(o, n_tensors);
+    put_problems(o, &p);
+    dump_blob_int(o, r.n);
+    dump_blob_put(o, r.t, (size_t)r.n * sizeof *r.t);
+    for (int i = 0; i < r.n; i++) {
+        dump_extent *e = NULL;
+        int c = extents_find(j->path, s.file, &r.t[i], &e, err, sizeof err);
+        dump_blob_int(o, c);
+        if (c < 0)
+            dump_blob_str(o, err);
+        else
+            dump_blob_put(o, e, (size_t)c * sizeof *e);
+        free(e);
+        if (c == 0 && j->verify && r.t[i].numel > 0) {
+            void *buf = malloc(r.t[i].nbytes);
+            int crc = 0;
+            if (!buf || !range_read_h5(j->path, s.file, &r.t[i], 0, r.t[i].numel, buf, err,
+                                       sizeof err))
+                problem(&vp, "%s", buf ? err : "out of memory");
+            else if ((crc = dump_crc_check_values(s.file, j->path, &r.t[i], buf, err, sizeof err)) < 0)
+                problem(&vp, "%s", err);
+            crc_none |= crc == 0;
+            free(buf);
+        }
+    }
+    put_problems(o, &vp);
+    dump_blob_int(o, crc_none);
+    dump_stats_row *rows = NULL;
+    if (stats) {
+        scan ss = { j->path, s.file, &sp, s.size };
+        rows = table_read(&ss, "/stats", stats_cols, NCOLS(stats_cols), sizeof *rows, &n_rows);
+        if (rows)
+            stats_check(&ss, rows, n_rows);
+    }
+    dump_blob_int(o, stats);
+    put_problems(o, &sp);
+    n_rows = sp.n > 0 ? 0 : n_rows;
+    dump_blob_int(o, n_rows);
+    dump_blob_put(o, rows, (size_t)n_rows * sizeof *rows);
+    free(rows);
+    free(r.t);
+    if (s.file >= 0)
+        H5Fclose(s.file);
+    dump_h5_loud(q);
+    dump_problems_free(&p);
+    dump_problems_free(&vp);
+    dump_problems_free(&sp);
+}
+
+/* Parses run.h5: problems, the root attributes (a dump_run_meta), the op rows. */
+static void run_child(void *arg, dump_blob *o)
+{
+    const char *path = arg;
+    dump_problems p = { 0 };
+    scan s = { path, -1, &p, 0 };
+    dump_run_meta m;
+    dump_op_row *ops = NULL;
+    int n_ops = 0;
+    memset(&m, 0, sizeof m);
+    dump_h5_quiet q = dump_h5_hush();
+    s.file = file_open(&s);
+    if (s.file >= 0) {
+        run_scan(&s, &m, &ops, &n_ops);
+        H5Fclose(s.file);
+    }
+    dump_h5_loud(q);
+    put_problems(o, &p);
+    dump_blob_put(o, &m, sizeof m);
+    dump_blob_int(o, n_ops);
+    dump_blob_put(o, ops, (size_t)n_ops * sizeof *ops);
+    free(ops);
+    dump_problems_free(&p);
+}
+
+typedef struct range_job {
+    const char *path;
+    const dump_tensor_info *ti;
+    int64_t first, count;
+} range_job;
+
+/* Reads values through HDF5 (a tensor without extents): 1 and the bytes,
+ * or 0 and a message. */
+static void range_child(void *arg, dump_blob *o)
+{
+    const range_job *j = arg;
+    dump_problems p = { 0 };
+    scan s = { j->path, -1, &p, 0 };
+    size_t bytes = (size_t)j->count * te_dtype_size(j->ti->dtype);
+    char err[1024];
+    dump_h5_quiet q = dump_h5_hush();
+    s.file = file_open(&s);
+    void *buf = s.file >= 0 ? malloc(bytes ? bytes : 1) : NULL;
+    bool ok = buf && range_read_h5(j->path, s.file, j->ti, j->first, j->count, buf, err,
+                                   sizeof err);
+    if (s.file < 0)
+        snprintf(err, sizeof err, "%s", p.n > 0 ? p.msg[0] : "out of memory");
+    else if (!buf)
+        snprintf(err, sizeof err, "%s: %s: out of memory", j->path, j->ti->path);
+    if (s.file >= 0)
+        H5Fclose(s.file);
+    dump_h5_loud(q);
+    dump_blob_int(o, ok);
+    if (ok)
+        dump_blob_put(o, buf, bytes);
+    else
+        dump_blob_str(o, err);
+    free(buf);
+    dump_problems_free(&p);
+}
+
+/* ---- the reader, in the parent: built from the child's answer ------------------------- */
+
+/* The most a parse may answer (tensor descriptions, op rows). */
+#define ANSWER_MAX ((size_t)1 << 31)
+
+/* Starts the HDF5 library here, before the fork, so that each child finds
+ * it ready: started in every child instead, it costs each file ~3 ms. */
+static void h5_ready(void)
+{
+    H5open();
+}
+
+/* Ends a text field of a struct that came through the pipe within it. */
+#define TEXT_END(a) ((a)[sizeof(a) - 1] = '\0')
+
+static const char malformed[] = "damaged HDF5 metadata (the HDF5 library's answer is malformed)";
+
+/* One tensor's storage: extents (n_ext > 0), read through HDF5 (0), or
+ * not known (-1, err says why). */
+typedef struct tensor_store {
+    int n_ext;
+    dump_extent *ext;
+    char *err;
+} tensor_store;
+
+struct dump_step_reader {
+    char *path;
+    int fd;                 /* the file, for pread() of extents; -1 if it did not open */
+    uint64_t size;          /* its size when parsed */
+    int64_t step;
+    int n, n_tensors;       /* n_tensors: the root attribute, -1 unread */
+    dump_tensor_info *t;
+    tensor_store *st;
+    bool has_stats;
+    int n_stats;
+    dump_stats_row *stats;
+    dump_problems stats_p;  /* reading /stats */
+    dump_problems value_p;  /* verify: values the child read */
+    bool value_crc_none;    /* verify: some of those have no CRC-32C (older files) */
+};
+
+static void reader_free(dump_step_reader *r)
+{
+    if (r->fd >= 0)
+        close(r->fd);
+    for (int i = 0; r->st && i < r->n; i++) {
+        free(r->st[i].ext);
+        free(r->st[i].err);
+    }
+    free(r->st);
+    free(r->t);
+    free(r->stats);
+    dump_problems_free(&r->stats_p);
+    dump_problems_free(&r->value_p);
+    free(r->path);
+    free(r);
+}
+
+static void get_problems(dump_cursor *c, dump_problems *p)
+{
+    long long n = dump_cur_int(c);
+    if (n < 0 || (unsigned long long)n > c->left)
+        c->bad = true;
+    for (long long i = 0; !c->bad && i < n; i++)
+        problem(p, "%s", dump_cur_str(c));
+}
+
+/* An array of count structs of size each from the blob (NULL for none). */
+static void *get_array(dump_cursor *c, long long count, size_t each)
+{
+    if (count < 0 || (unsigned long long)count > c->left / each) {
+        c->bad = true;
+        return NULL;
+    }
+    void *a = count ? malloc((size_t)count * each) : NULL;
+    if (count && !a)
+        c->bad = true;
+    else
+        dump_cur_get(c, a, (size_t)count * each);
+    return a;
+}
+
+/* What a description says of a tensor is possible and agrees with itself. */
+static bool tensor_ok(dump_tensor_info *ti, uint64_t size)
+{
+    TEXT_END(ti->path);
+    TEXT_END(ti->op);
+    TEXT_END(ti->op_type);
+    TEXT_END(ti->tensor);
+    TEXT_END(ti->file);
+    TEXT_END(ti->kernel);
+    if ((unsigned)ti->dtype >= TE_DTYPE_COUNT || (unsigned)ti->phase >= TE_PHASE_COUNT ||
+        (unsigned)ti->io > DUMP_OUT || ti->ndim < 0 || ti->ndim > TE_MAX_DIMS)
+        return false;
+    int64_t numel = 1;
+    for (int i = 0; i < ti->ndim; i++)
+        if (ti->shape[i] < 0 || __builtin_mul_overflow(numel, ti->shape[i], &numel))
+            return false;
+    return numel == ti->numel && values_fit(numel, ti->dtype, size) &&
+           ti->nbytes == (size_t)numel * te_dtype_size(ti->dtype);
+}
+
+/* Extents cover the tensor in order, each of them (and all together) in a
+ * file of size bytes. */
+static bool extents_ok(const dump_tensor_info *ti, const dump_extent *e, int count, uint64_t size)
+{
+    size_t es = te_dtype_size(ti->dtype);
+    int64_t next = 0;
+    uint64_t total = 0;
+    for (int k = 0; k < count; k++) {
+        if (e[k].first != next || e[k].count <= 0 || e[k].count > ti->numel - next ||
+            e[k].size > size || e[k].size < (uint64_t)e[k].count * es + 4)
+            return false;
+        total += e[k].size;
+        next += e[k].count;
+    }
+    return next == ti->numel && total <= size;
+}
+
+/* Builds a reader from step_child's answer, the parse's problems into p;
+ * NULL (and a problem) when the answer does not hold together. */
+static dump_step_reader *step_decode(const char *path, const dump_blob *b, dump_problems *p)
+{
+    dump_cursor c = { b->b, b->len, false };
+    dump_step_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = strdup(path))) {
+        problem(p, "%s: out of memory", path);
+        free(r);
+        return NULL;
+    }
+    r->fd = -1;
+    r->size = (uint64_t)dump_cur_int(&c);
+    r->step = dump_cur_int(&c);
+    r->n_tensors = (int)dump_cur_int(&c);
+    get_problems(&c, p);
+    long long n = dump_cur_int(&c);
+    r->t = get_array(&c, n, sizeof *r->t);
+    r->st = c.bad || n == 0 ? NULL : calloc((size_t)n, sizeof *r->st);
+    if (!c.bad && n > 0 && !r->st)
+        c.bad = true;
+    r->n = c.bad ? 0 : (int)n;
+    for (int i = 0; i < r->n && !c.bad; i++) {
+        tensor_store *st = &r->st[i];
+        const dump_tensor_info *ti = &r->t[i];
+        if (!tensor_ok(&r->t[i], r->size))
+            c.bad = true;
+        long long ne = dump_cur_int(&c);
+        if (ne < 0) {
+            st->n_ext = -1;
+            st->err = strdup(dump_cur_str(&c));
+            continue;
+        }
+        st->ext = get_array(&c, ne, sizeof *st->ext);
+        st->n_ext = c.bad ? 0 : (int)ne;
+        if (!c.bad && st->n_ext > 0 && !extents_ok(ti, st->ext, st->n_ext, r->size)) {
+            char m[DUMP_PATH_MAX + 128];
+            snprintf(m, sizeof m, "%s: %s: damaged HDF5 metadata in its chunk index (chunks "
+                     "that do not cover it or lie outside the file)", path, ti->path);
+            st->n_ext = -1;
+            st->err = strdup(m);
+        }
+        if (st->n_ext < 0 && !st->err)
+            c.bad = true;
+    }
+    get_problems(&c, &r->value_p);
+    r->value_crc_none = dump_cur_int(&c) != 0;
+    r->has_stats = dump_cur_int(&c) != 0;
+    get_problems(&c, &r->stats_p);
+    long long ns = dump_cur_int(&c);
+    r->stats = get_array(&c, ns, sizeof *r->stats);
+    r->n_stats = c.bad ? 0 : (int)ns;
+    for (int i = 0; i < r->n_stats; i++) {
+        TEXT_END(r->stats[i].path);
+        TEXT_END(r->stats[i].op);
+        c.bad = c.bad || (unsigned)r->stats[i].io > DUMP_OUT;
+    }
+    if (c.bad || c.left != 0) {
+        problem(p, "%s: %s", path, malformed);
+        reader_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Parses a step file in a child; the reader is returned even with problems
+ * (as much as could be read), NULL when there is nothing to read. */
+static dump_step_reader *step_load(const char *path, bool verify, dump_problems *p)
+{
+    step_job j = { path, verify };
+    dump_blob b;
+    h5_ready();
+    char err[1536];
+    if (!dump_contain(path, step_child, &j, ANSWER_MAX, &b, err, sizeof err)) {
+        problem(p, "%s", err);
+        return NULL;
+    }
+    dump_step_reader *r = step_decode(path, &b, p);
+    dump_blob_free(&b);
+    if (r)
+        r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    return r;
+}
+
+dump_step_reader *dump_step_open(const char *path, char *err, size_t n)
+{
+    dump_problems p = { 0 };
+    dump_step_reader *r = step_load(path, false, &p);
+    if (p.n > 0) {
+        first_problem(&p, err, n);
+        if (r)
+            reader_free(r);
+        r = NULL;
+    }
+    dump_problems_free(&p);
+    return r;
+}
+
+void dump_step_close(dump_step_reader *r)
+{
+    if (r)
+        reader_free(r);
+}
+
+int64_t dump_step_number(const dump_step_reader *r) { return r->step; }
+int dump_step_count(const dump_step_reader *r) { return r->n; }
+const char *dump_step_path(const dump_step_reader *r) { return r->path; }
+
+const dump_tensor_info *dump_step_tensor(const dump_step_reader *r, int i)
+{
+    return i >= 0 && i < r->n ? &r->t[i] : NULL;
+}
+
+int dump_step_find(const dump_step_reader *r, const char *path)
+{
+    for (int i = 0; i < r->n; i++)
+        if (strcmp(r->t[i].path, path) == 0)
+            return i;
+    return -1;
+}
+
+/* Elements [first, first + count) of tensor i from its extents: each chunk
+ * read whole (its place checked against the file's size first) and its
+ * checksum checked before any of it is used. */
+static bool extent_read(dump_step_reader *r, int i, int64_t first, int64_t count, void *dst,
+                        char *err, size_t n)
+{
+    const dump_tensor_info *ti = &r->t[i];
+    const tensor_store *st = &r->st[i];
+    size_t es = te_dtype_size(ti->dtype);
+    struct stat sb;
+    if (r->fd < 0 || fstat(r->fd, &sb) != 0)
+        return dump_h5_fail(err, n, "%s: cannot open: %s", r->path, strerror(errno));
+    unsigned char *buf = NULL;
+    size_t cap = 0;
+    bool ok = true;
+    for (int k = 0; ok && k < st->n_ext; k++) {
+        const dump_extent *e = &st->ext[k];
+        if (e->first + e->count <= first || e->first >= first + count)
+            continue;
+        if (e->offset > (uint64_t)sb.st_size || e->size > (uint64_t)sb.st_size - e->offset) {
+            ok = dump_h5_fail(err, n, "%s: %s: its chunk of elements %lld..%lld lies past the "
+                              "end of the file (%zu bytes at %llu, the file has %lld)", r->path,
+                              ti->path, (long long)e->first,
+                              (long long)(e->first + e->count - 1), e->size,
+                              (unsigned long long)e->offset, (long long)sb.st_size);
+            break;
+        }
+        if (e->size > cap) {
+            unsigned char *more = realloc(buf, e->size);
+            if (!more) {
+                ok = dump_h5_fail(err, n, "%s: %s: out of memory", r->path, ti->path);
+                break;
+            }
+            buf = more;
+            cap = e->size;
+        }
+        size_t got = 0;
+        while (got < e->size) {
+            ssize_t k2 = pread(r->fd, buf + got, e->size - got, (off_t)(e->offset + got));
+            if (k2 < 0 && errno == EINTR)
+                continue;
+            if (k2 <= 0) {
+                ok = dump_h5_fail(err, n, "%s: %s: cannot read the values: %s", r->path,
+                                  ti->path, k2 < 0 ? strerror(errno) : "the file ends early");
+                break;
+            }
+            got += (size_t)k2;
+        }
+        if (!ok || !(ok = dump_extent_verify(r, i, e, buf, err, n)))
+            break;
+        int64_t lo = e->first > first ? e->first : first;
+        int64_t hi = e->first + e->count < first + count ? e->first + e->count : first + count;
+        memcpy((unsigned char *)dst + (size_t)(lo - first) * es,
+               buf + (size_t)(lo - e->first) * es, (size_t)(hi - lo) * es);
+    }
+    free(buf);
+    return ok;
+}
+
+/* The same through HDF5, in a child. */
+static bool range_read(dump_step_reader *r, int i, int64_t first, int64_t count, void *dst,
+                       char *err, size_t n)
+{
+    const dump_tensor_info *ti = &r->t[i];
+    size_t bytes = (size_t)count * te_dtype_size(ti->dtype);
+    range_job j = { r->path, ti, first, count };
+    dump_blob b;
+    h5_ready();
+    if (!dump_contain(r->path, range_child, &j, bytes + 4096, &b, err, n))
+        return false;
+    dump_cursor c = { b.b, b.len, false };
+    bool ok = dump_cur_int(&c) == 1;
+    if (ok)
+        dump_cur_get(&c, dst, bytes);
+    else
+        dump_h5_fail(err, n, "%s", dump_cur_str(&c));
+    if (c.bad || c.left != 0)
+        ok = dump_h5_fail(err, n, "%s: %s: %s", r->path, ti->path, malformed);
+    dump_blob_free(&b);
+    return ok;
+}
+
+bool dump_step_read_range(dump_step_reader *r, int i, int64_t first, int64_t count, void *dst,
+                          char *err, size_t n)
+{
+    if (i < 0 || i >= r->n)
+        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+    const dump_tensor_info *ti = &r->t[i];
+    if (first < 0 || count < 0 || first > ti->numel || count > ti->numel - first)
+        return dump_h5_fail(err, n, "%s: %s: elements %lld..%lld are outside its %lld", r->path,
+                            ti->path, (long long)first, (long long)(first + count - 1),
+                            (long long)ti->numel);
+    if (count == 0)
+        return true;
+    if (r->st[i].n_ext < 0)
+        return dump_h5_fail(err, n, "%s", r->st[i].err);
+    if (r->st[i].n_ext > 0)
+        return extent_read(r, i, first, count, dst, err, n);
+    return range_read(r, i, first, count, dst, err, n);
+}
+
+bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t n)
+{
+    if (i < 0 || i >= r->n)
+        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+    return dump_step_read_range(r, i, 0, r->t[i].numel, dst, err, n);
+}
+
+int dump_step_extents(dump_step_reader *r, int i, dump_extent **out, char *err, size_t n)
+{
+    *out = NULL;
+    if (i < 0 || i >= r->n) {
+        dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+        return -1;
+    }
+    const tensor_store *st = &r->st[i];
+    if (st->n_ext < 0) {
+        dump_h5_fail(err, n, "%s", st->err);
+        return -1;
+    }
+    if (st->n_ext == 0)
+        return 0;
+    *out = malloc((size_t)st->n_ext * sizeof **out);
+    if (!*out) {
+        dump_h5_fail(err, n, "%s: %s: out of memory", r->path, r->t[i].path);
+        return -1;
+    }
+    memcpy(*out, st->ext, (size_t)st->n_ext * sizeof **out);
+    return st->n_ext;
+}
+
+int dump_step_stats(dump_step_reader *r, dump_stats_row **rows, char *err, size_t n)
+{
+    *rows = NULL;
+    if (r->stats_p.n > 0) {
+        first_problem(&r->stats_p, err, n);
+        return -1;
+    }
+    if (r->n_stats == 0)
+        return 0;
+    *rows = malloc((size_t)r->n_stats * sizeof **rows);
+    if (!*rows) {
+        dump_h5_fail(err, n, "%s: /stats: out of memory", r->path);
+        return -1;
+    }
+    memcpy(*rows, r->stats, (size_t)r->n_stats * sizeof **rows);
+    return r->n_stats;
+}
+
+/* ---- run.h5 ---------------------------------------------------------------------- */
+
+/* Parses run.h5 in a child: false with problems in p. */
+static bool run_load(const char *path, dump_run_meta *m, dump_op_row **ops, int *n_ops,
+                     dump_problems *p)
+{
+    *ops = NULL;
+    *n_ops = 0;
+    memset(m, 0, sizeof *m);
+    dump_blob b;
+    h5_ready();
+    char err[1536];
+    if (!dump_contain(path, run_child, (void *)path, ANSWER_MAX, &b, err, sizeof err)) {
+        problem(p, "%s", err);
+        return false;
+    }
+    int before = p->n;
+    dump_cursor c = { b.b, b.len, false };
+    get_problems(&c, p);
+    dump_cur_get(&c, m, sizeof *m);
+    TEXT_END(m->engine_version);
+    TEXT_END(m->amp);
+    TEXT_END(m->backend);
+    TEXT_END(m->command_line);
+    TEXT_END(m->created);
+    long long count = dump_cur_int(&c);
+    dump_op_row *o = get_array(&c, count, sizeof *o);
+    for (long long i = 0; !c.bad && i < count; i++) {
+        TEXT_END(o[i].name);
+        TEXT_END(o[i].type);
+        TEXT_END(o[i].file);
+        TEXT_END(o[i].inputs);
+        TEXT_END(o[i].outputs);
+        TEXT_END(o[i].kernel);
+        TEXT_END(o[i].inplace);
+        TEXT_END(o[i].reads);
+        c.bad = (unsigned)o[i].phase >= TE_PHASE_COUNT;
+    }
+    if (c.bad || c.left != 0 || (unsigned)m->mode > TE_MODE_GRAPH)
+        problem(p, "%s: %s", path, malformed);
+    dump_blob_free(&b);
+    if (p->n > before) {
+        free(o);
+        return false;
+    }
+    *ops = o;
+    *n_ops = (int)count;
+    return true;
+}
+
 bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_ops, char *err,
                    size_t n)
 {
@@ -818,27 +1473,80 @@ bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_
         return dump_h5_fail(err, n, "%s: out of memory", dir);
     snprintf(path, len, "%s/run.h5", dir);
     dump_problems p = { 0 };
-    scan s = { path, -1, &p };
-    dump_h5_quiet q = dump_h5_hush();
-    s.file = file_open(&s);
-    if (s.file >= 0) {
-        run_scan(&s, m, ops, n_ops);
-        H5Fclose(s.file);
-    }
-    dump_h5_loud(q);
-    bool ok = p.n == 0;
-    if (!ok) {
+    bool ok = run_load(path, m, ops, n_ops, &p);
+    if (!ok)
         first_problem(&p, err, n);
-        free(*ops);
-        *ops = NULL;
-        *n_ops = 0;
-    }
     dump_problems_free(&p);
     free(path);
     return ok;
 }
 
 /* ---- listing and verifying ---------------------------------------------------------- */
+
+/* Reads every value of a step (so damaged chunks are found) and its
+ * /stats table, and compares n_tensors with what is there. */
+static void step_verify(const char *path, dump_problems *p)
+{
+    int before = p->n;
+    dump_step_reader *r = step_load(path, true, p);
+    if (!r)
+        return;
+    char err[1024];
+    int found = r->n;
+    bool crc_none = r->value_crc_none;
+    for (int i = 0; i < r->n; i++) {
+        if (r->st[i].n_ext == 0)   /* read by the child: its problems are in value_p */
+            continue;
+        for (int k = 0; k < r->st[i].n_ext; k++)
+            crc_none |= !r->st[i].ext[k].has_crc;
+        void *buf = malloc(r->t[i].nbytes ? r->t[i].nbytes : 1);
+        if (!buf || !dump_step_read_raw(r, i, buf, err, sizeof err))
+            problem(p, "%s", buf ? err : "out of memory");
+        free(buf);
+    }
+    for (int i = 0; i < r->value_p.n; i++)
+        problem(p, "%s", r->value_p.msg[i]);
+    for (int i = 0; i < r->stats_p.n; i++)
+        problem(p, "%s", r->stats_p.msg[i]);
+    found += r->n_stats;
+    if (r->n_tensors >= 0 && r->n_tensors != found && p->n == before)
+        problem(p, "%s: /: attribute 'n_tensors' is %d, the file holds %d", path, r->n_tensors,
+                found);
+    p->fletcher_only += crc_none;
+    reader_free(r);
+}
+
+static void run_verify(const char *path, dump_problems *p)
+{
+    dump_run_meta m;
+    dump_op_row *ops = NULL;
+    int n_ops = 0;
+    run_load(path, &m, &ops, &n_ops, p);
+    free(ops);
+}
+
+bool dump_step_read_f32(dump_step_reader *r, int i, float *dst, char *err, size_t n)
+{
+    if (i < 0 || i >= r->n)
+        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
+    const dump_tensor_info *ti = &r->t[i];
+    if (ti->dtype == TE_F32)
+        return dump_step_read_raw(r, i, dst, err, n);
+    void *raw = malloc(ti->nbytes ? ti->nbytes : 1);
+    if (!raw)
+        return dump_h5_fail(err, n, "%s: %s: out of memory", r->path, ti->path);
+    bool ok = dump_step_read_raw(r, i, raw, err, n);
+    for (int64_t k = 0; ok && k < ti->numel; k++) {
+        if (ti->dtype == TE_F16)
+            dst[k] = te_f16_to_f32(((const uint16_t *)raw)[k]);
+        else if (ti->dtype == TE_BF16)
+            dst[k] = te_bf16_to_f32(((const uint16_t *)raw)[k]);
+        else
+            dst[k] = (float)((const int32_t *)raw)[k];
+    }
+    free(raw);
+    return ok;
+}
 
 static int entry_order(const void *pa, const void *pb)
 {
@@ -889,60 +1597,6 @@ int dump_run_list(const char *dir, dump_step_entry **out, char *err, size_t n)
     return count;
 }
 
-/* Reads every value of a step (so damaged chunks are found) and its
- * /stats table, and compares n_tensors with what is there. */
-static void step_verify(const char *path, dump_problems *p)
-{
-    int n_tensors = 0, before = p->n;
-    bool stats = false;
-    dump_step_reader *r = step_load(path, p, &n_tensors, &stats);
-    if (!r)
-        return;
-    scan s = { path, r->file, p };
-    char err[1024];
-    int found = r->n;
-    bool crc_none = false;
-    int crc;
-    for (int i = 0; i < r->n; i++) {
-        void *buf = malloc(r->t[i].nbytes ? r->t[i].nbytes : 1);
-        if (!buf || !dump_step_read_raw(r, i, buf, err, sizeof err))
-            problem(p, "%s", buf ? err : "out of memory");
-        else if ((crc = dump_crc_check_values(r->file, path, &r->t[i], buf, err, sizeof err)) < 0)
-            problem(p, "%s", err);   /* issue 14: the CRC-32C beside Fletcher-32 */
-        else
-            crc_none |= crc == 0 && r->t[i].numel > 0;
-        free(buf);
-    }
-    if (stats) {
-        int count = 0;
-        dump_stats_row *rows = table_read(&s, "/stats", stats_cols, NCOLS(stats_cols),
-                                          sizeof *rows, &count);
-        if (rows)
-            stats_check(&s, rows, count);
-        found += count;
-        free(rows);
-    }
-    if (n_tensors >= 0 && n_tensors != found && p->n == before)
-        problem(p, "%s: /: attribute 'n_tensors' is %d, the file holds %d", path, n_tensors,
-                found);
-    p->fletcher_only += crc_none;
-    reader_free(r);
-}
-
-static void run_verify(const char *path, dump_problems *p)
-{
-    scan s = { path, -1, p };
-    s.file = file_open(&s);
-    if (s.file < 0)
-        return;
-    dump_run_meta m;
-    dump_op_row *ops = NULL;
-    int n_ops = 0;
-    run_scan(&s, &m, &ops, &n_ops);
-    free(ops);
-    H5Fclose(s.file);
-}
-
 static void dir_verify(const char *dir, dump_problems *p)
 {
     char err[1024];
@@ -982,7 +1636,6 @@ int dump_verify(const char *path, dump_problems *p)
         problem(p, "%s: cannot open: %s", path, strerror(errno));
         return p->n;
     }
-    dump_h5_quiet q = dump_h5_hush();
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     if (S_ISDIR(st.st_mode))
@@ -991,201 +1644,7 @@ int dump_verify(const char *path, dump_problems *p)
         run_verify(path, p);
     else
         step_verify(path, p);
-    dump_h5_loud(q);
     return p->n;
-}
-
-/* ---- reading in pieces: ranges through HDF5, chunks without it --------------------- */
-
-const char *dump_step_path(const dump_step_reader *r) { return r->path; }
-
-/* Adds elements [first, first + count) of the C-order space dims[0..rank)
- * to sp, with the dims before d fixed at start[0..d): whole rows of dim d
- * as one hyperslab, a partial row by recursion into dim d + 1. */
-static bool select_range(hid_t sp, int rank, const hsize_t *dims, int d, hsize_t *start,
-                         hsize_t first, hsize_t count, bool *any)
-{
-    hsize_t inner = 1;
-    for (int j = d + 1; j < rank; j++)
-        inner *= dims[j];
-    while (count > 0) {
-        hsize_t row = first / inner, off = first % inner;
-        if (off != 0 || count < inner) {
-            hsize_t take = inner - off < count ? inner - off : count;
-            start[d] = row;
-            if (!select_range(sp, rank, dims, d + 1, start, off, take, any))
-                return false;
-            first += take;
-            count -= take;
-            continue;
-        }
-        hsize_t st[TE_MAX_DIMS], cnt[TE_MAX_DIMS], rows = count / inner;
-        for (int j = 0; j < rank; j++) {
-            st[j] = j < d ? start[j] : j == d ? row : 0;
-            cnt[j] = j < d ? 1 : j == d ? rows : dims[j];
-        }
-        if (H5Sselect_hyperslab(sp, *any ? H5S_SELECT_OR : H5S_SELECT_SET, st, NULL, cnt, NULL) < 0)
-            return false;
-        *any = true;
-        first += rows * inner;
-        count -= rows * inner;
-    }
-    return true;
-}
-
-bool dump_step_read_range(dump_step_reader *r, int i, int64_t first, int64_t count, void *dst,
-                          char *err, size_t n)
-{
-    if (i < 0 || i >= r->n)
-        return dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
-    const dump_tensor_info *ti = &r->t[i];
-    if (first < 0 || count < 0 || first > ti->numel || count > ti->numel - first)
-        return dump_h5_fail(err, n, "%s: %s: elements %lld..%lld are outside its %lld", r->path,
-                            ti->path, (long long)first, (long long)(first + count - 1),
-                            (long long)ti->numel);
-    if (count == 0)
-        return true;
-    dump_h5_quiet q = dump_h5_hush();
-    hid_t ds = H5Dopen2(r->file, ti->path, H5P_DEFAULT);
-    hid_t t = dump_h5_type(ti->dtype);
-    hid_t fsp = ds < 0 ? -1 : H5Dget_space(ds);
-    hsize_t mdims[1] = { (hsize_t)count }, dims[TE_MAX_DIMS], start[TE_MAX_DIMS] = { 0 };
-    hid_t msp = H5Screate_simple(1, mdims, NULL);
-    int rank = fsp < 0 ? -1 : H5Sget_simple_extent_ndims(fsp);
-    bool any = false;
-    bool ok = ds >= 0 && t >= 0 && msp >= 0 && rank >= 1 && rank <= TE_MAX_DIMS &&
-              H5Sget_simple_extent_dims(fsp, dims, NULL) == rank &&
-              select_range(fsp, rank, dims, 0, start, (hsize_t)first, (hsize_t)count, &any) &&
-              H5Dread(ds, t, msp, fsp, H5P_DEFAULT, dst) >= 0;
-    if (!ok) {
-        char why[256];
-        dump_h5_fail(err, n, "%s: %s: cannot read the values: %s", r->path, ti->path,
-                     dump_h5_reason(why, sizeof why));
-    }
-    if (msp >= 0)
-        H5Sclose(msp);
-    if (fsp >= 0)
-        H5Sclose(fsp);
-    if (t >= 0)
-        H5Tclose(t);
-    if (ds >= 0)
-        H5Dclose(ds);
-    dump_h5_loud(q);
-    return ok;
-}
-
-/* The dimension k that tensor chunks split when each chunk is one
- * contiguous run of the values ([1.., c_k, dims after k]); -1 otherwise. */
-static int contiguous_split(int rank, const hsize_t *dims, const hsize_t *chunk)
-{
-    int s = rank;   /* chunk[j] == dims[j] for every j >= s */
-    while (s > 0 && chunk[s - 1] == dims[s - 1])
-        s--;
-    int k = s > 0 ? s - 1 : 0;
-    for (int j = 0; j < k; j++)
-        if (chunk[j] != 1)
-            return -1;
-    return k;
-}
-
-int dump_step_extents(dump_step_reader *r, int i, dump_extent **out, char *err, size_t n)
-{
-    *out = NULL;
-    if (i < 0 || i >= r->n) {
-        dump_h5_fail(err, n, "%s: no tensor %d (the file has %d)", r->path, i, r->n);
-        return -1;
-    }
-    const dump_tensor_info *ti = &r->t[i];
-    if (ti->numel == 0)
-        return 0;
-    dump_h5_quiet q = dump_h5_hush();
-    hid_t ds = H5Dopen2(r->file, ti->path, H5P_DEFAULT);
-    hid_t dcpl = ds < 0 ? -1 : H5Dget_create_plist(ds);
-    hid_t fcpl = H5Fget_create_plist(r->file);
-    hid_t sp = ds < 0 ? -1 : H5Dget_space(ds);
-    int rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
-    hsize_t dims[TE_MAX_DIMS], chunk[TE_MAX_DIMS], base = 0;
-    unsigned flags = 0, conf[1] = { 0 };
-    size_t nconf = 0;
-    int count = -1;
-    dump_extent *e = NULL;
-    bool ok = dcpl >= 0 && fcpl >= 0 && rank >= 1 && rank <= TE_MAX_DIMS &&
-              H5Sget_simple_extent_dims(sp, dims, NULL) == rank &&
-              H5Pget_userblock(fcpl, &base) >= 0;
-    if (ok) {
-        count = 0;   /* stored some other way unless all checks below pass */
-        int k = -1;
-        if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, rank, chunk) == rank &&
-            H5Pget_nfilters(dcpl) == 1 &&
-            H5Pget_filter2(dcpl, 0, &flags, &nconf, conf, 0, NULL, NULL) == H5Z_FILTER_FLETCHER32)
-            k = contiguous_split(rank, dims, chunk);
-        hsize_t outer = 1, inner = 1, per = k >= 0 ? (dims[k] + chunk[k] - 1) / chunk[k] : 0;
-        for (int j = 0; j < k; j++)
-            outer *= dims[j];
-        for (int j = k + 1; j < rank; j++)
-            inner *= dims[j];
-        size_t full = k >= 0 ? (size_t)(chunk[k] * inner) * te_dtype_size(ti->dtype) : 0;
-        if (k >= 0 && outer * per <= (hsize_t)INT32_MAX)
-            e = malloc((size_t)(outer * per) * sizeof *e);
-        for (hsize_t o = 0; e && ok && o < outer; o++) {
-            hsize_t at[TE_MAX_DIMS] = { 0 }, rest = o;
-            for (int j = k - 1; j >= 0; j--) {
-                at[j] = rest % dims[j];
-                rest /= dims[j];
-            }
-            for (at[k] = 0; e && at[k] < dims[k]; at[k] += chunk[k]) {
-                unsigned mask = 0;
-                haddr_t addr = HADDR_UNDEF;
-                hsize_t size = 0;
-                if (H5Dget_chunk_info_by_coord(ds, at, &mask, &addr, &size) < 0 ||
-                    addr == HADDR_UNDEF) {
-                    char why[256];
-                    dump_h5_fail(err, n, "%s: %s: cannot locate the chunk at element %llu: %s",
-                                 r->path, ti->path, (unsigned long long)((o * dims[k] + at[k]) * inner),
-                                 dump_h5_reason(why, sizeof why));
-                    ok = false;
-                    break;
-                }
-                if (mask != 0 || size != full + 4) {   /* a filter skipped: not the usual chunk */
-                    free(e);
-                    e = NULL;
-                    count = 0;
-                    break;
-                }
-                hsize_t rows = dims[k] - at[k] < chunk[k] ? dims[k] - at[k] : chunk[k];
-                e[count++] = (dump_extent){ .first = (int64_t)((o * dims[k] + at[k]) * inner),
-                                            .count = (int64_t)(rows * inner),
-                                            .offset = (uint64_t)(base + addr),
-                                            .size = (size_t)size };
-            }
-        }
-        /* issue 14: each chunk's CRC-32C travels with its extent */
-        if (ok && e && count > 0)
-            ok = dump_crc_extents(ds, r->path, ti->path, e, count, err, n);
-    } else {
-        char why[256];
-        dump_h5_fail(err, n, "%s: %s: cannot read the storage layout: %s", r->path, ti->path,
-                     dump_h5_reason(why, sizeof why));
-    }
-    if (!ok) {
-        free(e);
-        e = NULL;
-        count = -1;
-    } else if (count == 0) {
-        free(e);
-        e = NULL;
-    }
-    *out = e;
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (fcpl >= 0)
-        H5Pclose(fcpl);
-    if (dcpl >= 0)
-        H5Pclose(dcpl);
-    if (ds >= 0)
-        H5Dclose(ds);
-    dump_h5_loud(q);
-    return count;
 }
 
 bool dump_extent_verify(const dump_step_reader *r, int i, const dump_extent *e,
@@ -1200,7 +1659,7 @@ bool dump_extent_verify(const dump_step_reader *r, int i, const dump_extent *e,
     uint32_t sum = dump_fletcher32(b, e->size - 4);
     /* HDF5's filter also accepts the halves swapped (files of HDF5 before 1.6.3). */
     if (want == sum || want == (sum << 16 | sum >> 16))
-        return dump_crc_extent_check(r->path, &r->t[i], e, b, err, n);   /* issue 14 */
+        return dump_crc_extent_check(r->path, &r->t[i], e, b, err, n);
     return dump_h5_fail(err, n, "%s: %s: cannot read the values: data error detected by "
                         "Fletcher32 checksum (elements %lld..%lld)", r->path, r->t[i].path,
                         (long long)e->first, (long long)(e->first + e->count - 1));

@@ -188,7 +188,7 @@ static void ls_run(ctx *c)
     dump_op_row *ops = NULL;
     int n_ops = 0;
     if (!dump_run_read(c->dir, &m, &ops, &n_ops, why, sizeof why)) {
-        complain(c, RC_OK, "%s", why);
+        complain(c, RC_TROUBLE, "%s", why);   /* there but unreadable: the steps still list */
         return;
     }
     free(ops);

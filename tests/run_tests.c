@@ -31,6 +31,7 @@ int main(void)
     srunner_add_suite(sr, suite_dump_h5());
     srunner_add_suite(sr, suite_dump());
     srunner_add_suite(sr, suite_tdbg_dump());
+    srunner_add_suite(sr, suite_dump_damage());
     srunner_add_suite(sr, suite_tdbg_diff());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

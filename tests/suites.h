@@ -23,6 +23,7 @@ Suite *suite_dump_spec(void);   /* the dump spec language */
 Suite *suite_dump_h5(void);     /* HDF5 step files and run.h5: round trips, validation, disk errors */
 Suite *suite_dump(void);        /* dump sessions: round trips, selection, stats, cap, errors */
 Suite *suite_tdbg_dump(void);   /* the tdbg-dump inspector: ls, show, stats, export, verify */
+Suite *suite_dump_damage(void);  /* every dump reader on damaged, truncated, hostile files */
 Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, formats, damaged dumps */
 Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the whole op table */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
