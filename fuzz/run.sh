@@ -15,6 +15,7 @@ seconds=${FUZZ_SECONDS:-60}
 corpus=${FUZZ_CORPUS:-$out/corpus}
 targets=${FUZZ_TARGETS:-$(cd "$srcdir/fuzz" && ls fuzz_*.c | sed -e '/fuzz_util/d' -e 's/^fuzz_//' -e 's/\.c$//')}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$srcdir/tests/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 mkdir -p "$out/findings"
