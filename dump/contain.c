@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -214,10 +216,63 @@ static int answer_read(int fd, double deadline, size_t max, dump_blob *out)
     }
 }
 
+/* Files whose parse crashed or hung, by identity, with the message: the
+ * same file opened again in this process (tdbg-dump and tdbg-diff open a
+ * file several times) fails at once instead of waiting out the time limit
+ * again. A small ring: a file pushed out is only parsed again. */
+#define FAILED_MAX 16
+static struct failed {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+    char msg[512];
+} failed[FAILED_MAX];
+static int n_failed, next_failed;
+static pthread_mutex_t failed_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static bool same_file(const struct failed *f, const struct stat *st)
+{
+    return f->dev == st->st_dev && f->ino == st->st_ino && f->size == st->st_size &&
+           f->mtime.tv_sec == st->st_mtim.tv_sec && f->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+static bool failed_before(const char *path, char *err, size_t n)
+{
+    struct stat st;
+    bool hit = false;
+    if (stat(path, &st) != 0)
+        return false;
+    pthread_mutex_lock(&failed_mu);
+    for (int i = 0; i < n_failed && !hit; i++)
+        if ((hit = same_file(&failed[i], &st)))
+            snprintf(err, n, "%s", failed[i].msg);
+    pthread_mutex_unlock(&failed_mu);
+    return hit;
+}
+
+static void failed_add(const char *path, const char *msg)
+{
+    struct stat st;
+    /* a fault the test hook made belongs to the environment, not the file */
+    if (getenv("TDBG_DUMP_TEST_FAULT") || stat(path, &st) != 0)
+        return;
+    pthread_mutex_lock(&failed_mu);
+    struct failed *f = &failed[next_failed];
+    *f = (struct failed){ .dev = st.st_dev, .ino = st.st_ino, .size = st.st_size, .mtime = st.st_mtim };
+    snprintf(f->msg, sizeof f->msg, "%s", msg);
+    next_failed = (next_failed + 1) % FAILED_MAX;
+    if (n_failed < FAILED_MAX)
+        n_failed++;
+    pthread_mutex_unlock(&failed_mu);
+}
+
 bool dump_contain(const char *path, dump_contain_fn fn, void *arg, size_t max, dump_blob *out,
                   char *err, size_t n)
 {
     *out = (dump_blob){ 0 };
+    if (failed_before(path, err, n))
+        return false;
     const char *mode = getenv("TDBG_DUMP_CONTAIN");
     if (mode && strcmp(mode, "off") == 0) {
         fn(arg, out);
@@ -263,15 +318,19 @@ bool dump_contain(const char *path, dump_contain_fn fn, void *arg, size_t max, d
     if (got == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return true;
     dump_blob_free(out);
-    if (got == -1)
+    if (got == -1) {
         snprintf(err, n, "%s: damaged HDF5 metadata in %s (no answer from the HDF5 library in "
                  "%g s: stopped)", path, at, limit);
+        failed_add(path, err);
+    }
     else if (got == -2)
         snprintf(err, n, "%s: damaged HDF5 metadata in %s (the HDF5 library answered with too "
                  "much or ran out of memory)", path, at);
-    else if (WIFSIGNALED(status))
+    else if (WIFSIGNALED(status)) {
         snprintf(err, n, "%s: damaged HDF5 metadata in %s (the HDF5 library died of signal %d, "
                  "%s)", path, at, WTERMSIG(status), strsignal(WTERMSIG(status)));
+        failed_add(path, err);
+    }
     else
         snprintf(err, n, "%s: damaged HDF5 metadata in %s (the reader exited with status %d "
                  "without an answer)", path, at, WIFEXITED(status) ? WEXITSTATUS(status) : -1);

@@ -422,6 +422,33 @@ START_TEST(test_hang_and_crash_are_contained)
 }
 END_TEST
 
+/* A run.h5 the fuzzer found, on which libhdf5 loops: stopped after the time
+ * limit, and opened again in the same process it fails at once with the
+ * same message (with a time limit of 1000 s the second call would hang the
+ * test if it parsed the file again). */
+START_TEST(test_hang_remembered)
+{
+    char dir[128], path[160], err[1024], again[1024];
+    snprintf(dir, sizeof dir, "%s/hang", suite_dir);
+    ck_assert(mkdir(dir, 0755) == 0 || errno == EEXIST);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    bytes b = load(TDBG_SRCDIR "/tests/fuzz/crashes/run/run-timeout-7341ad5cdd7e8135993e0f4505c8567c0b9d2cde");
+    save(path, &b);
+    free(b.b);
+    unsetenv("TDBG_DUMP_TEST_FAULT");
+    setenv("TDBG_DUMP_TIMEOUT", "1", 1);
+    dump_run_meta m;
+    dump_op_row *ops = NULL;
+    int n = 0;
+    ck_assert(!dump_run_read(dir, &m, &ops, &n, err, sizeof err));
+    ck_assert_msg(strstr(err, path) && strstr(err, "no answer from the HDF5 library in 1 s"), "%s", err);
+    setenv("TDBG_DUMP_TIMEOUT", "1000", 1);
+    ck_assert(!dump_run_read(dir, &m, &ops, &n, again, sizeof again));
+    ck_assert_str_eq(again, err);
+    unsetenv("TDBG_DUMP_TIMEOUT");
+}
+END_TEST
+
 /* Random flips anywhere in either file: never a signal, an exit code the
  * docs list, a message naming the file when a reader fails. */
 START_TEST(test_random_flips)
@@ -468,6 +495,7 @@ Suite *suite_dump_damage(void)
     tcase_add_test(tc, test_not_hdf5);
     tcase_add_test(tc, test_newer_format);
     tcase_add_test(tc, test_hang_and_crash_are_contained);
+    tcase_add_test(tc, test_hang_remembered);
     tcase_add_test(tc, test_random_flips);
     suite_add_tcase(s, tc);
     return s;
