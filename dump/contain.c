@@ -66,10 +66,12 @@ bool dump_cur_get(dump_cursor *c, void *dst, size_t n)
 {
     if (c->bad || n > c->left) {
         c->bad = true;
-        memset(dst, 0, n);
+        if (n)
+            memset(dst, 0, n);
         return false;
     }
-    memcpy(dst, c->p, n);
+    if (n) /* an empty array comes with no buffer */
+        memcpy(dst, c->p, n);
     c->p += n;
     c->left -= n;
     return true;
