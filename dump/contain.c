@@ -142,8 +142,15 @@ static void test_fault(const char *path)
     }
 }
 
+/* Under a fuzzer, a sanitizer's report in the child would run the
+ * fuzzer's death callback, inherited through fork(), and record the
+ * contained crash as the fuzzer's own. Weak: NULL without a sanitizer. */
+extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+
 static _Noreturn void child(int fd, const char *path, dump_contain_fn fn, void *arg)
 {
+    if (__sanitizer_set_death_callback)
+        __sanitizer_set_death_callback(NULL);
     /* Die of the signal itself (a handler a sanitizer or the parent installed
      * would print a report), leave no core file, stay silent, and go when
      * the parent goes. */
