@@ -385,6 +385,24 @@ START_TEST(test_not_hdf5)
 }
 END_TEST
 
+/* An empty file (the step reader's fuzzer found that the parent copied an
+ * empty array from a NULL buffer for it). */
+START_TEST(test_empty_file)
+{
+    fixture f;
+    fixture_make(&f);
+    set_env();
+    bytes empty = { (unsigned char *)"", 0 };
+    bytes good = load(f.step2);
+    save(f.step2, &empty);
+    assert_readers(&f, f.step2, "an empty step file", PHRASES("not a readable HDF5 file"));
+    save(f.run, &empty);
+    save(f.step2, &good);
+    assert_readers(&f, f.run, "an empty run.h5", PHRASES("not a readable HDF5 file"));
+    free(good.b);
+}
+END_TEST
+
 START_TEST(test_newer_format)
 {
     fixture f;
@@ -493,6 +511,7 @@ Suite *suite_dump_damage(void)
     tcase_add_test(tc, test_zeroed_ranges);
     tcase_add_test(tc, test_truncation_at_metadata_boundaries);
     tcase_add_test(tc, test_not_hdf5);
+    tcase_add_test(tc, test_empty_file);
     tcase_add_test(tc, test_newer_format);
     tcase_add_test(tc, test_hang_and_crash_are_contained);
     tcase_add_test(tc, test_hang_remembered);
