@@ -8,22 +8,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int64_t dump_chunk_runs(int rank, const hsize_t *dims, const hsize_t *chunk, dump_run *runs)
+int dump_chunk_split(int rank, const hsize_t *dims, const hsize_t *chunk)
 {
     int s = rank;   /* chunk[j] == dims[j] for every j >= s */
     while (s > 0 && chunk[s - 1] == dims[s - 1])
         s--;
     int k = s > 0 ? s - 1 : 0;
-    hsize_t outer = 1, inner = 1;
-    for (int j = 0; j < k; j++) {
+    for (int j = 0; j < k; j++)
         if (chunk[j] != 1)
             return -1;
+    return k;
+}
+
+int64_t dump_chunk_runs(int rank, const hsize_t *dims, const hsize_t *chunk, dump_run *runs)
+{
+    int k = rank < 1 ? -1 : dump_chunk_split(rank, dims, chunk);
+    if (k < 0 || chunk[k] == 0)
+        return -1;
+    hsize_t outer = 1, inner = 1;
+    for (int j = 0; j < k; j++)
         outer *= dims[j];
-    }
     for (int j = k + 1; j < rank; j++)
         inner *= dims[j];
-    if (rank < 1 || chunk[k] == 0)
-        return -1;
     int64_t count = 0;
     for (hsize_t o = 0; o < outer; o++)
         for (hsize_t at = 0; at < dims[k]; at += chunk[k], count++)

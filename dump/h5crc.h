@@ -15,6 +15,12 @@ typedef struct dump_run {
     int64_t first, count;
 } dump_run;
 
+/* The dimension k that splits a dataset of shape dims[0..rank) chunked as
+ * chunk into contiguous runs of its values: chunks span every dimension
+ * after k whole and are 1 wide in every one before it. -1 when there is
+ * none (a chunk is then not one run). */
+int dump_chunk_split(int rank, const hsize_t *dims, const hsize_t *chunk);
+
 /* The chunks of a dataset of shape dims[0..rank) chunked as chunk, when each
  * is one contiguous run of its values (every tensor tdbg writes): their
  * number, and into runs (when not NULL) each one's elements in chunk order

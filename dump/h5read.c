@@ -670,18 +670,6 @@ static void step_scan(scan *s, step_parse *r, int *n_tensors, bool *stats)
         qsort(r->t, (size_t)r->n, sizeof *r->t, tensor_order);
 }
 
-static int contiguous_split(int rank, const hsize_t *dims, const hsize_t *chunk)
-{
-    int s = rank;   /* chunk[j] == dims[j] for every j >= s */
-    while (s > 0 && chunk[s - 1] == dims[s - 1])
-        s--;
-    int k = s > 0 ? s - 1 : 0;
-    for (int j = 0; j < k; j++)
-        if (chunk[j] != 1)
-            return -1;
-    return k;
-}
-
 /* Tensor ti's extents (dump_step_extents) in the open file (named fpath). */
 static int extents_find(const char *fpath, hid_t file, const dump_tensor_info *ti,
                         dump_extent **out, char *err, size_t n)
@@ -709,7 +697,7 @@ static int extents_find(const char *fpath, hid_t file, const dump_tensor_info *t
         if (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, rank, chunk) == rank &&
             H5Pget_nfilters(dcpl) == 1 &&
             H5Pget_filter2(dcpl, 0, &flags, &nconf, conf, 0, NULL, NULL) == H5Z_FILTER_FLETCHER32)
-            k = contiguous_split(rank, dims, chunk);
+            k = dump_chunk_split(rank, dims, chunk);
         hsize_t outer = 1, inner = 1, per = k >= 0 ? (dims[k] + chunk[k] - 1) / chunk[k] : 0;
         for (int j = 0; j < k; j++)
             outer *= dims[j];
