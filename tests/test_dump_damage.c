@@ -369,19 +369,25 @@ START_TEST(test_truncation_at_metadata_boundaries)
 }
 END_TEST
 
-START_TEST(test_not_hdf5)
+/* Each file in turn replaced by content that is no HDF5 file at all. */
+static void assert_foreign(const bytes *content, const char *what_step, const char *what_run)
 {
     fixture f;
     fixture_make(&f);
     set_env();
-    bytes text = { (unsigned char *)"step 2: not an HDF5 file at all\n", 33 };
     bytes good = load(f.step2);
-    save(f.step2, &text);
-    assert_readers(&f, f.step2, "a text file", PHRASES("not a readable HDF5 file"));
-    save(f.run, &text);
+    save(f.step2, content);
+    assert_readers(&f, f.step2, what_step, PHRASES("not a readable HDF5 file"));
+    save(f.run, content);
     save(f.step2, &good);
-    assert_readers(&f, f.run, "a text run.h5", PHRASES("not a readable HDF5 file"));
+    assert_readers(&f, f.run, what_run, PHRASES("not a readable HDF5 file"));
     free(good.b);
+}
+
+START_TEST(test_not_hdf5)
+{
+    bytes text = { (unsigned char *)"step 2: not an HDF5 file at all\n", 33 };
+    assert_foreign(&text, "a text file", "a text run.h5");
 }
 END_TEST
 
@@ -389,17 +395,8 @@ END_TEST
  * empty array from a NULL buffer for it). */
 START_TEST(test_empty_file)
 {
-    fixture f;
-    fixture_make(&f);
-    set_env();
     bytes empty = { (unsigned char *)"", 0 };
-    bytes good = load(f.step2);
-    save(f.step2, &empty);
-    assert_readers(&f, f.step2, "an empty step file", PHRASES("not a readable HDF5 file"));
-    save(f.run, &empty);
-    save(f.step2, &good);
-    assert_readers(&f, f.run, "an empty run.h5", PHRASES("not a readable HDF5 file"));
-    free(good.b);
+    assert_foreign(&empty, "an empty step file", "an empty run.h5");
 }
 END_TEST
 
