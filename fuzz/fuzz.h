@@ -25,6 +25,10 @@ bool fuzz_harmless(const uint8_t *data, size_t size);
 int fuzz_argv(char *text, const char *prog, char **argv, int max);
 /* A stream that discards what is written to it (the tools' output). */
 FILE *fuzz_null(void);
+/* Runs a tool's main (tdbg_dump_main, tdbg_diff_main) as "tdbg ARG..."
+ * (NULL-terminated, at most 4) with its output discarded; aborts on an
+ * exit status the tools do not document (0, 1 or 2 only). */
+void fuzz_tool(int (*main_fn)(int, char **, FILE *, FILE *), ...);
 /* A private directory for this process, removed at exit. */
 const char *fuzz_tmpdir(void);
 /* Writes the input to PATH (made under fuzz_tmpdir: "DIR/NAME"); false on error. */

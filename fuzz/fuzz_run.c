@@ -26,17 +26,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void tool(int (*main_fn)(int, char **, FILE *, FILE *), char *a0, char *a1, char *a2)
-{
-    char *argv[] = { "tdbg", a0, a1, a2, NULL };
-    int argc = 1;
-    while (argv[argc])
-        argc++;
-    int rc = main_fn(argc, argv, fuzz_null(), fuzz_null());
-    if (rc < 0 || rc > 2)
-        abort();   /* the documented exit statuses only */
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (mkdir(dir, 0700) != 0 && access(dir, F_OK) != 0)
@@ -56,10 +45,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();   /* a refusal always says why */
     }
     free(ops);
-    tool(tdbg_dump_main, "ls", dir, NULL);
-    tool(tdbg_dump_main, "verify", dir, NULL);
-    tool(tdbg_dump_main, "verify", file, NULL);
-    tool(tdbg_diff_main, dir, dir, NULL);
+    fuzz_tool(tdbg_dump_main, "ls", dir, NULL);
+    fuzz_tool(tdbg_dump_main, "verify", dir, NULL);
+    fuzz_tool(tdbg_dump_main, "verify", file, NULL);
+    fuzz_tool(tdbg_diff_main, dir, dir, NULL);
     unlink(file);
     return 0;
 }

@@ -27,18 +27,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void tool(int (*main_fn)(int, char **, FILE *, FILE *), char *a0, char *a1, char *a2,
-                 char *a3)
-{
-    char *argv[] = { "tdbg", a0, a1, a2, a3, NULL };
-    int argc = 1;
-    while (argv[argc])
-        argc++;
-    int rc = main_fn(argc, argv, fuzz_null(), fuzz_null());
-    if (rc < 0 || rc > 2)
-        abort();   /* the documented exit statuses only */
-}
-
 /* Tensor values in bounded pieces, as show and stats read them; the
  * extents and their checksums as tdbg-diff reads them. */
 static void read_values(dump_step_reader *r)
@@ -85,11 +73,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (!err[0]) {
         abort();   /* a refusal always says why */
     }
-    tool(tdbg_dump_main, "verify", dir, NULL, NULL);
-    tool(tdbg_dump_main, "ls", dir, NULL, NULL);
-    tool(tdbg_dump_main, "stats", dir, NULL, NULL);
-    tool(tdbg_dump_main, "show", dir, tensor, NULL);
-    tool(tdbg_diff_main, file, file, NULL, NULL);
+    fuzz_tool(tdbg_dump_main, "verify", dir, NULL);
+    fuzz_tool(tdbg_dump_main, "ls", dir, NULL);
+    fuzz_tool(tdbg_dump_main, "stats", dir, NULL);
+    fuzz_tool(tdbg_dump_main, "show", dir, tensor, NULL);
+    fuzz_tool(tdbg_diff_main, file, file, NULL);
     unlink(file);
     return 0;
 }

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -93,4 +94,18 @@ bool fuzz_write(const char *path, const uint8_t *data, size_t size)
         return false;
     bool ok = fwrite(data, 1, size, f) == size;
     return fclose(f) == 0 && ok;
+}
+
+void fuzz_tool(int (*main_fn)(int, char **, FILE *, FILE *), ...)
+{
+    char *argv[6] = { "tdbg" };
+    int argc = 1;
+    va_list ap;
+    va_start(ap, main_fn);
+    for (char *a; argc < 5 && (a = va_arg(ap, char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    int rc = main_fn(argc, argv, fuzz_null(), fuzz_null());
+    if (rc < 0 || rc > 2)
+        abort();   /* the documented exit statuses only */
 }
