@@ -19,10 +19,40 @@ static dbg_break *find(long long id)
     return NULL;
 }
 
+/* Breakpoints waiting for the first step's ops (te_names_expect), by id. */
+static struct {
+    int id, handle;
+} pending[DBG_MAX_BREAKS];
+
+static void pending_add(int id, int handle)
+{
+    for (int i = 0; i < DBG_MAX_BREAKS; i++)
+        if (!pending[i].id) {
+            pending[i].id = id;
+            pending[i].handle = handle;
+            return;
+        }
+}
+
+/* Is breakpoint id waiting for the first step's ops? Forgets it if drop. */
+static bool pending_find(int id, bool drop)
+{
+    for (int i = 0; i < DBG_MAX_BREAKS; i++)
+        if (pending[i].id == id) {
+            if (drop) {
+                te_names_forget(pending[i].handle);
+                pending[i].id = 0;
+            }
+            return !te_names_known();
+        }
+    return false;
+}
+
 void dbg_break_remove(int id)
 {
     for (int i = 0; i < dbg.n_breaks; i++)
         if (dbg.breaks[i].id == id) {
+            pending_find(id, true);
             dbg_cond_free(dbg.breaks[i].cond);
             memmove(&dbg.breaks[i], &dbg.breaks[i + 1], (size_t)(dbg.n_breaks - i - 1) * sizeof dbg.breaks[0]);
             dbg.n_breaks--;
@@ -51,18 +81,34 @@ static const char *split_if(const char *args, char *what, size_t n)
     return p ? dbg_skip_space(p + 2) : NULL;
 }
 
-/* Refuses an op glob that matches none of the ops seen in this step and
- * the last one (the backward of this step has not run yet). */
-static bool known_ops(const char *glob)
+static void pending_unmatched(const char *msg, void *user)
 {
-    static const char *names[2 * DBG_MAX_OPS];
+    (void)user;
+    fprintf(dbg_out, "warning: %s\n", msg);
+    fflush(dbg_out);
+}
+
+/* Op names exist once ops have run. Once the engine knows the first
+ * step's ops, a glob matching none of them (nor this step's and the last
+ * step's so far) is refused with the nearest name. Before, it is pending
+ * (*pending set): the engine checks it when the first step ends and warns
+ * once if it matched nothing. In the middle of that first step, a glob
+ * matching none of the ops so far is refused only when it is a typo of one
+ * (one within TE_NEAR edits); another may name an op still to come. */
+static bool known_ops(const char *glob, bool *pending_out)
+{
+    static const char *names[3 * DBG_MAX_OPS];
     int n = dbg_op_names(names);
-    if (n == 0)
-        return true; /* nothing ran yet: pending until an op matches */
+    bool known = te_names_known();
+    n += te_names_list(names + n, NULL, DBG_MAX_OPS);
     for (int i = 0; i < n; i++)
         if (fnmatch(glob, names[i], 0) == 0)
             return true;
-    const char *near = dump_suggest(glob, names, n, DUMP_NEAR);
+    const char *near = te_suggest(glob, names, n, TE_NEAR);
+    if (!known && !near) {
+        *pending_out = true;
+        return true;
+    }
     if (near)
         dbg_error("no op matches '%s' (did you mean %s?); 'info ops' lists them", glob, near);
     else
@@ -83,6 +129,7 @@ static bool add_break(const char *args, bool temporary)
         return false;
     }
     dbg_break b = { .enabled = true, .temporary = temporary };
+    bool is_pending = false;
     snprintf(b.what, sizeof b.what, "%s", what);
     char w[32];
     const char *rest = dbg_word(what, w, sizeof w);
@@ -101,11 +148,16 @@ static bool add_break(const char *args, bool temporary)
     } else if (strncmp(what, "type:", 5) == 0 && what[5]) {
         b.kind = BK_TYPE;
         memmove(b.what, b.what + 5, strlen(b.what + 5) + 1);
+        char why[512];
+        if (!te_op_type_check(b.what, why, sizeof why)) { /* the op table is known at once */
+            dbg_error("break: %s", why);
+            return false;
+        }
     } else if (strchr(what, ' ')) {
         dbg_error("break: '%s' is not an op name, type:TYPE, step N, nan, inf or nonfinite", what);
         return false;
     } else {
-        if (!known_ops(what))
+        if (!known_ops(what, &is_pending))
             return false;
         b.kind = BK_OP;
     }
@@ -124,6 +176,19 @@ static bool add_break(const char *args, bool temporary)
     dbg.breaks[dbg.n_breaks++] = b;
     dbg_breaks_changed();
     const char *label = temporary ? "Temporary breakpoint" : "Breakpoint";
+    if (is_pending) { /* as gdb's pending breakpoints */
+        char name[TE_NAME_MAX + 64];
+        snprintf(name, sizeof name, "%s %d (%s)", label, b.id, b.what);
+        pending_add(b.id, te_names_expect(name, b.what, pending_unmatched, NULL));
+        fprintf(dbg_out, "%s %d (%s%s%s) pending: ", label, b.id, b.what, b.cond ? " if " : "",
+                b.cond ? dbg_cond_text(b.cond) : "");
+        if (dbg.n_ops || dbg.n_last_ops)
+            fprintf(dbg_out, "no op of step %lld so far matches; it is checked when the step ends\n",
+                    (long long)dbg.step);
+        else
+            fprintf(dbg_out, "no ops exist before the first step; it is checked when they do\n");
+        return false;
+    }
     switch (b.kind) {
     case BK_NAN: fprintf(dbg_out, "%s %d: the first op creating a NaN", label, b.id); break;
     case BK_INF: fprintf(dbg_out, "%s %d: the first op creating an Inf", label, b.id); break;
@@ -243,6 +308,8 @@ void dbg_info_breakpoints(void)
                 b->cond ? dbg_cond_text(b->cond) : "");
         if (b->ignore)
             fprintf(dbg_out, " (ignore next %lld)", (long long)b->ignore);
+        if (pending_find(b->id, false))
+            fprintf(dbg_out, " (pending: checked when the first step's ops exist)");
         fprintf(dbg_out, "\n");
     }
 }

@@ -364,7 +364,12 @@ static node *parse_pred(parser *ps)
         return NULL;
     n->scope = scope;
     n->fn = (dbg_func)fn;
-    if (ps->t.kind == T_CMP) {
+    if (ps->t.kind == T_CMP && (n->fn == DBG_FN_HAS_NAN || n->fn == DBG_FN_HAS_INF)) {
+        /* a yes/no question: a count compared would never be what was meant */
+        fail(ps, &ps->t, "%s stands alone: it holds when a tensor has %s ('not %s' when none has), "
+             "so it takes no '%s'", func_names[fn], n->fn == DBG_FN_HAS_NAN ? "a NaN" : "an Inf",
+             func_names[fn], cmp_names[ps->t.op]);
+    } else if (ps->t.kind == T_CMP) {
         n->op = ps->t.op;
         next(ps);
         if (!take_number(ps, n->op, &n->num)) {

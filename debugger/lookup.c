@@ -91,6 +91,8 @@ static int all_names(const char **names, int max, bool ops_only)
         for (int k = 0; k < dbg.ops[i].n_out && !ops_only && n < max; k++)
             names[n++] = dbg.ops[i].out_name[k];
     }
+    if (ops_only) /* and the ops of the first step, once known: those to come in this one */
+        n += te_names_list(names + n, NULL, max - n);
     te_tensor **p = te_params();
     for (int i = 0; i < te_param_count() && !ops_only && n < max; i++)
         names[n++] = p[i]->name;
@@ -101,9 +103,19 @@ static void not_found(const char *what, const char *name, bool ops_only, char *e
 {
     static const char *names[2 * DBG_MAX_OPS];
     int k = all_names(names, 2 * DBG_MAX_OPS, ops_only);
-    const char *near = dump_suggest(name, names, k, DUMP_NEAR);
+    const char *near = te_suggest(name, names, k, TE_NEAR);
     snprintf(err, n, "no %s '%s' in this step%s%s%s", what, name, near ? " (did you mean " : "", near ? near : "",
              near ? "?)" : "");
+}
+
+/* In the first step the op names are known only as far as ops ran. */
+static void not_run_first(const char *op, char *err, size_t n)
+{
+    static const char *names[2 * DBG_MAX_OPS];
+    int k = all_names(names, 2 * DBG_MAX_OPS, true);
+    const char *near = te_suggest(op, names, k, TE_NEAR);
+    snprintf(err, n, "no op '%s' has run yet in step %lld, the first (ops are known once they ran%s%s%s)", op,
+             (long long)dbg.step, near ? "; did you mean " : "", near ? near : "", near ? "?" : "");
 }
 
 const te_tensor *dbg_tensor_find(const char *name, char *err, size_t errlen)
@@ -147,9 +159,14 @@ const te_tensor *dbg_tensor_find(const char *name, char *err, size_t errlen)
             if (strcmp(dbg.ops[i].name, op) == 0)
                 o = &dbg.ops[i];
         if (!o) {
-            if (dbg_op_find(op))
+            bool ran = dbg_op_find(op) || te_names_count(op) > 0;
+            if (ran && dbg.in_step)
+                snprintf(err, errlen, "%s has not run yet in step %lld", op, (long long)dbg.step);
+            else if (ran)
                 snprintf(err, errlen, "%s ran in the last step, whose tensors are gone; stop in a step "
                          "(break %s) to look at them", op, op);
+            else if (dbg.in_step && !te_names_known())
+                not_run_first(op, err, errlen);
             else
                 not_found("op", op, true, err, errlen);
             return NULL;

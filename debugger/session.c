@@ -46,6 +46,26 @@ void dbg_on_sigint(int sig)
 
 /* ---- breakpoints and the engine --------------------------------------- */
 
+static void unmatched(const char *msg, void *user)
+{
+    (void)user;
+    fprintf(dbg_out, "warning: %s\n", msg);
+    fflush(dbg_out);
+}
+
+/* A `trend` name "OP:outK" (not a parameter's) waits for its op to exist:
+ * the engine warns once if no op of the first step is called OP. */
+static void expect_op_of(const char *tensor)
+{
+    const char *colon = strrchr(tensor, ':');
+    if (!colon || strncmp(tensor, "param:", 6) == 0 || strncmp(tensor, "grad:", 5) == 0)
+        return;
+    char label[TE_NAME_MAX + 16], op[TE_NAME_MAX];
+    snprintf(label, sizeof label, "trend %s", tensor);
+    snprintf(op, sizeof op, "%.*s", (int)(colon - tensor), tensor);
+    te_names_expect(label, op, unmatched, NULL);
+}
+
 void dbg_breaks_changed(void)
 {
     bool any = false;
@@ -56,8 +76,10 @@ void dbg_breaks_changed(void)
     else if (!any && dbg.observing)
         te_observe_remove("*");
     dbg.observing = any;
-    for (; dbg.n_observed_watch < dbg.n_watch; dbg.n_observed_watch++)
+    for (; dbg.n_observed_watch < dbg.n_watch; dbg.n_observed_watch++) {
         te_observe_add(dbg.watch[dbg.n_observed_watch]);
+        expect_op_of(dbg.watch[dbg.n_observed_watch]);
+    }
 }
 
 /* ---- the ops of this step ------------------------------------------------ */

@@ -80,14 +80,6 @@ bool dump_spec_op(const dump_spec *s, const char *name, const char *type);
  * debugger's name (names.h: "/conv2/bn/in0", "conv2/bn:in0", "param:W")?
  * tdbg-diff's --ops selects tensors so; a dump selects whole ops. */
 bool dump_spec_tensor(const dump_spec *s, const char *path, int exec_index);
-/* After the first dumped step: when s has an ops= selection and it matches
- * none of the step's n ops (names and types), writes into msg a warning
- * that names, for each glob, the three closest op names (types for
- * type:T), and returns true; false when something matched. E.g.
- * "ops=fc4* matched none of the 25 ops of step 0: no op's tensors are dumped; the
- * closest op names to 'fc4*': fc1/linear, fc2/linear, fc3/linear". */
-bool dump_spec_unmatched(const dump_spec *s, const char *const *names, const char *const *types,
-                         int n, int64_t step, char *msg, size_t len);
 /* ---- dumping (writer.c) -----------------------------------------------------------
  * A session attaches to the engine's hooks, copies the tensors the spec
  * selects and hands them to a background thread that writes one HDF5 file
@@ -110,7 +102,7 @@ typedef struct dump_status {     /* the written counts are of published step fil
     bool failed;                 /* a write failed: dumping stopped */
     bool capped;                 /* max= was reached */
     char error[1024];            /* why it failed, naming the path */
-    char warning[1024];          /* "": none; else the ops= selection matched no op (dump_spec_unmatched) */
+    char warning[1024];          /* "": none; else ops= globs that matched no op of the first step (te_names_expect) */
 } dump_status;
 
 /* Starts dumping with the next step whose start its hook sees (started

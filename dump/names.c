@@ -1,72 +1,28 @@
 /*
- * names.c — resolving the names users give tensors (names.h) and the edit
- * distance behind every "did you mean" in tdbg: the dump spec's keys, the
- * tools' tensor names, the debugger's commands, ops and conditions.
+ * names.c — resolving the names users give tensors (names.h), and the
+ * dump_ names of the engine's "did you mean" code (the dump spec's keys,
+ * the tools' tensor names, the debugger's commands, ops and conditions).
  */
 #include "names.h"
+#include "te.h"
 
 #include <fnmatch.h>
-#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-/* Levenshtein distance with one row of the table. */
-int dump_edit_distance(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    int *row = malloc((nb + 1) * sizeof *row);
-    if (!row)
-        return INT_MAX;
-    for (size_t j = 0; j <= nb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= na; i++) {
-        int diag = row[0]; /* table[i-1][j-1] */
-        row[0] = (int)i;
-        for (size_t j = 1; j <= nb; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    int d = row[nb];
-    free(row);
-    return d;
-}
+/* The nearest-word code is the engine's (te.h, engine/names.c): one
+ * implementation for the engine's, the dump tools' and the debugger's
+ * suggestions. */
+int dump_edit_distance(const char *a, const char *b) { return te_edit_distance(a, b); }
 
 const char *dump_suggest(const char *w, const char *const *cands, int n, int max_d)
 {
-    int i;
-    if (dump_nearest(w, cands, n, &i, 1) == 0 || dump_edit_distance(w, cands[i]) > max_d)
-        return NULL;
-    return cands[i];
+    return te_suggest(w, cands, n, max_d);
 }
 
 int dump_nearest(const char *w, const char *const *cands, int n, int *idx, int k)
 {
-    int found = 0, dist[16];
-    if (k > 16)
-        k = 16;
-    for (int i = 0; i < n; i++) {
-        int d = dump_edit_distance(w, cands[i]), at = found;
-        while (at > 0 && dist[at - 1] > d) /* after its equals: ties stay in list order */
-            at--;
-        if (at == k)
-            continue;
-        int last = found < k ? found : k - 1;
-        memmove(&idx[at + 1], &idx[at], (size_t)(last - at) * sizeof *idx);
-        memmove(&dist[at + 1], &dist[at], (size_t)(last - at) * sizeof *dist);
-        idx[at] = i;
-        dist[at] = d;
-        if (found < k)
-            found++;
-    }
-    return found;
+    return te_nearest(w, cands, n, idx, k);
 }
 
 bool dump_tensor_name(const char *path, int exec_index, char *buf, size_t n)

@@ -18,11 +18,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Levenshtein distance of two words; INT_MAX when out of memory, which
- * reads as "nothing similar". */
+#include "te.h"
+
+/* Thin names for the engine's te_edit_distance, te_suggest and te_nearest
+ * (te.h): the one implementation. Levenshtein distance of two words;
+ * INT_MAX when out of memory, which reads as "nothing similar". */
 int dump_edit_distance(const char *a, const char *b);
 
-#define DUMP_NEAR 3 /* the edit distance within which a word is suggested */
+#define DUMP_NEAR TE_NEAR /* the edit distance within which a word is suggested */
 
 /* The nearest of n candidates to w within max_d edits (the first of
  * equals), or NULL. */

@@ -229,6 +229,10 @@ static bool parse_ops(const ctx *c, dump_spec *s, tok v)
         }
         if (strlen(prefix) + e.len >= TE_NAME_MAX)
             return fail_at(c, e.s, "op glob too long (at most %d characters)", TE_NAME_MAX - 1);
+        char type[TE_NAME_MAX], why[512];
+        snprintf(type, sizeof type, "%.*s", (int)e.len, e.s);
+        if (*prefix && !te_op_type_check(type, why, sizeof why)) /* types are known at once */
+            return fail_at(c, e.s, "%s", why);
         snprintf(s->ops[s->n_ops++], TE_NAME_MAX, "%s%.*s", prefix, (int)e.len, e.s);
     }
     return true;
@@ -636,49 +640,4 @@ void dump_spec_format(const dump_spec *s, char *buf, size_t n)
         put(&o, ";compress=none");
     else
         put(&o, ";compress=gzip:%d", s->gzip);
-}
-
-/* ---- a selection that matches nothing ------------------------------------------------- */
-
-/* The distinct strings of list[n] into set (room for n); returns how many. */
-static int distinct(const char *const *list, int n, const char **set)
-{
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        int j = 0;
-        while (j < k && strcmp(set[j], list[i]) != 0)
-            j++;
-        if (j == k)
-            set[k++] = list[i];
-    }
-    return k;
-}
-
-bool dump_spec_unmatched(const dump_spec *s, const char *const *names, const char *const *types,
-                         int n, int64_t step, char *msg, size_t len)
-{
-    if (s->n_ops == 0 || n == 0)
-        return false;
-    for (int i = 0; i < n; i++)
-        if (dump_spec_op(s, names[i], types[i]))
-            return false;
-    const char **words = malloc((size_t)n * sizeof *words);
-    out o = { msg, len, 0 };
-    if (len > 0)
-        msg[0] = '\0';
-    put(&o, "ops=");
-    for (int g = 0; g < s->n_ops; g++)
-        put(&o, "%s%s", g ? "," : "", s->ops[g]);
-    put(&o, " matched none of the %d ops of step %" PRId64 ": no op's tensors are dumped", n, step);
-    for (int g = 0; g < s->n_ops && words; g++) {
-        bool by_type = strncmp(s->ops[g], "type:", 5) == 0;
-        const char *want = by_type ? s->ops[g] + 5 : s->ops[g];
-        int nw = distinct(by_type ? types : names, n, words), idx[3];
-        int k = dump_nearest(want, words, nw, idx, 3);
-        put(&o, "; the closest op %s to '%s': ", by_type ? "types" : "names", want);
-        for (int i = 0; i < k; i++)
-            put(&o, "%s%s", i ? ", " : "", words[idx[i]]);
-    }
-    free(words);
-    return true;
 }

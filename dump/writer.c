@@ -111,7 +111,8 @@ struct dump_session {
     double write_seconds;   /* wall time with a step being built, written or synced */
     bool failed, capped;
     char error[1024];
-    char warning[1024];     /* the ops= selection matched no op of the first step */
+    char warning[1024];     /* ops= globs that matched no op of the first step */
+    int names[DUMP_MAX_GLOBS]; /* their te_names_expect handles */
     /* op table of the first selected step (the training thread's), for run.h5 */
     dump_op_row *ops;
     int n_ops;
@@ -808,22 +809,16 @@ static void dump_params(dump_session *d)
     }
 }
 
-/* Warns once, after the first dumped step, when ops= matched none of its ops. */
-static void check_selection(dump_session *d, int64_t step)
+/* An ops= glob matched no op of the first step (te_names_expect): said on
+ * stderr and kept for `info dump`. */
+static void selection_unmatched(const char *msg, void *user)
 {
-    const char **names = malloc(2 * (size_t)d->n_ops * sizeof *names), **types = names + d->n_ops;
-    for (int i = 0; names && i < d->n_ops; i++) {
-        names[i] = d->ops[i].name;
-        types[i] = d->ops[i].type;
-    }
-    char msg[sizeof d->warning];
-    if (names && dump_spec_unmatched(&d->spec, names, types, d->n_ops, step, msg, sizeof msg)) {
-        fprintf(stderr, "tdbg: dump warning: %s\n", msg);
-        pthread_mutex_lock(&d->mu);
-        snprintf(d->warning, sizeof d->warning, "%s", msg);
-        pthread_mutex_unlock(&d->mu);
-    }
-    free(names);
+    dump_session *d = user;
+    fprintf(stderr, "tdbg: dump warning: %s\n", msg);
+    pthread_mutex_lock(&d->mu);
+    size_t len = strlen(d->warning);
+    snprintf(d->warning + len, sizeof d->warning - len, "%s%s", len ? "; " : "", msg);
+    pthread_mutex_unlock(&d->mu);
 }
 
 static void on_step_end(int64_t step, void *user)
@@ -833,8 +828,6 @@ static void on_step_end(int64_t step, void *user)
         return;
     if (d->spec.phases & (DUMP_PHASE_PARAMS | DUMP_PHASE_GRADS))
         dump_params(d);
-    if (!d->ops_done)
-        check_selection(d, step);
     d->ops_done = true; /* the first selected step's op table is run.h5's */
     item *it = new_item(ITEM_COMMIT, step);
     if (it)
@@ -922,6 +915,11 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
     }
     if (spec->stats_only)
         te_stats_want(true);
+    for (int i = 0; i < spec->n_ops; i++) { /* each glob is checked once the ops exist */
+        char label[TE_NAME_MAX + 32];
+        snprintf(label, sizeof label, "dump selection ops=%s", spec->ops[i]);
+        d->names[i] = te_names_expect(label, spec->ops[i], selection_unmatched, d);
+    }
     /* graph mode keeps the selected ops' tensors visible */
     if (spec->n_ops == 0)
         te_observe_add("*");
@@ -937,6 +935,8 @@ void dump_stop(dump_session *d)
 {
     if (!d)
         return;
+    for (int i = 0; d->hook >= 0 && i < d->spec.n_ops; i++)
+        te_names_forget(d->names[i]);
     if (d->hook >= 0) {
         te_hook_remove(d->hook);
         if (d->spec.stats_only)

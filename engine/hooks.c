@@ -63,6 +63,7 @@ static void hooks_op_end(const te_op_record *rec)
 void te_op_done(const te_op_record *rec)
 {
     te_op_record altered;
+    te_names_seen(rec);
     if (te_inject_count && te_inject_apply(rec) && rec->out_stats) {
         altered = *rec; /* the statistics the op computed are of the value before */
         altered.out_stats = NULL;

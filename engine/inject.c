@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fnmatch.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@ typedef struct {
     int64_t step;
     float value;
     int64_t index;
+    char spec[512];   /* as given, for messages */
+    int names_handle; /* te_names_expect: warned when the glob matches no op */
 } injection;
 
 #define MAX_INJECTIONS 16
@@ -90,18 +93,43 @@ te_status te_inject_add(const char *spec)
         return bad(spec, spec, "missing step=N in");
     if (isnan(in.value))
         in.value = in.kind == INJ_SCALE ? 1000.0f : 0.01f;
+    snprintf(in.spec, sizeof in.spec, "%s", spec);
+    char label[sizeof in.spec + 16];
+    snprintf(label, sizeof label, "--inject '%s'", spec);
+    in.names_handle = te_names_expect(label, in.glob, NULL, NULL);
     injections[te_inject_count++] = in;
     return TE_OK;
 }
 
-void te_inject_clear(void) { te_inject_count = 0; }
+void te_inject_clear(void)
+{
+    for (int i = 0; i < te_inject_count; i++)
+        te_names_forget(injections[i].names_handle);
+    te_inject_count = 0;
+}
+
+/* The index is checked where the tensor is known, when the injection
+ * applies. An injection is a command-line spec, and an op's result has no
+ * way to fail after its kernel ran (the hooks run in every phase and in
+ * graph mode's kernel replay), so a spec that cannot be done ends the
+ * program the way a bad spec does at start: a message and status 2. Putting
+ * the value elsewhere would be a silent lie about where it went. */
+static void check_index(const injection *in, const te_op_record *rec, const te_tensor *t)
+{
+    if (in->index < t->numel)
+        return;
+    fprintf(stderr, "error: --inject '%s': index %" PRId64 " is out of range for %s (output of %s at step %" PRId64
+            "), which has %" PRId64 " elements (index 0..%" PRId64 ")\n",
+            in->spec, in->index, t->name, rec->name, rec->step, t->numel, t->numel - 1);
+    exit(2);
+}
 
 static void alter(const injection *in, te_tensor *t, uint64_t stream)
 {
     switch (in->kind) {
     case INJ_NAN:
     case INJ_INF:
-        te_set(t, in->index < t->numel ? in->index : 0, in->kind == INJ_NAN ? NAN : INFINITY);
+        te_set(t, in->index, in->kind == INJ_NAN ? NAN : INFINITY);
         break;
     case INJ_SCALE:
         for (int64_t i = 0; i < t->numel; i++)
@@ -132,6 +160,8 @@ bool te_inject_apply(const te_op_record *rec)
         for (const char *c = rec->name; *c; c++)
             stream = stream * 131 + (uint8_t)*c;
         if (t && te_dtype_is_float(t->dtype)) {
+            if (in->kind == INJ_NAN || in->kind == INJ_INF)
+                check_index(in, rec, t);
             alter(in, t, stream);
             altered = true;
         }

@@ -109,6 +109,7 @@ void te_shutdown(void)
     eng.n_nodes = eng.cap_nodes = eng.n_tensors = eng.cap_tensors = 0;
     te_params_shutdown();
     te_inject_clear();
+    te_names_reset();
     te_observe_clear();
     te_mem_shutdown();
     eng.initialized = false;
@@ -141,6 +142,8 @@ void te_step_begin(void)
 
 void te_step_end(void)
 {
+    if (eng.in_step)
+        te_names_step_end();
     if (te_hook_count && eng.in_step)
         te_hooks_step(eng.step, false);
     eng.in_step = false;

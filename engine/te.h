@@ -381,6 +381,56 @@ TE_API void te_hook_remove(int handle);
 TE_API te_status te_inject_add(const char *spec);
 TE_API void te_inject_clear(void);
 
+/* ---- names, checked when they become known (names.c) ------------------------
+ * Op types are fixed: te_op_type_check() answers at once. Op names exist
+ * once ops have run: the engine keeps the names and types of the first step
+ * in which ops ran (with a hook or an injection set) and, at that step's
+ * end, checks every pattern registered with te_names_expect(). A pattern
+ * that matched none of them gets ONE message naming it (its label, as the
+ * user typed it) and the closest op names, e.g. "--inject
+ * 'nan@op=nosuch,step=1' matched none of the 25 ops of step 0; the closest
+ * op names: loss, fc1/relu, fc2/relu". A pattern registered once the names
+ * are known is checked at once. Breakpoints, `trend` names, --inject and the
+ * dump selection's ops= all use this. Patterns: an fnmatch glob over op
+ * names, or "type:T" (an op type).
+ */
+/* The message for a pattern that matched nothing; NULL sink: "warning: MSG"
+ * on stderr. Called on the thread that ends the step. */
+typedef void (*te_names_sink)(const char *message, void *user);
+/* Returns a handle > 0 for te_names_forget (stale handles forget nothing),
+ * or -1 (te_error()) when too many patterns wait. */
+TE_API int te_names_expect(const char *label, const char *pattern, te_names_sink sink, void *user);
+TE_API void te_names_forget(int handle);
+/* Have the first step's ops run? Then the next three answer. */
+TE_API bool te_names_known(void);
+/* Ops of that step matching pattern. */
+TE_API int te_names_count(const char *pattern);
+/* Up to max of its distinct op names and their types (either array may be
+ * NULL), in the order they first ran; 0 while unknown. */
+TE_API int te_names_list(const char **names, const char **types, int max);
+/* When pattern matched none of those ops, the message above into msg and
+ * true; false while the names are unknown or when it matched. */
+TE_API bool te_names_unmatched(const char *label, const char *pattern, char *msg, size_t n);
+
+/* Every op type the engine reports: the op table's ("Linear"), their
+ * backward ones ("LinearGrad") and the updates ("SGD", "Adam", "AdamW");
+ * returns how many went into types (up to max). */
+TE_API int te_op_types(const char **types, int max);
+/* True for a type of te_op_types; else false with "no op type 'Lnear'; the
+ * closest: Linear, LinearGrad, ..." in msg. */
+TE_API bool te_op_type_check(const char *type, char *msg, size_t n);
+
+/* Levenshtein distance of two words (INT_MAX when out of memory: "nothing
+ * similar"), and the suggestions behind every "did you mean" in tdbg. */
+TE_API int te_edit_distance(const char *a, const char *b);
+#define TE_NEAR 3 /* the edit distance within which a word is suggested */
+/* The nearest of n candidates to w within max_d edits (the first of
+ * equals), or NULL. */
+TE_API const char *te_suggest(const char *w, const char *const *cands, int n, int max_d);
+/* Up to k (at most 16) indices of cands into idx, nearest to w first (ties
+ * in list order), however far; returns how many. */
+TE_API int te_nearest(const char *w, const char *const *cands, int n, int *idx, int k);
+
 /* ---- graph mode ------------------------------------------------------------
  * A step function does one training (or evaluation) step with engine ops:
  * forward, te_backward, te_optim_step. It reads its tensors from inputs

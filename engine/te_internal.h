@@ -334,6 +334,12 @@ bool te_inject_targets(const char *op_name);
 void te_inject_key(char *buf, size_t n);
 /* After an op ran: injections alter its output, then hooks see it. */
 void te_op_done(const te_op_record *rec);
+/* names.c: an op ran (its name is kept while the first step runs); a step
+ * ended (the first with ops: registered names are checked); the engine
+ * shuts down (all forgotten). */
+void te_names_seen(const te_op_record *rec);
+void te_names_step_end(void);
+void te_names_reset(void);
 void te_set_phase(te_phase p);
 int te_next_exec_index(void);
 int te_exec_index(void);
