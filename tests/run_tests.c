@@ -26,6 +26,7 @@ int main(void)
     srunner_add_suite(sr, suite_dbg_print());
     srunner_add_suite(sr, suite_verdict());
     srunner_add_suite(sr, suite_debugger());
+    srunner_add_suite(sr, suite_names());
     srunner_add_suite(sr, suite_tui());
     srunner_add_suite(sr, suite_dump_spec());
     srunner_add_suite(sr, suite_dump_h5());

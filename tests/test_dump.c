@@ -373,10 +373,13 @@ START_TEST(test_unmatched_selection_status)
         const char *ops;
         const char *warning; /* NULL: none */
     } cases[] = {
-        { "rellu", "ops=rellu matched none of the 2 ops of step 0: no op's tensors are dumped; "
-                   "the closest op names to 'rellu': relu, sigmoid" },
+        { "rellu", "dump selection ops=rellu matched none of the 2 ops of step 0; "
+                   "the closest op names: relu, sigmoid" },
         { "type:Relu", NULL },
-        { "sig*,nosuch", NULL },
+        { "sig*,type:Relu", NULL },
+        /* each glob on its own: one that matches hides no typo in another */
+        { "sig*,nosuch", "dump selection ops=nosuch matched none of the 2 ops of step 0; "
+                         "the closest op names: relu, sigmoid" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char err[1024], text[512];
@@ -457,8 +460,8 @@ START_TEST(test_unmatched_selection_warns_once)
 {
     int st = tu_shell(out, sizeof out,
                       "'%s/examples/mlp' --batch 8 --steps 4 --log-every 1000 --dump 'dir=%s/a;ops=fc4/*' 2>&1 "
-                      "| grep -c 'tdbg: dump warning: ops=fc4/\\* matched none of the 18 ops of step 0: no op.s "
-                      "tensors are dumped; the closest op names to .fc4/\\*.: fc1/relu, fc2/relu, fc1/linear$'",
+                      "| grep -c 'tdbg: dump warning: dump selection ops=fc4/\\* matched none of the 18 ops of step 0; "
+                      "the closest op names: fc1/relu, fc2/relu, fc1/linear$'",
                       TDBG_BUILDDIR, dir);
     ck_assert_msg(st == 0 && strcmp(out, "1\n") == 0, "%s", out);
     st = tu_shell(out, sizeof out,
