@@ -253,6 +253,25 @@ static bool needs_met(const dbg_cmd *c)
     return true;
 }
 
+/* Does the line give c no more words than its entry says it takes? Names
+ * the first extra one otherwise, with the usage: an argument a command
+ * does not take is an error, never silently dropped. */
+static bool words_fit(const dbg_cmd *c, const char *rest)
+{
+    if (c->max_words == DBG_WORDS_ANY)
+        return true;
+    char w[128];
+    for (int n = 0; *rest; n++) {
+        const char *next = dbg_word(rest, w, sizeof w);
+        if (n == c->max_words) {
+            dbg_error("%s: unexpected argument '%s' (usage: %s)", c->name, w, c->usage);
+            return false;
+        }
+        rest = next;
+    }
+    return true;
+}
+
 bool dbg_execute(const char *line)
 {
     char word[64];
@@ -273,7 +292,7 @@ bool dbg_execute(const char *line)
         if (s)
             return s->set(value);
     }
-    if (!needs_met(c))
+    if (!words_fit(c, rest) || !needs_met(c))
         return false;
     return c->run(rest);
 }
@@ -284,14 +303,14 @@ void dbg_command_loop(void)
         char *line = dbg_read_line("(tdbg) ");
         if (!line) {
             /* End of input: an interactive user left; a script ran out. */
-            if (dbg.started || !dbg.batch) {
+            if (dbg.started || !dbg.batch) { /* as `quit`, with its status */
                 dbg.ending = true;
-                if (dbg.batch) /* stopped with nothing left to do: status 1, training stopped */
+                if (dbg.batch)
                     fprintf(dbg_out, "tdbg: the script ended while stopped at step %lld; ending the program\n",
                             (long long)dbg.step);
                 else
                     fprintf(dbg_out, "\n");
-                exit(dbg.batch ? 1 : 0);
+                exit(dbg_quit_status());
             }
             dbg.started = true; /* a script without `run`: train to the end */
             dbg.mode = RUN_GO;

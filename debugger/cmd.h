@@ -2,10 +2,10 @@
  * cmd.h — the command table. Each group of commands lives in its own file
  * (cmd_exec.c, cmd_break.c, cmd_inspect.c, cmd_dump.c; a front end's, as
  * tui/cmd_tui.c) and exports a table whose entries declare what they need
- * (a started program, a stop), whether they resume training, and what
- * their words name (for completion).
+ * (a started program, a stop), whether they resume training, how many
+ * words they take, and what those words name (for completion).
  * cmd.c looks names up (exact, alias, or an unambiguous prefix, as in gdb),
- * checks the needs once before a command runs, suggests the nearest
+ * checks the needs and the number of words once before a command runs, suggests the nearest
  * command for a typo, and prints help.
  *
  * Adding a command: one entry in its group's table and its function.
@@ -46,6 +46,9 @@ typedef struct dbg_arg {
     const char *const *words; /* keywords offered too, NULL-terminated (DBG_WORDS), or NULL */
 } dbg_arg;
 
+/* dbg_cmd.max_words of a command whose words are free text. */
+#define DBG_WORDS_ANY (-1)
+
 /* A NULL-terminated keyword list for dbg_arg.words. */
 #define DBG_WORDS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
@@ -60,6 +63,10 @@ typedef struct dbg_cmd {
      * ended takes such a command as "leave". */
     bool resumes;
     dbg_arg args[2];     /* the first word after the name, then every later one */
+    /* how many words may follow the name: 0 (the default: none), up to N,
+     * or DBG_WORDS_ANY (free text: a condition, slices, a spec). More are
+     * refused by dbg_execute, naming the first extra word and the usage. */
+    int max_words;
     /* args: the rest of the line, trimmed; returns true to resume training */
     bool (*run)(const char *args);
 } dbg_cmd;
@@ -100,6 +107,12 @@ const dbg_cmd_group *dbg_cmd_groups(int *n);
  * help or function, no memory) it returns false with err saying why, and
  * adds nothing: a front end must not go on as if its commands were there. */
 bool dbg_cmd_add_group(const dbg_cmd_group *group, char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/* The status `quit` without N ends the program with, in every front end
+ * (and the end of the script or of input at a stop): 1 when training
+ * stopped at least once (a breakpoint, step, Ctrl-C: as every tdbg tool
+ * says "stop condition met"), else 0. */
+int dbg_quit_status(void);
 
 /* `help [COMMAND]`, listed with the inspection commands. */
 bool dbg_help(const char *args);

@@ -200,6 +200,7 @@ const dbg_cmd dbg_cmds_dump[] = {
       "phase=forward,backward,update,params,grads;what=full|stats;max=2G;compress=gzip:N,\n"
       "or @FILE. 'info dump' shows what it selects and what it wrote. 'dump now' writes the\n"
       "tensors named into DIR/now/step-N.h5 at once.",
-      .args = { { .words = DBG_WORDS("off", "now") }, { DBG_ARG_TENSOR } }, .run = cmd_dump },
+      .args = { { .words = DBG_WORDS("off", "now") }, { DBG_ARG_TENSOR } }, .max_words = DBG_WORDS_ANY,
+      .run = cmd_dump },
     { .name = NULL },
 };

@@ -57,17 +57,20 @@ static bool cmd_continue(const char *args)
     return resume(RUN_GO);
 }
 
-static bool cmd_step(const char *args)
+/* `step N` / `next N`: N times, as in gdb; the session counts down
+ * (dbg.repeat) and a breakpoint on the way stops first. */
+static bool repeat(const char *args, const char *what, dbg_run_mode mode)
 {
-    (void)args;
-    return resume(RUN_STEP);
+    long long n = 1;
+    if (args[0] && !dbg_parse_int(args, what, 1, &n))
+        return false;
+    dbg.repeat = n;
+    return resume(mode);
 }
 
-static bool cmd_next(const char *args)
-{
-    (void)args;
-    return resume(RUN_NEXT);
-}
+static bool cmd_step(const char *args) { return repeat(args, "step N", RUN_STEP); }
+
+static bool cmd_next(const char *args) { return repeat(args, "next N", RUN_NEXT); }
 
 static bool cmd_finish(const char *args)
 {
@@ -96,12 +99,20 @@ static bool cmd_until(const char *args)
     return resume(RUN_UNTIL);
 }
 
+int dbg_quit_status(void) { return dbg_last_stop() ? 1 : 0; }
+
+/* `quit [N]`: status N (0-255) as gdb's `quit EXPR`, else dbg_quit_status(). */
 static bool cmd_quit(const char *args)
 {
-    (void)args;
+    long long status = dbg_quit_status();
+    if (args[0] && (!dbg_parse_int(args, "quit N", 0, &status) || status > 255)) {
+        if (status > 255)
+            dbg_error("quit N: an exit status is 0 to 255, got '%s'", args);
+        return false;
+    }
     fprintf(dbg_out, "tdbg: training ended by quit at step %lld\n", (long long)(dbg.step < 0 ? 0 : dbg.step));
     dbg.ending = true;
-    exit(dbg.batch && dbg_last_stop() ? 1 : 0); /* at_exit flushes and reports */
+    exit((int)status); /* at_exit flushes and reports */
 }
 
 /* Each resumes training (quit: ends it), and starts it when `run` was not
@@ -111,16 +122,18 @@ const dbg_cmd dbg_cmds_exec[] = {
       .needs = DBG_CMD_NOT_STARTED, .resumes = true, .run = cmd_run },
     { .name = "continue", .alias = "c", .usage = "continue [N]", .help = "go on until a breakpoint hits\n"
       "With N, ignore the breakpoint stopped at N-1 more times (only at a breakpoint's stop).",
-      .resumes = true, .run = cmd_continue },
-    { .name = "step", .alias = "s", .usage = "step", .help = "run the next op and stop after it", .resumes = true,
-      .run = cmd_step },
-    { .name = "next", .alias = "n", .usage = "next", .help = "run to the start of the next training step",
-      .resumes = true, .run = cmd_next },
+      .max_words = 1, .resumes = true, .run = cmd_continue },
+    { .name = "step", .alias = "s", .usage = "step [N]", .help = "run the next op (N ops) and stop after it\n"
+      "A breakpoint hit on the way stops first.", .max_words = 1, .resumes = true, .run = cmd_step },
+    { .name = "next", .alias = "n", .usage = "next [N]",
+      .help = "run to the start of the next training step (the Nth next one)\n"
+      "A breakpoint hit on the way stops first.", .max_words = 1, .resumes = true, .run = cmd_next },
     { .name = "finish", .usage = "finish", .help = "run to the end of the current phase (forward, backward, update)",
       .needs = DBG_CMD_STARTED | DBG_CMD_STOPPED, .resumes = true, .run = cmd_finish },
     { .name = "until", .alias = "u", .usage = "until step N", .help = "run to the start of step N",
-      .args = { { .words = DBG_WORDS("step") } }, .resumes = true, .run = cmd_until },
-    { .name = "quit", .alias = "q", .usage = "quit", .help = "end training and the program", .resumes = true,
-      .run = cmd_quit },
+      .args = { { .words = DBG_WORDS("step") } }, .max_words = 2, .resumes = true, .run = cmd_until },
+    { .name = "quit", .alias = "q", .usage = "quit [N]", .help = "end training and the program\n"
+      "The exit status is N, else 1 when training stopped at least once, else 0 (every front end).",
+      .max_words = 1, .resumes = true, .run = cmd_quit },
     { .name = NULL },
 };

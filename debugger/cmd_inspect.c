@@ -84,7 +84,11 @@ static void info_op(const char *name)
     fprintf(dbg_out, "%s (%s), %s phase, execution index %d\n  created at %s:%d\n", o->name, o->type,
             te_phase_name(o->phase), o->exec, dbg_short_path(o->loc.file), o->loc.line);
     for (int k = 0; k < o->n_in; k++) {
-        fprintf(dbg_out, "  in%d  %s  from ", k, o->in_name[k][0] ? o->in_name[k] : "-");
+        if (!o->in_name[k][0]) { /* an optional input not given */
+            fprintf(dbg_out, "  in%d  (none)\n", k);
+            continue;
+        }
+        fprintf(dbg_out, "  in%d  %s  from ", k, o->in_name[k]);
         producers_consumers(o->in_name[k], true);
         fprintf(dbg_out, "\n");
     }
@@ -98,7 +102,11 @@ static void info_op(const char *name)
         fprintf(dbg_out, "\n");
     }
     for (int k = 0; k < o->n_out; k++) {
-        fprintf(dbg_out, "  out%d %s  to ", k, o->out_name[k][0] ? o->out_name[k] : "-");
+        if (!o->out_name[k][0]) { /* not computed: a gradient nothing needs */
+            fprintf(dbg_out, "  out%d (none: not needed)\n", k);
+            continue;
+        }
+        fprintf(dbg_out, "  out%d %s  to ", k, o->out_name[k]);
         producers_consumers(o->out_name[k], false);
         fprintf(dbg_out, "\n");
     }
@@ -106,24 +114,57 @@ static void info_op(const char *name)
         fprintf(dbg_out, "  graph mode: runs in kernel %s\n", o->kernel);
 }
 
+/* `info op` alone: the op training is stopped at. */
+static void info_op_here(void)
+{
+    const te_op_record *r = dbg_stopped_at();
+    const dbg_stop *s = dbg_last_stop();
+    if (r)
+        info_op(r->name);
+    else if (s && s->active)
+        dbg_error("info op: stopped between ops (step %lld, %s phase), not at an op; 'info op NAME' describes "
+                  "one, 'step' runs the next op", (long long)s->step, te_phase_name(s->phase));
+    else
+        dbg_error("info op: training is not stopped at an op%s; 'info op NAME' describes one",
+                  dbg.started ? "" : " (it has not started)");
+}
+
 static bool cmd_info(const char *args)
 {
     char w[32];
     const char *rest = dbg_word(args, w, sizeof w);
     size_t n = strlen(w);
-    if (n && strncmp(w, "breakpoints", n) == 0)
+    const char *sub = !n ? NULL
+                      : strncmp(w, "breakpoints", n) == 0 ? "breakpoints"
+                      : strcmp(w, "ops") == 0             ? "ops"
+                      : strcmp(w, "dump") == 0            ? "dump"
+                      : strcmp(w, "op") == 0              ? "op"
+                      : n >= 2 && strncmp(w, "step", n) == 0 ? "step"
+                                                             : NULL;
+    if (!sub) {
+        dbg_error("info: expected breakpoints, ops, op [NAME], step or dump%s%s%s", n ? ", got '" : "", w,
+                  n ? "'" : "");
+        return false;
+    }
+    if (rest[0] && strcmp(sub, "op") != 0) { /* only `info op` takes a word more */
+        char extra[64];
+        dbg_word(rest, extra, sizeof extra);
+        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump)", sub, extra);
+        return false;
+    }
+    if (strcmp(sub, "breakpoints") == 0)
         dbg_info_breakpoints();
-    else if (strcmp(w, "ops") == 0)
+    else if (strcmp(sub, "ops") == 0)
         info_ops();
-    else if (strcmp(w, "dump") == 0)
+    else if (strcmp(sub, "dump") == 0)
         dbg_info_dump();
-    else if (strcmp(w, "op") == 0 && rest[0])
+    else if (strcmp(sub, "op") == 0 && rest[0])
         info_op(rest);
-    else if (n && strncmp(w, "step", n) == 0 && n >= 2)
+    else if (strcmp(sub, "op") == 0)
+        info_op_here();
+    else
         fprintf(dbg_out, "step %lld, %s phase, %d ops run in it%s\n", (long long)(dbg.step < 0 ? 0 : dbg.step),
                 te_phase_name(dbg.phase), dbg.n_ops, dbg.started ? "" : " (training not started)");
-    else
-        dbg_error("info: expected breakpoints, ops, op NAME, step or dump");
     return false;
 }
 
@@ -179,24 +220,67 @@ static bool cmd_hist(const char *args)
     return false;
 }
 
+/* The name `trend` records under: what record_watched (session.c) meets,
+ * the tensor's own name. An op stands for its first output, OP:in1 for
+ * the tensor it names. false (after an error) for a name that is no
+ * tensor's. */
+static bool trend_name(const char *arg, char *name, size_t n)
+{
+    char err[512];
+    const dbg_op *o;
+    const te_tensor *t;
+    if (!strchr(arg, ':')) {
+        if (!(o = dbg_op_find(arg)) || !o->n_out) {
+            dbg_error("trend: expected a tensor (OP:out0, OP:in1, param:NAME, grad:NAME) or an op that has run, "
+                      "got '%s'", arg);
+            return false;
+        }
+        snprintf(name, n, "%s", o->out_name[0]);
+    } else {
+        t = dbg.in_step ? dbg_tensor_find(arg, err, sizeof err) : NULL;
+        snprintf(name, n, "%s", t && t->name[0] ? t->name : arg);
+    }
+    return true;
+}
+
 static bool cmd_trend(const char *args)
 {
+    char name[TE_NAME_MAX], err[512];
     if (!args[0]) {
         dbg_error("trend: which tensor? e.g. trend fc1/linear:out0");
         return false;
     }
-    dbg_trend *t = dbg_trend_get(args, false);
+    if (!trend_name(args, name, sizeof name))
+        return false;
     bool watched = false;
     for (int i = 0; i < dbg.n_watch; i++)
-        watched |= strcmp(dbg.watch[i], args) == 0;
-    if (!watched && dbg.n_watch < DBG_MAX_WATCH) {
-        snprintf(dbg.watch[dbg.n_watch++], TE_NAME_MAX, "%s", args);
+        watched |= strcmp(dbg.watch[i], name) == 0;
+    if (!watched) {
+        if (dbg.n_watch == DBG_MAX_WATCH) {
+            dbg_error("trend: %d tensors are recorded already, the most there can be", DBG_MAX_WATCH);
+            return false;
+        }
+        snprintf(dbg.watch[dbg.n_watch++], TE_NAME_MAX, "%s", name);
         dbg_breaks_changed();
     }
+    /* Readable now (the stop's tensors, parameters): this step's
+     * statistics join the history at once. */
+    const te_tensor *now = dbg.in_step ? dbg_tensor_find(name, err, sizeof err) : NULL;
+    if (now && now->data && te_dtype_is_float(now->dtype)) {
+        te_stats st;
+        te_stats_compute(now, &st);
+        dbg_trend_add(name, dbg.step, &st);
+    }
+    const dbg_trend *t = dbg_trend_get(name, false);
     if (!t || !t->n) {
-        fprintf(dbg_out, "No statistics of %s yet; recording them from now on, every step.\n", args);
+        if (watched)
+            fprintf(dbg_out, "No statistics of %s yet; they are recorded every step it is made.\n", name);
+        else
+            fprintf(dbg_out, "No statistics of %s yet; recording them from now on, every step.\n", name);
         return false;
     }
+    if (!watched)
+        fprintf(dbg_out, "Recording %s every step from now on.\n", name);
     fprintf(dbg_out, "%-7s %-11s %-11s %-11s %-7s %s\n", "step", "abs_max", "l2norm", "mean", "nan", "inf");
     for (int i = 0; i < t->n; i++) {
         int j = (t->head - t->n + i + DBG_TREND_STEPS) % DBG_TREND_STEPS;
@@ -255,24 +339,24 @@ static bool cmd_set(const char *args)
 }
 
 const dbg_cmd dbg_cmds_inspect[] = {
-    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op NAME|step|dump",
-      .help = "the breakpoints, the step's ops, one op, the step, the dump",
+    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump",
+      .help = "the breakpoints, the step's ops, one op (the one stopped at without NAME), the step, the dump",
       .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump") }, { DBG_ARG_OP } },
-      .run = cmd_info },
+      .max_words = 2, .run = cmd_info },
     { .name = "print", .alias = "p", .usage = "print TENSOR[SLICES]", .help = "a tensor's values, numpy-style\n"
       "TENSOR: OP:out0, OP:in1, param:NAME, grad:NAME or a name from 'info op';\n"
       "SLICES: one per dim: 3, -1, 1:4, :, ::2. Without slices: statistics and a summary.",
-      .args = { { DBG_ARG_TENSOR } }, .run = cmd_print },
+      .args = { { DBG_ARG_TENSOR } }, .max_words = DBG_WORDS_ANY, .run = cmd_print },
     { .name = "stats", .usage = "stats TENSOR", .help = "min, max, mean, std, abs_max, l2norm, zeros, NaN, Inf",
-      .args = { { DBG_ARG_TENSOR } }, .run = cmd_stats },
+      .args = { { DBG_ARG_TENSOR } }, .max_words = 1, .run = cmd_stats },
     { .name = "hist", .usage = "hist TENSOR [BINS]", .help = "a text histogram of the finite values",
-      .args = { { DBG_ARG_TENSOR } }, .run = cmd_hist },
+      .args = { { DBG_ARG_TENSOR } }, .max_words = 2, .run = cmd_hist },
     { .name = "trend", .usage = "trend TENSOR", .help = "the tensor's statistics over the last steps recorded\n"
       "Recorded while a breakpoint checks it, and every step once 'trend' named it.",
-      .args = { { DBG_ARG_TENSOR } }, .run = cmd_trend },
+      .args = { { DBG_ARG_TENSOR } }, .max_words = 1, .run = cmd_trend },
     { .name = "set", .usage = "set TENSOR[INDEX] = VALUE", .help = "change one element, then go on",
-      .args = { { DBG_ARG_TENSOR | DBG_ARG_SETTING } }, .run = cmd_set },
+      .args = { { DBG_ARG_TENSOR | DBG_ARG_SETTING } }, .max_words = DBG_WORDS_ANY, .run = cmd_set },
     { .name = "help", .alias = "h", .usage = "help [COMMAND]", .help = "list the commands, or explain one",
-      .args = { { DBG_ARG_COMMAND } }, .run = dbg_help },
+      .args = { { DBG_ARG_COMMAND } }, .max_words = 1, .run = dbg_help },
     { .name = NULL },
 };

@@ -25,16 +25,34 @@ static void at_exit(void)
         dbg_frontend_active->finish(); /* the TUI: a last look, then the terminal back */
     dbg_script_free();
     fflush(NULL);
-    /* --batch: status 1 when a breakpoint stopped the program, as documented */
-    if (dbg.batch && dbg_last_stop())
+    /* --batch: a program that finishes after a stop leaves with status 1,
+     * as documented; quit and the script's end chose their status already */
+    if (dbg.batch && dbg_last_stop() && !dbg.ending)
         _exit(1);
 }
 
 /* The module's one exported symbol (it is built with -fvisibility=hidden):
  * engine/plugin.c finds it with dlsym. */
+/* Tells the launcher (tdbg.c) that the debugger started: one byte on the
+ * pipe it named in TDBG_HELLO_FD. The fd is closed and the variable
+ * dropped, so that no program this one runs inherits either. */
+static void hello(void)
+{
+    const char *fd_text = getenv("TDBG_HELLO_FD");
+    char *end;
+    long fd = fd_text ? strtol(fd_text, &end, 10) : -1;
+    unsetenv("TDBG_HELLO_FD");
+    if (fd < 3 || *end)
+        return;
+    ssize_t w = write((int)fd, "!", 1);
+    (void)w; /* a launcher gone already cannot be told */
+    close((int)fd);
+}
+
 __attribute__((visibility("default"))) int dbg_plugin_start(void);
 int dbg_plugin_start(void)
 {
+    hello();
     const char *mode = getenv("TDBG");
     const dbg_frontend *fe = dbg_frontend_find(mode);
     if (!fe) {

@@ -16,10 +16,6 @@
 static void describe_tensor(const char *label, const te_tensor *t)
 {
     char sh[96];
-    if (!t) {
-        fprintf(dbg_out, "  %-8s -\n", label);
-        return;
-    }
     te_shape_str(t->ndim, t->shape, sh, sizeof sh);
     if (!t->data) {
         fprintf(dbg_out, "  %-8s %s %s %s  (not in memory: fused away in graph mode)\n", label, t->name, sh,
@@ -36,6 +32,18 @@ static void describe_tensor(const char *label, const te_tensor *t)
     if (s.fp16_overflow)
         fprintf(dbg_out, "  beyond f16 %lld", (long long)s.fp16_overflow);
     fprintf(dbg_out, "\n");
+}
+
+/* A list of an op's tensors, the label on the first present one: an
+ * absent slot (an optional input not given, a gradient not needed) is
+ * left out rather than shown as a line of its own. */
+static void describe_list(const char *label, te_tensor *const *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (t[i]) {
+            describe_tensor(label, t[i]);
+            label = "";
+        }
 }
 
 void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const dbg_hit *hit,
@@ -96,12 +104,9 @@ void dbg_stop_report(const dbg_stop *s)
         }
     }
     if (rec && (s->break_id || strcmp(s->reason, "interrupt") == 0)) {
-        for (int i = 0; i < rec->n_inputs; i++)
-            describe_tensor(i ? "" : "inputs:", rec->inputs[i]);
-        for (int i = 0; i < rec->n_reads; i++) /* backward: what it reads of the forward pass */
-            describe_tensor(i ? "" : "reads:", rec->reads[i]);
-        for (int k = 0; k < rec->n_outputs; k++)
-            describe_tensor(k ? "" : "outputs:", rec->outputs[k]);
+        describe_list("inputs:", rec->inputs, rec->n_inputs);
+        describe_list("reads:", rec->reads, rec->n_reads); /* backward: what it reads of the forward pass */
+        describe_list("outputs:", rec->outputs, rec->n_outputs);
     }
     const dbg_origin *origin = &s->origin;
     if (origin->kind == DBG_ORIGIN_CREATED)

@@ -201,7 +201,7 @@ void dbg_on_step_begin(int64_t step, void *user)
             return;
         }
     }
-    if ((dbg.mode == RUN_NEXT) || (dbg.mode == RUN_UNTIL && step >= dbg.until_step) ||
+    if ((dbg.mode == RUN_NEXT && --dbg.repeat <= 0) || (dbg.mode == RUN_UNTIL && step >= dbg.until_step) ||
         (dbg.mode == RUN_FINISH && step > dbg.finish_step))
         stop(NULL, dbg.mode == RUN_FINISH ? "finish" : "step", NULL, NULL);
 }
@@ -392,7 +392,7 @@ void dbg_on_op_end(const te_op_record *r, void *user)
         dbg_interrupted = 0;
         fprintf(dbg_out, "\nInterrupted.\n");
         stop(NULL, "interrupt", NULL, r);
-    } else if (dbg.mode == RUN_STEP) {
+    } else if (dbg.mode == RUN_STEP && --dbg.repeat <= 0) { /* `step N`: the Nth op */
         stop(NULL, "step", NULL, r);
     }
 }

@@ -81,6 +81,7 @@ typedef struct dbg_session {
     dbg_break breaks[DBG_MAX_BREAKS];
     int n_breaks, next_id;
     dbg_run_mode mode;
+    int64_t repeat;          /* RUN_STEP, RUN_NEXT: stops still to pass (`step N`: N) */
     int64_t until_step;
     te_phase finish_phase;
     int64_t finish_step;

@@ -1,17 +1,31 @@
 /*
  * tdbg.c — the launcher: `tdbg [OPTIONS] -- PROGRAM [ARGS]` puts the
  * debugger's settings in the environment (TDBG=tui|cli|batch: the front
- * end, the TUI by default at a terminal) and execs PROGRAM; the engine in
- * PROGRAM loads the debugger when it starts (engine/plugin.c), so any
- * program linked with the engine can be debugged without rebuilding it.
+ * end, the TUI by default at a terminal) and runs PROGRAM as its child;
+ * the engine in PROGRAM loads the debugger when it starts
+ * (engine/plugin.c), so any program linked with the engine can be
+ * debugged without rebuilding it. The launcher waits: it says so when
+ * PROGRAM never loaded the debugger, and ends with PROGRAM's status (or
+ * dies of PROGRAM's signal).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* The launcher's status when PROGRAM ended by itself without ever
+ * loading the debugger (not linked with the engine, or TDBG dropped from
+ * its environment): distinct from 0, 1 and 2, the statuses of a session. */
+#define TDBG_NOT_CONNECTED 3
 
 #ifndef TDBG_PLUGIN_PATH
 #define TDBG_PLUGIN_PATH "libtdbg-debugger.so"
@@ -23,15 +37,18 @@ static void usage(FILE *f)
                "Runs PROGRAM (any program linked with the tdbg engine) under the debugger.\n\n"
                "  -x FILE     run the commands in FILE first (one per line, # comments)\n"
                "  -ex CMD     run CMD first (repeatable; after -x files, in order)\n"
-               "  --batch     run only those commands, without a prompt; exit 1 if the\n"
-               "              program stopped on a breakpoint, else PROGRAM's status\n"
+               "  --batch     run only those commands, without a prompt\n"
                "  --cli       the readline command line\n"
                "  --tui       the terminal UI (the default when stdin and stdout are\n"
                "              terminals; without one, the command line after a notice)\n"
                "  -h, --help  this text\n\n"
                "Without --batch the commands run first, then the prompt takes over (plain\n"
                "lines from stdin when it is not a terminal). TDBG=tui|cli|batch set by hand\n"
-               "in a program's environment does the same as this launcher.\n");
+               "in a program's environment does the same as this launcher.\n\n"
+               "Exit status: PROGRAM's own (death by signal N: 128+N, as without tdbg); 1 when\n"
+               "training stopped and then ended by quit, the script's end or (--batch) the\n"
+               "program's end; 'quit N': N; 2 for a usage error or a program that cannot run;\n"
+               "3 when PROGRAM ended without ever loading the debugger.\n");
 }
 
 static char *script;
@@ -87,6 +104,134 @@ static const char *plugin_path(void)
     return TDBG_PLUGIN_PATH;
 }
 
+/* ---- running the program ------------------------------------------------ */
+
+static volatile sig_atomic_t child_pid;
+
+/* SIGTERM, SIGHUP: the program's to handle (the debugger flushes its
+ * dumps and gives the terminal back); the launcher then follows its end.
+ * SIGINT, SIGQUIT from the terminal (si_code SI_KERNEL) reached the
+ * program already, as the whole foreground group gets them: ignored here;
+ * sent to the launcher alone by a process (`kill -INT PID`), passed on. */
+static void forward(int sig, siginfo_t *info, void *ctx)
+{
+    (void)ctx;
+    if ((sig == SIGINT || sig == SIGQUIT) && info->si_code == SI_KERNEL)
+        return;
+    if (child_pid > 0)
+        kill((pid_t)child_pid, sig);
+}
+
+/* Ends the launcher as the program ended: the same status, or death by
+ * the same signal, so that the shell's $? is what it would be without
+ * the launcher (128+N for signal N). */
+static int end_like(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    int sig = WTERMSIG(status);
+    struct rlimit none = { 0, 0 };
+    setrlimit(RLIMIT_CORE, &none); /* the program left its core already, if any */
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+    return 128 + sig; /* a signal whose default is not to end the process */
+}
+
+/* Forks, runs the program in the child and waits: the launcher stays to
+ * tell whether the debugger ever started (the plugin writes one byte to
+ * the pipe named by TDBG_HELLO_FD) and to pass the program's end on. The
+ * child keeps the terminal to itself (the TUI); the parent never reads or
+ * writes it, and ignores the terminal's SIGINT and SIGQUIT, which reach
+ * the program in the same process group (see forward()). */
+static int run(char **argv)
+{
+    int hello[2], exec_err[2];
+    char fd_text[16];
+    /* the exec error pipe closes on exec: a byte on it is errno, EOF is success */
+    if (pipe(hello) != 0 || pipe2(exec_err, O_CLOEXEC) != 0 || fcntl(hello[0], F_SETFD, FD_CLOEXEC) != 0) {
+        fprintf(stderr, "tdbg: cannot make a pipe: %s\n", strerror(errno));
+        return 2;
+    }
+    snprintf(fd_text, sizeof fd_text, "%d", hello[1]);
+    if (setenv("TDBG_HELLO_FD", fd_text, 1) != 0) {
+        fprintf(stderr, "tdbg: cannot set the environment: %s\n", strerror(errno));
+        return 2;
+    }
+    /* blocked over the fork: no signal reaches the parent before its handlers are set */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGQUIT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    pid_t parent = getpid(), pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "tdbg: cannot start %s: %s\n", argv[0], strerror(errno));
+        return 2;
+    }
+    if (pid == 0) {
+        /* killed with the launcher (kill -9 of tdbg's pid ends the program, as before it forked) */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        close(exec_err[0]);
+        execvp(argv[0], argv);
+        int e = errno;
+        ssize_t w = write(exec_err[1], &e, sizeof e);
+        (void)w;
+        _exit(127);
+    }
+    child_pid = pid;
+    close(hello[1]);
+    close(exec_err[1]);
+    struct sigaction fwd = { .sa_sigaction = forward, .sa_flags = SA_SIGINFO };
+    sigemptyset(&fwd.sa_mask);
+    sigaction(SIGINT, &fwd, NULL);
+    sigaction(SIGQUIT, &fwd, NULL);
+    sigaction(SIGTERM, &fwd, NULL);
+    sigaction(SIGHUP, &fwd, NULL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+
+    int e = 0, status;
+    ssize_t got;
+    while ((got = read(exec_err[0], &e, sizeof e)) < 0 && errno == EINTR)
+        ;
+    close(exec_err[0]);
+    pid_t w;
+    while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
+        ;
+    if (w < 0) {
+        fprintf(stderr, "tdbg: lost %s: %s\n", argv[0], strerror(errno));
+        return 2;
+    }
+    if (got == (ssize_t)sizeof e) {
+        fprintf(stderr, "tdbg: cannot run %s: %s\n", argv[0], strerror(e));
+        return 2;
+    }
+    /* The hello byte is in the pipe if the debugger started: read without
+     * waiting, as a grandchild may hold the write end still. */
+    fcntl(hello[0], F_SETFL, O_NONBLOCK);
+    char byte;
+    bool connected = read(hello[0], &byte, 1) == 1;
+    close(hello[0]);
+    if (!connected) {
+        if (WIFEXITED(status))
+            fprintf(stderr, "tdbg: %s exited with status %d without loading the debugger: is it linked with the "
+                            "tdbg engine?\n", argv[0], WEXITSTATUS(status));
+        else
+            fprintf(stderr, "tdbg: %s died of signal %d (%s) without loading the debugger: is it linked with "
+                            "the tdbg engine?\n", argv[0], WTERMSIG(status), strsignal(WTERMSIG(status)));
+        if (WIFEXITED(status))
+            return TDBG_NOT_CONNECTED;
+    }
+    return end_like(status);
+}
+
 int main(int argc, char **argv)
 {
     /* The TUI when there is a terminal to draw on and type into. */
@@ -131,7 +276,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "tdbg: cannot set the environment: %s\n", strerror(errno));
         return 2;
     }
-    execvp(argv[i], argv + i);
-    fprintf(stderr, "tdbg: cannot run %s: %s\n", argv[i], strerror(errno));
-    return 2;
+    return run(argv + i);
 }

@@ -22,6 +22,7 @@ int main(void)
     srunner_add_suite(sr, suite_examples());
     srunner_add_suite(sr, suite_exports());
     srunner_add_suite(sr, suite_dbg_cmd());
+    srunner_add_suite(sr, suite_cmd_args());
     srunner_add_suite(sr, suite_dbg_cond());
     srunner_add_suite(sr, suite_dbg_print());
     srunner_add_suite(sr, suite_verdict());

@@ -26,6 +26,7 @@ Suite *suite_tdbg_dump(void);   /* the tdbg-dump inspector: ls, show, stats, exp
 Suite *suite_dump_damage(void);  /* every dump reader on damaged, truncated, hostile files */
 Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, formats, damaged dumps */
 Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the whole op table */
+Suite *suite_cmd_args(void);    /* command arguments refused or meant, step N, quit's status, the launcher's truth */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */

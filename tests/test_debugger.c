@@ -266,7 +266,7 @@ START_TEST(test_inspect)
     assert_has(&s, "param:fc1.bias f32 [64]");
     assert_has(&s, "usage: break WHAT [if COND]");
     assert_has(&s, "fc2/relu:out0 f32 [32,64], 4 bins over the finite values:");
-    assert_has(&s, "No statistics of fc2/relu:out0 yet; recording them from now on, every step.");
+    assert_has(&s, "Recording fc2/relu:out0 every step from now on.\nstep    abs_max"); /* the stop's own statistics */
     done(&s);
 }
 END_TEST

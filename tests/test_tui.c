@@ -316,7 +316,7 @@ START_TEST(test_nan_step_break_complete_scroll_resize_quit)
     wait_for(23, "Esc: panes", NULL);
     type("quit");
     keys("Enter");
-    assert_restored("tdbg-exit=0");
+    assert_restored("tdbg-exit=1");
     wait_for(-1, "tdbg: training ended by quit at step 1", NULL);
     kill_server();
 }
@@ -405,7 +405,7 @@ START_TEST(test_live_interrupt_mouse)
     keys("Escape");
     type("quit");
     keys("Enter");
-    assert_restored("tdbg-exit=0");
+    assert_restored("tdbg-exit=1");
     kill_server();
 }
 END_TEST

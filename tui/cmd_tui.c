@@ -205,19 +205,19 @@ static const dbg_cmd cmds[] = {
     { .name = "focus", .usage = "focus PANE|cmd|next|back", .help = "move the focus (F6, Esc)\n"
       "PANE: ops, tensor, chart, breakpoints, output; cmd: the command line; back: the last pane.",
       .args = { { .words = DBG_WORDS("ops", "tensor", "chart", "breakpoints", "output", "cmd", "next", "back") } },
-      .run = cmd_focus },
+      .max_words = 1, .run = cmd_focus },
     { .name = "view", .usage = "view TENSOR[I,J]|OP|[I,J]", .help = "show a tensor in the tensor pane\n"
       "An op stands for its first output; the indices fix the leading dims, the grid shows the last two.\n"
       "'view [I,J]' picks another slice of the tensor on show.",
-      .args = { { DBG_ARG_OP | DBG_ARG_TENSOR } }, .run = cmd_view },
+      .args = { { DBG_ARG_OP | DBG_ARG_TENSOR } }, .max_words = DBG_WORDS_ANY, .run = cmd_view },
     { .name = "scroll", .usage = "scroll PANE up|down|left|right|pgup|pgdn|home|end [N]",
       .help = "move in a pane as the keys do (the selection, the tensor's cursor, the output)",
       .args = { { .words = DBG_WORDS("ops", "tensor", "chart", "breakpoints", "output") },
                 { .words = DBG_WORDS("up", "down", "left", "right", "pgup", "pgdn", "home", "end") } },
-      .run = cmd_scroll },
+      .max_words = 3, .run = cmd_scroll },
     { .name = "search", .usage = "search [TEXT]",
       .help = "select the next op whose name holds TEXT or matches it as a glob (/, F3)",
-      .args = { { DBG_ARG_OP } }, .run = cmd_search },
+      .args = { { DBG_ARG_OP } }, .max_words = DBG_WORDS_ANY, .run = cmd_search },
     { .name = "jump", .usage = "jump", .help = "select the op training stopped at and show its bad element (j, F4)",
       .needs = DBG_CMD_EVER_STOPPED, .run = cmd_jump },
     { .name = "keys", .usage = "keys", .help = "the keys and the commands underneath (?, F1)\n"

@@ -1,0 +1,343 @@
+/*
+ * test_cmd_args.c — arguments mean something or are refused, and tdbg
+ * tells the truth: every command refuses words its table entry does not
+ * declare; `step N` and `next N` repeat, a breakpoint on the way first;
+ * `info op` alone describes the op stopped at; quit's exit status in batch
+ * and CLI; the launcher's notice and statuses for a program that never
+ * loaded the debugger, and a death by signal passed on as 128+N; no bare
+ * `-` line in a stop report; `trend` on a watched tensor shows what the
+ * stop has.
+ */
+#include "cmd.h"
+#include "session.h"
+#include "suites.h"
+#include "testutil.h"
+#include "tui_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define OUT_MAX (1 << 20)
+
+static const char *const MLP = "--hidden 64,64 --batch 32 --threads 2 --log-every 1";
+
+typedef struct {
+    int status; /* the shell's $?: 128+N for a death by signal N */
+    char *out;
+} session;
+
+/* `tdbg FLAGS` with the -ex commands in cmds (';'-separated) on
+ * examples/mlp MLP ARGS, stdin empty; output and status. */
+static session run_tdbg(const char *flags, const char *cmds, const char *fmt, ...)
+{
+    char args[512], ex[2048] = "", cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    char *copy = strdup(cmds), *save = NULL;
+    for (char *c = strtok_r(copy, ";", &save); c; c = strtok_r(NULL, ";", &save)) {
+        size_t n = strlen(ex);
+        snprintf(ex + n, sizeof ex - n, " -ex '%s'", c);
+    }
+    free(copy);
+    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' %s%s -- '%s/examples/mlp' %s %s 2>&1 </dev/null", TDBG_BUILDDIR,
+             flags, ex, TDBG_BUILDDIR, MLP, args);
+    session s = { .out = calloc(1, OUT_MAX) };
+    ck_assert(s.out != NULL);
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "cannot run %s", cmd);
+    size_t n = fread(s.out, 1, OUT_MAX - 1, p);
+    s.out[n] = '\0';
+    int st = pclose(p);
+    s.status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+    return s;
+}
+
+static void has(const session *s, const char *want)
+{
+    ck_assert_msg(strstr(s->out, want) != NULL, "no '%s' in the session:\n%s", want, s->out);
+}
+
+static void lacks(const session *s, const char *unwanted)
+{
+    ck_assert_msg(strstr(s->out, unwanted) == NULL, "'%s' in the session:\n%s", unwanted, s->out);
+}
+
+/* The k-th (from 0) `stopped:` line is want. */
+static void stop_is(const session *s, int k, const char *want)
+{
+    const char *p = s->out;
+    for (int i = 0; (p = strstr(p, "\nstopped: ")) != NULL; i++, p++)
+        if (i == k) {
+            size_t len = strcspn(p + 1, "\n");
+            ck_assert_msg(strlen(want) == len && strncmp(p + 1, want, len) == 0,
+                          "stop %d:\n  want %s\n  got  %.*s\nsession:\n%s", k, want, (int)len, p + 1, s->out);
+            return;
+        }
+    ck_assert_msg(0, "no stop %d (want %s) in:\n%s", k, want, s->out);
+}
+
+static int count(const session *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = s->out; (p = strstr(p, what)) != NULL; p++)
+        n++;
+    return n;
+}
+
+static void done(session *s) { free(s->out); }
+
+/* ---- every table entry declares its words ---------------------------------------------- */
+
+static char captured[8192];
+
+static bool exec_captured(const char *line)
+{
+    fflush(stdout);
+    FILE *f = fmemopen(captured, sizeof captured, "w");
+    ck_assert(f != NULL);
+    FILE *saved = stdout;
+    stdout = f;
+    bool resume = dbg_execute(line);
+    fflush(f);
+    stdout = saved;
+    fclose(f);
+    return resume;
+}
+
+START_TEST(test_every_command_refuses_extra_words)
+{
+    memset(&dbg, 0, sizeof dbg);
+    dbg.next_id = 1;
+    dbg.step = -1;
+    char why[256];
+    if (!dbg_cmd_find("focus")) /* the TUI's table too */
+        ck_assert_msg(tui_cmds_register(why, sizeof why), "%s", why);
+    int n_groups, checked = 0, free_text = 0;
+    const dbg_cmd_group *g = dbg_cmd_groups(&n_groups);
+    for (int i = 0; i < n_groups; i++)
+        for (const dbg_cmd *c = g[i].cmds; c->name; c++) {
+            if (c->max_words == DBG_WORDS_ANY) {
+                free_text++;
+                continue;
+            }
+            /* one word more than it takes: refused, naming that word, nothing resumed */
+            char line[256], want[512];
+            int len = snprintf(line, sizeof line, "%s", c->name);
+            for (int w = 0; w <= c->max_words; w++)
+                len += snprintf(line + len, sizeof line - (size_t)len, " zz%d", w);
+            snprintf(want, sizeof want, "error: %s: unexpected argument 'zz%d' (usage: %s)\n", c->name,
+                     c->max_words, c->usage);
+            ck_assert_msg(!exec_captured(line), "%s resumed", line);
+            ck_assert_msg(strcmp(captured, want) == 0, "%s:\n  want %s  got  %s", line, want, captured);
+            ck_assert(!dbg.started);
+            checked++;
+        }
+    /* run continue step next finish until quit, ignore, info stats hist trend help, focus scroll jump keys refresh */
+    ck_assert_int_eq(checked, 18);
+    /* break tbreak delete disable enable condition, print set, dump, view search */
+    ck_assert_int_eq(free_text, 11);
+    ck_assert(!exec_captured("step 1 2"));
+    ck_assert_str_eq(captured, "error: step: unexpected argument '2' (usage: step [N])\n");
+}
+END_TEST
+
+START_TEST(test_bad_arguments_run_nothing)
+{
+    /* Before `run`, each of these would have started training. */
+    session s = run_tdbg("--batch", "run now;step abc;step -2;step 0;next 1 2;continue 1 2;quit 1 2;info ops x;"
+                                    "info bogus;help break now;stats a b;info step", "--steps 2");
+    has(&s, "error: run: unexpected argument 'now' (usage: run)\n");
+    has(&s, "error: step N: expected a whole number >= 1, got 'abc'\n");
+    has(&s, "error: step N: expected a whole number >= 1, got '-2'\n");
+    has(&s, "error: step N: expected a whole number >= 1, got '0'\n");
+    has(&s, "error: next: unexpected argument '2' (usage: next [N])\n");
+    has(&s, "error: continue: unexpected argument '2' (usage: continue [N])\n");
+    has(&s, "error: quit: unexpected argument '2' (usage: quit [N])\n");
+    has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|dump)\n");
+    has(&s, "error: info: expected breakpoints, ops, op [NAME], step or dump, got 'bogus'\n");
+    has(&s, "error: help: unexpected argument 'now' (usage: help [COMMAND])\n");
+    has(&s, "error: stats: unexpected argument 'b' (usage: stats TENSOR)\n");
+    has(&s, "step 0, forward phase, 0 ops run in it (training not started)\n");
+    ck_assert_int_eq(s.status, 0); /* the script ran out before `run`: trained to the end, never stopped */
+    done(&s);
+}
+END_TEST
+
+/* ---- step N, next N -------------------------------------------------------------------- */
+
+START_TEST(test_step_and_next_n)
+{
+    session s = run_tdbg("--batch", "break step 1;run;step 3;next 2;step;break fc2/relu;step 100;step 5", "--steps 6");
+    stop_is(&s, 0, "stopped: step=1 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    /* the 3rd op of step 1: fc1/linear, fc1/relu, fc2/linear */
+    stop_is(&s, 1, "stopped: step=1 phase=forward op=fc2/linear type=Linear reason=step tensor=- index=- origin=-");
+    /* the start of the 2nd next step */
+    stop_is(&s, 2, "stopped: step=3 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    stop_is(&s, 3, "stopped: step=3 phase=forward op=fc1/linear type=Linear reason=step tensor=- index=- origin=-");
+    /* a breakpoint on the way stops first */
+    stop_is(&s, 4, "stopped: step=3 phase=forward op=fc2/relu type=Relu reason=breakpoint tensor=- index=- "
+                   "origin=-");
+    /* fc3/linear, cross_entropy, grad/cross_entropy, grad/fc3/linear, grad/fc2/relu */
+    stop_is(&s, 5, "stopped: step=3 phase=backward op=grad/fc2/relu type=ReluGrad reason=step tensor=- index=- "
+                   "origin=-");
+    ck_assert_int_eq(count(&s, "\nstopped: "), 6);
+    done(&s);
+
+    /* next N past a breakpoint's step: the breakpoint stops first */
+    s = run_tdbg("--batch", "break step 1;break step 2;run;next 3", "--steps 6");
+    stop_is(&s, 1, "stopped: step=2 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    has(&s, "\nBreakpoint 2 (step 2), step 2, forward\n");
+    done(&s);
+}
+END_TEST
+
+/* ---- info op -------------------------------------------------------------------------- */
+
+START_TEST(test_info_op_here)
+{
+    session s = run_tdbg("--batch", "info op;break step 1;run;info op;break fc2/relu;continue;info op", "--steps 3");
+    has(&s, "(tdbg) info op\nerror: info op: training is not stopped at an op (it has not started); "
+            "'info op NAME' describes one\n");
+    has(&s, "(tdbg) info op\nerror: info op: stopped between ops (step 1, forward phase), not at an op; "
+            "'info op NAME' describes one, 'step' runs the next op\n");
+    has(&s, "(tdbg) info op\nfc2/relu (Relu), forward phase, execution index 3\n  created at examples/mlp.c:60\n"
+            "  in0  fc2/linear:out0  from fc2/linear\n  out0 fc2/relu:out0  to no op so far\n");
+    done(&s);
+}
+END_TEST
+
+/* ---- quit's status -------------------------------------------------------------------- */
+
+START_TEST(test_quit_status)
+{
+    static const struct {
+        const char *flags, *cmds;
+        int status;
+    } cases[] = {
+        { "--batch", "break step 1;run;quit", 1 },   /* stopped once: 1 */
+        { "--cli", "break step 1;run;quit", 1 },     /* the same rule in the CLI (it was 0) */
+        { "--cli", "break step 1;run", 1 },          /* the end of input at a stop: as quit */
+        { "--batch", "break step 1;run;quit 0", 0 }, /* quit N: N (batch made it 1) */
+        { "--cli", "break step 1;run;quit 7", 7 },
+        { "--batch", "quit", 0 },                    /* never stopped: 0 */
+        { "--cli", "quit", 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        session s = run_tdbg(cases[i].flags, cases[i].cmds, "--steps 3");
+        ck_assert_msg(s.status == cases[i].status, "%s %s: status %d, want %d:\n%s", cases[i].flags, cases[i].cmds,
+                      s.status, cases[i].status, s.out);
+        done(&s);
+    }
+    session s = run_tdbg("--batch", "quit 256;quit -1;run", "--steps 1");
+    has(&s, "error: quit N: an exit status is 0 to 255, got '256'\n");
+    has(&s, "error: quit N: expected a whole number >= 0, got '-1'\n");
+    ck_assert_int_eq(s.status, 0);
+    done(&s);
+}
+END_TEST
+
+/* ---- the launcher --------------------------------------------------------------------- */
+
+START_TEST(test_launcher_truth)
+{
+    char out[4096];
+    /* never loaded the debugger: a notice and status 3, whatever it exited with */
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' --batch -- /bin/true 2>&1; echo status=$?", TDBG_BUILDDIR);
+    ck_assert_str_eq(out, "tdbg: /bin/true exited with status 0 without loading the debugger: is it linked with "
+                          "the tdbg engine?\nstatus=3\n");
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' --batch -- /bin/false 2>&1; echo status=$?", TDBG_BUILDDIR);
+    ck_assert_str_eq(out, "tdbg: /bin/false exited with status 1 without loading the debugger: is it linked with "
+                          "the tdbg engine?\nstatus=3\n");
+    /* a death by signal: the notice, and the launcher dies of it too: 139 */
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' --batch -- sh -c 'kill -SEGV $$' 2>&1; echo status=$?",
+             TDBG_BUILDDIR);
+    ck_assert_msg(strstr(out, "tdbg: sh died of signal 11 (Segmentation fault) without loading the debugger: is it "
+                              "linked with the tdbg engine?\n") && strstr(out, "status=139\n"), "%s", out);
+    /* a program that cannot run: 2, no notice */
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' --batch -- /no/such/program 2>&1; echo status=$?", TDBG_BUILDDIR);
+    ck_assert_str_eq(out, "tdbg: cannot run /no/such/program: No such file or directory\nstatus=2\n");
+    /* connected: the program's own status, no notice */
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' --batch -ex run -- '%s/examples/mlp' %s --steps 1 2>&1; "
+             "echo status=$?", TDBG_BUILDDIR, TDBG_BUILDDIR, MLP);
+    ck_assert_msg(strstr(out, "tdbg: the program finished\nstatus=0\n") && !strstr(out, "without loading"), "%s",
+                  out);
+    /* a program that ends before te_init (a bad flag) never loaded it either */
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' --batch -ex run -- '%s/examples/mlp' --bogus-flag 2>&1 >/dev/null"
+             " | grep tdbg:; echo status=$?", TDBG_BUILDDIR, TDBG_BUILDDIR);
+    ck_assert_msg(strstr(out, "/examples/mlp exited with status 2 without loading the debugger: is it linked with "
+                              "the tdbg engine?\n"), "%s", out);
+    /* SIGTERM to the launcher reaches the program; both end by it: 143 */
+    tu_shell(out, sizeof out, "'%s/debugger/tdbg' --batch -ex run -- '%s/examples/mlp' %s --steps 1000000 "
+             ">/dev/null 2>&1 & pid=$!; sleep 2; kill -TERM $pid; wait $pid; echo status=$?", TDBG_BUILDDIR,
+             TDBG_BUILDDIR, MLP);
+    ck_assert_str_eq(out, "status=143\n");
+}
+END_TEST
+
+/* ---- the stop report and trend ------------------------------------------------------- */
+
+START_TEST(test_report_without_stray_lines)
+{
+    /* grad/fc1/linear's output 0 (the data's gradient) is not computed */
+    session s = run_tdbg("--batch", "break grad/fc1/linear;run;info op", "--steps 2");
+    const char *from = strstr(s.out, "\nBreakpoint 1 (grad/fc1/linear)"), *to = from ? strstr(from, "\nstopped:") : NULL;
+    ck_assert_msg(from && to, "%s", s.out);
+    for (const char *p = from + 1; p < to; p += strcspn(p, "\n") + 1)
+        ck_assert_msg(strspn(p, " ") + 1 != strcspn(p, "\n") || p[strspn(p, " ")] != '-', "a bare '-' line:\n%.*s",
+                      (int)(to - from), from);
+    has(&s, "  outputs: grad:fc1.weight [64,784] f32  finite");
+    has(&s, "  out0 (none: not needed)\n  out1 grad:fc1.weight  to");
+    lacks(&s, "out0 -");
+    done(&s);
+}
+END_TEST
+
+START_TEST(test_trend_shows_the_stop)
+{
+    session s = run_tdbg("--batch", "break fc2/relu;run;trend fc2/relu:out0;stats fc2/relu:out0;trend fc2/relu:out0;"
+                                    "continue;trend fc2/relu", "--steps 3");
+    lacks(&s, "No statistics");
+    ck_assert_int_eq(count(&s, "Recording fc2/relu:out0 every step from now on.\n"), 1);
+    /* the first trend's row is this stop's tensor: its abs_max and l2norm are those `stats` prints */
+    const char *row = strstr(s.out, "(tdbg) trend fc2/relu:out0\nRecording");
+    const char *st = strstr(s.out, "(tdbg) stats fc2/relu:out0\n");
+    ck_assert_msg(row && st, "%s", s.out);
+    row = strstr(row, "\n0       ");
+    double t_abs, t_l2, s_abs, s_l2;
+    ck_assert_msg(row && sscanf(row, "\n0 %lf %lf", &t_abs, &t_l2) == 2, "no step 0 row:\n%s", s.out);
+    const char *a = strstr(st, " abs_max "), *l = strstr(st, " l2norm ");
+    ck_assert(a && l && sscanf(a, " abs_max %lf", &s_abs) == 1 && sscanf(l, " l2norm %lf", &s_l2) == 1);
+    ck_assert_msg(s_abs > 0 && fabs(t_abs - s_abs) <= 1e-3 * s_abs && fabs(t_l2 - s_l2) <= 1e-3 * s_l2,
+                  "trend %g %g, stats %g %g", t_abs, t_l2, s_abs, s_l2);
+    /* at the next stop, by the op's name: both steps */
+    const char *last = strstr(s.out, "(tdbg) trend fc2/relu\n");
+    ck_assert_msg(last && strstr(last, "\n0       ") && strstr(last, "\n1       "), "%s", s.out);
+    done(&s);
+}
+END_TEST
+
+Suite *suite_cmd_args(void)
+{
+    Suite *s = suite_create("cmd_args");
+    TCase *tc = tcase_create("commands");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_every_command_refuses_extra_words);
+    tcase_add_test(tc, test_bad_arguments_run_nothing);
+    tcase_add_test(tc, test_step_and_next_n);
+    tcase_add_test(tc, test_info_op_here);
+    tcase_add_test(tc, test_quit_status);
+    tcase_add_test(tc, test_report_without_stray_lines);
+    tcase_add_test(tc, test_trend_shows_the_stop);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("launcher");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_launcher_truth);
+    suite_add_tcase(s, tc);
+    return s;
+}
