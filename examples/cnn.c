@@ -35,9 +35,10 @@ typedef struct {
     te_tensor *fc_w, *fc_b;
 } cnn;
 
-static bool set_channels(const char *v, void *cfg)
+static bool set_channels(const char *v, void *cfg, char *why, size_t n)
 {
     cnn_cfg *c = cfg;
+    snprintf(why, n, "expected three widths, comma separated, each a whole number in 1..4096, e.g. 32,64,128");
     return ex_parse_list(v, c->channels, 3, 4096) == 3;
 }
 

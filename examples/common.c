@@ -101,14 +101,15 @@ static void usage(FILE *f, const ex_program *p, const ex_opts *d)
                "`final: loss=X acc=Y` on held-out data. Exit status 2 on a bad flag.\n");
 }
 
-/* Names the bad flag, prints the usage to stderr and exits 2. */
+/* Names the bad flag (and its value, when given) with what would do,
+ * prints the usage to stderr and exits 2. */
 _Noreturn static void bad_flag(const ex_program *p, const ex_opts *d, const char *flag,
-                               const char *value, const char *expected)
+                               const char *value, const char *why)
 {
     if (value)
-        fprintf(stderr, "%s: bad value '%s' for %s: expected %s\n", p->name, value, flag, expected);
+        fprintf(stderr, "%s: %s '%s': %s\n", p->name, flag, value, why);
     else
-        fprintf(stderr, "%s: %s %s\n", p->name, flag, expected);
+        fprintf(stderr, "%s: %s %s\n", p->name, flag, why);
     usage(stderr, p, d);
     exit(2);
 }
@@ -164,49 +165,52 @@ static bool set_int(const char *s, long lo, long hi, int *out)
 }
 
 /* Sets one common flag from value; false when value is malformed, with
- * *expected saying what would do. */
-static bool set_common(const common_flag *f, const char *v, ex_opts *o, const char **expected)
+ * *why saying what the valid values are. */
+static bool set_common(const common_flag *f, const char *v, ex_opts *o, const char **why)
 {
     long l;
-    *expected = "an integer >= 1";
+    *why = "expected a whole number >= 1, e.g. 100";
     switch (f->id) {
     case F_STEPS: return set_int(v, 1, INT_MAX, &o->steps);
-    case F_BATCH: return set_int(v, 1, 1 << 20, &o->batch);
-    case F_ACCUM:
-        *expected = "an integer in 1..32";
-        return set_int(v, 1, EX_MAX_ACCUM, &o->accum);
     case F_LOG_EVERY: return set_int(v, 1, INT_MAX, &o->log_every);
+    case F_BATCH:
+        *why = "expected a whole number in 1..1048576, e.g. 128";
+        return set_int(v, 1, 1 << 20, &o->batch);
+    case F_ACCUM:
+        *why = "expected a whole number in 1..32 (1: no accumulation)";
+        return set_int(v, 1, EX_MAX_ACCUM, &o->accum);
     case F_THREADS:
-        *expected = "an integer in 0..256";
+        *why = "expected a whole number in 0..256 (0: all cores)";
         return set_int(v, 0, 256, &o->threads);
     case F_WORKERS:
-        *expected = "an integer in 0..64";
+        *why = "expected a whole number in 0..64 (0: load in the training thread)";
         return set_int(v, 0, 64, &o->workers);
     case F_TRAIN_SIZE:
-        *expected = "an integer in 1..2^30";
+        *why = "expected a whole number in 1..1073741824 (2^30)";
         if (!parse_long(v, 1, 1L << 30, &l))
             return false;
         o->train_size = l;
         return true;
     case F_SEED:
+        *why = "expected a whole number >= 1, e.g. 1";
         if (!parse_long(v, 1, LONG_MAX, &l))
             return false;
         o->seed = (uint64_t)l;
         return true;
     case F_LR:
-        *expected = "a number >= 0";
+        *why = "expected a finite number >= 0, e.g. 3e-4";
         return parse_float(v, 0.0f, &o->lr);
     case F_MOMENTUM:
-        *expected = "a number >= 0";
+        *why = "expected a finite number >= 0, e.g. 0.9";
         return parse_float(v, 0.0f, &o->momentum);
     case F_WEIGHT_DECAY:
-        *expected = "a number >= 0";
+        *why = "expected a finite number >= 0, e.g. 0.01";
         return parse_float(v, 0.0f, &o->weight_decay);
     case F_CLIP:
-        *expected = "a number >= 0";
+        *why = "expected a finite number >= 0 (0: off), e.g. 1";
         return parse_float(v, 0.0f, &o->clip);
     case F_OPTIM:
-        *expected = "sgd, adam or adamw";
+        *why = "unknown optimizer; expected sgd, adam or adamw";
         for (int k = 0; k < 3; k++)
             if (strcmp(v, optim_names[k]) == 0) {
                 o->optim = (ex_optim_kind)k;
@@ -214,7 +218,7 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
             }
         return false;
     case F_MODE:
-        *expected = "eager or graph";
+        *why = "unknown mode; expected eager or graph";
         if (strcmp(v, "graph") == 0)
             o->mode = TE_MODE_GRAPH;
         else if (strcmp(v, "eager") == 0)
@@ -223,15 +227,16 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
             return false;
         return true;
     case F_SAVE_GRAPH:
-        *expected = "a folder";
+        *why = "expected a folder name, e.g. ir";
         o->save_graph = v;
         return v[0] != '\0';
     case F_DUMP:
-        *expected = "a dump spec";
+        *why = "expected a dump spec, dir=D;ops=GLOB,...;steps=0|5-8;io=both;what=full|stats, or @FILE "
+               "(docs/dump-format.md)";
         o->dump = v;
         return v[0] != '\0';
     case F_INJECT:
-        *expected = "at most 16 injections";
+        *why = "one too many: at most 16 injections";
         if (o->n_inject == EX_MAX_INJECT)
             return false;
         o->inject[o->n_inject++] = v;
@@ -274,7 +279,7 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
             if (strcmp(name, f->name) == 0)
                 x = f;
         if (!c && !x)
-            bad_flag(p, &def, arg, NULL, "is not a flag");
+            bad_flag(p, &def, arg, NULL, "is not a flag; the flags are listed below");
 
         if (c && !c->arg) {
             if (value)
@@ -291,9 +296,10 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
                 bad_flag(p, &def, name, NULL, "needs a value");
             value = argv[++i];
         }
-        const char *expected = "a valid value";
-        if (c ? !set_common(c, value, o, &expected) : !x->set(value, p->cfg))
-            bad_flag(p, &def, name, value, c ? expected : x->arg);
+        const char *why = NULL;
+        char own[256];
+        if (c ? !set_common(c, value, o, &why) : !x->set(value, p->cfg, own, sizeof own))
+            bad_flag(p, &def, name, value, c ? why : own);
     }
 }
 

@@ -43,12 +43,14 @@ typedef struct ex_opts {
 } ex_opts;
 
 /* A flag of one program, beside the common ones. set() returns false when
- * the value is malformed; the caller then prints the usage and exits 2. */
+ * the value is malformed, with what the valid values are in why (n bytes:
+ * "unknown dataset; expected blobs or spirals"); the caller then prints
+ * that and the usage and exits 2. */
 typedef struct ex_flag {
     const char *name;   /* "--hidden" */
     const char *arg;    /* "LIST" */
     const char *help;   /* one line, ending with the default in parentheses */
-    bool (*set)(const char *value, void *cfg);
+    bool (*set)(const char *value, void *cfg, char *why, size_t n);
 } ex_flag;
 
 typedef struct ex_program {

@@ -16,10 +16,15 @@
 #define BLOBS_CLASSES 10
 #define SPIRALS_CLASSES 3
 
+typedef enum { DATA_BLOBS, DATA_SPIRALS, DATA_COUNT } mlp_data;
+
+/* The datasets --data takes, in mlp_data's order. */
+static const char *const data_names[DATA_COUNT] = { "blobs", "spirals" };
+
 typedef struct {
     int hidden[MAX_LAYERS - 1];
     int n_hidden;
-    bool spirals;
+    mlp_data data;
 } mlp_cfg;
 
 typedef struct {
@@ -27,18 +32,29 @@ typedef struct {
     te_tensor *w[MAX_LAYERS], *b[MAX_LAYERS];
 } mlp;
 
-static bool set_hidden(const char *v, void *cfg)
+static bool set_hidden(const char *v, void *cfg, char *why, size_t n)
 {
     mlp_cfg *c = cfg;
     c->n_hidden = ex_parse_list(v, c->hidden, MAX_LAYERS - 1, 1 << 16);
+    snprintf(why, n, "expected up to %d widths, comma separated, each a whole number in 1..65536, "
+             "e.g. 1024,1024", MAX_LAYERS - 1);
     return c->n_hidden > 0;
 }
 
-static bool set_data(const char *v, void *cfg)
+static bool set_data(const char *v, void *cfg, char *why, size_t n)
 {
     mlp_cfg *c = cfg;
-    c->spirals = strcmp(v, "spirals") == 0;
-    return c->spirals || strcmp(v, "blobs") == 0;
+    size_t at = (size_t)snprintf(why, n, "unknown dataset; expected");
+    for (int k = 0; k < DATA_COUNT; k++) {
+        if (strcmp(v, data_names[k]) == 0) {
+            c->data = (mlp_data)k;
+            return true;
+        }
+        if (at < n)
+            at += (size_t)snprintf(why + at, n - at, "%s %s", k == 0 ? "" : k == DATA_COUNT - 1 ? " or" : ",",
+                                   data_names[k]);
+    }
+    return false;
 }
 
 static const ex_flag mlp_flags[] = {
@@ -98,7 +114,7 @@ int main(int argc, char **argv)
              &o);
     ex_start(&o);
 
-    te_dataset *all = cfg.spirals ? te_dataset_spirals(o.train_size + TEST_SIZE, SPIRALS_CLASSES, o.seed)
+    te_dataset *all = cfg.data == DATA_SPIRALS ? te_dataset_spirals(o.train_size + TEST_SIZE, SPIRALS_CLASSES, o.seed)
                                   : te_dataset_blobs(o.train_size + TEST_SIZE, BLOBS_DIM, BLOBS_CLASSES,
                                                      o.seed);
     te_dataset *train = all ? ex_split(all, 0, o.train_size) : NULL;

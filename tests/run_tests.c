@@ -1,7 +1,12 @@
 /* run_tests.c — runs every suite; CK_RUN_SUITE / CK_RUN_CASE select a subset. */
 #include "suites.h"
 
+#include "testutil.h"
+
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 int main(void)
 {
@@ -35,8 +40,29 @@ int main(void)
     srunner_add_suite(sr, suite_tdbg_dump());
     srunner_add_suite(sr, suite_dump_damage());
     srunner_add_suite(sr, suite_tdbg_diff());
+    /* Skips: the tests (forked by Check) append to this file; the count
+     * follows Check's closing line, and TDBG_REQUIRE_ALL=1 (CI) fails the
+     * run on any, so that a missing tool cannot pass there unseen. */
+    char skips[] = "/tmp/tdbg-skips-XXXXXX";
+    int fd = mkstemp(skips);
+    if (fd < 0) {
+        perror("run_tests: mkstemp");
+        return EXIT_FAILURE;
+    }
+    close(fd);
+    setenv(TDBG_SKIP_LOG_ENV, skips, 1);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    char summary[4096];
+    int skipped = tu_skip_summary(skips, summary, sizeof summary);
+    unlink(skips);
+    printf("%s\n", summary);
+    const char *require = getenv("TDBG_REQUIRE_ALL");
+    if (skipped && require && strcmp(require, "1") == 0) {
+        printf("run_tests: TDBG_REQUIRE_ALL=1: %d check%s skipped instead of run; install what they "
+               "need (./quickstart lists it)\n", skipped, skipped == 1 ? " was" : "s were");
+        return EXIT_FAILURE;
+    }
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -407,62 +407,142 @@ START_TEST(test_inject_parse_errors)
 }
 END_TEST
 
-/* Runs 3 steps of y = relu(x*2) and returns y[0..3] of each step. */
-static void run_steps(float out[3][4])
+/* y = relu(x * 2) over 4096 positive values, so relu passes every value on:
+ * ops fc1/scale and fc1/relu, the same in eager and graph mode. */
+#define INJ_N 4096
+#define INJ_STEPS 3
+
+static te_status inj_step(void *ctx, te_tensor *const *in, te_tensor **out)
 {
-    for (int s = 0; s < 3; s++) {
+    (void)ctx;
+    te_scope_push("fc1");
+    out[0] = te_relu(te_scale(in[0], 2.0f));
+    te_scope_pop();
+    return TE_OK;
+}
+
+/* A fresh engine with `seed` (steps count from 0 again) and the injections
+ * in specs (NULL-terminated), each accepted. */
+static void inj_fresh(uint32_t seed, const char *const *specs)
+{
+    te_inject_clear();
+    te_shutdown();
+    te_init(&(te_config){ .seed = seed, .threads = 2 });
+    for (int i = 0; specs[i]; i++)
+        ck_assert_msg(te_inject_add(specs[i]) == TE_OK, "te_inject_add(\"%s\"): %s", specs[i], te_error());
+}
+
+/* Runs INJ_STEPS steps in `mode` and returns y of each step in out. */
+static void inj_run(te_mode mode, float (*out)[INJ_N])
+{
+    te_tensor *x = te_tensor_persistent(TE_F32, 1, (int64_t[]){ INJ_N });
+    float xv[INJ_N];
+    tu_fill_uniform(xv, INJ_N, 7, 0.5f, 1.5f);
+    te_copy_from_f32(x, xv);
+    te_graph *g = te_graph_new(inj_step, NULL, &(te_graph_opts){ .mode = mode, .n_inputs = 1, .n_outputs = 1 });
+    ck_assert_msg(g != NULL, "%s", te_error());
+    for (int s = 0; s < INJ_STEPS; s++) {
+        te_tensor *y;
         te_step_begin();
-        te_tensor *x = te_tensor_from(TE_F32, te_shape(4), (float[]){ 1, 2, 3, 4 });
-        te_scope_push("fc1");
-        te_tensor *y = te_relu(te_scale(x, 2.0f));
-        te_scope_pop();
+        ck_assert_msg(te_graph_run(g, &x, &y) == TE_OK, "%s step %d: %s", te_mode_name(mode), s, te_error());
+        ck_assert_int_eq(y->numel, INJ_N);
         te_copy_to_f32(y, out[s]);
         te_step_end();
     }
+    te_graph_free(g);
+    te_tensor_free(x);
 }
+
+/* Every element of got[step] equals want[step]'s (bit for bit), but `except`. */
+static void inj_same(const char *what, float (*got)[INJ_N], float (*want)[INJ_N], int step, int except)
+{
+    for (int i = 0; i < INJ_N; i++)
+        ck_assert_msg(i == except || memcmp(&got[step][i], &want[step][i], sizeof(float)) == 0,
+                      "%s: step %d [%d] = %.9g, clean %.9g", what, step, i, got[step][i], want[step][i]);
+}
+
+static float inj_clean[INJ_STEPS][INJ_N], inj_got[INJ_STEPS][INJ_N], inj_other[INJ_STEPS][INJ_N];
 
 START_TEST(test_inject_kinds)
 {
-    float clean[3][4], got[3][4];
-    run_steps(clean);
-    ck_assert_int_eq(te_inject_add("nan@op=fc1/scale,step=1,index=2"), TE_OK);
-    run_steps(got);
-    /* steps count on: 3, 4, 5 now; nothing hit */
-    ck_assert_mem_eq(got, clean, sizeof clean);
-    te_inject_clear();
-    te_shutdown();
-    te_init(&(te_config){ .seed = 1, .threads = 2 });
+    static const te_mode modes[] = { TE_MODE_EAGER, TE_MODE_GRAPH };
+    for (int m = 0; m < 2; m++) {
+        const char *mode = te_mode_name(modes[m]);
+        inj_fresh(1, (const char *const[]){ NULL });
+        inj_run(modes[m], inj_clean);
+        for (int s = 0; s < INJ_STEPS; s++)
+            for (int i = 0; i < INJ_N; i++)
+                ck_assert_msg(inj_clean[s][i] >= 1.0f, "%s: clean y[%d] = %g", mode, i, inj_clean[s][i]);
 
-    ck_assert_int_eq(te_inject_add("nan@op=fc1/scale,step=1,index=2"), TE_OK);
-    ck_assert_int_eq(te_inject_add("scale@op=fc1/relu,step=2,value=10"), TE_OK);
-    run_steps(got);
-    ck_assert_mem_eq(got[0], clean[0], sizeof clean[0]);
-    ck_assert(isnan(got[1][2]));                 /* relu propagates the NaN */
-    ck_assert_float_eq(got[1][1], clean[1][1]);
-    for (int i = 0; i < 4; i++)
-        ck_assert_float_eq(got[2][i], 10.0f * clean[2][i]);
+        /* nan and inf land on element `index`, and nowhere else */
+        inj_fresh(1, (const char *const[]){ "nan@op=fc1/relu,step=1,index=1234",
+                                            "inf@op=fc1/scale,step=2,index=4095", NULL });
+        inj_run(modes[m], inj_got);
+        inj_same(mode, inj_got, inj_clean, 0, -1);
+        ck_assert_msg(isnan(inj_got[1][1234]), "%s: y[1234] = %g, not the NaN", mode, inj_got[1][1234]);
+        inj_same(mode, inj_got, inj_clean, 1, 1234);
+        ck_assert_msg(isinf(inj_got[2][4095]) && inj_got[2][4095] > 0, "%s: y[4095] = %g, not +inf (through relu)",
+                      mode, inj_got[2][4095]);
+        inj_same(mode, inj_got, inj_clean, 2, 4095);
+
+        /* scale: the clean output times value, element by element; zero clears */
+        inj_fresh(1, (const char *const[]){ "zero@op=fc1/relu,step=0", "scale@op=fc1/relu,step=1,value=10",
+                                            "scale@op=fc1/scale,step=2,value=-3", NULL });
+        inj_run(modes[m], inj_got);
+        for (int i = 0; i < INJ_N; i++) {
+            ck_assert_msg(inj_got[0][i] == 0.0f, "%s: zeroed y[%d] = %g", mode, i, inj_got[0][i]);
+            ck_assert_msg(inj_got[1][i] == inj_clean[1][i] * 10.0f, "%s: scaled y[%d] = %.9g, want 10 x %.9g",
+                          mode, i, inj_got[1][i], inj_clean[1][i]);
+            ck_assert_msg(inj_got[2][i] == 0.0f, "%s: y[%d] = %g, relu of a negative scale", mode, i,
+                          inj_got[2][i]);
+        }
+    }
 }
 END_TEST
 
-START_TEST(test_inject_zero_inf_noise)
+/* noise adds N(0, value^2), drawn from the seed, the op and the step: the
+ * same seed gives the same bits (in either mode), another seed other noise,
+ * and the noise's spread is value's, closely enough that 0.2 or 0.05 fail. */
+START_TEST(test_inject_noise)
 {
-    float clean[3][4], got[3][4];
-    run_steps(clean);
-    te_shutdown();
-    te_init(&(te_config){ .seed = 1, .threads = 2 });
-    te_inject_add("zero@op=fc1/relu,step=0");
-    te_inject_add("inf@op=fc1/relu,step=1");
-    te_inject_add("noise@op=fc1/*,step=2,value=0.1");
-    run_steps(got);
-    for (int i = 0; i < 4; i++)
-        ck_assert_float_eq(got[0][i], 0.0f);
-    ck_assert(isinf(got[1][0]));
-    int changed = 0;
-    for (int i = 0; i < 4; i++) {
-        ck_assert_float_eq_tol(got[2][i], clean[2][i], 1.0f);
-        changed += got[2][i] != clean[2][i];
+    static const te_mode modes[] = { TE_MODE_EAGER, TE_MODE_GRAPH };
+    static const char *const noise[] = { "noise@op=fc1/relu,step=1,value=0.1", NULL };
+    for (int m = 0; m < 2; m++) {
+        const char *mode = te_mode_name(modes[m]);
+        inj_fresh(1, (const char *const[]){ NULL });
+        inj_run(modes[m], inj_clean);
+        inj_fresh(1, noise);
+        inj_run(modes[m], inj_got);
+        inj_same(mode, inj_got, inj_clean, 0, -1);
+        inj_same(mode, inj_got, inj_clean, 2, -1);
+        double sum = 0, sq = 0;
+        for (int i = 0; i < INJ_N; i++) {
+            double d = (double)inj_got[1][i] - inj_clean[1][i];
+            sum += d;
+            sq += d * d;
+        }
+        double mean = sum / INJ_N, sd = sqrt((sq - sum * mean) / (INJ_N - 1));
+        /* over 4096 values the sample std is within 1.1% of sigma (one s.d.):
+         * +-10% is nine of those, and far from 0.2 or 0.05 */
+        ck_assert_msg(fabs(sd - 0.1) < 0.01, "%s: noise std %g, want 0.1", mode, sd);
+        ck_assert_msg(fabs(mean) < 0.01, "%s: noise mean %g, want 0", mode, mean); /* 6 s.e. */
+
+        inj_fresh(1, noise);
+        inj_run(modes[m], inj_other);
+        ck_assert_msg(memcmp(inj_other, inj_got, sizeof inj_got) == 0, "%s: seed 1 twice, other noise", mode);
+        if (m == 1) { /* graph mode: the same bits as eager's (inj_got held them before this pass) */
+            float (*eager)[INJ_N] = inj_other;
+            inj_fresh(1, noise);
+            inj_run(TE_MODE_EAGER, eager);
+            ck_assert_msg(memcmp(eager, inj_got, sizeof inj_got) == 0, "graph and eager noise differ");
+        }
+        inj_fresh(2, noise);
+        inj_run(modes[m], inj_other);
+        int differ = 0;
+        for (int i = 0; i < INJ_N; i++)
+            differ += inj_other[1][i] != inj_got[1][i];
+        ck_assert_msg(differ > INJ_N * 9 / 10, "%s: seed 2 changed %d of %d values", mode, differ, INJ_N);
     }
-    ck_assert_int_ge(changed, 3);
 }
 END_TEST
 
@@ -579,7 +659,7 @@ Suite *suite_core(void)
     tcase_add_test(tc, test_param_registry);
     tcase_add_test(tc, test_inject_parse_errors);
     tcase_add_test(tc, test_inject_kinds);
-    tcase_add_test(tc, test_inject_zero_inf_noise);
+    tcase_add_test(tc, test_inject_noise);
     tcase_add_test(tc, test_half_inputs_round_outputs);
     tcase_add_test(tc, test_half_backward);
     tcase_add_test(tc, test_half_same_input_twice);

@@ -253,6 +253,49 @@ END_TEST
 
 /* ---- looking around and changing values ------------------------------------------ */
 
+/* The values of tensor `path` ("/fc2/relu/out0") in step 0 of the dump in
+ * dir, malloc'ed; its element count in *n. */
+static float *dumped(const char *dir, const char *path, int64_t *n)
+{
+    char file[512], err[1024];
+    snprintf(file, sizeof file, "%s/step-00000000.h5", dir);
+    dump_step_reader *r = dump_step_open(file, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    int i = dump_step_find(r, path);
+    ck_assert_msg(i >= 0, "%s lacks %s", file, path);
+    *n = dump_step_tensor(r, i)->numel;
+    float *v = malloc((size_t)*n * sizeof *v);
+    ck_assert(v && dump_step_read_f32(r, i, v, err, sizeof err));
+    dump_step_close(r);
+    return v;
+}
+
+/* The n numbers printed on the lines after the line holding `header` (a
+ * print's "[[a b]\n [c d]]" body), into v. */
+static void printed(const session *s, const char *header, float *v, int n)
+{
+    const char *p = strstr(s->out, header);
+    ck_assert_msg(p != NULL, "no '%s' in the session:\n%s", header, s->out);
+    p = strchr(p, '\n');
+    for (int i = 0; i < n; i++) {
+        p += strspn(p, " \n[]");
+        char *end;
+        v[i] = strtof(p, &end);
+        ck_assert_msg(end != p, "number %d after '%s' unreadable: %.40s", i, header, p);
+        p = end;
+    }
+}
+
+/* a and b agree to the 6 significant digits a print shows */
+static void assert_close(const char *what, double got, double want)
+{
+    ck_assert_msg(fabs(got - want) <= 1e-5 * fabs(want) + 1e-9, "%s: printed %.9g, the dump's %.9g", what, got,
+                  want);
+}
+
+/* What print, stats and hist show at a stop are the tensors' values: the
+ * same program run without the debugger dumps them (the dump reader reads
+ * them back), and the statistics and histogram are computed from those. */
 START_TEST(test_inspect)
 {
     session s = run_tdbg("break fc2/relu;run;info ops;info op fc2/linear;print fc2/relu:out0[0, :4];"
@@ -262,11 +305,72 @@ START_TEST(test_inspect)
     assert_has(&s, "Linear");
     assert_has(&s, "in0  fc1/relu:out0  from fc1/relu");
     assert_has(&s, "out0 fc2/linear:out0  to fc2/relu");
-    assert_has(&s, "fc2/relu:out0 f32 [32,64]");
-    assert_has(&s, "param:fc1.bias f32 [64]");
     assert_has(&s, "usage: break WHAT [if COND]");
-    assert_has(&s, "fc2/relu:out0 f32 [32,64], 4 bins over the finite values:");
     assert_has(&s, "Recording fc2/relu:out0 every step from now on.\nstep    abs_max"); /* the stop's own statistics */
+
+    char dir[] = "/tmp/tdbg-inspect-XXXXXX", out[4096];
+    ck_assert(mkdtemp(dir) != NULL);
+    ck_assert_msg(tu_shell(out, sizeof out, "'%s/examples/mlp' %s --steps 2 --dump 'dir=%s/d;ops=fc1/linear,fc2/*;"
+                           "io=both;steps=0' 2>&1", TDBG_BUILDDIR, MLP, dir) == 0, "%s", out);
+    char d[64];
+    snprintf(d, sizeof d, "%s/d", dir);
+    int64_t n_relu, n_w, n_bias;
+    float *relu = dumped(d, "/fc2/relu/out0", &n_relu), *w = dumped(d, "/fc2/linear/in1", &n_w),
+          *bias = dumped(d, "/fc1/linear/in2", &n_bias);
+    tu_shell(out, sizeof out, "rm -rf '%s'", dir);
+    ck_assert(n_relu == 32 * 64 && n_w == 64 * 64 && n_bias == 64);
+
+    float v[4];
+    printed(&s, "fc2/relu:out0 f32 [32,64] (slice [0,:4] -> [4])", v, 4);
+    for (int i = 0; i < 4; i++)
+        assert_close("fc2/relu:out0[0, :4]", v[i], relu[i]);
+    printed(&s, "fc2/linear:in1 f32 [64,64] (slice [0:2,0:2] -> [2,2])", v, 4);
+    for (int i = 0; i < 4; i++)
+        assert_close("fc2/linear:in1[0:2,0:2]", v[i], w[(i / 2) * 64 + i % 2]);
+
+    /* stats: min, max, mean, std (population), abs_max and l2norm of the bias */
+    double mn = bias[0], mx = bias[0], sum = 0, sq = 0;
+    for (int i = 0; i < 64; i++) {
+        mn = fmin(mn, bias[i]), mx = fmax(mx, bias[i]);
+        sum += bias[i], sq += (double)bias[i] * bias[i];
+    }
+    double mean = sum / 64, got[6];
+    const char *st = strstr(s.out, "param:fc1.bias f32 [64] min ");
+    ck_assert_msg(st && sscanf(st, "param:fc1.bias f32 [64] min %lf max %lf mean %lf std %lf abs_max %lf l2norm %lf",
+                               &got[0], &got[1], &got[2], &got[3], &got[4], &got[5]) == 6,
+                  "no stats line:\n%s", s.out);
+    assert_close("min", got[0], mn);
+    assert_close("max", got[1], mx);
+    assert_close("mean", got[2], mean);
+    assert_close("std", got[3], sqrt(sq / 64 - mean * mean));
+    assert_close("abs_max", got[4], fmax(-mn, mx));
+    assert_close("l2norm", got[5], sqrt(sq));
+
+    /* hist: 4 equal bins over [min, max], the last one closed */
+    double lo = relu[0], hi = relu[0];
+    for (int64_t i = 0; i < n_relu; i++)
+        lo = fmin(lo, relu[i]), hi = fmax(hi, relu[i]);
+    int want[4] = { 0 };
+    for (int64_t i = 0; i < n_relu; i++) {
+        int b = (int)((relu[i] - lo) / (hi - lo) * 4);
+        want[b > 3 ? 3 : b]++;
+    }
+    const char *h = strstr(s.out, "fc2/relu:out0 f32 [32,64], 4 bins over the finite values:\n");
+    ck_assert_msg(h != NULL, "no histogram:\n%s", s.out);
+    h = strchr(h, '\n') + 1;
+    for (int b = 0; b < 4; b++) {
+        double e0, e1;
+        int count;
+        ck_assert_msg(sscanf(h, "[%lf, %lf%*[])] %d", &e0, &e1, &count) == 3, "bin %d: %.60s", b, h);
+        assert_close("bin edge", e0, lo + (hi - lo) * b / 4);
+        assert_close("bin edge", e1, lo + (hi - lo) * (b + 1) / 4);
+        ck_assert_msg(count == want[b], "bin %d: %d values printed, the dump's values give %d", b, count, want[b]);
+        h = strchr(h, '\n') + 1;
+    }
+    ck_assert_msg(strncmp(h, "nan 0  inf 0\n", 13) == 0, "%.40s", h);
+    free(relu);
+    free(w);
+    free(bias);
     done(&s);
 }
 END_TEST

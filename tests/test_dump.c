@@ -602,7 +602,7 @@ END_TEST
 START_TEST(test_h5py_interop)
 {
     /* h5py alone (no tdbg code) reads the dump, and numpy recomputes a conv
-     * and a linear op from their dumped inputs. Skipped without h5py. */
+     * and a linear op from their dumped inputs. Skipped (tdbg_skip) without them. */
     int st = tu_shell(out, sizeof out,
                       "'%s/examples/cnn' --channels 4,8,8 --batch 4 --threads 2 --steps 1 --train-size 16 "
                       "--dump 'dir=%s;ops=conv1/conv,fc/linear;io=both;steps=0' >/dev/null 2>&1 && "
@@ -610,7 +610,8 @@ START_TEST(test_h5py_interop)
                       TDBG_BUILDDIR, dir, TDBG_SRCDIR, dir);
     ck_assert_int_eq(st, 0);
     if (strstr(out, "status=77")) {
-        fprintf(stderr, "test_h5py_interop: %s", out);
+        tdbg_skip("dump", "h5py or numpy not found for /usr/bin/python3 (apt-get install python3-h5py "
+                          "python3-numpy)");
         return;
     }
     ck_assert_msg(strstr(out, "interop: conv and linear agree") && strstr(out, "status=0"), "%s", out);

@@ -16,11 +16,11 @@
 #include <hdf5.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 static char suite_dir[64];
@@ -159,18 +159,26 @@ static tu_result run_reader(const fixture *f, reader k)
     }
 }
 
-static double seconds(void)
+/* A hang guard, not a speed check: a reader takes milliseconds on these
+ * files, so one still reading after HANG_S seconds is stuck; the alarm ends
+ * the test with the reader's and the damage's names (write and _exit only:
+ * async-signal-safe). */
+#define HANG_S 60
+static char hung_msg[512];
+
+static void on_hang(int sig)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    (void)sig;
+    if (write(STDERR_FILENO, hung_msg, strlen(hung_msg)) < 0)
+        _exit(2);
+    _exit(1);
 }
 
 /* Runs every reader on f, whose file `bad` is damaged (what), and asserts:
  * the exit code (verify 1, the others 2; 0 for show, stats and export when
  * bad is run.h5, which they do not read), a message naming bad and holding
  * one of phrases (NULL-terminated; none: any), the intact step 1 still
- * read, a bounded time, and that no file of the run changed. */
+ * read, an answer (HANG_S), and that no file of the run changed. */
 static void assert_readers(const fixture *f, const char *bad, const char *what,
                            const char *const *phrases)
 {
@@ -180,14 +188,15 @@ static void assert_readers(const fixture *f, const char *bad, const char *what,
         before[i] = load(paths[i]);
     bool run_bad = strcmp(bad, f->run) == 0;
     for (int k = 0; k < R_COUNT; k++) {
-        double t0 = seconds();
+        snprintf(hung_msg, sizeof hung_msg, "%s: %s: no answer after %d s\n", what, reader_names[k], HANG_S);
+        signal(SIGALRM, on_hang);
+        alarm(HANG_S);
         tu_result r = run_reader(f, (reader)k);
-        double took = seconds() - t0;
+        alarm(0);
         int want = k == R_VERIFY ? 1 : run_bad && k != R_LS && k != R_DIFF ? 0 : 2;
         const char *msg = k == R_VERIFY ? r.out : r.err;
         ck_assert_msg(r.rc == want, "%s: %s: exit %d, expected %d\nout: %s\nerr: %s", what,
                       reader_names[k], r.rc, want, r.out, r.err);
-        ck_assert_msg(took < 20, "%s: %s: took %.1f s", what, reader_names[k], took);
         if (want != 0) {
             ck_assert_msg(strstr(msg, bad), "%s: %s: no message names %s:\n%s", what,
                           reader_names[k], bad, msg);

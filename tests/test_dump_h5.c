@@ -1128,7 +1128,7 @@ START_TEST(test_disk_no_permission)
     ck_assert(chmod(dir, 0555) == 0);
     int rc = write_as_user(dir, msg, sizeof msg);
     if (rc == 77) {
-        fprintf(stderr, "test_disk_no_permission: skipped (root cannot become uid 65534)\n");
+        tdbg_skip("dump_h5", "root cannot become uid 65534 to test permissions");
         return;
     }
     ck_assert_msg(rc == 1, "the child ended with %d (%s)", rc, msg);
@@ -1220,7 +1220,7 @@ END_TEST
 START_TEST(test_interop_h5py)
 {
     if (system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "test_interop_h5py: skipped (no h5py for /usr/bin/python3)\n");
+        tdbg_skip("dump_h5", "h5py not found for /usr/bin/python3 (apt-get install python3-h5py)");
         return;
     }
     char dir[128], out[512] = "";

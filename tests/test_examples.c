@@ -233,20 +233,38 @@ END_TEST
 
 /* ---- flags -------------------------------------------------------------------- */
 
+/* Every flag error names the flag and the value and says what is valid. */
 START_TEST(test_bad_flags)
 {
     static const struct {
         const char *args, *want;
     } cases[] = {
-        { "--steps abc", "bad value 'abc' for --steps" },
-        { "--steps 0", "bad value '0' for --steps" },
-        { "--lr=-1", "bad value '-1' for --lr" },
-        { "--optim rmsprop", "bad value 'rmsprop' for --optim" },
-        { "--hidden 64,,3", "bad value '64,,3' for --hidden" },
-        { "--nope 3", "--nope is not a flag" },
-        { "--batch", "--batch needs a value" },
-        { "--time=1", "--time takes no value" },
-        { "--mode lazy", "bad value 'lazy' for --mode" },
+        { "--steps abc", "mlp: --steps 'abc': expected a whole number >= 1, e.g. 100\n" },
+        { "--steps 0", "mlp: --steps '0': expected a whole number >= 1, e.g. 100\n" },
+        { "--log-every -1", "mlp: --log-every '-1': expected a whole number >= 1, e.g. 100\n" },
+        { "--batch 0", "mlp: --batch '0': expected a whole number in 1..1048576, e.g. 128\n" },
+        { "--accum 33", "mlp: --accum '33': expected a whole number in 1..32 (1: no accumulation)\n" },
+        { "--threads 257", "mlp: --threads '257': expected a whole number in 0..256 (0: all cores)\n" },
+        { "--workers x", "mlp: --workers 'x': expected a whole number in 0..64 (0: load in the training thread)\n" },
+        { "--train-size 0", "mlp: --train-size '0': expected a whole number in 1..1073741824 (2^30)\n" },
+        { "--seed 0", "mlp: --seed '0': expected a whole number >= 1, e.g. 1\n" },
+        { "--lr=-1", "mlp: --lr '-1': expected a finite number >= 0, e.g. 3e-4\n" },
+        { "--momentum inf", "mlp: --momentum 'inf': expected a finite number >= 0, e.g. 0.9\n" },
+        { "--weight-decay x", "mlp: --weight-decay 'x': expected a finite number >= 0, e.g. 0.01\n" },
+        { "--clip -2", "mlp: --clip '-2': expected a finite number >= 0 (0: off), e.g. 1\n" },
+        { "--optim rmsprop", "mlp: --optim 'rmsprop': unknown optimizer; expected sgd, adam or adamw\n" },
+        { "--mode lazy", "mlp: --mode 'lazy': unknown mode; expected eager or graph\n" },
+        { "--save-graph=", "mlp: --save-graph '': expected a folder name, e.g. ir\n" },
+        { "--dump=", "mlp: --dump '': expected a dump spec, dir=D;ops=GLOB,...;steps=0|5-8;io=both;"
+                     "what=full|stats, or @FILE (docs/dump-format.md)\n" },
+        { "--data moons", "mlp: --data 'moons': unknown dataset; expected blobs or spirals\n" },
+        { "--hidden 0", "mlp: --hidden '0': expected up to 8 widths, comma separated, each a whole number in "
+                        "1..65536, e.g. 1024,1024\n" },
+        { "--hidden 64,,3", "mlp: --hidden '64,,3': expected up to 8 widths" },
+        { "--hidden 1,2,3,4,5,6,7,8,9", "mlp: --hidden '1,2,3,4,5,6,7,8,9': expected up to 8 widths" },
+        { "--nope 3", "mlp: --nope is not a flag; the flags are listed below\n" },
+        { "--batch", "mlp: --batch needs a value\n" },
+        { "--time=1", "mlp: --time takes no value\n" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_result *r = run("mlp", "%s", cases[i].args);
@@ -256,8 +274,16 @@ START_TEST(test_bad_flags)
         ck_assert_msg(strstr(r->out, "usage: mlp"), "'%s': no usage in:\n%s", cases[i].args, r->out);
         free(r);
     }
-    run_result *r = run("cnn", "--channels 8,16");
-    ck_assert_msg(r->status == 2 && strstr(r->out, "bad value '8,16' for --channels") &&
+    char many[512] = "";
+    for (int k = 0; k < 17; k++) /* one more than the 16 allowed */
+        snprintf(many + strlen(many), sizeof many - strlen(many), " --inject nan@op=x,step=%d", k);
+    run_result *r = run("mlp", "%s", many);
+    ck_assert_msg(r->status == 2 && strstr(r->out, "mlp: --inject 'nan@op=x,step=16': one too many: at most 16 "
+                                           "injections\n"), "17 injections: exit %d:\n%s", r->status, r->out);
+    free(r);
+    r = run("cnn", "--channels 8,16");
+    ck_assert_msg(r->status == 2 && strstr(r->out, "cnn: --channels '8,16': expected three widths, comma separated, "
+                                           "each a whole number in 1..4096, e.g. 32,64,128\n") &&
                   strstr(r->out, "usage: cnn"), "cnn --channels 8,16: exit %d:\n%s", r->status, r->out);
     free(r);
 }
@@ -349,7 +375,7 @@ START_TEST(test_graph_flags)
     ck_assert(system(cmd) == 0);
     free(r);
     r = run("mlp", "--mode jit");
-    ck_assert_msg(r->status == 2 && strstr(r->out, "bad value 'jit' for --mode: expected eager or graph"),
+    ck_assert_msg(r->status == 2 && strstr(r->out, "mlp: --mode 'jit': unknown mode; expected eager or graph\n"),
                   "--mode jit: exit %d:\n%s", r->status, r->out);
     free(r);
 }

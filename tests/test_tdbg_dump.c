@@ -541,7 +541,7 @@ END_TEST
 START_TEST(test_export_numpy_load)
 {
     if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "test_export_numpy_load: skipped (no numpy for /usr/bin/python3)\n");
+        tdbg_skip("tdbg_dump", "numpy not found for /usr/bin/python3 (apt-get install python3-numpy)");
         return;
     }
     char dir[128], out[256], text[4096];

@@ -2,14 +2,15 @@
  * test_tui.c — the terminal UI, driven for real: `tdbg` runs in a tmux
  * pane (a private server, -L), keys go in with send-keys, and what the
  * screen shows comes back with capture-pane, polled until the expected
- * text appears (never a fixed sleep). Without tmux the tmux cases pass
- * after saying they were skipped. The layout, the output pane's line
+ * text appears (never a fixed sleep). Without tmux the tmux cases are
+ * skipped, counted in the runner's closing summary (tdbg_skip). The layout, the output pane's line
  * handling and the list view the panes scroll with are checked directly too.
  *
  * TDBG_TUI_SHOTS=DIR keeps the screens the cases look at as DIR/NAME.txt
  * (the ones in docs/tui.md come from there).
  */
 #include "suites.h"
+#include "testutil.h"
 #include "tui_internal.h"
 
 #include <signal.h>
@@ -205,7 +206,7 @@ static void teardown(void)
 static bool skip(void)
 {
     if (!have_tmux)
-        fprintf(stderr, "tui: tmux not found, the TUI cases are skipped (apt-get install tmux)\n");
+        tdbg_skip("tui", "tmux not found (apt-get install tmux)");
     return !have_tmux;
 }
 
@@ -479,7 +480,7 @@ END_TEST
 START_TEST(test_no_terminal_falls_back)
 {
     if (system("command -v setsid >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "tui: setsid not found, the no-terminal case is skipped\n");
+        tdbg_skip("tui", "setsid not found (apt-get install util-linux)");
         return;
     }
     char cmd[1024], out[16384];
@@ -754,6 +755,39 @@ START_TEST(test_list_follows_tail)
 }
 END_TEST
 
+/* ---- skips: counted, never passed silently ------------------------------------------ */
+
+/* The runner run again on the tmux cases, with a PATH that holds rm (the
+ * fixture's clean-up) but neither tmux nor setsid: every case is skipped,
+ * the closing summary counts them with their reasons, and with
+ * TDBG_REQUIRE_ALL=1 (as in CI) the run fails. */
+START_TEST(test_skips_counted_in_summary)
+{
+    char bin[320], out[65536];
+    snprintf(bin, sizeof bin, "%s/bin", dir);
+    ck_assert(sh("mkdir '%s' && ln -s \"$(command -v rm)\" '%s/rm'", bin, bin) == 0);
+    for (int require = 0; require < 2; require++) {
+        int st = tu_shell(out, sizeof out, "PATH='%s' CK_RUN_SUITE=tui CK_RUN_CASE=tmux TDBG_REQUIRE_ALL=%s "
+                          "'%s/tests/run_tests' 2>&1", bin, require ? "1" : "", TDBG_BUILDDIR);
+        const char *checks = strstr(out, "Checks: ");
+        int n = 0;
+        ck_assert_msg(checks && sscanf(checks, "Checks: %d, Failures: 0, Errors: 0", &n) == 1 && n > 1,
+                      "no clean closing line:\n%s", out);
+        char want[512];
+        snprintf(want, sizeof want, "\nSkipped: %d of those checks (tui: tmux not found (apt-get install tmux) x%d; "
+                 "tui: setsid not found (apt-get install util-linux))\n", n, n - 1);
+        ck_assert_msg(strstr(out, want), "no \"%s\" in:\n%s", want + 1, out);
+        ck_assert_msg(strstr(checks, want), "the skips come before Check's closing line:\n%s", out);
+        ck_assert_msg(st == require, "TDBG_REQUIRE_ALL=%s: exit %d, want %d:\n%s", require ? "1" : "", st,
+                      require, out);
+        if (require) {
+            snprintf(want, sizeof want, "run_tests: TDBG_REQUIRE_ALL=1: %d checks were skipped instead of run", n);
+            ck_assert_msg(strstr(out, want), "no \"%s\" in:\n%s", want, out);
+        }
+    }
+}
+END_TEST
+
 Suite *suite_tui(void)
 {
     Suite *s = suite_create("tui");
@@ -777,5 +811,10 @@ Suite *suite_tui(void)
     tcase_add_test(unit, test_list_follows_tail);
     tcase_add_test(unit, test_registered);
     suite_add_tcase(s, unit);
+    TCase *skips = tcase_create("skips");
+    tcase_add_checked_fixture(skips, setup, teardown);
+    tcase_set_timeout(skips, 120);
+    tcase_add_test(skips, test_skips_counted_in_summary);
+    suite_add_tcase(s, skips);
     return s;
 }

@@ -3,6 +3,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -165,4 +166,61 @@ int tu_shell(char *out, size_t n, const char *fmt, ...)
     out[got] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ---- skips ------------------------------------------------------------------ */
+
+void tdbg_skip(const char *test, const char *reason)
+{
+    fprintf(stderr, "%s: skipped: %s\n", test, reason);
+    const char *path = getenv(TDBG_SKIP_LOG_ENV);
+    ck_assert_msg(path && path[0], "%s: skipped (%s), and no $%s to record it in", test, reason,
+                  TDBG_SKIP_LOG_ENV);
+    char line[512];
+    int len = snprintf(line, sizeof line, "%s\t%s\n", test, reason);
+    ck_assert(len > 0 && (size_t)len < sizeof line);
+    /* One write with O_APPEND: records of tests run at once never interleave. */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0600);
+    ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+    ck_assert_msg(write(fd, line, (size_t)len) == len, "%s: %s", path, strerror(errno));
+    close(fd);
+}
+
+int tu_skip_summary(const char *path, char *buf, size_t n)
+{
+    enum { MAX_KINDS = 32 };
+    char kinds[MAX_KINDS][1024];
+    int count[MAX_KINDS], n_kinds = 0, total = 0;
+    FILE *f = fopen(path, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            continue;
+        *tab = '\0';
+        char kind[1024];
+        snprintf(kind, sizeof kind, "%s: %s", line, tab + 1);
+        total++;
+        int k = 0;
+        while (k < n_kinds && strcmp(kinds[k], kind) != 0)
+            k++;
+        if (k == n_kinds && n_kinds < MAX_KINDS) {
+            snprintf(kinds[n_kinds], sizeof kinds[0], "%s", kind);
+            count[n_kinds++] = 0;
+        }
+        if (k < n_kinds)
+            count[k]++;
+    }
+    if (f)
+        fclose(f);
+    size_t at = (size_t)snprintf(buf, n, "Skipped: %d of those checks", total);
+    for (int k = 0; k < n_kinds && at < n; k++) {
+        at += (size_t)snprintf(buf + at, n - at, "%s%s", k ? "; " : " (", kinds[k]);
+        if (count[k] > 1 && at < n)
+            at += (size_t)snprintf(buf + at, n - at, " x%d", count[k]);
+    }
+    if (n_kinds && at < n)
+        snprintf(buf + at, n - at, ")");
+    return total;
 }

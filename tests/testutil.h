@@ -80,4 +80,20 @@ tu_result tu_run_tool(int (*main_fn)(int, char **, FILE *, FILE *), const char *
                       const char *const *args);
 void tu_result_free(tu_result *r);
 
+/* ---- skips ------------------------------------------------------------------
+ * Check has no "skipped": a test that cannot run (a tool is missing) calls
+ * tdbg_skip and returns, and the runner counts it. Check forks each test, so
+ * the record goes to the file named by $TDBG_SKIP_LOG (run_tests sets it), one
+ * "TEST<TAB>REASON" line appended at a time. */
+#define TDBG_SKIP_LOG_ENV "TDBG_SKIP_LOG"
+
+/* Records that `test` (its suite or case, e.g. "tui") was skipped because
+ * of `reason` ("tmux not found"); says so on stderr too. */
+void tdbg_skip(const char *test, const char *reason);
+
+/* The "Skipped: N of those checks (REASON; ...)" line for the records in
+ * the file at path (a missing file holds none), into buf; returns N. Equal
+ * records are counted once with "xK". */
+int tu_skip_summary(const char *path, char *buf, size_t n);
+
 #endif
