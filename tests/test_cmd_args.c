@@ -206,7 +206,7 @@ START_TEST(test_info_op_here)
             "'info op NAME' describes one\n");
     has(&s, "(tdbg) info op\nerror: info op: stopped between ops (step 1, forward phase), not at an op; "
             "'info op NAME' describes one, 'step' runs the next op\n");
-    has(&s, "(tdbg) info op\nfc2/relu (Relu), forward phase, execution index 3\n  created at examples/mlp.c:60\n"
+    has(&s, "(tdbg) info op\nfc2/relu (Relu), forward phase, execution index 3\n  created at examples/mlp.c:76\n"
             "  in0  fc2/linear:out0  from fc2/linear\n  out0 fc2/relu:out0  to no op so far\n");
     done(&s);
 }
