@@ -27,6 +27,7 @@ Suite *suite_dump_damage(void);  /* every dump reader on damaged, truncated, hos
 Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, formats, damaged dumps */
 Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the whole op table */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
+Suite *suite_crash(void);       /* crash reports: injected and natural crashes, exit() mid-step, CLI and TUI */
 Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
