@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* noinline: the backtrace names it */
-__attribute__((noinline)) static void use_after_step(int step)
+/* noinline: the backtrace names it; UBSan lets the fault happen */
+__attribute__((noinline, no_sanitize("null"))) static void use_after_step(int step)
 {
     volatile int *volatile p = NULL;
     if (step == 2)
