@@ -8,10 +8,13 @@
  * theirs. plugin.c picks one by TDBG's value.
  *
  * One handler for the fatal signals, for every front end: it lets the
- * active one clean up (the TUI gives the terminal back), then the signal
- * takes its old course, so the program still dies of it (a sanitizer's
- * report included).
+ * active one clean up (the TUI gives the terminal back), writes the crash
+ * report for the crash signals (crash.c), then the signal takes its old
+ * course, so the program still dies of it (a sanitizer's report included).
+ * It runs on the alternate stack where the thread has one (crash.c sets
+ * one up for the training thread).
  */
+#include "crash.h"
 #include "session.h"
 
 #include <errno.h>
@@ -64,17 +67,17 @@ static const int fatal[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, 
 #define N_FATAL (int)(sizeof fatal / sizeof fatal[0])
 static struct sigaction old_action[N_FATAL];
 
-/* The front end's clean-up, then the signal's old action: a fault the
+/* The front end's clean-up, the crash report, then the signal's old action: a fault the
  * kernel raised (SIGSEGV, SIGBUS, SIGFPE, SIGILL with si_code > 0) happens
  * again when the handler returns; any other signal (kill, abort, a hangup)
  * is raised again, and delivered once the handler returns. */
 static void on_fatal(int sig, siginfo_t *info, void *ctx)
 {
-    (void)ctx;
     int saved_errno = errno;
     const dbg_frontend *f = dbg_frontend_active;
     if (f && f->fatal_signal)
         f->fatal_signal(sig);
+    dbg_crash_report(sig, info, ctx);
     for (int i = 0; i < N_FATAL; i++)
         if (fatal[i] == sig)
             sigaction(sig, &old_action[i], NULL);
@@ -91,7 +94,7 @@ void dbg_fatal_handlers_install(void)
         return;
     installed = true;
     for (int i = 0; i < N_FATAL; i++) {
-        struct sigaction sa = { .sa_sigaction = on_fatal, .sa_flags = SA_SIGINFO };
+        struct sigaction sa = { .sa_sigaction = on_fatal, .sa_flags = SA_SIGINFO | SA_ONSTACK };
         sigemptyset(&sa.sa_mask);
         sigaction(fatal[i], &sa, &old_action[i]);
     }

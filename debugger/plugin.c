@@ -7,6 +7,7 @@
  * `run`). A front end that cannot start (the TUI without a terminal)
  * leaves the command line in its place.
  */
+#include "crash.h"
 #include "session.h"
 
 #include <errno.h>
@@ -18,7 +19,7 @@
 static void at_exit(void)
 {
     fflush(stdout);
-    if (!dbg.ending)
+    if (!dbg.ending && !dbg_crash_exit_reported())
         fprintf(dbg_out, "tdbg: the program finished%s\n", dbg_last_stop() ? " (it stopped on the way)" : "");
     dbg_stop_leave(); /* the program's tensors are going */
     if (dbg_frontend_active && dbg_frontend_active->finish)
@@ -86,6 +87,7 @@ int dbg_plugin_start(void)
     sigaction(SIGINT, &sa, NULL);
     dbg_fatal_handlers_install(); /* before a front end's start: curses leaves caught signals alone */
     atexit(at_exit);
+    dbg_crash_setup(); /* after atexit(at_exit): an exit() mid-step is reported before it */
     char why[256];
     if (fe->start && fe->start(why, sizeof why) != 0) { /* no terminal: never a crash, the CLI instead */
         fprintf(stderr, "tdbg: %s; using the command line instead\n", why);

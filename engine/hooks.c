@@ -60,6 +60,16 @@ static void hooks_op_end(const te_op_record *rec)
             hooks[i].h.op_end(rec, hooks[i].user);
 }
 
+void te_op_begin(const te_op_record *rec)
+{
+    if (te_hook_count)
+        for (int i = 0; i < MAX_HOOKS; i++)
+            if (hooks[i].used && hooks[i].h.op_begin)
+                hooks[i].h.op_begin(rec, hooks[i].user);
+    if (te_inject_count)
+        te_inject_crash(rec);
+}
+
 void te_op_done(const te_op_record *rec)
 {
     te_op_record altered;

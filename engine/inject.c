@@ -1,6 +1,7 @@
 /*
  * inject.c — fault injection: alter one op's output at one step so that a
- * debugger or a diff has a known answer to find.
+ * debugger or a diff has a known answer to find, or crash the program
+ * inside one op (segv, abort, fpe) for the debugger's crash report.
  * Spec: "KIND@op=GLOB,step=N[,value=X][,index=I]".
  */
 #include "te_internal.h"
@@ -13,9 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { INJ_NAN, INJ_INF, INJ_SCALE, INJ_NOISE, INJ_ZERO } inject_kind;
+typedef enum { INJ_NAN, INJ_INF, INJ_SCALE, INJ_NOISE, INJ_ZERO, INJ_SEGV, INJ_ABORT, INJ_FPE, INJ_COUNT } inject_kind;
 
-static const char *const kind_names[] = { "nan", "inf", "scale", "noise", "zero" };
+static const char *const kind_names[] = { "nan", "inf", "scale", "noise", "zero", "segv", "abort", "fpe" };
+_Static_assert(sizeof kind_names / sizeof kind_names[0] == INJ_COUNT, "a name for every kind");
+
+/* The crash kinds crash as the op starts its kernel, instead of altering its output. */
+static bool is_crash(inject_kind k) { return k == INJ_SEGV || k == INJ_ABORT || k == INJ_FPE; }
 
 typedef struct {
     inject_kind kind;
@@ -34,7 +39,7 @@ int te_inject_count;
 static te_status bad(const char *spec, const char *token, const char *why)
 {
     te_set_error(TE_ERR_ARG, "--inject '%s': %s '%s' (expected KIND@op=GLOB,step=N[,value=X][,index=I] "
-                 "with KIND nan, inf, scale, noise or zero)", spec, why, token);
+                 "with KIND nan, inf, scale, noise, zero, segv, abort or fpe)", spec, why, token);
     return TE_ERR_ARG;
 }
 
@@ -52,10 +57,10 @@ te_status te_inject_add(const char *spec)
         return bad(spec, buf, "missing '@' after kind");
     *at = '\0';
     int k;
-    for (k = 0; k < 5; k++)
+    for (k = 0; k < INJ_COUNT; k++)
         if (strcmp(buf, kind_names[k]) == 0)
             break;
-    if (k == 5)
+    if (k == INJ_COUNT)
         return bad(spec, buf, "unknown kind");
     in.kind = (inject_kind)k;
     char *save = NULL;
@@ -142,6 +147,8 @@ static void alter(const injection *in, te_tensor *t, uint64_t stream)
     case INJ_ZERO:
         te_fill(t, 0.0f);
         break;
+    case INJ_SEGV: case INJ_ABORT: case INJ_FPE: case INJ_COUNT: /* they crash before the op runs */
+        break;
     }
 }
 
@@ -150,7 +157,7 @@ bool te_inject_apply(const te_op_record *rec)
     bool altered = false;
     for (int i = 0; i < te_inject_count; i++) {
         const injection *in = &injections[i];
-        if (in->step != rec->step || fnmatch(in->glob, rec->name, 0) != 0)
+        if (is_crash(in->kind) || in->step != rec->step || fnmatch(in->glob, rec->name, 0) != 0)
             continue;
         te_tensor *t = NULL;
         for (int k = 0; k < rec->n_outputs && !t; k++)
@@ -167,6 +174,37 @@ bool te_inject_apply(const te_op_record *rec)
         }
     }
     return altered;
+}
+
+/* The crashes themselves: noinline, so that a backtrace names them. A
+ * store through a NULL pointer the compiler cannot prove NULL; a real
+ * integer division trap. UBSan must not turn either into its own report. */
+__attribute__((noinline, no_sanitize("null"))) static void crash_segv(void)
+{
+    volatile int *volatile p = NULL;
+    *p = 1;
+}
+
+__attribute__((noinline, no_sanitize("integer-divide-by-zero"))) static void crash_fpe(void)
+{
+    volatile int zero = 0, one = 1, quotient;
+    quotient = one / zero;
+    (void)quotient;
+}
+
+void te_inject_crash(const te_op_record *rec)
+{
+    for (int i = 0; i < te_inject_count; i++) {
+        const injection *in = &injections[i];
+        if (!is_crash(in->kind) || in->step != rec->step || fnmatch(in->glob, rec->name, 0) != 0)
+            continue;
+        if (in->kind == INJ_SEGV)
+            crash_segv();
+        else if (in->kind == INJ_ABORT)
+            abort();
+        else
+            crash_fpe();
+    }
 }
 
 /* Graph mode keeps the output of an injected op in memory and unfused, so

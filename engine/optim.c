@@ -209,19 +209,38 @@ static void update_with_stats(const te_optim *o, const update *u, int64_t n, te_
     te_stats_merge(parts, nch, n, s);
 }
 
+/* The record of one parameter's update, "update/NAME", its name in name. */
+static te_op_record update_record(const te_optim *o, const te_tensor *p, char *name, size_t n)
+{
+    snprintf(name, n, "update/%.120s", p->name + 6);
+    return (te_op_record){
+        .step = te_step(), .phase = TE_PHASE_UPDATE, .op_id = -1, .exec_index = te_exec_index(),
+        .name = name,
+        .type = o->kind == OPT_SGD ? "SGD" : (o->adam.decoupled ? "AdamW" : "Adam"),
+        .loc = { __FILE__, __LINE__ },
+    };
+}
+
+/* The update of one parameter is about to run: hooks' op_begin, crash injections. */
+static void begin_update(const te_optim *o, const te_tensor *p)
+{
+    char name[TE_NAME_MAX];
+    te_op_record rec = update_record(o, p, name, sizeof name);
+    te_op_begin(&rec);
+}
+
 /* Reports the update of one parameter to hooks and injections. */
 static void record_update(const te_optim *o, te_tensor *p, const te_stats *stats)
 {
     char name[TE_NAME_MAX];
-    snprintf(name, sizeof name, "update/%.120s", p->name + 6);
     te_tensor *in[1] = { p->grad }, *out[1] = { p };
-    te_op_record rec = {
-        .step = te_step(), .phase = TE_PHASE_UPDATE, .op_id = -1, .exec_index = te_next_exec_index(),
-        .name = name,
-        .type = o->kind == OPT_SGD ? "SGD" : (o->adam.decoupled ? "AdamW" : "Adam"),
-        .loc = { __FILE__, __LINE__ }, .inputs = in, .n_inputs = 1, .outputs = out, .n_outputs = 1,
-        .out_stats = stats,
-    };
+    te_op_record rec = update_record(o, p, name, sizeof name);
+    rec.exec_index = te_next_exec_index();
+    rec.inputs = in;
+    rec.n_inputs = 1;
+    rec.outputs = out;
+    rec.n_outputs = 1;
+    rec.out_stats = stats;
     te_op_done(&rec);
 }
 
@@ -266,6 +285,8 @@ te_status te_optim_step(te_optim *o)
             te_set_error(TE_ERR_NOMEM, "optimizer: out of memory for the state of %s", p->name);
             return TE_ERR_NOMEM;
         }
+        if (te_hook_count || te_inject_count)
+            begin_update(o, p);
         const update u = { pf, gf, m, v, first };
         te_stats stats;
         const bool with_stats = te_stats_wanted && te_hook_count && !tmp;

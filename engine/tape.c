@@ -549,6 +549,17 @@ te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
     return code;
 }
 
+void te_node_starting(const te_node *n, bool backward, int exec, const char *kernel)
+{
+    te_op_record rec = {
+        .step = te_step(), .phase = backward ? TE_PHASE_BACKWARD : TE_PHASE_FORWARD, .op_id = n->id,
+        .exec_index = exec, .name = backward ? n->grad_name : n->name,
+        .type = backward ? te_op_grad_type_name(n->op) : te_op_type_name(n->op), .loc = n->loc,
+        .kernel = kernel, .traits = te_op_traits(n->op),
+    };
+    te_op_begin(&rec);
+}
+
 te_tensor *te_node_run(te_node *n)
 {
     for (int k = 0; k < te_op_table[n->op].n_out; k++)
@@ -561,6 +572,8 @@ te_tensor *te_node_run(te_node *n)
         te_trace_fwd(n, te_next_exec_index());
         return n->out[0];
     }
+    if (te_inject_count || te_hook_count)
+        te_node_starting(n, false, te_exec_index(), NULL);
     if (te_node_dispatch(n, false) != TE_OK) {
         drop_node(n);
         return NULL;
@@ -634,6 +647,8 @@ static te_status backward_node(te_node *n)
                 te_grad_buf(n->in[i], &acc);
         te_trace_bwd(n, te_next_exec_index());
     } else {
+        if (te_inject_count || te_hook_count)
+            te_node_starting(n, true, te_exec_index(), NULL);
         te_status st = te_node_dispatch(n, true);
         if (st != TE_OK)
             return st;

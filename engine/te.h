@@ -365,6 +365,11 @@ typedef struct te_hooks {
     void (*step_end)(int64_t step, void *user);                    /* optional */
     void (*phase_begin)(int64_t step, te_phase phase, void *user); /* optional */
     void (*op_end)(const te_op_record *rec, void *user);           /* optional */
+    /* optional: the op is about to run its kernel. The record says which
+     * op it is (step, phase, op_id, exec_index, name, type, loc, kernel,
+     * traits); it has no tensors yet. For what a crash report needs (the
+     * last op started): keep it cheap, it runs before every op. */
+    void (*op_begin)(const te_op_record *rec, void *user);
 } te_hooks;
 
 /* Returns a handle >= 0, or -1 when the hook table is full. */
@@ -373,11 +378,15 @@ TE_API void te_hook_remove(int handle);
 
 /* ---- fault injection ---------------------------------------------------
  * "KIND@op=GLOB,step=N[,value=X][,index=I]", KIND one of nan, inf, scale,
- * noise, zero. After an op whose name matches GLOB runs at step N, its
- * output 0 is altered before any hook sees it: nan/inf set element I
- * (default 0), scale multiplies by X (default 1000), noise adds N(0, X^2)
- * (default X 0.01), zero clears it. Returns TE_ERR_ARG with a message naming
- * the bad token. */
+ * noise, zero, segv, abort, fpe. After an op whose name matches GLOB runs
+ * at step N, its output 0 is altered before any hook sees it: nan/inf set
+ * element I (default 0), scale multiplies by X (default 1000), noise adds
+ * N(0, X^2) (default X 0.01), zero clears it. segv, abort and fpe crash the
+ * program instead, as the op starts its kernel (after the op_begin hooks):
+ * a store through a NULL pointer (SIGSEGV), abort() (SIGABRT), an integer
+ * division by zero (SIGFPE); forward, backward and update ops alike, in
+ * eager and graph mode. Returns TE_ERR_ARG with a message naming the bad
+ * token. */
 TE_API te_status te_inject_add(const char *spec);
 TE_API void te_inject_clear(void);
 

@@ -340,6 +340,15 @@ void te_op_done(const te_op_record *rec);
 void te_names_seen(const te_op_record *rec);
 void te_names_step_end(void);
 void te_names_reset(void);
+/* Before an op's kernel runs: hooks' op_begin see it (rec holds its
+ * identity only: no tensors), then a crash injection (segv, abort, fpe)
+ * for this op and step crashes here, on the op's way into its kernel. */
+void te_op_begin(const te_op_record *rec);
+/* The crash injections' part of te_op_begin (inject.c). */
+void te_inject_crash(const te_op_record *rec);
+/* te_op_begin for a node about to run forward or backward (tape.c):
+ * exec is its execution index, kernel graph mode's kernel or NULL. */
+void te_node_starting(const te_node *n, bool backward, int exec, const char *kernel);
 void te_set_phase(te_phase p);
 int te_next_exec_index(void);
 int te_exec_index(void);

@@ -50,7 +50,8 @@ static const common_flag common_flags[] = {
       "                         ... or @FILE (docs/dump-format.md; TDBG_DUMP does the same)" },
     { F_LOG_EVERY, "--log-every", "N", "print a step line every N steps" },
     { F_INJECT, "--inject", "SPEC", "KIND@op=GLOB,step=N[,value=X][,index=I], KIND nan, inf,\n"
-      "                         scale, noise or zero: alter that op's output (repeatable)" },
+      "                         scale, noise or zero: alter that op's output; segv, abort\n"
+      "                         or fpe: crash in that op (repeatable)" },
     { F_TIME, "--time", NULL, "print ms per step (median, min, max) after warm-up" },
     { F_HELP, "--help", NULL, "this text" },
 };

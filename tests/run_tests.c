@@ -34,6 +34,7 @@ int main(void)
     srunner_add_suite(sr, suite_debugger());
     srunner_add_suite(sr, suite_names());
     srunner_add_suite(sr, suite_tui());
+    srunner_add_suite(sr, suite_crash());
     srunner_add_suite(sr, suite_dump_spec());
     srunner_add_suite(sr, suite_dump_h5());
     srunner_add_suite(sr, suite_dump());

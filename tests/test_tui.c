@@ -458,7 +458,7 @@ START_TEST(test_crash_restores_terminal)
         return;
     char args[512];
     snprintf(args, sizeof args, "-- '%s/examples/mlp' --hidden 32,32 --steps 2", TDBG_BUILDDIR);
-    start("", 80, 24, args);
+    start("", 80, 60, args); /* room for the crash report below the notice */
     const char *screen = wait_for(-1, "(pid ", NULL);
     int pid = atoi(strstr(screen, "(pid ") + 5);
     ck_assert_msg(pid > 1, "no pid on the screen");

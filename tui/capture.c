@@ -7,6 +7,7 @@
  * cookie stream that, before adding its text, reads what the program
  * wrote before it: the report of a stop comes after the step's last line.
  */
+#include "crash.h"
 #include "tui_internal.h"
 
 #include <errno.h>
@@ -142,6 +143,7 @@ bool tui_capture_start(char *why, size_t n)
         return false;
     }
     dbg_out_stream = dbg_stream;
+    dbg_crash_set_fd(saved_err); /* a crash report goes where stderr went */
     return true;
 }
 
@@ -150,6 +152,7 @@ void tui_capture_stop(void)
     if (saved_out < 0 && saved_err < 0)
         return;
     dbg_out_stream = NULL;
+    dbg_crash_set_fd(-1);
     fflush(stdout);
     fflush(stderr);
     /* the writing ends go with these (unless a child of the program holds one) */

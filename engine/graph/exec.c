@@ -119,6 +119,9 @@ te_status tg_execute(tg_plan *p, te_tensor *const *inputs, te_tensor **outputs)
     for (int i = 0; i < p->n_kernels; i++) {
         const tg_kernel *k = &p->kernels[i];
         te_set_phase(k->phase);
+        if (te_hook_count || te_inject_count)
+            for (int j = 0; j < k->n_orig; j++)
+                te_node_starting(k->orig[j].node, k->orig[j].backward, base + k->orig[j].exec, k->desc);
         te_status st = run_kernel(k, base);
         if (st != TE_OK)
             return st;
