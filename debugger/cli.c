@@ -187,8 +187,18 @@ void dbg_script_load(void)
     }
 }
 
+/* Commands the program's end left unrun are named, never dropped in
+ * silence: a script that expected a stop learns that none came. */
 void dbg_script_free(void)
 {
+    int left = dbg.n_script - dbg.script_pos;
+    if (left > 0) {
+        fprintf(dbg_out, "tdbg: %d command%s of the script did not run (the program ended first):", left,
+                left == 1 ? "" : "s");
+        for (int i = dbg.script_pos; i < dbg.n_script; i++)
+            fprintf(dbg_out, "%s '%s'", i == dbg.script_pos ? "" : ",", dbg.script[i]);
+        fprintf(dbg_out, "\n");
+    }
     for (int i = dbg.script_pos; i < dbg.n_script; i++)
         free(dbg.script[i]);
     dbg.script_pos = dbg.n_script;

@@ -206,7 +206,7 @@ bool dbg_execute(const char *line);
 /* Reads the next command line (the script's, else the front end's); NULL at the end. */
 char *dbg_read_line(const char *prompt);
 /* The -x/-ex commands the launcher passed in TDBG_SCRIPT, run first; and
- * those left over, dropped at the end. cli.c. */
+ * those left over at the end, named (the program ended before them) and freed. cli.c. */
 void dbg_script_load(void);
 void dbg_script_free(void);
 

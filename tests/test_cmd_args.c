@@ -322,6 +322,20 @@ START_TEST(test_trend_shows_the_stop)
 }
 END_TEST
 
+START_TEST(test_unrun_script_named)
+{
+    /* the program ends without a stop: the script's later commands are named, not dropped in silence */
+    session s = run_tdbg("--batch", "run;step;print fc1/linear:out0", "--steps 1");
+    has(&s, "tdbg: the program finished\ntdbg: 2 commands of the script did not run (the program ended first): "
+            "'step', 'print fc1/linear:out0'\n");
+    ck_assert_int_eq(s.status, 0);
+    done(&s);
+    s = run_tdbg("--batch", "run", "--steps 1"); /* nothing left: nothing said */
+    lacks(&s, "did not run");
+    done(&s);
+}
+END_TEST
+
 Suite *suite_cmd_args(void)
 {
     Suite *s = suite_create("cmd_args");
@@ -334,6 +348,7 @@ Suite *suite_cmd_args(void)
     tcase_add_test(tc, test_quit_status);
     tcase_add_test(tc, test_report_without_stray_lines);
     tcase_add_test(tc, test_trend_shows_the_stop);
+    tcase_add_test(tc, test_unrun_script_named);
     suite_add_tcase(s, tc);
     tc = tcase_create("launcher");
     tcase_set_timeout(tc, 300);
