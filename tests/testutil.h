@@ -55,8 +55,10 @@ dump_tensor_info tu_dump_info(const char *op, const char *type, dump_iokind io, 
                               const int64_t *shape);
 
 /* Runs the command fmt makes through /bin/sh, its standard output caught
- * into out (n bytes at most, NUL-terminated); returns its exit status, -1
- * when it did not exit. */
+ * into out (n bytes at most, NUL-terminated), or left to the test's own
+ * when out is NULL; returns the status a shell reports for it: the exit
+ * status, 128+N for a death by signal N. tsession.h runs whole sessions
+ * (stdout and stderr together) on it. */
 int tu_shell(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- scratch directories, and tools run in this process ------------------ */
