@@ -12,103 +12,17 @@
 #include "session.h"
 #include "suites.h"
 #include "testutil.h"
+#include "tsession.h"
 #include "tui_internal.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-
-#define OUT_MAX (1 << 20)
 
 static const char *const MLP = "--hidden 64,64 --batch 32 --threads 2 --log-every 1";
 
-typedef struct {
-    int status; /* the shell's $?: 128+N for a death by signal N */
-    char *out;
-} session;
-
-/* `tdbg FLAGS` with the -ex commands in cmds (';'-separated) on
- * examples/mlp MLP ARGS, stdin empty; output and status. */
-static session run_tdbg(const char *flags, const char *cmds, const char *fmt, ...)
-{
-    char args[512], ex[2048] = "", cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    char *copy = strdup(cmds), *save = NULL;
-    for (char *c = strtok_r(copy, ";", &save); c; c = strtok_r(NULL, ";", &save)) {
-        size_t n = strlen(ex);
-        snprintf(ex + n, sizeof ex - n, " -ex '%s'", c);
-    }
-    free(copy);
-    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' %s%s -- '%s/examples/mlp' %s %s 2>&1 </dev/null", TDBG_BUILDDIR,
-             flags, ex, TDBG_BUILDDIR, MLP, args);
-    session s = { .out = calloc(1, OUT_MAX) };
-    ck_assert(s.out != NULL);
-    FILE *p = popen(cmd, "r");
-    ck_assert_msg(p != NULL, "cannot run %s", cmd);
-    size_t n = fread(s.out, 1, OUT_MAX - 1, p);
-    s.out[n] = '\0';
-    int st = pclose(p);
-    s.status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
-    return s;
-}
-
-static void has(const session *s, const char *want)
-{
-    ck_assert_msg(strstr(s->out, want) != NULL, "no '%s' in the session:\n%s", want, s->out);
-}
-
-static void lacks(const session *s, const char *unwanted)
-{
-    ck_assert_msg(strstr(s->out, unwanted) == NULL, "'%s' in the session:\n%s", unwanted, s->out);
-}
-
-/* The k-th (from 0) `stopped:` line is want. */
-static void stop_is(const session *s, int k, const char *want)
-{
-    const char *p = s->out;
-    for (int i = 0; (p = strstr(p, "\nstopped: ")) != NULL; i++, p++)
-        if (i == k) {
-            size_t len = strcspn(p + 1, "\n");
-            ck_assert_msg(strlen(want) == len && strncmp(p + 1, want, len) == 0,
-                          "stop %d:\n  want %s\n  got  %.*s\nsession:\n%s", k, want, (int)len, p + 1, s->out);
-            return;
-        }
-    ck_assert_msg(0, "no stop %d (want %s) in:\n%s", k, want, s->out);
-}
-
-static int count(const session *s, const char *what)
-{
-    int n = 0;
-    for (const char *p = s->out; (p = strstr(p, what)) != NULL; p++)
-        n++;
-    return n;
-}
-
-static void done(session *s) { free(s->out); }
-
 /* ---- every table entry declares its words ---------------------------------------------- */
-
-static char captured[8192];
-
-static bool exec_captured(const char *line)
-{
-    fflush(stdout);
-    FILE *f = fmemopen(captured, sizeof captured, "w");
-    ck_assert(f != NULL);
-    FILE *saved = stdout;
-    stdout = f;
-    bool resume = dbg_execute(line);
-    fflush(f);
-    stdout = saved;
-    fclose(f);
-    return resume;
-}
 
 START_TEST(test_every_command_refuses_extra_words)
 {
@@ -133,8 +47,8 @@ START_TEST(test_every_command_refuses_extra_words)
                 len += snprintf(line + len, sizeof line - (size_t)len, " zz%d", w);
             snprintf(want, sizeof want, "error: %s: unexpected argument 'zz%d' (usage: %s)\n", c->name,
                      c->max_words, c->usage);
-            ck_assert_msg(!exec_captured(line), "%s resumed", line);
-            ck_assert_msg(strcmp(captured, want) == 0, "%s:\n  want %s  got  %s", line, want, captured);
+            ck_assert_msg(!ts_exec(line), "%s resumed", line);
+            ck_assert_msg(strcmp(ts_captured, want) == 0, "%s:\n  want %s  got  %s", line, want, ts_captured);
             ck_assert(!dbg.started);
             checked++;
         }
@@ -142,30 +56,30 @@ START_TEST(test_every_command_refuses_extra_words)
     ck_assert_int_eq(checked, 18);
     /* break tbreak delete disable enable condition, print set, dump, view search */
     ck_assert_int_eq(free_text, 11);
-    ck_assert(!exec_captured("step 1 2"));
-    ck_assert_str_eq(captured, "error: step: unexpected argument '2' (usage: step [N])\n");
+    ck_assert(!ts_exec("step 1 2"));
+    ck_assert_str_eq(ts_captured, "error: step: unexpected argument '2' (usage: step [N])\n");
 }
 END_TEST
 
 START_TEST(test_bad_arguments_run_nothing)
 {
     /* Before `run`, each of these would have started training. */
-    session s = run_tdbg("--batch", "run now;step abc;step -2;step 0;next 1 2;continue 1 2;quit 1 2;info ops x;"
-                                    "info bogus;help break now;stats a b;info step", "--steps 2");
-    has(&s, "error: run: unexpected argument 'now' (usage: run)\n");
-    has(&s, "error: step N: expected a whole number >= 1, got 'abc'\n");
-    has(&s, "error: step N: expected a whole number >= 1, got '-2'\n");
-    has(&s, "error: step N: expected a whole number >= 1, got '0'\n");
-    has(&s, "error: next: unexpected argument '2' (usage: next [N])\n");
-    has(&s, "error: continue: unexpected argument '2' (usage: continue [N])\n");
-    has(&s, "error: quit: unexpected argument '2' (usage: quit [N])\n");
-    has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|dump)\n");
-    has(&s, "error: info: expected breakpoints, ops, op [NAME], step or dump, got 'bogus'\n");
-    has(&s, "error: help: unexpected argument 'now' (usage: help [COMMAND])\n");
-    has(&s, "error: stats: unexpected argument 'b' (usage: stats TENSOR)\n");
-    has(&s, "step 0, forward phase, 0 ops run in it (training not started)\n");
+    ts_session s = ts_tdbg("--batch", "run now;step abc;step -2;step 0;next 1 2;continue 1 2;quit 1 2;info ops x;"
+                                      "info bogus;help break now;stats a b;info step", "mlp", "%s --steps 2", MLP);
+    ts_has(&s, "error: run: unexpected argument 'now' (usage: run)\n");
+    ts_has(&s, "error: step N: expected a whole number >= 1, got 'abc'\n");
+    ts_has(&s, "error: step N: expected a whole number >= 1, got '-2'\n");
+    ts_has(&s, "error: step N: expected a whole number >= 1, got '0'\n");
+    ts_has(&s, "error: next: unexpected argument '2' (usage: next [N])\n");
+    ts_has(&s, "error: continue: unexpected argument '2' (usage: continue [N])\n");
+    ts_has(&s, "error: quit: unexpected argument '2' (usage: quit [N])\n");
+    ts_has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|dump)\n");
+    ts_has(&s, "error: info: expected breakpoints, ops, op [NAME], step or dump, got 'bogus'\n");
+    ts_has(&s, "error: help: unexpected argument 'now' (usage: help [COMMAND])\n");
+    ts_has(&s, "error: stats: unexpected argument 'b' (usage: stats TENSOR)\n");
+    ts_has(&s, "step 0, forward phase, 0 ops run in it (training not started)\n");
     ck_assert_int_eq(s.status, 0); /* the script ran out before `run`: trained to the end, never stopped */
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
@@ -173,27 +87,28 @@ END_TEST
 
 START_TEST(test_step_and_next_n)
 {
-    session s = run_tdbg("--batch", "break step 1;run;step 3;next 2;step;break fc2/relu;step 100;step 5", "--steps 6");
-    stop_is(&s, 0, "stopped: step=1 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    ts_session s = ts_tdbg("--batch", "break step 1;run;step 3;next 2;step;break fc2/relu;step 100;step 5", "mlp",
+                           "%s --steps 6", MLP);
+    ts_stop_is(&s, 0, "stopped: step=1 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
     /* the 3rd op of step 1: fc1/linear, fc1/relu, fc2/linear */
-    stop_is(&s, 1, "stopped: step=1 phase=forward op=fc2/linear type=Linear reason=step tensor=- index=- origin=-");
+    ts_stop_is(&s, 1, "stopped: step=1 phase=forward op=fc2/linear type=Linear reason=step tensor=- index=- origin=-");
     /* the start of the 2nd next step */
-    stop_is(&s, 2, "stopped: step=3 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
-    stop_is(&s, 3, "stopped: step=3 phase=forward op=fc1/linear type=Linear reason=step tensor=- index=- origin=-");
+    ts_stop_is(&s, 2, "stopped: step=3 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    ts_stop_is(&s, 3, "stopped: step=3 phase=forward op=fc1/linear type=Linear reason=step tensor=- index=- origin=-");
     /* a breakpoint on the way stops first */
-    stop_is(&s, 4, "stopped: step=3 phase=forward op=fc2/relu type=Relu reason=breakpoint tensor=- index=- "
-                   "origin=-");
+    ts_stop_is(&s, 4, "stopped: step=3 phase=forward op=fc2/relu type=Relu reason=breakpoint tensor=- index=- "
+                      "origin=-");
     /* fc3/linear, cross_entropy, grad/cross_entropy, grad/fc3/linear, grad/fc2/relu */
-    stop_is(&s, 5, "stopped: step=3 phase=backward op=grad/fc2/relu type=ReluGrad reason=step tensor=- index=- "
-                   "origin=-");
-    ck_assert_int_eq(count(&s, "\nstopped: "), 6);
-    done(&s);
+    ts_stop_is(&s, 5, "stopped: step=3 phase=backward op=grad/fc2/relu type=ReluGrad reason=step tensor=- index=- "
+                      "origin=-");
+    ck_assert_int_eq(ts_count(&s, "\nstopped: "), 6);
+    ts_free(&s);
 
     /* next N past a breakpoint's step: the breakpoint stops first */
-    s = run_tdbg("--batch", "break step 1;break step 2;run;next 3", "--steps 6");
-    stop_is(&s, 1, "stopped: step=2 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
-    has(&s, "\nBreakpoint 2 (step 2), step 2, forward\n");
-    done(&s);
+    s = ts_tdbg("--batch", "break step 1;break step 2;run;next 3", "mlp", "%s --steps 6", MLP);
+    ts_stop_is(&s, 1, "stopped: step=2 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    ts_has(&s, "\nBreakpoint 2 (step 2), step 2, forward\n");
+    ts_free(&s);
 }
 END_TEST
 
@@ -201,14 +116,15 @@ END_TEST
 
 START_TEST(test_info_op_here)
 {
-    session s = run_tdbg("--batch", "info op;break step 1;run;info op;break fc2/relu;continue;info op", "--steps 3");
-    has(&s, "(tdbg) info op\nerror: info op: training is not stopped at an op (it has not started); "
-            "'info op NAME' describes one\n");
-    has(&s, "(tdbg) info op\nerror: info op: stopped between ops (step 1, forward phase), not at an op; "
-            "'info op NAME' describes one, 'step' runs the next op\n");
-    has(&s, "(tdbg) info op\nfc2/relu (Relu), forward phase, execution index 3\n  created at examples/mlp.c:76\n"
-            "  in0  fc2/linear:out0  from fc2/linear\n  out0 fc2/relu:out0  to no op so far\n");
-    done(&s);
+    ts_session s = ts_tdbg("--batch", "info op;break step 1;run;info op;break fc2/relu;continue;info op", "mlp",
+                           "%s --steps 3", MLP);
+    ts_has(&s, "(tdbg) info op\nerror: info op: training is not stopped at an op (it has not started); "
+               "'info op NAME' describes one\n");
+    ts_has(&s, "(tdbg) info op\nerror: info op: stopped between ops (step 1, forward phase), not at an op; "
+               "'info op NAME' describes one, 'step' runs the next op\n");
+    ts_has(&s, "(tdbg) info op\nfc2/relu (Relu), forward phase, execution index 3\n  created at examples/mlp.c:76\n"
+               "  in0  fc2/linear:out0  from fc2/linear\n  out0 fc2/relu:out0  to no op so far\n");
+    ts_free(&s);
 }
 END_TEST
 
@@ -229,16 +145,16 @@ START_TEST(test_quit_status)
         { "--cli", "quit", 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        session s = run_tdbg(cases[i].flags, cases[i].cmds, "--steps 3");
+        ts_session s = ts_tdbg(cases[i].flags, cases[i].cmds, "mlp", "%s --steps 3", MLP);
         ck_assert_msg(s.status == cases[i].status, "%s %s: status %d, want %d:\n%s", cases[i].flags, cases[i].cmds,
                       s.status, cases[i].status, s.out);
-        done(&s);
+        ts_free(&s);
     }
-    session s = run_tdbg("--batch", "quit 256;quit -1;run", "--steps 1");
-    has(&s, "error: quit N: an exit status is 0 to 255, got '256'\n");
-    has(&s, "error: quit N: expected a whole number >= 0, got '-1'\n");
+    ts_session s = ts_tdbg("--batch", "quit 256;quit -1;run", "mlp", "%s --steps 1", MLP);
+    ts_has(&s, "error: quit N: an exit status is 0 to 255, got '256'\n");
+    ts_has(&s, "error: quit N: expected a whole number >= 0, got '-1'\n");
     ck_assert_int_eq(s.status, 0);
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
@@ -285,25 +201,25 @@ END_TEST
 START_TEST(test_report_without_stray_lines)
 {
     /* grad/fc1/linear's output 0 (the data's gradient) is not computed */
-    session s = run_tdbg("--batch", "break grad/fc1/linear;run;info op", "--steps 2");
+    ts_session s = ts_tdbg("--batch", "break grad/fc1/linear;run;info op", "mlp", "%s --steps 2", MLP);
     const char *from = strstr(s.out, "\nBreakpoint 1 (grad/fc1/linear)"), *to = from ? strstr(from, "\nstopped:") : NULL;
     ck_assert_msg(from && to, "%s", s.out);
     for (const char *p = from + 1; p < to; p += strcspn(p, "\n") + 1)
         ck_assert_msg(strspn(p, " ") + 1 != strcspn(p, "\n") || p[strspn(p, " ")] != '-', "a bare '-' line:\n%.*s",
                       (int)(to - from), from);
-    has(&s, "  outputs: grad:fc1.weight [64,784] f32  finite");
-    has(&s, "  out0 (none: not needed)\n  out1 grad:fc1.weight  to");
-    lacks(&s, "out0 -");
-    done(&s);
+    ts_has(&s, "  outputs: grad:fc1.weight [64,784] f32  finite");
+    ts_has(&s, "  out0 (none: not needed)\n  out1 grad:fc1.weight  to");
+    ts_lacks(&s, "out0 -");
+    ts_free(&s);
 }
 END_TEST
 
 START_TEST(test_trend_shows_the_stop)
 {
-    session s = run_tdbg("--batch", "break fc2/relu;run;trend fc2/relu:out0;stats fc2/relu:out0;trend fc2/relu:out0;"
-                                    "continue;trend fc2/relu", "--steps 3");
-    lacks(&s, "No statistics");
-    ck_assert_int_eq(count(&s, "Recording fc2/relu:out0 every step from now on.\n"), 1);
+    ts_session s = ts_tdbg("--batch", "break fc2/relu;run;trend fc2/relu:out0;stats fc2/relu:out0;trend fc2/relu:out0;"
+                                      "continue;trend fc2/relu", "mlp", "%s --steps 3", MLP);
+    ts_lacks(&s, "No statistics");
+    ck_assert_int_eq(ts_count(&s, "Recording fc2/relu:out0 every step from now on.\n"), 1);
     /* the first trend's row is this stop's tensor: its abs_max and l2norm are those `stats` prints */
     const char *row = strstr(s.out, "(tdbg) trend fc2/relu:out0\nRecording");
     const char *st = strstr(s.out, "(tdbg) stats fc2/relu:out0\n");
@@ -318,21 +234,21 @@ START_TEST(test_trend_shows_the_stop)
     /* at the next stop, by the op's name: both steps */
     const char *last = strstr(s.out, "(tdbg) trend fc2/relu\n");
     ck_assert_msg(last && strstr(last, "\n0       ") && strstr(last, "\n1       "), "%s", s.out);
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
 START_TEST(test_unrun_script_named)
 {
     /* the program ends without a stop: the script's later commands are named, not dropped in silence */
-    session s = run_tdbg("--batch", "run;step;print fc1/linear:out0", "--steps 1");
-    has(&s, "tdbg: the program finished\ntdbg: 2 commands of the script did not run (the program ended first): "
-            "'step', 'print fc1/linear:out0'\n");
+    ts_session s = ts_tdbg("--batch", "run;step;print fc1/linear:out0", "mlp", "%s --steps 1", MLP);
+    ts_has(&s, "tdbg: the program finished\ntdbg: 2 commands of the script did not run (the program ended first): "
+               "'step', 'print fc1/linear:out0'\n");
     ck_assert_int_eq(s.status, 0);
-    done(&s);
-    s = run_tdbg("--batch", "run", "--steps 1"); /* nothing left: nothing said */
-    lacks(&s, "did not run");
-    done(&s);
+    ts_free(&s);
+    s = ts_tdbg("--batch", "run", "mlp", "%s --steps 1", MLP); /* nothing left: nothing said */
+    ts_lacks(&s, "did not run");
+    ts_free(&s);
 }
 END_TEST
 

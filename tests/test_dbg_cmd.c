@@ -12,6 +12,7 @@
 #include "session.h"
 #include "suites.h"
 #include "testutil.h"
+#include "tsession.h"
 #include "tui_internal.h"
 
 #include <readline/readline.h>
@@ -19,26 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Runs one command line with the session's output captured. */
-static char captured[8192];
-
-static bool run(const char *line)
-{
-    fflush(stdout);
-    FILE *f = fmemopen(captured, sizeof captured, "w");
-    ck_assert(f != NULL);
-    FILE *saved = stdout;
-    stdout = f;
-    bool resume = dbg_execute(line);
-    fflush(f);
-    stdout = saved;
-    fclose(f);
-    return resume;
-}
-
 static void said(const char *want)
 {
-    ck_assert_msg(strstr(captured, want) != NULL, "no '%s' in:\n%s", want, captured);
+    ck_assert_msg(strstr(ts_captured, want) != NULL, "no '%s' in:\n%s", want, ts_captured);
 }
 
 static void setup(void)
@@ -67,7 +51,7 @@ START_TEST(test_lookup)
     ck_assert_str_eq(dbg_cmd_lookup("tb")->name, "tbreak");    /* unique prefix */
     ck_assert_str_eq(dbg_cmd_lookup("dis")->name, "disable");
     ck_assert_str_eq(dbg_cmd_lookup("ign")->name, "ignore");
-    FILE *saved = stdout, *f = fmemopen(captured, sizeof captured, "w");
+    FILE *saved = stdout, *f = fmemopen(ts_captured, sizeof ts_captured, "w");
     stdout = f;
     const dbg_cmd *amb = dbg_cmd_lookup("con");
     const dbg_cmd *typo = dbg_cmd_lookup("contniue");
@@ -84,11 +68,11 @@ END_TEST
 
 START_TEST(test_break_parsing)
 {
-    ck_assert(!run("break nan"));
-    ck_assert(!run("b   fc*/linear   if  abs_max > 1e4 and phase == forward"));
-    ck_assert(!run("tbreak step 12"));
-    ck_assert(!run("break type:MatMul if inputs.has_inf"));
-    ck_assert(!run("break diff/if_gate"));  /* "if" inside a name is not the keyword */
+    ck_assert(!ts_exec("break nan"));
+    ck_assert(!ts_exec("b   fc*/linear   if  abs_max > 1e4 and phase == forward"));
+    ck_assert(!ts_exec("tbreak step 12"));
+    ck_assert(!ts_exec("break type:MatMul if inputs.has_inf"));
+    ck_assert(!ts_exec("break diff/if_gate"));  /* "if" inside a name is not the keyword */
     ck_assert_int_eq(dbg.n_breaks, 5);
     ck_assert_int_eq(dbg.breaks[0].kind, BK_NAN);
     ck_assert_int_eq(dbg.breaks[1].kind, BK_OP);
@@ -102,7 +86,7 @@ START_TEST(test_break_parsing)
     ck_assert(dbg.breaks[4].cond == NULL);
     ck_assert(dbg.observing); /* graph mode is asked to keep every op's tensors */
 
-    run("info breakpoints");
+    ts_exec("info breakpoints");
     said("2    op         keep  y    0      fc*/linear if outputs.abs_max > 10000 and phase == forward");
     said("3    step       del   y    0      step 12");
 }
@@ -132,9 +116,9 @@ START_TEST(test_break_errors)
         { "set param:w[0] = abc", "error: set: 'abc' is not a number (nan and inf are)" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ck_assert_msg(!run(cases[i].line), "'%s' resumed training", cases[i].line);
-        ck_assert_msg(strstr(captured, cases[i].want), "'%s':\n  want %s\n  got  %s", cases[i].line,
-                      cases[i].want, captured);
+        ck_assert_msg(!ts_exec(cases[i].line), "'%s' resumed training", cases[i].line);
+        ck_assert_msg(strstr(ts_captured, cases[i].want), "'%s':\n  want %s\n  got  %s", cases[i].line,
+                      cases[i].want, ts_captured);
     }
     ck_assert_int_eq(dbg.n_breaks, 0); /* nothing half-made */
 }
@@ -142,51 +126,51 @@ END_TEST
 
 START_TEST(test_manage_breaks)
 {
-    run("break nan");
-    run("break fc1/linear");
-    run("break step 3");
-    run("disable 1 3");
+    ts_exec("break nan");
+    ts_exec("break fc1/linear");
+    ts_exec("break step 3");
+    ts_exec("disable 1 3");
     ck_assert(!dbg.breaks[0].enabled && dbg.breaks[1].enabled && !dbg.breaks[2].enabled);
-    run("enable");
+    ts_exec("enable");
     ck_assert(dbg.breaks[0].enabled && dbg.breaks[2].enabled);
-    run("ignore 2 5");
+    ts_exec("ignore 2 5");
     said("Will ignore the next 5 hits of breakpoint 2.");
     ck_assert_int_eq(dbg.breaks[1].ignore, 5);
-    run("condition 2 grads.l2norm > 10");
+    ts_exec("condition 2 grads.l2norm > 10");
     ck_assert_str_eq(dbg_cond_text(dbg.breaks[1].cond), "grads.l2norm > 10");
-    run("condition 2");
+    ts_exec("condition 2");
     ck_assert(dbg.breaks[1].cond == NULL);
     said("Breakpoint 2 now unconditional.");
-    run("delete 2");
+    ts_exec("delete 2");
     ck_assert_int_eq(dbg.n_breaks, 2);
     ck_assert_int_eq(dbg.breaks[1].id, 3);
-    run("delete");
+    ts_exec("delete");
     ck_assert_int_eq(dbg.n_breaks, 0);
     ck_assert(!dbg.observing);
-    run("break nan");
+    ts_exec("break nan");
     ck_assert_int_eq(dbg.breaks[0].id, 4); /* numbers are never reused */
 }
 END_TEST
 
 START_TEST(test_running_commands)
 {
-    ck_assert(run("run"));
+    ck_assert(ts_exec("run"));
     ck_assert_int_eq(dbg.mode, RUN_GO);
-    ck_assert(!run("run"));
+    ck_assert(!ts_exec("run"));
     said("error: run: training is already running (step -1); 'continue' goes on");
-    ck_assert(run("s"));
+    ck_assert(ts_exec("s"));
     ck_assert_int_eq(dbg.mode, RUN_STEP);
-    ck_assert(run("next"));
+    ck_assert(ts_exec("next"));
     ck_assert_int_eq(dbg.mode, RUN_NEXT);
-    ck_assert(run("until step 9"));
+    ck_assert(ts_exec("until step 9"));
     ck_assert(dbg.mode == RUN_UNTIL && dbg.until_step == 9);
-    ck_assert(!run("finish")); /* no step is running */
+    ck_assert(!ts_exec("finish")); /* no step is running */
     said("error: finish: no step is running");
-    ck_assert(!run("   # a comment"));
-    ck_assert(!run(""));
-    ck_assert(!run("help b"));
+    ck_assert(!ts_exec("   # a comment"));
+    ck_assert(!ts_exec(""));
+    ck_assert(!ts_exec("help b"));
     said("usage: break WHAT [if COND] (alias b)");
-    ck_assert(!run("help"));
+    ck_assert(!ts_exec("help"));
     said("looking around:");
     said("until step N");
 }
@@ -272,8 +256,8 @@ START_TEST(test_complete_by_kind)
 {
     stopped_in_a_step();
     te_param_new("fc1.weight", TE_F32, 2, (int64_t[]){ 4, 3 });
-    run("break nan");
-    run("break step 4");
+    ts_exec("break nan");
+    ts_exec("break step 4");
     completes("he", "help");                              /* a command name */
     completes("help fi", "finish");                       /* help: command names */
     completes("break n", "nan nonfinite");                /* keywords, no op starts with n */
@@ -306,21 +290,21 @@ END_TEST
  * not started. */
 START_TEST(test_needs)
 {
-    ck_assert(!run("finish"));
+    ck_assert(!ts_exec("finish"));
     said("error: finish: training has not started; 'run' starts it");
-    ck_assert(!run("help finish"));
+    ck_assert(!ts_exec("help finish"));
     said("Only while training is stopped in a step.");
-    ck_assert(!run("help run"));
+    ck_assert(!ts_exec("help run"));
     said("Only before training starts.");
-    ck_assert(run("run"));
-    ck_assert(!run("finish"));
+    ck_assert(ts_exec("run"));
+    ck_assert(!ts_exec("finish"));
     said("error: finish: no step is running; 'next' stops at the start of the next one");
     dbg.in_step = true;
     dbg.step = 3;
     dbg.phase = TE_PHASE_BACKWARD;
-    ck_assert(run("finish"));
+    ck_assert(ts_exec("finish"));
     ck_assert(dbg.mode == RUN_FINISH && dbg.finish_step == 3 && dbg.finish_phase == TE_PHASE_BACKWARD);
-    ck_assert(!run("r"));
+    ck_assert(!ts_exec("r"));
     said("error: run: training is already running (step 3); 'continue' goes on");
 }
 END_TEST
@@ -355,7 +339,7 @@ START_TEST(test_names_unique)
         n_names++;
     ck_assert_int_eq(n_names, n_cmds);
     /* the settings came with the group */
-    ck_assert(!run("set highlight x"));
+    ck_assert(!ts_exec("set highlight x"));
     said("error: set highlight: expected a positive number or off, got 'x'");
     completes("set mou", "mouse");
     /* a second time: every name clashes, and nothing is added */
@@ -411,8 +395,8 @@ START_TEST(test_many_groups)
     ck_assert_int_gt(n_names, 127);
     ck_assert_str_eq(dbg_cmd_lookup("zz39c2")->name, "zz39c2");
     ck_assert_str_eq(dbg_cmd_names()[n_names - 1], "zz39c2");
-    run("set zzset39 on");
-    run("set zzset00 on");
+    ts_exec("set zzset39 on");
+    ts_exec("set zzset00 on");
     ck_assert_int_eq(many_set_calls, 2);
 
     /* clashes: an alias on a name, a name on an alias, a setting; each refused whole */
