@@ -8,82 +8,16 @@
 #include "h5file.h"
 #include "suites.h"
 #include "testutil.h"
+#include "tsession.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#define OUT_MAX (1 << 20)
-
-typedef struct {
-    int status;
-    char *out;
-} session;
 
 static const char *const MLP = "--hidden 64,64 --batch 32 --threads 2 --log-every 1";
 static const char *const CNN = "--channels 4,8,8 --batch 8 --threads 2 --log-every 1 --train-size 64";
-
-/* tdbg --batch with the -ex commands in `cmds` (separated by ';'), on PROG ARGS. */
-static session run_tdbg(const char *cmds, const char *prog, const char *fmt, ...)
-{
-    char args[1024], ex[2048] = "", cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    char *copy = strdup(cmds), *save = NULL;
-    for (char *c = strtok_r(copy, ";", &save); c; c = strtok_r(NULL, ";", &save)) {
-        size_t n = strlen(ex);
-        snprintf(ex + n, sizeof ex - n, " -ex '%s'", c + strspn(c, " "));
-    }
-    free(copy);
-    snprintf(cmd, sizeof cmd, "'%s/debugger/tdbg' --batch%s -- '%s/examples/%s' %s 2>&1 </dev/null", TDBG_BUILDDIR,
-             ex, TDBG_BUILDDIR, prog, args);
-    session s = { .out = calloc(1, OUT_MAX) };
-    ck_assert(s.out != NULL);
-    FILE *p = popen(cmd, "r");
-    ck_assert_msg(p != NULL, "cannot run %s", cmd);
-    size_t n = fread(s.out, 1, OUT_MAX - 1, p);
-    s.out[n] = '\0';
-    int st = pclose(p);
-    s.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return s;
-}
-
-/* The k-th (from 0) `stopped:` line of the session, without its newline. */
-static const char *stopped_line(const session *s, int k, char *buf, size_t n)
-{
-    const char *p = s->out;
-    for (int i = 0; p && (p = strstr(p, "stopped: ")) != NULL; i++, p++) {
-        if (p != s->out && p[-1] != '\n')
-            continue;
-        if (i == k) {
-            size_t len = strcspn(p, "\n");
-            snprintf(buf, n, "%.*s", (int)len, p);
-            return buf;
-        }
-    }
-    return NULL;
-}
-
-static void assert_stop(const session *s, int k, const char *want)
-{
-    char buf[512];
-    const char *got = stopped_line(s, k, buf, sizeof buf);
-    ck_assert_msg(got && strcmp(got, want) == 0, "stop %d:\n  want %s\n  got  %s\nsession:\n%s", k, want,
-                  got ? got : "(none)", s->out);
-}
-
-static void assert_has(const session *s, const char *want)
-{
-    ck_assert_msg(strstr(s->out, want) != NULL, "no '%s' in the session:\n%s", want, s->out);
-}
-
-static void done(session *s) { free(s->out); }
 
 /* ---- injected faults, both modes ----------------------------------------------- */
 
@@ -91,22 +25,22 @@ START_TEST(test_inject_nan_forward)
 {
     static const char *const modes[] = { "eager", "graph" };
     for (int m = 0; m < 2; m++) {
-        session s = run_tdbg("break nan;run", "mlp", "%s --steps 6 --mode %s --inject nan@op=fc2/linear,step=3",
-                             MLP, modes[m]);
-        assert_stop(&s, 0, "stopped: step=3 phase=forward op=fc2/linear type=Linear reason=nan "
-                           "tensor=fc2/linear:out0 index=[0,0] origin=created");
+        ts_session s = ts_tdbg("--batch", "break nan;run", "mlp",
+                               "%s --steps 6 --mode %s --inject nan@op=fc2/linear,step=3", MLP, modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=3 phase=forward op=fc2/linear type=Linear reason=nan "
+                          "tensor=fc2/linear:out0 index=[0,0] origin=created");
         ck_assert_msg(s.status == 1, "%s: exit %d, want 1 (stopped on a breakpoint):\n%s", modes[m], s.status,
                       s.out);
-        assert_has(&s, "verdict: created here (every input is finite)");
-        assert_has(&s, "step=2 loss=");
+        ts_has(&s, "verdict: created here (every input is finite)");
+        ts_has(&s, "step=2 loss=");
         ck_assert_msg(!strstr(s.out, "step=3 loss="), "training went past the stop:\n%s", s.out);
-        done(&s);
+        ts_free(&s);
         /* made by the optimizer: the update op is the origin */
-        s = run_tdbg("break nan;run", "mlp", "%s --steps 4 --mode %s --inject nan@op=update/fc2.weight,step=2,index=9",
-                     MLP, modes[m]);
-        assert_stop(&s, 0, "stopped: step=2 phase=update op=update/fc2.weight type=Adam reason=nan "
-                           "tensor=param:fc2.weight index=[0,9] origin=created");
-        done(&s);
+        s = ts_tdbg("--batch", "break nan;run", "mlp",
+                    "%s --steps 4 --mode %s --inject nan@op=update/fc2.weight,step=2,index=9", MLP, modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=2 phase=update op=update/fc2.weight type=Adam reason=nan "
+                          "tensor=param:fc2.weight index=[0,9] origin=created");
+        ts_free(&s);
     }
 }
 END_TEST
@@ -121,36 +55,36 @@ START_TEST(test_nan_not_recreated_in_backward)
 {
     static const char *const modes[] = { "eager", "graph" };
     for (int m = 0; m < 2; m++) {
-        session s = run_tdbg("break nan;run;continue", "mlp", "%s --steps 6 --mode %s "
-                             "--inject nan@op=fc2/linear,step=3", MLP, modes[m]);
-        assert_stop(&s, 0, "stopped: step=3 phase=forward op=fc2/linear type=Linear reason=nan "
-                           "tensor=fc2/linear:out0 index=[0,0] origin=created");
-        assert_stop(&s, 1, "stopped: step=4 phase=forward op=fc1/linear type=Linear reason=nan "
-                           "tensor=fc1/linear:out0 index=[0,0] origin=propagated:param:fc1.weight");
+        ts_session s = ts_tdbg("--batch", "break nan;run;continue", "mlp", "%s --steps 6 --mode %s "
+                               "--inject nan@op=fc2/linear,step=3", MLP, modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=3 phase=forward op=fc2/linear type=Linear reason=nan "
+                          "tensor=fc2/linear:out0 index=[0,0] origin=created");
+        ts_stop_is(&s, 1, "stopped: step=4 phase=forward op=fc1/linear type=Linear reason=nan "
+                          "tensor=fc1/linear:out0 index=[0,0] origin=propagated:param:fc1.weight");
         ck_assert_msg(!strstr(s.out, "phase=backward"), "%s: stopped in the backward:\n%s", modes[m], s.out);
-        done(&s);
-        s = run_tdbg("break nan;run;continue", "cnn", "%s --steps 4 --mode %s --inject nan@op=conv3/bn,step=2",
-                     CNN, modes[m]);
-        assert_stop(&s, 0, "stopped: step=2 phase=forward op=conv3/bn type=BatchNorm reason=nan "
-                           "tensor=conv3/bn:out0 index=[0,0,0,0] origin=created");
-        assert_stop(&s, 1, "stopped: step=3 phase=forward op=conv1/conv type=Conv2D reason=nan "
-                           "tensor=conv1/conv:out0 index=[0,0,0,0] origin=propagated:param:conv1.weight");
-        done(&s);
+        ts_free(&s);
+        s = ts_tdbg("--batch", "break nan;run;continue", "cnn",
+                    "%s --steps 4 --mode %s --inject nan@op=conv3/bn,step=2", CNN, modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=2 phase=forward op=conv3/bn type=BatchNorm reason=nan "
+                          "tensor=conv3/bn:out0 index=[0,0,0,0] origin=created");
+        ts_stop_is(&s, 1, "stopped: step=3 phase=forward op=conv1/conv type=Conv2D reason=nan "
+                          "tensor=conv1/conv:out0 index=[0,0,0,0] origin=propagated:param:conv1.weight");
+        ts_free(&s);
         /* Stopped in that backward by name: the reads are listed, and the verdict names one. */
-        s = run_tdbg("break grad/cross_entropy if out0.has_nan;run;info op grad/cross_entropy;"
-                     "print cross_entropy:saved0[:2]", "mlp", "%s --steps 6 --mode %s "
-                     "--inject nan@op=fc2/linear,step=3", MLP, modes[m]);
-        assert_stop(&s, 0, "stopped: step=3 phase=backward op=grad/cross_entropy type=CrossEntropyGrad "
-                           "reason=condition tensor=grad:fc3/linear:out0 index=[0,0] "
-                           "origin=propagated:fc3/linear:out0");
-        assert_has(&s, "  verdict: propagated from fc3/linear:out0 (a forward tensor this op reads)\n");
-        assert_has(&s, "  reads:   fc3/linear:out0 [32,10] f32  NON-FINITE");
-        assert_has(&s, "           batch:y [32] i32  finite");
-        assert_has(&s, "           cross_entropy:saved0 [32] f32  NON-FINITE");
-        assert_has(&s, "  read0 fc3/linear:out0  from fc3/linear\n  read1 batch:y  from input\n"
-                       "  read2 cross_entropy:saved0  from cross_entropy\n");
-        assert_has(&s, "cross_entropy:saved0 f32 [32] (slice [:2] -> [2])\n[    nan ");
-        done(&s);
+        s = ts_tdbg("--batch", "break grad/cross_entropy if out0.has_nan;run;info op grad/cross_entropy;"
+                    "print cross_entropy:saved0[:2]", "mlp", "%s --steps 6 --mode %s "
+                    "--inject nan@op=fc2/linear,step=3", MLP, modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=3 phase=backward op=grad/cross_entropy type=CrossEntropyGrad "
+                          "reason=condition tensor=grad:fc3/linear:out0 index=[0,0] "
+                          "origin=propagated:fc3/linear:out0");
+        ts_has(&s, "  verdict: propagated from fc3/linear:out0 (a forward tensor this op reads)\n");
+        ts_has(&s, "  reads:   fc3/linear:out0 [32,10] f32  NON-FINITE");
+        ts_has(&s, "           batch:y [32] i32  finite");
+        ts_has(&s, "           cross_entropy:saved0 [32] f32  NON-FINITE");
+        ts_has(&s, "  read0 fc3/linear:out0  from fc3/linear\n  read1 batch:y  from input\n"
+                   "  read2 cross_entropy:saved0  from cross_entropy\n");
+        ts_has(&s, "cross_entropy:saved0 f32 [32] (slice [:2] -> [2])\n[    nan ");
+        ts_free(&s);
     }
 }
 END_TEST
@@ -160,18 +94,18 @@ START_TEST(test_inject_inf_backward_and_cnn)
     static const char *const modes[] = { "eager", "graph" };
     for (int m = 0; m < 2; m++) {
         /* In the backward: the gradient LinearGrad hands to fc1/relu. */
-        session s = run_tdbg("break nonfinite;run", "mlp", "%s --steps 4 --mode %s "
-                             "--inject inf@op=grad/fc2/linear,step=1,index=5", MLP, modes[m]);
-        assert_stop(&s, 0, "stopped: step=1 phase=backward op=grad/fc2/linear type=LinearGrad reason=inf "
-                           "tensor=grad:fc1/relu:out0 index=[0,5] origin=created");
-        done(&s);
+        ts_session s = ts_tdbg("--batch", "break nonfinite;run", "mlp", "%s --steps 4 --mode %s "
+                               "--inject inf@op=grad/fc2/linear,step=1,index=5", MLP, modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=1 phase=backward op=grad/fc2/linear type=LinearGrad reason=inf "
+                          "tensor=grad:fc1/relu:out0 index=[0,5] origin=created");
+        ts_free(&s);
         /* In the CNN, at a batch norm inside a fused conv+bn+relu group. */
-        s = run_tdbg("break inf;run", "cnn", "%s --steps 3 --mode %s --inject inf@op=conv2/bn,step=1,index=7",
-                     CNN, modes[m]);
-        assert_stop(&s, 0, "stopped: step=1 phase=forward op=conv2/bn type=BatchNorm reason=inf "
-                           "tensor=conv2/bn:out0 index=[0,0,0,7] origin=created");
+        s = ts_tdbg("--batch", "break inf;run", "cnn", "%s --steps 3 --mode %s --inject inf@op=conv2/bn,step=1,index=7",
+                    CNN, modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=1 phase=forward op=conv2/bn type=BatchNorm reason=inf "
+                          "tensor=conv2/bn:out0 index=[0,0,0,7] origin=created");
         ck_assert_int_eq(s.status, 1);
-        done(&s);
+        ts_free(&s);
     }
 }
 END_TEST
@@ -184,17 +118,17 @@ START_TEST(test_natural_nan)
     char first[512] = "";
     static const char *const modes[] = { "eager", "graph" };
     for (int m = 0; m < 2; m++) {
-        session s = run_tdbg("break nonfinite;run", "mlp", "%s --steps 30 --optim sgd --lr 1e4 --mode %s", MLP,
-                             modes[m]);
+        ts_session s = ts_tdbg("--batch", "break nonfinite;run", "mlp",
+                               "%s --steps 30 --optim sgd --lr 1e4 --mode %s", MLP, modes[m]);
         char buf[512];
-        const char *line = stopped_line(&s, 0, buf, sizeof buf);
+        const char *line = ts_stopped_line(&s, 0, buf, sizeof buf);
         ck_assert_msg(line && strstr(line, "origin=created"), "%s: no stop at an origin:\n%s", modes[m], s.out);
         if (m == 0)
             snprintf(first, sizeof first, "%s", line);
         else
             ck_assert_msg(strcmp(first, line) == 0, "eager and graph differ:\n  %s\n  %s", first, line);
-        assert_has(&s, "verdict: created here");
-        done(&s);
+        ts_has(&s, "verdict: created here");
+        ts_free(&s);
     }
 }
 END_TEST
@@ -203,15 +137,15 @@ END_TEST
 
 START_TEST(test_threshold_condition)
 {
-    session s = run_tdbg("break fc*/linear if abs_max > 1000;run;info breakpoints", "mlp",
-                         "%s --steps 5 --inject scale@op=fc2/linear,step=2,value=1e5", MLP);
-    assert_stop(&s, 0, "stopped: step=2 phase=forward op=fc2/linear type=Linear reason=condition "
-                       "tensor=fc2/linear:out0 index=- origin=-");
-    assert_has(&s, "Breakpoint 1 (fc*/linear if outputs.abs_max > 1000) pending: no ops exist before the first step; "
-                   "it is checked when they do");
-    assert_has(&s, "abs_max = ");
+    ts_session s = ts_tdbg("--batch", "break fc*/linear if abs_max > 1000;run;info breakpoints", "mlp",
+                           "%s --steps 5 --inject scale@op=fc2/linear,step=2,value=1e5", MLP);
+    ts_stop_is(&s, 0, "stopped: step=2 phase=forward op=fc2/linear type=Linear reason=condition "
+                      "tensor=fc2/linear:out0 index=- origin=-");
+    ts_has(&s, "Breakpoint 1 (fc*/linear if outputs.abs_max > 1000) pending: no ops exist before the first step; "
+               "it is checked when they do");
+    ts_has(&s, "abs_max = ");
     ck_assert_int_eq(s.status, 1);
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
@@ -220,34 +154,34 @@ START_TEST(test_tbreak_ignore_disable)
     /* break fc1/linear, ignore its first 2 hits: the stop is at step 2; then
      * a tbreak stops once at grad/fc1/linear and goes away; disabled, the
      * first breakpoint lets training finish. */
-    session s = run_tdbg("break fc1/linear;ignore 1 2;run;tbreak grad/fc1/linear;continue;info breakpoints;"
-                         "disable 1;continue", "mlp", "%s --steps 4", MLP);
-    assert_stop(&s, 0, "stopped: step=2 phase=forward op=fc1/linear type=Linear reason=breakpoint "
-                       "tensor=- index=- origin=-");
-    assert_stop(&s, 1, "stopped: step=2 phase=backward op=grad/fc1/linear type=LinearGrad reason=breakpoint "
-                       "tensor=- index=- origin=-");
+    ts_session s = ts_tdbg("--batch", "break fc1/linear;ignore 1 2;run;tbreak grad/fc1/linear;continue;"
+                           "info breakpoints;disable 1;continue", "mlp", "%s --steps 4", MLP);
+    ts_stop_is(&s, 0, "stopped: step=2 phase=forward op=fc1/linear type=Linear reason=breakpoint "
+                      "tensor=- index=- origin=-");
+    ts_stop_is(&s, 1, "stopped: step=2 phase=backward op=grad/fc1/linear type=LinearGrad reason=breakpoint "
+                      "tensor=- index=- origin=-");
     char buf[512];
-    ck_assert_msg(!stopped_line(&s, 2, buf, sizeof buf), "a third stop:\n%s", s.out);
-    assert_has(&s, "Will ignore the next 2 hits of breakpoint 1.");
-    assert_has(&s, "1    op         keep  y    3      fc1/linear");
+    ck_assert_msg(!ts_stopped_line(&s, 2, buf, sizeof buf), "a third stop:\n%s", s.out);
+    ts_has(&s, "Will ignore the next 2 hits of breakpoint 1.");
+    ts_has(&s, "1    op         keep  y    3      fc1/linear");
     ck_assert_msg(!strstr(s.out, "2    op         del"), "the tbreak was not deleted:\n%s", s.out);
-    assert_has(&s, "step=3 loss=");
+    ts_has(&s, "step=3 loss=");
     ck_assert_int_eq(s.status, 1); /* it did stop on breakpoints */
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
 START_TEST(test_stepping)
 {
-    session s = run_tdbg("break step 1;run;step;finish;next;until step 3;info step", "mlp", "%s --steps 5 --mode graph",
-                         MLP);
-    assert_stop(&s, 0, "stopped: step=1 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
-    assert_stop(&s, 1, "stopped: step=1 phase=forward op=fc1/linear type=Linear reason=step tensor=- index=- origin=-");
-    assert_stop(&s, 2, "stopped: step=1 phase=backward op=- type=- reason=finish tensor=- index=- origin=-");
-    assert_stop(&s, 3, "stopped: step=2 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
-    assert_stop(&s, 4, "stopped: step=3 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
-    assert_has(&s, "step 3, forward phase, 0 ops run in it");
-    done(&s);
+    ts_session s = ts_tdbg("--batch", "break step 1;run;step;finish;next;until step 3;info step", "mlp",
+                           "%s --steps 5 --mode graph", MLP);
+    ts_stop_is(&s, 0, "stopped: step=1 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    ts_stop_is(&s, 1, "stopped: step=1 phase=forward op=fc1/linear type=Linear reason=step tensor=- index=- origin=-");
+    ts_stop_is(&s, 2, "stopped: step=1 phase=backward op=- type=- reason=finish tensor=- index=- origin=-");
+    ts_stop_is(&s, 3, "stopped: step=2 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    ts_stop_is(&s, 4, "stopped: step=3 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    ts_has(&s, "step 3, forward phase, 0 ops run in it");
+    ts_free(&s);
 }
 END_TEST
 
@@ -272,7 +206,7 @@ static float *dumped(const char *dir, const char *path, int64_t *n)
 
 /* The n numbers printed on the lines after the line holding `header` (a
  * print's "[[a b]\n [c d]]" body), into v. */
-static void printed(const session *s, const char *header, float *v, int n)
+static void printed(const ts_session *s, const char *header, float *v, int n)
 {
     const char *p = strstr(s->out, header);
     ck_assert_msg(p != NULL, "no '%s' in the session:\n%s", header, s->out);
@@ -298,15 +232,15 @@ static void assert_close(const char *what, double got, double want)
  * them back), and the statistics and histogram are computed from those. */
 START_TEST(test_inspect)
 {
-    session s = run_tdbg("break fc2/relu;run;info ops;info op fc2/linear;print fc2/relu:out0[0, :4];"
-                         "stats param:fc1.bias;hist fc2/relu:out0 4;print fc2/linear:in1[0:2,0:2];trend fc2/relu:out0;"
-                         "help break", "mlp", "%s --steps 2", MLP);
-    assert_has(&s, "fc1/linear");
-    assert_has(&s, "Linear");
-    assert_has(&s, "in0  fc1/relu:out0  from fc1/relu");
-    assert_has(&s, "out0 fc2/linear:out0  to fc2/relu");
-    assert_has(&s, "usage: break WHAT [if COND]");
-    assert_has(&s, "Recording fc2/relu:out0 every step from now on.\nstep    abs_max"); /* the stop's own statistics */
+    ts_session s = ts_tdbg("--batch", "break fc2/relu;run;info ops;info op fc2/linear;print fc2/relu:out0[0, :4];"
+                           "stats param:fc1.bias;hist fc2/relu:out0 4;print fc2/linear:in1[0:2,0:2];"
+                           "trend fc2/relu:out0;help break", "mlp", "%s --steps 2", MLP);
+    ts_has(&s, "fc1/linear");
+    ts_has(&s, "Linear");
+    ts_has(&s, "in0  fc1/relu:out0  from fc1/relu");
+    ts_has(&s, "out0 fc2/linear:out0  to fc2/relu");
+    ts_has(&s, "usage: break WHAT [if COND]");
+    ts_has(&s, "Recording fc2/relu:out0 every step from now on.\nstep    abs_max"); /* the stop's own statistics */
 
     char dir[] = "/tmp/tdbg-inspect-XXXXXX", out[4096];
     ck_assert(mkdtemp(dir) != NULL);
@@ -371,7 +305,7 @@ START_TEST(test_inspect)
     free(relu);
     free(w);
     free(bias);
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
@@ -379,22 +313,22 @@ START_TEST(test_trend_and_continue_n)
 {
     /* `break nan` checks every output, which is the history `trend` shows;
      * `continue 3` passes the next two hits of the breakpoint stopped at. */
-    session s = run_tdbg("break nan;break fc1/linear;run;continue 3;trend fc1/linear:out0;quit", "mlp",
-                         "%s --steps 6", MLP);
-    assert_stop(&s, 0, "stopped: step=0 phase=forward op=fc1/linear type=Linear reason=breakpoint "
-                       "tensor=- index=- origin=-");
-    assert_stop(&s, 1, "stopped: step=3 phase=forward op=fc1/linear type=Linear reason=breakpoint "
-                       "tensor=- index=- origin=-");
-    assert_has(&s, "Will ignore the next 2 hits of breakpoint 2.");
-    assert_has(&s, "step    abs_max     l2norm      mean        nan     inf");
+    ts_session s = ts_tdbg("--batch", "break nan;break fc1/linear;run;continue 3;trend fc1/linear:out0;quit", "mlp",
+                           "%s --steps 6", MLP);
+    ts_stop_is(&s, 0, "stopped: step=0 phase=forward op=fc1/linear type=Linear reason=breakpoint "
+                      "tensor=- index=- origin=-");
+    ts_stop_is(&s, 1, "stopped: step=3 phase=forward op=fc1/linear type=Linear reason=breakpoint "
+                      "tensor=- index=- origin=-");
+    ts_has(&s, "Will ignore the next 2 hits of breakpoint 2.");
+    ts_has(&s, "step    abs_max     l2norm      mean        nan     inf");
     for (int step = 0; step <= 3; step++) {
         char row[16];
         snprintf(row, sizeof row, "\n%-7d ", step);
         ck_assert_msg(strstr(s.out, row), "no trend row for step %d:\n%s", step, s.out);
     }
-    assert_has(&s, "tdbg: training ended by quit at step 3");
+    ts_has(&s, "tdbg: training ended by quit at step 3");
     ck_assert_int_eq(s.status, 1);
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
@@ -402,75 +336,61 @@ START_TEST(test_set_changes_training)
 {
     /* A NaN put into a weight by hand appears at the first op reading it:
      * the stop says where it came from. */
-    session s = run_tdbg("break step 1;run;set param:fc1.weight[0,0] = nan;break nonfinite;continue", "mlp",
-                         "%s --steps 3", MLP);
-    assert_has(&s, "param:fc1.weight[0,0]: ");
-    assert_stop(&s, 1, "stopped: step=1 phase=forward op=fc1/linear type=Linear reason=nan "
-                       "tensor=fc1/linear:out0 index=[0,0] origin=propagated:param:fc1.weight");
-    done(&s);
+    ts_session s = ts_tdbg("--batch", "break step 1;run;set param:fc1.weight[0,0] = nan;break nonfinite;continue",
+                           "mlp", "%s --steps 3", MLP);
+    ts_has(&s, "param:fc1.weight[0,0]: ");
+    ts_stop_is(&s, 1, "stopped: step=1 phase=forward op=fc1/linear type=Linear reason=nan "
+                      "tensor=fc1/linear:out0 index=[0,0] origin=propagated:param:fc1.weight");
+    ts_free(&s);
     /* A finite change: the loss of step 1 moves away from the clean run's. */
-    session clean = run_tdbg("run", "mlp", "%s --steps 2", MLP);
-    s = run_tdbg("break step 1;run;set param:fc3.bias[0] = 50;continue", "mlp", "%s --steps 2", MLP);
+    ts_session clean = ts_tdbg("--batch", "run", "mlp", "%s --steps 2", MLP);
+    s = ts_tdbg("--batch", "break step 1;run;set param:fc3.bias[0] = 50;continue", "mlp", "%s --steps 2", MLP);
     const char *a = strstr(clean.out, "step=1 loss="), *b = strstr(s.out, "step=1 loss=");
     ck_assert_msg(a && b, "no step 1 line:\n%s\n%s", clean.out, s.out);
     float la = strtof(a + 12, NULL), lb = strtof(b + 12, NULL);
     ck_assert_msg(lb > la + 1.0f, "set bias 50: loss %g, clean %g", lb, la);
     ck_assert_int_eq(clean.status, 0);
-    done(&s);
-    done(&clean);
+    ts_free(&s);
+    ts_free(&clean);
 }
 END_TEST
 
 START_TEST(test_bad_commands)
 {
-    session s = run_tdbg("brek nan;print nosuch:out0;condition 7 has_nan;break fc1/linear if abs_mx > 3;"
-                         "break fc2/linear;run;break fc2/lnear;print fc1/linear:out9;set param:fc1.bias[99] = 1;"
-                         "print fc1/linear:out0[0,;info op fc1/relux;until step 0;info breakpoints", "mlp", "%s --steps 3",
-                         MLP);
-    assert_has(&s, "error: unknown command 'brek' (did you mean break?)");
-    assert_has(&s, "error: print: no op 'nosuch' in this step");
-    assert_has(&s, "error: no breakpoint 7");
-    assert_has(&s, "did you mean abs_max?");
-    assert_has(&s, "error: no op matches 'fc2/lnear' (did you mean fc2/linear?)");
-    assert_has(&s, "fc1/linear has 1 outputs (out0..out0)");
-    assert_has(&s, "error: set: ");
-    assert_has(&s, "error: print: ");
-    assert_has(&s, "error: info op: no op 'fc1/relux' in this step or the last (did you mean fc1/relu?)");
-    assert_has(&s, "error: until step 0: training is at step 0 already");
-    assert_has(&s, "1    op         keep  y    1      fc2/linear"); /* the session went on */
+    ts_session s = ts_tdbg("--batch", "brek nan;print nosuch:out0;condition 7 has_nan;break fc1/linear if abs_mx > 3;"
+                           "break fc2/linear;run;break fc2/lnear;print fc1/linear:out9;set param:fc1.bias[99] = 1;"
+                           "print fc1/linear:out0[0,;info op fc1/relux;until step 0;info breakpoints", "mlp",
+                           "%s --steps 3", MLP);
+    ts_has(&s, "error: unknown command 'brek' (did you mean break?)");
+    ts_has(&s, "error: print: no op 'nosuch' in this step");
+    ts_has(&s, "error: no breakpoint 7");
+    ts_has(&s, "did you mean abs_max?");
+    ts_has(&s, "error: no op matches 'fc2/lnear' (did you mean fc2/linear?)");
+    ts_has(&s, "fc1/linear has 1 outputs (out0..out0)");
+    ts_has(&s, "error: set: ");
+    ts_has(&s, "error: print: ");
+    ts_has(&s, "error: info op: no op 'fc1/relux' in this step or the last (did you mean fc1/relu?)");
+    ts_has(&s, "error: until step 0: training is at step 0 already");
+    ts_has(&s, "1    op         keep  y    1      fc2/linear"); /* the session went on */
     ck_assert_int_eq(s.status, 1);
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
 START_TEST(test_interrupt)
 {
     /* Ctrl-C while training runs: a stop at the next op boundary. */
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "'%s/debugger/tdbg' --batch -ex run -ex 'info step' -- '%s/examples/mlp' %s --steps 1000000 "
-             ">%s/interrupt.out 2>&1 </dev/null & pid=$!; sleep 3; kill -INT $pid; wait $pid; echo $?",
-             TDBG_BUILDDIR, TDBG_BUILDDIR, MLP, TDBG_BUILDDIR);
-    FILE *p = popen(cmd, "r");
-    int status = -1;
-    ck_assert(p && fscanf(p, "%d", &status) == 1);
-    pclose(p);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/interrupt.out", TDBG_BUILDDIR);
-    FILE *f = fopen(path, "r");
-    ck_assert(f != NULL);
-    session s = { .status = status, .out = calloc(1, OUT_MAX) };
-    size_t n = fread(s.out, 1, OUT_MAX - 1, f);
-    s.out[n] = '\0';
-    fclose(f);
-    remove(path);
-    assert_has(&s, "Interrupted.");
+    ts_session s = ts_sh("'%s/debugger/tdbg' --batch -ex run -ex 'info step' -- '%s/examples/mlp' %s --steps 1000000 "
+                         ">%s/interrupt.out 2>&1 </dev/null & pid=$!; sleep 3; kill -INT $pid; wait $pid; st=$?; "
+                         "cat '%s/interrupt.out'; rm -f '%s/interrupt.out'; exit $st",
+                         TDBG_BUILDDIR, TDBG_BUILDDIR, MLP, TDBG_BUILDDIR, TDBG_BUILDDIR, TDBG_BUILDDIR);
+    ts_has(&s, "Interrupted.");
     char buf[512];
-    const char *line = stopped_line(&s, 0, buf, sizeof buf);
+    const char *line = ts_stopped_line(&s, 0, buf, sizeof buf);
     ck_assert_msg(line && strstr(line, "reason=interrupt") && strstr(line, " op="), "no interrupt stop:\n%s", s.out);
-    assert_has(&s, "tdbg: the script ended while stopped at step");
-    ck_assert_msg(status == 1, "exit %d:\n%s", status, s.out);
-    done(&s);
+    ts_has(&s, "tdbg: the script ended while stopped at step");
+    ck_assert_msg(s.status == 1, "exit %d:\n%s", s.status, s.out);
+    ts_free(&s);
 }
 END_TEST
 
@@ -487,23 +407,23 @@ START_TEST(test_dump_commands)
     snprintf(cmds, sizeof cmds, "dump @%s;break step 2;run;info dump;dump off;dump steps=x;info dump;"
              "break fc2/linear;continue;dump now fc2/linear:out0 param:fc1.bias;dump now nosuch:out0;delete;"
              "continue", path);
-    session s = run_tdbg(cmds, "mlp", "%s --steps 4", MLP);
-    assert_has(&s, "Dumping from step 0: dir=");
-    assert_has(&s, ";ops=fc2/*;steps=1-2;io=outputs;");
-    assert_has(&s, "stopped: step=2 phase=forward op=- type=- reason=step");
-    assert_has(&s, "steps and 2 tensors written");
-    assert_has(&s, "stopped: 1 steps and 2 tensors written");
-    assert_has(&s, "error: dump: column 7: ");
-    assert_has(&s, "No dump is running ('dump SPEC' starts one).");
-    assert_has(&s, "Wrote 2 tensors to tdbg-dump/now/step-00000002.h5");
-    assert_has(&s, "error: dump now: no op 'nosuch'");
+    ts_session s = ts_tdbg("--batch", cmds, "mlp", "%s --steps 4", MLP);
+    ts_has(&s, "Dumping from step 0: dir=");
+    ts_has(&s, ";ops=fc2/*;steps=1-2;io=outputs;");
+    ts_has(&s, "stopped: step=2 phase=forward op=- type=- reason=step");
+    ts_has(&s, "steps and 2 tensors written");
+    ts_has(&s, "stopped: 1 steps and 2 tensors written");
+    ts_has(&s, "error: dump: column 7: ");
+    ts_has(&s, "No dump is running ('dump SPEC' starts one).");
+    ts_has(&s, "Wrote 2 tensors to tdbg-dump/now/step-00000002.h5");
+    ts_has(&s, "error: dump now: no op 'nosuch'");
     snprintf(path, sizeof path, "%s/run/step-00000001.h5", dir);
     ck_assert_msg(access(path, R_OK) == 0, "no %s:\n%s", path, s.out);
     snprintf(path, sizeof path, "%s/run/step-00000002.h5", dir);
     ck_assert_msg(access(path, R_OK) != 0, "%s written after dump off", path);
     snprintf(cmds, sizeof cmds, "rm -rf %s tdbg-dump", dir); /* dump now wrote into ./tdbg-dump/now */
     ck_assert(system(cmds) == 0);
-    done(&s);
+    ts_free(&s);
 }
 END_TEST
 
@@ -667,7 +587,7 @@ START_TEST(test_flight_recorder_quit_and_script_end)
         ck_assert(mkdtemp(dir) != NULL);
         spec_file(dir, spec, path, sizeof path);
         snprintf(cmds, sizeof cmds, "break nan;dump @%s;run;info dump%s", path, quit ? ";quit" : "");
-        session s = run_tdbg(cmds, "mlp", "%s --inject nan@op=fc2/linear,step=3", MLP);
+        ts_session s = ts_tdbg("--batch", cmds, "mlp", "%s --inject nan@op=fc2/linear,step=3", MLP);
         ck_assert_msg(s.status == 1, "exit %d:\n%s", s.status, s.out);
         char d[128];
         snprintf(d, sizeof d, "%s/d", dir);
@@ -683,7 +603,7 @@ START_TEST(test_flight_recorder_quit_and_script_end)
         ck_assert(n == 2 && t == tensors);
         snprintf(cmds, sizeof cmds, "rm -rf %s", dir);
         ck_assert(system(cmds) == 0);
-        done(&s);
+        ts_free(&s);
     }
 }
 END_TEST
@@ -704,9 +624,9 @@ START_TEST(test_dump_started_while_stopped)
         spec_file(dir, "ops=fc*", path, sizeof path);
         snprintf(cmds, sizeof cmds, "%s;run;dump @%s;delete;break step 4;continue;info dump;dump off",
                  cases[c].stop, path);
-        session s = run_tdbg(cmds, "mlp", "%s --steps 6", MLP);
+        ts_session s = ts_tdbg("--batch", cmds, "mlp", "%s --steps 6", MLP);
         snprintf(want, sizeof want, "Dumping from step %lld: dir=%s;ops=fc*;", (long long)cases[c].first, d);
-        assert_has(&s, want);
+        ts_has(&s, want);
         int64_t steps[8], tensors, n, t;
         int n_steps = dump_on_disk(d, steps, &tensors);
         ck_assert_msg(n_steps == 4 - cases[c].first && steps[0] == cases[c].first,
@@ -720,7 +640,7 @@ START_TEST(test_dump_started_while_stopped)
         ck_assert(n == n_steps && t == tensors);
         snprintf(cmds, sizeof cmds, "rm -rf %s", dir);
         ck_assert(system(cmds) == 0);
-        done(&s);
+        ts_free(&s);
     }
 }
 END_TEST
