@@ -8,56 +8,16 @@
  */
 #include "suites.h"
 #include "te.h"
+#include "tsession.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
-#define OUT_MAX (1 << 20)
-
-typedef struct {
-    int status;
-    char *out;
-} run_out;
-
-static run_out run_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static run_out run_sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    run_out r = { .out = calloc(1, OUT_MAX) };
-    ck_assert(r.out != NULL);
-    FILE *p = popen(cmd, "r");
-    ck_assert_msg(p != NULL, "cannot run %s", cmd);
-    size_t n = fread(r.out, 1, OUT_MAX - 1, p);
-    r.out[n] = '\0';
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
-
-/* tdbg --batch -ex EX... on examples/mlp with a 1024-element fc2 output. */
-#define TDBG(ex) "'" TDBG_BUILDDIR "/debugger/tdbg' --batch " ex " -- '" TDBG_BUILDDIR "/examples/mlp' " \
-                 "--hidden 64,64 --batch 16 --threads 2 --log-every 1 --steps 3 2>&1 </dev/null"
-#define MLP "'" TDBG_BUILDDIR "/examples/mlp' --hidden 64,64 --batch 16 --threads 2 --log-every 1 --steps 3 "
-
-static void has(const run_out *r, const char *want)
-{
-    ck_assert_msg(strstr(r->out, want) != NULL, "want: %s\ngot:\n%s", want, r->out);
-}
-
-static int count(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
-        n++;
-    return n;
-}
+/* examples/mlp with a 1024-element fc2 output: ARGS for ts_tdbg, and the
+ * whole command line. */
+#define ARGS "--hidden 64,64 --batch 16 --threads 2 --log-every 1 --steps 3"
+#define MLP "'" TDBG_BUILDDIR "/examples/mlp' " ARGS " "
 
 /* ---- the engine's mechanism --------------------------------------------------- */
 
@@ -145,10 +105,10 @@ END_TEST
 
 START_TEST(test_break_type_refused)
 {
-    run_out r = run_sh(TDBG("-ex 'break type:Lnear' -ex 'info breakpoints'"));
-    has(&r, "error: break: no op type 'Lnear'; the closest: Linear, Mean, Relu");
-    has(&r, "No breakpoints.");
-    free(r.out);
+    ts_session r = ts_tdbg("--batch", "break type:Lnear;info breakpoints", "mlp", ARGS);
+    ts_has(&r, "error: break: no op type 'Lnear'; the closest: Linear, Mean, Relu");
+    ts_has(&r, "No breakpoints.");
+    ts_free(&r);
 }
 END_TEST
 
@@ -156,51 +116,52 @@ END_TEST
  * nothing by the end of step 0 gets one warning with the closest names. */
 START_TEST(test_break_pending)
 {
-    run_out r = run_sh(TDBG("-ex 'break fc2/lnear' -ex 'info breakpoints' -ex 'tbreak fc9*' -ex 'break fc3/linear'"
-                            " -ex 'delete 2' -ex run -ex continue -ex 'info breakpoints'"));
-    has(&r, "Breakpoint 1 (fc2/lnear) pending: no ops exist before the first step; it is checked when they do");
-    has(&r, "1    op         keep  y    0      fc2/lnear (pending: checked when the first step's ops exist)");
-    has(&r, "warning: Breakpoint 1 (fc2/lnear) matched none of the 18 ops of step 0; the closest op names: "
-            "fc2/linear, fc1/linear, fc3/linear");
-    ck_assert_int_eq(count(r.out, "warning:"), 1); /* fc9* was deleted; fc3/linear matched */
-    has(&r, "stopped: step=0 phase=forward op=fc3/linear");
-    has(&r, "3    op         keep  y    2      fc3/linear\n"); /* pending no more */
-    free(r.out);
+    ts_session r = ts_tdbg("--batch", "break fc2/lnear;info breakpoints;tbreak fc9*;break fc3/linear;delete 2;run;"
+                                      "continue;info breakpoints", "mlp", ARGS);
+    ts_has(&r, "Breakpoint 1 (fc2/lnear) pending: no ops exist before the first step; it is checked when they do");
+    ts_has(&r, "1    op         keep  y    0      fc2/lnear (pending: checked when the first step's ops exist)");
+    ts_has(&r, "warning: Breakpoint 1 (fc2/lnear) matched none of the 18 ops of step 0; the closest op names: "
+               "fc2/linear, fc1/linear, fc3/linear");
+    ck_assert_int_eq(ts_count(&r, "warning:"), 1); /* fc9* was deleted; fc3/linear matched */
+    ts_has(&r, "stopped: step=0 phase=forward op=fc3/linear");
+    ts_has(&r, "3    op         keep  y    2      fc3/linear\n"); /* pending no more */
+    ts_free(&r);
 }
 END_TEST
 
 START_TEST(test_has_nan_compared_refused)
 {
-    run_out r = run_sh(TDBG("-ex 'break fc* if has_nan > 1' -ex 'break fc* if in0.has_inf == 0' -ex 'info breakpoints'"));
-    has(&r, "error: condition: column 9: has_nan stands alone: it holds when a tensor has a NaN "
-            "('not has_nan' when none has), so it takes no '>'");
-    has(&r, "error: condition: column 13: has_inf stands alone: it holds when a tensor has an Inf "
-            "('not has_inf' when none has), so it takes no '=='");
-    has(&r, "No breakpoints.");
-    free(r.out);
+    ts_session r = ts_tdbg("--batch", "break fc* if has_nan > 1;break fc* if in0.has_inf == 0;info breakpoints",
+                           "mlp", ARGS);
+    ts_has(&r, "error: condition: column 9: has_nan stands alone: it holds when a tensor has a NaN "
+               "('not has_nan' when none has), so it takes no '>'");
+    ts_has(&r, "error: condition: column 13: has_inf stands alone: it holds when a tensor has an Inf "
+               "('not has_inf' when none has), so it takes no '=='");
+    ts_has(&r, "No breakpoints.");
+    ts_free(&r);
 }
 END_TEST
 
 /* Stopped before fc3 ran: "not run yet", not "no such op". */
 START_TEST(test_not_run_yet)
 {
-    run_out r = run_sh(TDBG("-ex 'break fc2/linear' -ex run -ex 'p fc3/linear:out0' -ex continue"
-                            " -ex 'p fc3/linear:out0' -ex 'p fc3/lnear:out0'"));
-    has(&r, "error: print: no op 'fc3/linear' has run yet in step 0, the first (ops are known once they ran; "
-            "did you mean fc1/linear?)");
-    has(&r, "error: print: fc3/linear has not run yet in step 1");
-    has(&r, "error: print: no op 'fc3/lnear' in this step (did you mean fc3/linear?)");
-    free(r.out);
+    ts_session r = ts_tdbg("--batch", "break fc2/linear;run;p fc3/linear:out0;continue;p fc3/linear:out0;"
+                                      "p fc3/lnear:out0", "mlp", ARGS);
+    ts_has(&r, "error: print: no op 'fc3/linear' has run yet in step 0, the first (ops are known once they ran; "
+               "did you mean fc1/linear?)");
+    ts_has(&r, "error: print: fc3/linear has not run yet in step 1");
+    ts_has(&r, "error: print: no op 'fc3/lnear' in this step (did you mean fc3/linear?)");
+    ts_free(&r);
 }
 END_TEST
 
 START_TEST(test_trend_name_checked)
 {
-    run_out r = run_sh(TDBG("-ex 'trend fc9/linear:out0' -ex 'trend fc1/linear:out0' -ex 'break step 1' -ex run"));
-    has(&r, "warning: trend fc9/linear:out0 matched none of the 18 ops of step 0; the closest op names: "
-            "fc1/linear, fc2/linear, fc3/linear");
-    ck_assert_int_eq(count(r.out, "warning:"), 1);
-    free(r.out);
+    ts_session r = ts_tdbg("--batch", "trend fc9/linear:out0;trend fc1/linear:out0;break step 1;run", "mlp", ARGS);
+    ts_has(&r, "warning: trend fc9/linear:out0 matched none of the 18 ops of step 0; the closest op names: "
+               "fc1/linear, fc2/linear, fc3/linear");
+    ck_assert_int_eq(ts_count(&r, "warning:"), 1);
+    ts_free(&r);
 }
 END_TEST
 
@@ -208,27 +169,27 @@ END_TEST
 
 START_TEST(test_inject_index_out_of_range)
 {
-    run_out r = run_sh(MLP "--inject nan@op=fc2/linear,step=1,index=5000 2>&1");
+    ts_session r = ts_sh(MLP "--inject nan@op=fc2/linear,step=1,index=5000 2>&1");
     ck_assert_int_eq(r.status, 2);
-    has(&r, "error: --inject 'nan@op=fc2/linear,step=1,index=5000': index 5000 is out of range for "
-            "fc2/linear:out0 (output of fc2/linear at step 1), which has 1024 elements (index 0..1023)");
+    ts_has(&r, "error: --inject 'nan@op=fc2/linear,step=1,index=5000': index 5000 is out of range for "
+               "fc2/linear:out0 (output of fc2/linear at step 1), which has 1024 elements (index 0..1023)");
     ck_assert_ptr_null(strstr(r.out, "step=1 loss")); /* it stopped there */
-    free(r.out);
-    r = run_sh(MLP "--inject nan@op=fc2/linear,step=1,index=1023 2>&1");
+    ts_free(&r);
+    r = ts_sh(MLP "--inject nan@op=fc2/linear,step=1,index=1023 2>&1");
     ck_assert_int_eq(r.status, 0);
-    has(&r, "step=1 loss=nan");
-    free(r.out);
+    ts_has(&r, "step=1 loss=nan");
+    ts_free(&r);
 }
 END_TEST
 
 START_TEST(test_inject_unmatched_warns)
 {
-    run_out r = run_sh(MLP "--inject nan@op=nosuch,step=1 --inject zero@op=fc1*,step=9 2>&1");
+    ts_session r = ts_sh(MLP "--inject nan@op=nosuch,step=1 --inject zero@op=fc1*,step=9 2>&1");
     ck_assert_int_eq(r.status, 0);
-    has(&r, "warning: --inject 'nan@op=nosuch,step=1' matched none of the 18 ops of step 0; the closest op names: "
-            "fc1/relu, fc2/relu, fc1/linear");
-    ck_assert_int_eq(count(r.out, "warning:"), 1);
-    free(r.out);
+    ts_has(&r, "warning: --inject 'nan@op=nosuch,step=1' matched none of the 18 ops of step 0; the closest op names: "
+               "fc1/relu, fc2/relu, fc1/linear");
+    ck_assert_int_eq(ts_count(&r, "warning:"), 1);
+    ts_free(&r);
 }
 END_TEST
 
