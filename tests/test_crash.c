@@ -12,16 +12,15 @@
  * is the one that runs (as it is in a normal build).
  */
 #include "suites.h"
+#include "tsession.h"
 
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define OUT_MAX (1 << 18)
 #define WAIT_MS 60000 /* a sanitizer build on a busy 2-core machine: a guard against a hang */
 
 static const char *const MLP = "--hidden 64,64 --batch 32 --threads 2 --log-every 1 --steps 3";
@@ -29,60 +28,18 @@ static const char *const ASAN_OFF =
     "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0:handle_abort=0:handle_sigfpe=0:"
     "handle_sigbus=0:handle_sigill=0\"";
 
-typedef struct {
-    int status; /* as a shell sees it: 128+N for death by signal N */
-    char out[OUT_MAX];
-} run_result;
-
-/* Runs the shell command fmt makes (stdout and stderr together) and the
- * status a shell reports for it. */
-static run_result *run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static run_result *run(const char *fmt, ...)
-{
-    char cmd[4096], full[4608];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "export %s; { %s; } 2>&1; echo \"status=$?\"", ASAN_OFF, cmd);
-    run_result *r = calloc(1, sizeof *r);
-    ck_assert(r != NULL);
-    FILE *p = popen(full, "r");
-    ck_assert_msg(p != NULL, "cannot run %s", full);
-    size_t n = fread(r->out, 1, sizeof r->out - 1, p);
-    r->out[n] = '\0';
-    pclose(p);
-    const char *st = strstr(r->out, "status=");
-    for (const char *next; st && (next = strstr(st + 1, "status=")) != NULL;)
-        st = next;
-    r->status = st ? atoi(st + 7) : -1;
-    return r;
-}
-
-static void has(const run_result *r, const char *want)
-{
-    ck_assert_msg(strstr(r->out, want) != NULL, "no '%s' in:\n%s", want, r->out);
-}
-
-static void has_not(const run_result *r, const char *unwanted)
-{
-    ck_assert_msg(strstr(r->out, unwanted) == NULL, "'%s' should not be in:\n%s", unwanted, r->out);
-}
-
-static void status_is(const run_result *r, int want)
-{
-    ck_assert_msg(r->status == want, "exit status %d, want %d; the run:\n%s", r->status, want, r->out);
-}
+/* The shell command fmt makes, run by ts_sh with the sanitizer's handlers off. */
+#define run(fmt, ...) ts_sh("export %s; " fmt, ASAN_OFF, __VA_ARGS__)
 
 /* The report's lines every crash has. */
-static void assert_report(const run_result *r, const char *signame, int signo)
+static void assert_report(const ts_session *r, const char *signame, int signo)
 {
     char want[256];
-    status_is(r, 128 + signo);
+    ts_status_is(r, 128 + signo);
     snprintf(want, sizeof want, "tdbg: the program received %s (", signame);
-    has(r, want);
-    has(r, "  backtrace of the crashing thread:\n    #0  0x");
-    has_not(r, "addresses only");
+    ts_has(r, want);
+    ts_has(r, "  backtrace of the crashing thread:\n    #0  0x");
+    ts_lacks(r, "addresses only");
 }
 
 /* ---- --inject segv|abort|fpe: forward, backward, update; eager and graph --------------------- */
@@ -112,36 +69,37 @@ START_TEST(test_inject_crashes)
     const int m = _i / 3, k = _i % 3;
     for (int p = 0; p < 3; p++) {
         const place *pl = &places[p];
-        run_result *r = run("'%s/debugger/tdbg' --batch -ex run -- '%s/examples/mlp' %s --mode %s --inject %s@op=%s,step=2 "
-                            "</dev/null", TDBG_BUILDDIR, TDBG_BUILDDIR, MLP, modes[m], kinds[k].kind, pl->op);
+        ts_session r = run("'%s/debugger/tdbg' --batch -ex run -- '%s/examples/mlp' %s --mode %s "
+                           "--inject %s@op=%s,step=2 </dev/null", TDBG_BUILDDIR, TDBG_BUILDDIR, MLP, modes[m],
+                           kinds[k].kind, pl->op);
         char want[512];
-        assert_report(r, kinds[k].signame, kinds[k].signo);
+        assert_report(&r, kinds[k].signame, kinds[k].signo);
         if (kinds[k].signo == SIGSEGV)
-            has(r, "(segmentation fault), fault address 0x0\n");
+            ts_has(&r, "(segmentation fault), fault address 0x0\n");
         if (kinds[k].signo == SIGFPE)
-            has(r, "(arithmetic exception), at instruction 0x");
+            ts_has(&r, "(arithmetic exception), at instruction 0x");
         snprintf(want, sizeof want, "  during step 2 (phase %s)\n", pl->phase);
-        has(r, want);
+        ts_has(&r, want);
         snprintf(want, sizeof want, "  last op started:  %s (%s) at %s", pl->op, pl->type, pl->loc);
-        has(r, want);
-        has(r, ", running: it had not finished\n");
+        ts_has(&r, want);
+        ts_has(&r, ", running: it had not finished\n");
         snprintf(want, sizeof want, "  last op finished: %s", pl->before);
-        has(r, want);
+        ts_has(&r, want);
         /* the backtrace: where the signal came from, the engine on the way, the program */
-        has(r, kinds[k].frame);
-        has(r, " te_inject_crash");
-        has(r, p == 2 ? " te_optim_step at engine/optim.c:" : m == 1 ? " tg_execute at engine/graph/exec.c:"
-                                                                      : " te_node_starting at engine/tape.c:");
-        has(r, " main at examples/mlp.c:");
+        ts_has(&r, kinds[k].frame);
+        ts_has(&r, " te_inject_crash");
+        ts_has(&r, p == 2 ? " te_optim_step at engine/optim.c:" : m == 1 ? " tg_execute at engine/graph/exec.c:"
+                                                                          : " te_node_starting at engine/tape.c:");
+        ts_has(&r, " main at examples/mlp.c:");
         snprintf(want, sizeof want,
                  "\nstopped: step=2 phase=%s op=%s type=%s reason=signal tensor=- index=- origin=- signal=%s\n",
                  pl->phase, pl->op, pl->type, kinds[k].signame);
-        has(r, want);
+        ts_has(&r, want);
         /* the steps before ran, the one after did not */
-        has(r, "step=1 loss=");
-        has_not(r, "step=2 loss=");
-        has_not(r, "tdbg: the program finished");
-        free(r);
+        ts_has(&r, "step=1 loss=");
+        ts_lacks(&r, "step=2 loss=");
+        ts_lacks(&r, "tdbg: the program finished");
+        ts_free(&r);
     }
 }
 END_TEST
@@ -150,47 +108,47 @@ END_TEST
 
 START_TEST(test_null_between_steps)
 {
-    run_result *r = run("'%s/debugger/tdbg' --batch -ex run -- '%s/tests/crashy' null </dev/null", TDBG_BUILDDIR,
-                        TDBG_BUILDDIR);
-    assert_report(r, "SIGSEGV", SIGSEGV);
-    has(r, "step=2 y0=2\n");
-    has(r, "(segmentation fault), fault address 0x0\n  between steps, after step 2\n");
-    has(r, "  last op started:  scale/scale (Scale) at tests/crashy.c:");
-    has(r, "  last op finished: scale/scale (Scale) at tests/crashy.c:");
-    has_not(r, "running: it had not finished");
-    has(r, "#0  0x");
-    has(r, " use_after_step at tests/crashy.c:");
-    has(r, " main at tests/crashy.c:");
-    has(r, "\nstopped: step=2 phase=forward op=- type=- reason=signal tensor=- index=- origin=- signal=SIGSEGV\n");
-    free(r);
+    ts_session r = run("'%s/debugger/tdbg' --batch -ex run -- '%s/tests/crashy' null </dev/null", TDBG_BUILDDIR,
+                       TDBG_BUILDDIR);
+    assert_report(&r, "SIGSEGV", SIGSEGV);
+    ts_has(&r, "step=2 y0=2\n");
+    ts_has(&r, "(segmentation fault), fault address 0x0\n  between steps, after step 2\n");
+    ts_has(&r, "  last op started:  scale/scale (Scale) at tests/crashy.c:");
+    ts_has(&r, "  last op finished: scale/scale (Scale) at tests/crashy.c:");
+    ts_lacks(&r, "running: it had not finished");
+    ts_has(&r, "#0  0x");
+    ts_has(&r, " use_after_step at tests/crashy.c:");
+    ts_has(&r, " main at tests/crashy.c:");
+    ts_has(&r, "\nstopped: step=2 phase=forward op=- type=- reason=signal tensor=- index=- origin=- signal=SIGSEGV\n");
+    ts_free(&r);
 }
 END_TEST
 
 START_TEST(test_exit_mid_step)
 {
-    run_result *r = run("'%s/debugger/tdbg' --batch -ex run -- '%s/tests/crashy' exit </dev/null", TDBG_BUILDDIR,
-                        TDBG_BUILDDIR);
-    status_is(r, 3);
-    has(r, "step=0 y0=2\n");
-    has(r, "tdbg: the program exited with status 3 during step 1 (phase forward), after op scale/scale "
-           "(tests/crashy.c:");
-    has(r, "\nstopped: step=1 phase=forward op=scale/scale type=Scale reason=exit tensor=- index=- origin=- "
-           "status=3\n");
-    has_not(r, "tdbg: the program finished");
-    has_not(r, "received");
-    free(r);
+    ts_session r = run("'%s/debugger/tdbg' --batch -ex run -- '%s/tests/crashy' exit </dev/null", TDBG_BUILDDIR,
+                       TDBG_BUILDDIR);
+    ts_status_is(&r, 3);
+    ts_has(&r, "step=0 y0=2\n");
+    ts_has(&r, "tdbg: the program exited with status 3 during step 1 (phase forward), after op scale/scale "
+               "(tests/crashy.c:");
+    ts_has(&r, "\nstopped: step=1 phase=forward op=scale/scale type=Scale reason=exit tensor=- index=- origin=- "
+               "status=3\n");
+    ts_lacks(&r, "tdbg: the program finished");
+    ts_lacks(&r, "received");
+    ts_free(&r);
 }
 END_TEST
 
 /* An exit() between steps is an ordinary end: no report. */
 START_TEST(test_exit_between_steps_is_quiet)
 {
-    run_result *r = run("'%s/debugger/tdbg' --batch -ex run -- '%s/examples/mlp' %s </dev/null", TDBG_BUILDDIR,
-                        TDBG_BUILDDIR, MLP);
-    status_is(r, 0);
-    has(r, "tdbg: the program finished");
-    has_not(r, "reason=exit");
-    free(r);
+    ts_session r = run("'%s/debugger/tdbg' --batch -ex run -- '%s/examples/mlp' %s </dev/null", TDBG_BUILDDIR,
+                       TDBG_BUILDDIR, MLP);
+    ts_status_is(&r, 0);
+    ts_has(&r, "tdbg: the program finished");
+    ts_lacks(&r, "reason=exit");
+    ts_free(&r);
 }
 END_TEST
 
@@ -198,17 +156,17 @@ END_TEST
 
 START_TEST(test_cli)
 {
-    run_result *r = run("printf 'break step 1\\nrun\\ncontinue\\n' | '%s/debugger/tdbg' --cli -- '%s/examples/mlp' %s "
-                        "--inject abort@op=grad/fc2/linear,step=1", TDBG_BUILDDIR, TDBG_BUILDDIR, MLP);
-    assert_report(r, "SIGABRT", SIGABRT);
-    has(r, "stopped: step=1 phase=forward op=- type=- reason=step");
-    has(r, "  during step 1 (phase backward)\n");
-    has(r, "  last op started:  grad/fc2/linear (LinearGrad) at examples/mlp.c:");
-    has(r, " abort");
-    has(r, " main at examples/mlp.c:");
-    has(r, "\nstopped: step=1 phase=backward op=grad/fc2/linear type=LinearGrad reason=signal tensor=- index=- "
-           "origin=- signal=SIGABRT\n");
-    free(r);
+    ts_session r = run("printf 'break step 1\\nrun\\ncontinue\\n' | '%s/debugger/tdbg' --cli -- '%s/examples/mlp' %s "
+                       "--inject abort@op=grad/fc2/linear,step=1", TDBG_BUILDDIR, TDBG_BUILDDIR, MLP);
+    assert_report(&r, "SIGABRT", SIGABRT);
+    ts_has(&r, "stopped: step=1 phase=forward op=- type=- reason=step");
+    ts_has(&r, "  during step 1 (phase backward)\n");
+    ts_has(&r, "  last op started:  grad/fc2/linear (LinearGrad) at examples/mlp.c:");
+    ts_has(&r, " abort");
+    ts_has(&r, " main at examples/mlp.c:");
+    ts_has(&r, "\nstopped: step=1 phase=backward op=grad/fc2/linear type=LinearGrad reason=signal tensor=- index=- "
+               "origin=- signal=SIGABRT\n");
+    ts_free(&r);
 }
 END_TEST
 
