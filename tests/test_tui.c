@@ -11,6 +11,7 @@
  */
 #include "suites.h"
 #include "testutil.h"
+#include "tsession.h"
 #include "tui_internal.h"
 
 #include <signal.h>
@@ -18,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,24 +30,12 @@ static bool have_tmux;
 
 static const char *const CNN = "--channels 4,8,8 --batch 8 --threads 2 --log-every 1 --train-size 64";
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* Stops the private server and removes its socket (tmux leaves it). */
 static void kill_server(void)
 {
     if (!have_tmux || !sock[0])
         return;
-    sh("tmux -L %s kill-server >/dev/null 2>&1", sock);
+    tu_shell(NULL, 0, "tmux -L %s kill-server >/dev/null 2>&1", sock);
     const char *tmpdir = getenv("TMUX_TMPDIR");
     char path[512];
     snprintf(path, sizeof path, "%s/tmux-%d/%s", tmpdir && tmpdir[0] ? tmpdir : "/tmp", (int)getuid(), sock);
@@ -144,13 +132,13 @@ static const char *wait_for(int y, ...)
 /* Keys as tmux names them ("F9", "Escape", "C-c"), or text with "-l". */
 static void keys(const char *k)
 {
-    if (sh("tmux -L %s send-keys -t t %s", sock, k) != 0)
+    if (tu_shell(NULL, 0, "tmux -L %s send-keys -t t %s", sock, k) != 0)
         fail_with("send-keys failed", capture(false));
 }
 
 static void type(const char *text)
 {
-    if (sh("tmux -L %s send-keys -t t -l '%s'", sock, text) != 0)
+    if (tu_shell(NULL, 0, "tmux -L %s send-keys -t t -l '%s'", sock, text) != 0)
         fail_with("send-keys -l failed", capture(false));
 }
 
@@ -173,8 +161,8 @@ static void start(const char *env, int w, int h, const char *args)
                "exec sleep 600\n",
             dir, dir, env, TDBG_BUILDDIR, args);
     fclose(f);
-    ck_assert_msg(sh("tmux -L %s -f /dev/null new-session -d -s t -x %d -y %d 'sh %s'", sock, w, h, script) == 0,
-                  "cannot start tmux");
+    ck_assert_msg(tu_shell(NULL, 0, "tmux -L %s -f /dev/null new-session -d -s t -x %d -y %d 'sh %s'", sock, w, h,
+                           script) == 0, "cannot start tmux");
 }
 
 /* The program has ended: its status and a restored terminal. */
@@ -200,7 +188,7 @@ static void setup(void)
 static void teardown(void)
 {
     kill_server();
-    sh("rm -rf '%s'", dir);
+    tu_shell(NULL, 0, "rm -rf '%s'", dir);
 }
 
 static bool skip(void)
@@ -251,7 +239,8 @@ START_TEST(test_nan_step_break_complete_scroll_resize_quit)
     char name[64] = "", want[96];
     if (y_bn < 0 || sscanf(line_of(screen, y_click, l, sizeof l) + 3, "%d %63s", &exec, name) != 2)
         fail_with("no op row to click next to conv2/bn", screen);
-    sh("tmux -L %s send-keys -t t -H 1b 5b 4d 20 2a %02x", sock, 33 + y_click); /* X10: press, column 9 */
+    /* X10: press, column 9 */
+    tu_shell(NULL, 0, "tmux -L %s send-keys -t t -H 1b 5b 4d 20 2a %02x", sock, 33 + y_click);
     snprintf(want, sizeof want, "%s:out0", name);
     wait_for(-1, want, NULL);
     wait_for(1, ">ops", NULL);
@@ -302,14 +291,14 @@ START_TEST(test_nan_step_break_complete_scroll_resize_quit)
     shot("tensor-scrolled", screen);
 
     /* resize: bigger, too small, back */
-    sh("tmux -L %s resize-window -t t -x 132 -y 40", sock);
+    tu_shell(NULL, 0, "tmux -L %s resize-window -t t -x 132 -y 40", sock);
     screen = wait_for(39, "1Help", NULL);
     if (!strstr(line_of(screen, 0, l, sizeof l), "conv2/relu"))
         fail_with("the status bar lost the stop after a resize", screen);
     shot("wide", screen);
-    sh("tmux -L %s resize-window -t t -x 50 -y 12", sock);
+    tu_shell(NULL, 0, "tmux -L %s resize-window -t t -x 50 -y 12", sock);
     shot("too-small", wait_for(-1, "this terminal is 50x12", NULL));
-    sh("tmux -L %s resize-window -t t -x 80 -y 24", sock);
+    tu_shell(NULL, 0, "tmux -L %s resize-window -t t -x 80 -y 24", sock);
     wait_for(23, "1Help", NULL);
 
     /* quit from the command line: the terminal as it was */
@@ -483,18 +472,14 @@ START_TEST(test_no_terminal_falls_back)
         tdbg_skip("tui", "setsid not found (apt-get install util-linux)");
         return;
     }
-    char cmd[1024], out[16384];
     /* setsid: no controlling terminal, so not even /dev/tty */
-    snprintf(cmd, sizeof cmd, "setsid -w '%s/debugger/tdbg' --tui -ex run -- '%s/examples/mlp' --hidden 32,32 "
-             "--steps 2 </dev/null 2>&1; echo \"status=$?\"", TDBG_BUILDDIR, TDBG_BUILDDIR);
-    FILE *p = popen(cmd, "r");
-    ck_assert(p != NULL);
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    pclose(p);
-    ck_assert_msg(strstr(out, "tdbg: no terminal for the TUI") && strstr(out, "using the command line instead"),
-                  "no notice:\n%s", out);
-    ck_assert_msg(strstr(out, "tdbg: the program finished") && strstr(out, "status=0"), "no clean run:\n%s", out);
+    ts_session r = ts_sh("setsid -w '%s/debugger/tdbg' --tui -ex run -- '%s/examples/mlp' --hidden 32,32 "
+                         "--steps 2 </dev/null 2>&1; echo \"status=$?\"", TDBG_BUILDDIR, TDBG_BUILDDIR);
+    ck_assert_msg(strstr(r.out, "tdbg: no terminal for the TUI") && strstr(r.out, "using the command line instead"),
+                  "no notice:\n%s", r.out);
+    ck_assert_msg(strstr(r.out, "tdbg: the program finished") && strstr(r.out, "status=0"), "no clean run:\n%s",
+                  r.out);
+    ts_free(&r);
 }
 END_TEST
 
@@ -765,7 +750,7 @@ START_TEST(test_skips_counted_in_summary)
 {
     char bin[320], out[65536];
     snprintf(bin, sizeof bin, "%s/bin", dir);
-    ck_assert(sh("mkdir '%s' && ln -s \"$(command -v rm)\" '%s/rm'", bin, bin) == 0);
+    ck_assert(tu_shell(NULL, 0, "mkdir '%s' && ln -s \"$(command -v rm)\" '%s/rm'", bin, bin) == 0);
     for (int require = 0; require < 2; require++) {
         int st = tu_shell(out, sizeof out, "PATH='%s' CK_RUN_SUITE=tui CK_RUN_CASE=tmux TDBG_REQUIRE_ALL=%s "
                           "'%s/tests/run_tests' 2>&1", bin, require ? "1" : "", TDBG_BUILDDIR);
