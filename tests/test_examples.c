@@ -3,6 +3,7 @@
  * convergence, determinism, fault injection, accumulation and flag errors.
  */
 #include "suites.h"
+#include "tsession.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -10,37 +11,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #define OUT_MAX 65536
 #define MAX_STEPS 256
 
 typedef struct {
-    int status;             /* exit status; -1 when killed by a signal */
-    char out[OUT_MAX];      /* stdout and stderr together */
+    int status;             /* as a shell sees it: 128+N for a death by signal N */
+    char *out;              /* stdout and stderr together */
     float loss[MAX_STEPS], acc[MAX_STEPS];
     bool logged[MAX_STEPS];
     float final_loss, final_acc;
     bool has_final;
 } run_result;
 
-/* Runs examples/PROG with the arguments and parses its step and final lines. */
+/* Runs examples/PROG with the arguments and parses its step and final lines;
+ * run_free releases it. */
+static run_result *run(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static run_result *run(const char *prog, const char *fmt, ...)
 {
     run_result *r = calloc(1, sizeof *r);
     ck_assert(r != NULL);
-    char args[1024], cmd[1400];
+    char args[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s/examples/%s' %s 2>&1", TDBG_BUILDDIR, prog, args);
-    FILE *p = popen(cmd, "r");
-    ck_assert_msg(p != NULL, "cannot run %s", cmd);
-    size_t n = fread(r->out, 1, OUT_MAX - 1, p);
-    r->out[n] = '\0';
-    int st = pclose(p);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    ts_session s = ts_sh("'%s/examples/%s' %s", TDBG_BUILDDIR, prog, args);
+    r->status = s.status;
+    r->out = s.out;
 
     for (char *line = r->out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         int step;
@@ -57,6 +55,12 @@ static run_result *run(const char *prog, const char *fmt, ...)
         }
     }
     return r;
+}
+
+static void run_free(run_result *r)
+{
+    free(r->out);
+    free(r);
 }
 
 /* Fails unless the run exited 0 and logged every step in 0..last. */
@@ -101,7 +105,7 @@ START_TEST(test_mlp_converges)
                   r->final_acc, r->out);
     ck_assert_msg(r->loss[99] < 0.4f * r->loss[0], "loss %.4f at step 99, %.4f at step 0",
                   r->loss[99], r->loss[0]);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
@@ -115,7 +119,7 @@ START_TEST(test_mlp_spirals)
                   r->out);
     ck_assert_msg(r->final_acc >= 0.90f, "spirals held-out accuracy %.4f < 0.90:\n%s", r->final_acc,
                   r->out);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
@@ -132,7 +136,7 @@ START_TEST(test_cnn_overfits)
                   "cnn did not fit 32 samples: loss %.4f at step 49 (%.4f at 0), accuracy %.4f:\n%s",
                   r->loss[49], r->loss[0], r->acc[49], r->out);
     ck_assert_msg(isfinite(r->final_loss), "eval-mode loss %g", r->final_loss);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
@@ -151,9 +155,9 @@ START_TEST(test_same_seed_same_output)
     result_lines(r3, c, sizeof c);
     ck_assert_msg(strcmp(a, b) == 0, "same seed, different output:\n%s\n---\n%s", a, b);
     ck_assert_msg(strcmp(a, c) != 0, "seeds 7 and 8 gave the same output:\n%s", a);
-    free(r1);
-    free(r2);
-    free(r3);
+    run_free(r1);
+    run_free(r2);
+    run_free(r3);
 }
 END_TEST
 
@@ -169,9 +173,9 @@ START_TEST(test_workers_same_output)
     result_lines(r3, c, sizeof c);
     ck_assert_msg(strcmp(a, b) == 0, "workers 0 and 1 differ:\n%s\n---\n%s", a, b);
     ck_assert_msg(strcmp(a, c) == 0, "workers 0 and 3 differ:\n%s\n---\n%s", a, c);
-    free(r0);
-    free(r1);
-    free(r3);
+    run_free(r0);
+    run_free(r1);
+    run_free(r3);
 }
 END_TEST
 
@@ -191,8 +195,8 @@ START_TEST(test_inject_nan)
     ck_assert_msg(isnan(r->loss[3]), "loss at step 3 is %g, want nan:\n%s", r->loss[3], r->out);
     /* The NaN reached the weights through backward and the update. */
     ck_assert_msg(isnan(r->loss[5]), "loss at step 5 is %g, want nan", r->loss[5]);
-    free(clean);
-    free(r);
+    run_free(clean);
+    run_free(r);
 }
 END_TEST
 
@@ -212,8 +216,8 @@ START_TEST(test_inject_scale)
     ck_assert_msg(isfinite(r->loss[2]) && r->loss[2] > clean->loss[2],
                   "step 2: activations x10 should raise the loss: %g vs clean %g", r->loss[2],
                   clean->loss[2]);
-    free(clean);
-    free(r);
+    run_free(clean);
+    run_free(r);
 }
 END_TEST
 
@@ -222,12 +226,12 @@ START_TEST(test_inject_bad_spec)
     run_result *r = run("mlp", "--inject bogus@op=fc1/linear,step=1");
     ck_assert_msg(r->status == 2, "unknown kind: exit %d", r->status);
     ck_assert_msg(strstr(r->out, "'bogus'") && strstr(r->out, "unknown kind"), "message:\n%s", r->out);
-    free(r);
+    run_free(r);
     r = run("mlp", "--inject nan@op=fc1/linear,step=x1");
     ck_assert_msg(r->status == 2, "bad step: exit %d", r->status);
     ck_assert_msg(strstr(r->out, "'x1'"), "message names the bad step:\n%s", r->out);
     ck_assert_msg(!strstr(r->out, "step=0 "), "training ran despite the bad spec:\n%s", r->out);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
@@ -272,7 +276,7 @@ START_TEST(test_bad_flags)
         ck_assert_msg(strstr(r->out, cases[i].want), "'%s': no '%s' in:\n%s", cases[i].args,
                       cases[i].want, r->out);
         ck_assert_msg(strstr(r->out, "usage: mlp"), "'%s': no usage in:\n%s", cases[i].args, r->out);
-        free(r);
+        run_free(r);
     }
     char many[512] = "";
     for (int k = 0; k < 17; k++) /* one more than the 16 allowed */
@@ -280,12 +284,12 @@ START_TEST(test_bad_flags)
     run_result *r = run("mlp", "%s", many);
     ck_assert_msg(r->status == 2 && strstr(r->out, "mlp: --inject 'nan@op=x,step=16': one too many: at most 16 "
                                            "injections\n"), "17 injections: exit %d:\n%s", r->status, r->out);
-    free(r);
+    run_free(r);
     r = run("cnn", "--channels 8,16");
     ck_assert_msg(r->status == 2 && strstr(r->out, "cnn: --channels '8,16': expected three widths, comma separated, "
                                            "each a whole number in 1..4096, e.g. 32,64,128\n") &&
                   strstr(r->out, "usage: cnn"), "cnn --channels 8,16: exit %d:\n%s", r->status, r->out);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
@@ -296,7 +300,7 @@ START_TEST(test_help)
     ck_assert_msg(strstr(r->out, "usage: cnn") && strstr(r->out, "--channels") &&
                   strstr(r->out, "--inject") && strstr(r->out, "(64)"),
                   "help lacks usage, --channels, --inject or the batch default:\n%s", r->out);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
@@ -332,8 +336,8 @@ START_TEST(test_graph_parity)
         run_result *g = run(runs[i].prog, "%s --steps 200 --log-every 1 --threads 2 --mode graph",
                             runs[i].args);
         assert_same_run(e, g, 199, 1e-5f, runs[i].prog);
-        free(e);
-        free(g);
+        run_free(e);
+        run_free(g);
     }
 }
 END_TEST
@@ -356,8 +360,8 @@ START_TEST(test_graph_inject_accum_clip)
         ck_assert_msg(e->status == 0 && g->status == 0, "%s: exit %d and %d:\n%s\n%s", cases[i], e->status,
                       g->status, e->out, g->out);
         ck_assert_msg(strcmp(a, b) == 0, "%s: eager and graph differ:\n%s\n---\n%s", cases[i], a, b);
-        free(e);
-        free(g);
+        run_free(e);
+        run_free(g);
     }
 }
 END_TEST
@@ -373,11 +377,11 @@ START_TEST(test_graph_flags)
     ck_assert_msg(system(cmd) == 0, "no IR files in %s", dir);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert(system(cmd) == 0);
-    free(r);
+    run_free(r);
     r = run("mlp", "--mode jit");
     ck_assert_msg(r->status == 2 && strstr(r->out, "mlp: --mode 'jit': unknown mode; expected eager or graph\n"),
                   "--mode jit: exit %d:\n%s", r->status, r->out);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
@@ -399,8 +403,8 @@ START_TEST(test_accum_matches_big_batch)
         ck_assert_msg(fabsf(big->acc[s] - acc->acc[s]) <= 1.5f / 64, "step %d: acc %.4f vs %.4f", s,
                       big->acc[s], acc->acc[s]);
     }
-    free(big);
-    free(acc);
+    run_free(big);
+    run_free(acc);
 }
 END_TEST
 
@@ -411,7 +415,7 @@ START_TEST(test_accum_converges)
     assert_ran(r, "accum 2", 0);
     ck_assert_msg(r->final_acc >= 0.75f, "--accum 2: held-out accuracy %.4f < 0.75:\n%s", r->final_acc,
                   r->out);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
@@ -425,7 +429,7 @@ START_TEST(test_optimizers_and_clip)
                             "--optim %s", optims[i]);
         assert_ran(r, optims[i], 0);
         ck_assert_msg(r->final_acc >= 0.75f, "--optim %s: held-out accuracy %.4f", optims[i], r->final_acc);
-        free(r);
+        run_free(r);
     }
     /* Clipped to norm 1e-6, SGD moves the weights by 1e-8: the losses are
      * those of a run that does not learn (lr 0), while without clipping the
@@ -442,9 +446,9 @@ START_TEST(test_optimizers_and_clip)
                       "step %d: loss %.6f clipped, %.6f with lr 0", s, clip->loss[s], frozen->loss[s]);
     ck_assert_msg(free_run->loss[9] < frozen->loss[9] - 0.05f, "without clipping: loss %.6f at step 9, "
                   "%.6f with lr 0", free_run->loss[9], frozen->loss[9]);
-    free(clip);
-    free(frozen);
-    free(free_run);
+    run_free(clip);
+    run_free(frozen);
+    run_free(free_run);
 }
 END_TEST
 
@@ -462,7 +466,7 @@ START_TEST(test_time_line)
     /* the five steps' sum, printed to the microsecond */
     ck_assert_msg(total >= 4 * lo + hi - 0.005 && total <= lo + 4 * hi + 0.005, "total %g, min %g max %g",
                   total, lo, hi);
-    free(r);
+    run_free(r);
 }
 END_TEST
 
