@@ -417,6 +417,34 @@ START_TEST(test_attention_golden)
 }
 END_TEST
 
+/* f16 q, k, v: the -inf of the mask survives the f16 scores, the output
+ * follows f32's within f16's precision, gradients too. */
+START_TEST(test_attention_half)
+{
+    te_tensor *in[3], *half[3];
+    for (int i = 0; i < 3; i++) {
+        in[i] = gc_random(te_shape(1, 2, 5, 4), -1, 1, 40 + i);
+        half[i] = tu_as_dtype(in[i], TE_F16);
+        te_copy_to_f32(half[i], in[i]->data);
+        in[i]->requires_grad = half[i]->requires_grad = true;
+    }
+    te_tensor *y = te_causal_attention(in[0], in[1], in[2], 0.0f);
+    te_tensor *yh = te_causal_attention(half[0], half[1], half[2], 0.0f);
+    ck_assert_msg(yh && yh->dtype == TE_F16, "%s", te_error());
+    fx_assert_close(yh, y, 1e-2, 1e-2, "f16 attention");
+    te_tensor *dy = gc_random(te_shape(1, 2, 5, 4), -1, 1, 44);
+    ck_assert(te_backward_with(y, dy) == TE_OK && te_backward_with(yh, dy) == TE_OK);
+    for (int i = 0; i < 3; i++)
+        fx_assert_close(half[i]->grad, in[i]->grad, 2e-2, 2e-2, "f16 attention gradient");
+    te_tape_reset();
+    te_tensor_free(dy);
+    for (int i = 0; i < 3; i++) {
+        te_tensor_free(in[i]);
+        te_tensor_free(half[i]);
+    }
+}
+END_TEST
+
 static te_tensor *gc_attention(te_tensor **in, void *ctx)
 {
     (void)ctx;
@@ -661,6 +689,7 @@ Suite *suite_attention_ops(void)
     tcase_add_test(tc, test_name_next);
     tcase_add_test(tc, test_attention_golden);
     tcase_add_test(tc, test_attention_gradcheck);
+    tcase_add_test(tc, test_attention_half);
     tcase_add_test(tc, test_attention_names);
     tcase_add_test(tc, test_attention_errors);
     tcase_add_test(tc, test_dropout_keep);
