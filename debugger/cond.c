@@ -247,7 +247,8 @@ static node *parse_phase(parser *ps)
 
 /* ('op'|'type') ('='|'=='|'!=') NAME, the current token being the word.
  * NAME runs to the next blank or ')', or is quoted ("a b/x*" or 'a b/x*')
- * when it holds those; a type is checked against the op table at once. */
+ * when it holds those or a quote; a type is checked against the op table
+ * at once. */
 static node *parse_name_test(parser *ps, bool is_type)
 {
     const char *kw = is_type ? "type" : "op";
@@ -280,6 +281,12 @@ static node *parse_name_test(parser *ps, bool is_type)
     } else {
         end = p + strcspn(p, " \t\r\n()");
         ps->p = end;
+        const char *q = start + strcspn(start, "\"'");
+        if (q < end) { /* a name holds one kind of quote at most, so that it prints back */
+            fail(ps, &(tok){ .col = (int)(q - ps->text) + 1 }, "a quote inside a name: quote the whole name "
+                 "(%s=\"...\" or %s='...')", kw, kw);
+            return NULL;
+        }
     }
     if (end == start) {
         fail(ps, &at, "expected %s after '%s%s', got %s", is_type ? "an op type" : "an op name glob", kw,
@@ -568,7 +575,7 @@ static void render(FILE *f, const node *n, int outer)
     case N_OP:
     case N_TYPE: {
         /* quoted when it would not read back bare */
-        bool bare = n->name[strcspn(n->name, " \t\r\n()\"'")] == '\0';
+        bool bare = n->name[strcspn(n->name, " \t\r\n()\"'")] == '\0' && n->name[0] != '=';
         char q = strchr(n->name, '"') ? '\'' : '"';
         fprintf(f, "%s%s", n->kind == N_OP ? "op" : "type", n->op == DBG_CMP_NE ? "!=" : "=");
         if (bare)

@@ -440,6 +440,8 @@ START_TEST(test_parse_forms)
         { "(op=h[0-3]/attn/sc*)and has_inf", "op=h[0-3]/attn/sc* and outputs.has_inf" },
         { "op=\"a b=c/*\" or type=Softmax", "op=\"a b=c/*\" or type=Softmax" },
         { "op='say \"hi\"'", "op='say \"hi\"'" },
+        { "op= =x", "op=\"=x\"" },
+        { "op != =x", "op!=\"=x\"" },
         { "type != MatMul and not (op=*/mask or op=*/softmax)",
           "type!=MatMul and not (op=*/mask or op=*/softmax)" },
     };
@@ -676,6 +678,7 @@ START_TEST(test_parse_error_name_tests)
     assert_error_is("op=", "column 4: expected an op name glob after 'op=', got end of condition");
     assert_error_is("not (op= )", "column 10: expected an op name glob after 'op=', got nothing");
     assert_error_is("op=\"h0/*", "column 4: unterminated \" after 'op='");
+    assert_error_is("op=a\"b", "column 5: a quote inside a name: quote the whole name (op=\"...\" or op='...')");
     assert_error_is("op=*/mask has_nan", "column 11: expected 'and', 'or' or end of condition, got 'has_nan'");
     /* types are checked against the op table at once, as `break type:` is */
     assert_error_has("has_nan and type=Softmx", "column 18: ");
