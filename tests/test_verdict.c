@@ -518,6 +518,99 @@ START_TEST(test_intended_no_stop)
 }
 END_TEST
 
+/* ---- end to end: te_masked_fill, in eager and graph mode --------------------------
+ * scores [2,4] (a parameter) -> h0/attn/mask (te_masked_fill, -inf where
+ * the mask is 1: row 0's last two, row 1 whole) -> h0/attn/softmax: finite
+ * (a fully masked row gives zeros). With `nan_too`, the masked scores also
+ * go through h0/attn/leak = masked @ zeros[4,3]: -inf * 0 is a NaN made
+ * there. */
+typedef struct masked_model {
+    te_tensor *scores, *mask, *zeros;
+    bool nan_too;
+} masked_model;
+
+static te_status masked_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    (void)in;
+    masked_model *m = ctx;
+    te_scope_push("h0/attn");
+    te_name_next("mask");
+    te_tensor *masked = te_masked_fill(m->scores, m->mask, -INFINITY);
+    te_name_next("softmax");
+    te_tensor *att = te_softmax(masked, -1);
+    te_tensor *loss = te_sum(att, TE_ALL, false);
+    if (m->nan_too) {
+        te_name_next("leak");
+        te_tensor *leak = te_matmul(masked, m->zeros);
+        loss = te_add(loss, te_sum(leak, TE_ALL, false));
+    }
+    te_scope_pop();
+    te_status st = te_backward(loss);
+    out[0] = loss;
+    return st;
+}
+
+START_TEST(test_masked_fill_end_to_end)
+{
+    int hook = te_hook_add(&(te_hooks){ .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end,
+                                        .phase_begin = dbg_on_phase, .op_end = dbg_on_op_end },
+                           NULL);
+    ck_assert(hook >= 0);
+    masked_model m = { .scores = te_param_new("scores", TE_F32, te_shape(2, 4)),
+                       .mask = te_tensor_persistent(TE_F32, te_shape(2, 4)),
+                       .zeros = te_tensor_persistent(TE_F32, te_shape(4, 3)) };
+    ck_assert(m.scores && m.mask && m.zeros);
+    static const float mask[8] = { 0, 0, 1, 1, 1, 1, 1, 1 };
+    for (int i = 0; i < 8; i++) {
+        te_set(m.scores, i, 0.25f * (float)i - 1);
+        te_set(m.mask, i, mask[i]);
+    }
+    for (int i = 0; i < 12; i++)
+        te_set(m.zeros, i, 0);
+    static const char *const kinds[] = { "break nonfinite", "break nan", "break inf" };
+    for (int mode = 0; mode < 2; mode++) {
+        for (int nan_too = 0; nan_too < 2; nan_too++) {
+            m.nan_too = nan_too;
+            te_graph *g = te_graph_new(masked_step, &m,
+                                       &(te_graph_opts){ .mode = mode ? TE_MODE_GRAPH : TE_MODE_EAGER, .n_outputs = 1 });
+            ck_assert_msg(g != NULL, "%s", te_error());
+            for (int k = 0; k < 3; k++) {
+                for (int i = 0; i < dbg.n_breaks; i++)
+                    dbg_cond_free(dbg.breaks[i].cond);
+                dbg.n_breaks = 0;
+                dbg_breaks_changed();
+                ck_assert(!dbg_execute(kinds[k]));
+                n_stops = 0;
+                te_zero_grad();
+                te_tensor *out[1];
+                te_step_begin();
+                te_status st = te_graph_run(g, NULL, out);
+                te_step_end();
+                ck_assert_msg(st == TE_OK, "%s", te_error());
+                const char *what = mode ? "graph" : "eager";
+                /* the mask's -inf and the softmax over it never stop */
+                bool want = nan_too && k != 2; /* the leak's NaN; it makes no Inf */
+                ck_assert_msg(n_stops == (want ? 1 : 0), "%s %s, leak %d: %d stops (last at %s)", what, kinds[k],
+                              nan_too, n_stops, last.op);
+                if (!want)
+                    continue;
+                ck_assert_str_eq(last.op, "h0/attn/leak");
+                ck_assert_str_eq(last.reason, "nan");
+                ck_assert_int_eq(last.phase, TE_PHASE_FORWARD);
+                ck_assert_msg(last.origin.kind == DBG_ORIGIN_CREATED, "%s: origin %d from %s", what,
+                              last.origin.kind, last.origin.from);
+                ck_assert_str_eq(last.origin.despite, "h0/attn/mask:out0");
+                ck_assert_int_eq(last.index, 0); /* row 0 meets the -inf at columns 2 and 3 */
+            }
+            te_graph_free(g);
+        }
+    }
+    te_hook_remove(hook);
+    te_tensor_free(m.mask);
+    te_tensor_free(m.zeros);
+}
+END_TEST
+
 Suite *suite_verdict(void)
 {
     Suite *s = suite_create("verdict");
@@ -529,6 +622,7 @@ Suite *suite_verdict(void)
     tcase_add_checked_fixture(ti, session_setup, session_teardown);
     tcase_add_test(ti, test_intended_verdicts);
     tcase_add_test(ti, test_intended_no_stop);
+    tcase_add_test(ti, test_masked_fill_end_to_end);
     suite_add_tcase(s, ti);
     return s;
 }
