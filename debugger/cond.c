@@ -735,6 +735,26 @@ static void collect(const node *n, bool negated, dbg_pred *out, int max, int *co
     }
 }
 
+static void collect_globs(const node *n, const char **out, int max, int *count)
+{
+    if (!n)
+        return;
+    if (n->kind == N_OP) {
+        if (*count < max)
+            out[*count] = n->name;
+        (*count)++;
+    }
+    collect_globs(n->l, out, max, count);
+    collect_globs(n->r, out, max, count);
+}
+
+int dbg_cond_op_globs(const dbg_cond *c, const char **out, int max)
+{
+    int count = 0;
+    collect_globs(c->root, out, max, &count);
+    return count;
+}
+
 int dbg_cond_preds(const dbg_cond *c, dbg_pred *out, int max)
 {
     int count = 0;

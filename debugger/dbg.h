@@ -26,7 +26,8 @@
  *   or      := and ('or' and)*
  *   and     := not ('and' not)*
  *   not     := 'not' not | primary
- *   primary := '(' cond ')' | 'phase' ('=='|'!=') PHASE | pred
+ *   primary := '(' cond ')' | 'phase' ('=='|'!=') PHASE
+ *            | 'op' ('='|'=='|'!=') GLOB | 'type' ('='|'=='|'!=') TYPE | pred
  *   pred    := [SCOPE '.'] FUNC [CMP NUMBER]
  *   SCOPE   := inputs | outputs | params | grads | in0..in4 | out0..out4
  *   FUNC    := has_nan | has_inf | max | min | mean | std | abs_max | abs_mean
@@ -35,7 +36,11 @@
  *   PHASE   := forward | backward | update
  *   NUMBER  := a C float (1e3, -0.5, inf)
  *
+ * GLOB: an fnmatch glob over the op's name, to the next blank or ')', or
+ * quoted ("..." or '...'); TYPE: an op type, checked against the op table
+ * when parsed.
  * Examples: `has_nan`, `abs_max > 1e4`, `inputs.has_inf or outputs.max > 100`,
+ * `not op=h0/attn/mask`, `abs_max > 50 and op=h?/attn/softmax`, `type=Softmax`,
  * `grads.l2norm > 10 and phase == backward`, `not (out0.zero_frac < 0.9)`.
  * The default scope is outputs. A predicate over a scope holds when it
  * holds for ANY tensor in the scope (NULL tensors and tensors without data
@@ -83,6 +88,9 @@ typedef struct dbg_pred {
     bool negated;         /* under an odd number of 'not': the condition wants it false */
 } dbg_pred;
 
+/* The globs of c's op= and op!= tests, in the order of the text (the first
+ * max into out, pointers into c); returns how many c has. */
+int dbg_cond_op_globs(const dbg_cond *c, const char **out, int max);
 /* Writes the first max predicates of c into out; returns how many c has. */
 int dbg_cond_preds(const dbg_cond *c, dbg_pred *out, int max);
 /* "abs_max", ">=", "outputs" / "out0": the words of the grammar. */

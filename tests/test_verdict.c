@@ -605,6 +605,19 @@ START_TEST(test_masked_fill_end_to_end)
             te_graph_free(g);
         }
     }
+    /* The ops are known now: a condition's op glob that matches none is
+     * said at once, with the closest names, as a breakpoint's own glob. */
+    char said[2048] = "";
+    FILE *f = fmemopen(said, sizeof said - 1, "w");
+    ck_assert(f != NULL);
+    FILE *saved = dbg_out_stream;
+    dbg_out_stream = f;
+    ck_assert(!dbg_execute("break nonfinite if not op=*/msk and not op=h0/attn/softmax"));
+    fclose(f);
+    dbg_out_stream = saved;
+    ck_assert_msg(strstr(said, "warning: breakpoint ") && strstr(said, "'s condition op=*/msk matched none of the ") &&
+                  strstr(said, "h0/attn/mask"), "%s", said);
+    ck_assert_msg(!strstr(said, "op=h0/attn/softmax matched none"), "%s", said);
     te_hook_remove(hook);
     te_tensor_free(m.mask);
     te_tensor_free(m.zeros);
