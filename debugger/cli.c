@@ -102,7 +102,7 @@ static void add_kinds(unsigned kinds)
     static const char *const cond_words[] = {
         "and", "or", "not", "phase", "forward", "backward", "update", "has_nan", "has_inf", "max", "min",
         "mean", "std", "abs_max", "abs_mean", "l2norm", "zero_frac", "fp16_overflow", "rel_change",
-        "inputs.", "outputs.", "params.", "grads.",
+        "inputs.", "outputs.", "params.", "grads.", "op=", "type=",
     };
     if (kinds & (DBG_ARG_OP | DBG_ARG_TYPE | DBG_ARG_TENSOR))
         add_ops(kinds);
@@ -158,7 +158,24 @@ char **dbg_complete(const char *text, int start, int end)
         i += len;
     }
     const dbg_cmd *c = n_words ? dbg_cmd_find(cmd) : NULL;
-    if (!n_words) {
+    /* after a condition's op= or type= ('=' breaks words): op names, op types */
+    int b = start;
+    while (b > 0 && (rl_line_buffer[b - 1] == ' ' || rl_line_buffer[b - 1] == '\t'))
+        b--;
+    const char *eq = b > 0 && rl_line_buffer[b - 1] == '=' ? rl_line_buffer + b - 1 : NULL;
+    if (eq && eq > rl_line_buffer && eq[-1] == '!')
+        eq--;
+    bool after_op = eq && eq - rl_line_buffer >= 2 && !strncmp(eq - 2, "op", 2);
+    bool after_type = eq && eq - rl_line_buffer >= 4 && !strncmp(eq - 4, "type", 4);
+    if (c && (after_op || after_type) && (c->args[n_words == 1 ? 0 : 1].kinds & DBG_ARG_COND)) {
+        for (int i = 0; i < dbg.n_ops + dbg.n_last_ops; i++) {
+            const dbg_op *o = i < dbg.n_ops ? &dbg.ops[i] : &dbg.last_ops[i - dbg.n_ops];
+            if (after_op)
+                cand_make("", o->name);
+            else if (o->type)
+                cand_make("", o->type);
+        }
+    } else if (!n_words) {
         add_kinds(DBG_ARG_COMMAND);
     } else if (c) {
         const dbg_arg *arg = &c->args[n_words == 1 ? 0 : 1];

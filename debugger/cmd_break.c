@@ -116,6 +116,19 @@ static bool known_ops(const char *glob, bool *pending_out)
     return false;
 }
 
+/* A condition's op globs are names as a breakpoint's are: one that
+ * matches no op is said once, when the ops are known. */
+static void expect_cond_names(const dbg_cond *c, int id)
+{
+    const char *globs[8];
+    int n = dbg_cond_op_globs(c, globs, 8);
+    for (int i = 0; i < n && i < 8; i++) {
+        char label[TE_NAME_MAX + 64];
+        snprintf(label, sizeof label, "breakpoint %d's condition op=%s", id, globs[i]);
+        te_names_expect(label, globs[i], pending_unmatched, NULL);
+    }
+}
+
 static bool add_break(const char *args, bool temporary)
 {
     char what[TE_NAME_MAX];
@@ -175,6 +188,8 @@ static bool add_break(const char *args, bool temporary)
     b.id = dbg.next_id++;
     dbg.breaks[dbg.n_breaks++] = b;
     dbg_breaks_changed();
+    if (b.cond)
+        expect_cond_names(b.cond, b.id);
     const char *label = temporary ? "Temporary breakpoint" : "Breakpoint";
     if (is_pending) { /* as gdb's pending breakpoints */
         char name[TE_NAME_MAX + 64];
@@ -275,6 +290,7 @@ static bool cmd_condition(const char *args)
     dbg_cond_free(b->cond);
     b->cond = c;
     fprintf(dbg_out, "Breakpoint %d if %s\n", b->id, dbg_cond_text(c));
+    expect_cond_names(c, b->id);
     return false;
 }
 

@@ -8,6 +8,7 @@
 #include "dbg.h"
 #include "names.h"
 
+#include <fnmatch.h>
 #include <locale.h>
 #include <math.h>
 #include <stdarg.h>
@@ -50,7 +51,7 @@ static const struct {
 #define N_SCOPES ((int)(sizeof scopes / sizeof *scopes))
 #define SCOPE_DEFAULT 1 /* outputs */
 
-typedef enum { N_OR, N_AND, N_NOT, N_PHASE, N_PRED } node_kind;
+typedef enum { N_OR, N_AND, N_NOT, N_PHASE, N_PRED, N_OP, N_TYPE } node_kind;
 
 typedef struct node {
     node_kind kind;
@@ -60,6 +61,7 @@ typedef struct node {
     dbg_cmp op;             /* pred (DBG_CMP_NONE: a count without comparison); phase: DBG_CMP_EQ or DBG_CMP_NE */
     double num;         /* pred */
     te_phase phase;     /* phase */
+    char *name;         /* op: the glob; type: the op type (op: DBG_CMP_EQ or DBG_CMP_NE, as phase) */
 } node;
 
 struct dbg_cond {
@@ -184,6 +186,7 @@ static void node_free(node *n)
         return;
     node_free(n->l);
     node_free(n->r);
+    free(n->name);
     free(n);
 }
 
@@ -242,6 +245,73 @@ static node *parse_phase(parser *ps)
     return NULL;
 }
 
+/* ('op'|'type') ('='|'=='|'!=') NAME, the current token being the word.
+ * NAME runs to the next blank or ')', or is quoted ("a b/x*" or 'a b/x*')
+ * when it holds those or a quote; a type is checked against the op table
+ * at once. */
+static node *parse_name_test(parser *ps, bool is_type)
+{
+    const char *kw = is_type ? "type" : "op";
+    const char *p = ps->p;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    tok at = { .kind = T_BAD, .s = p, .len = 1, .col = (int)(p - ps->text) + 1 };
+    dbg_cmp op = p[0] == '!' && p[1] == '=' ? DBG_CMP_NE : p[0] == '=' ? DBG_CMP_EQ : DBG_CMP_NONE;
+    if (op == DBG_CMP_NONE) {
+        char d[64];
+        next(ps);
+        fail(ps, &ps->t, "expected '=' or '!=' after '%s', got %s (e.g. %s)", kw, tok_desc(&ps->t, d, sizeof d),
+             is_type ? "type=Softmax" : "op=*/mask");
+        return NULL;
+    }
+    p += op == DBG_CMP_NE || p[1] == '=' ? 2 : 1;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    at.s = p;
+    at.col = (int)(p - ps->text) + 1;
+    const char *start = p, *end;
+    if (*p == '"' || *p == '\'') {
+        end = strchr(p + 1, *p);
+        if (!end) {
+            fail(ps, &at, "unterminated %c after '%s='", *p, kw);
+            return NULL;
+        }
+        start = p + 1;
+        ps->p = end + 1;
+    } else {
+        end = p + strcspn(p, " \t\r\n()");
+        ps->p = end;
+        const char *q = start + strcspn(start, "\"'");
+        if (q < end) { /* a name holds one kind of quote at most, so that it prints back */
+            fail(ps, &(tok){ .col = (int)(q - ps->text) + 1 }, "a quote inside a name: quote the whole name "
+                 "(%s=\"...\" or %s='...')", kw, kw);
+            return NULL;
+        }
+    }
+    if (end == start) {
+        fail(ps, &at, "expected %s after '%s%s', got %s", is_type ? "an op type" : "an op name glob", kw,
+             cmp_names[op] + (op == DBG_CMP_EQ), *p ? "nothing" : "end of condition");
+        return NULL;
+    }
+    char *name = strndup(start, (size_t)(end - start));
+    node *n = name ? node_new(ps, is_type ? N_TYPE : N_OP, NULL, NULL) : NULL;
+    if (!n) {
+        free(name);
+        fail(ps, &at, "out of memory");
+        return NULL;
+    }
+    n->name = name;
+    n->op = op;
+    char why[512];
+    if (is_type && !te_op_type_check(name, why, sizeof why)) { /* the op table is known at once */
+        fail(ps, &at, "%s", why);
+        node_free(n);
+        return NULL;
+    }
+    next(ps);
+    return n;
+}
+
 static int find_scope(const tok *t)
 {
     for (int i = 0; i < N_SCOPES; i++)
@@ -281,14 +351,13 @@ static void fail_func(parser *ps, const tok *t, bool scoped)
 {
     char d[64];
     /* unscoped, the word may also be a misspelt keyword */
-    const char *names[DBG_FN_COUNT + 2];
+    const char *names[DBG_FN_COUNT + 4];
     int n = 0;
     for (; n < DBG_FN_COUNT; n++)
         names[n] = func_names[n];
-    if (!scoped) {
-        names[n++] = "phase";
-        names[n++] = "not";
-    }
+    const char *names2[] = { "phase", "not", "op", "type" };
+    for (int i = 0; !scoped && i < 4; i++)
+        names[n++] = names2[i];
     const char *near = nearest(t, names, n);
     if (near)
         fail(ps, t, "unknown function %s (did you mean %s?)", tok_desc(t, d, sizeof d), near);
@@ -416,9 +485,11 @@ static node *parse_primary(parser *ps)
     }
     if (is_word(&open, "phase"))
         return parse_phase(ps);
+    if (is_word(&open, "op") || is_word(&open, "type"))
+        return parse_name_test(ps, is_word(&open, "type"));
     if (open.kind == T_IDENT && !is_word(&open, "and") && !is_word(&open, "or"))
         return parse_pred(ps);
-    fail(ps, &open, "expected a function, a scope, 'not', 'phase' or '(', got %s",
+    fail(ps, &open, "expected a function, a scope, 'not', 'phase', 'op=', 'type=' or '(', got %s",
          tok_desc(&open, d, sizeof d));
     return NULL;
 }
@@ -501,6 +572,18 @@ static void render(FILE *f, const node *n, int outer)
     case N_PHASE:
         fprintf(f, "phase %s %s", cmp_names[n->op], te_phase_name(n->phase));
         break;
+    case N_OP:
+    case N_TYPE: {
+        /* quoted when it would not read back bare */
+        bool bare = n->name[strcspn(n->name, " \t\r\n()\"'")] == '\0' && n->name[0] != '=';
+        char q = strchr(n->name, '"') ? '\'' : '"';
+        fprintf(f, "%s%s", n->kind == N_OP ? "op" : "type", n->op == DBG_CMP_NE ? "!=" : "=");
+        if (bare)
+            fputs(n->name, f);
+        else
+            fprintf(f, "%c%s%c", q, n->name, q);
+        break;
+    }
     case N_PRED:
         fprintf(f, "%s.%s", scopes[n->scope].name, func_names[n->fn]);
         if (n->op != DBG_CMP_NONE) {
@@ -603,8 +686,8 @@ static node *node_copy(const node *n)
     *m = *n;
     m->l = node_copy(n->l);
     m->r = node_copy(n->r);
-    if ((n->l && !m->l) || (n->r && !m->r)) {
-        m->l = m->r = NULL;
+    m->name = n->name ? strdup(n->name) : NULL;
+    if ((n->l && !m->l) || (n->r && !m->r) || (n->name && !m->name)) {
         node_free(m);
         return NULL;
     }
@@ -640,6 +723,8 @@ static void collect(const node *n, bool negated, dbg_pred *out, int max, int *co
         collect(n->l, !negated, out, max, count);
         return;
     case N_PHASE:
+    case N_OP:
+    case N_TYPE:
         return;
     case N_PRED:
         if (*count < max)
@@ -648,6 +733,26 @@ static void collect(const node *n, bool negated, dbg_pred *out, int max, int *co
         (*count)++;
         return;
     }
+}
+
+static void collect_globs(const node *n, const char **out, int max, int *count)
+{
+    if (!n)
+        return;
+    if (n->kind == N_OP) {
+        if (*count < max)
+            out[*count] = n->name;
+        (*count)++;
+    }
+    collect_globs(n->l, out, max, count);
+    collect_globs(n->r, out, max, count);
+}
+
+int dbg_cond_op_globs(const dbg_cond *c, const char **out, int max)
+{
+    int count = 0;
+    collect_globs(c->root, out, max, &count);
+    return count;
 }
 
 int dbg_cond_preds(const dbg_cond *c, dbg_pred *out, int max)
@@ -849,6 +954,16 @@ static bool eval_node(evaluator *ev, const node *n, dbg_hit *hit)
             return false;
         *hit = no_hit;
         return true;
+    case N_OP:
+    case N_TYPE: {
+        const te_op_record *r = ev->ctx->rec;
+        bool match = n->kind == N_OP ? r->name && fnmatch(n->name, r->name, 0) == 0
+                                     : r->type && strcmp(n->name, r->type) == 0;
+        if (match != (n->op == DBG_CMP_EQ))
+            return false;
+        *hit = no_hit;
+        return true;
+    }
     case N_PRED:
         return eval_pred(ev, n, hit);
     }

@@ -26,7 +26,8 @@
  *   or      := and ('or' and)*
  *   and     := not ('and' not)*
  *   not     := 'not' not | primary
- *   primary := '(' cond ')' | 'phase' ('=='|'!=') PHASE | pred
+ *   primary := '(' cond ')' | 'phase' ('=='|'!=') PHASE
+ *            | 'op' ('='|'=='|'!=') GLOB | 'type' ('='|'=='|'!=') TYPE | pred
  *   pred    := [SCOPE '.'] FUNC [CMP NUMBER]
  *   SCOPE   := inputs | outputs | params | grads | in0..in4 | out0..out4
  *   FUNC    := has_nan | has_inf | max | min | mean | std | abs_max | abs_mean
@@ -35,7 +36,11 @@
  *   PHASE   := forward | backward | update
  *   NUMBER  := a C float (1e3, -0.5, inf)
  *
+ * GLOB: an fnmatch glob over the op's name, to the next blank or ')', or
+ * quoted ("..." or '...'); TYPE: an op type, checked against the op table
+ * when parsed.
  * Examples: `has_nan`, `abs_max > 1e4`, `inputs.has_inf or outputs.max > 100`,
+ * `not op=h0/attn/mask`, `abs_max > 50 and op=h?/attn/softmax`, `type=Softmax`,
  * `grads.l2norm > 10 and phase == backward`, `not (out0.zero_frac < 0.9)`.
  * The default scope is outputs. A predicate over a scope holds when it
  * holds for ANY tensor in the scope (NULL tensors and tensors without data
@@ -83,6 +88,9 @@ typedef struct dbg_pred {
     bool negated;         /* under an odd number of 'not': the condition wants it false */
 } dbg_pred;
 
+/* The globs of c's op= and op!= tests, in the order of the text (the first
+ * max into out, pointers into c); returns how many c has. */
+int dbg_cond_op_globs(const dbg_cond *c, const char **out, int max);
 /* Writes the first max predicates of c into out; returns how many c has. */
 int dbg_cond_preds(const dbg_cond *c, dbg_pred *out, int max);
 /* "abs_max", ">=", "outputs" / "out0": the words of the grammar. */
@@ -129,10 +137,33 @@ typedef struct dbg_origin {
     dbg_origin_kind kind;
     bool from_read;             /* `from` is one of rec->reads, not an input */
     char from[TE_NAME_MAX];     /* the tensor's name, when propagated */
+    /* The value is one the op table calls intended: made by a NONFINITE_OK
+     * op (CREATED) or carried on from one's output (PROPAGATED). */
+    bool intended;
+    /* CREATED although this input (or read) was non-finite: it held only
+     * intended values, of another kind (a mask's -inf this op made a NaN of). */
+    char despite[TE_NAME_MAX];
 } dbg_origin;
 
-/* Fills o and returns o->kind. */
+/* Fills o and returns o->kind. A non-finite input holding only intended
+ * values (see dbg_verdict_note) does not make a value of another kind
+ * "propagated": the op that turned a mask's -inf into a NaN created it. */
 dbg_origin_kind dbg_origin_of(const te_op_record *rec, const te_tensor *bad, dbg_origin *o);
+
+/* Intended non-finite values, tracked through a step. An op whose record
+ * has TE_TRAIT_NONFINITE_OK makes its NaN/Inf on purpose; an op whose
+ * non-finite inputs hold only intended values and whose output holds only
+ * those kinds carries them on (intended still); any other kind it makes
+ * (a NaN from -inf) it creates. dbg_verdict_note(rec) after every op keeps
+ * the record (cheap: it reads data only when an intended value comes in or
+ * the op makes them); dbg_verdict_reset() at each step's start. */
+enum { DBG_NF_NAN = 1u, DBG_NF_INF = 2u };
+void dbg_verdict_note(const te_op_record *rec);
+void dbg_verdict_reset(void);
+/* The DBG_NF_* kinds t holds on purpose this step (0: none, or not known). */
+unsigned dbg_verdict_intended(const te_tensor *t);
+/* The DBG_NF_* kinds of non-finite value in t (0 for non-float or no data). */
+unsigned dbg_nonfinite_kinds(const te_tensor *t);
 /* The `stopped:` line's token: "created", "propagated:NAME" or "-". */
 const char *dbg_origin_token(const dbg_origin *o, char *buf, size_t n);
 

@@ -109,11 +109,17 @@ void dbg_stop_report(const dbg_stop *s)
         describe_list("outputs:", rec->outputs, rec->n_outputs);
     }
     const dbg_origin *origin = &s->origin;
-    if (origin->kind == DBG_ORIGIN_CREATED)
+    if (origin->kind == DBG_ORIGIN_CREATED && origin->intended)
+        fprintf(dbg_out, "  verdict: created here, on purpose (the op table marks %s NONFINITE_OK)\n", s->type);
+    else if (origin->kind == DBG_ORIGIN_CREATED && origin->despite[0])
+        fprintf(dbg_out, "  verdict: created here (%s holds only intended non-finite values, of another kind)\n",
+                origin->despite);
+    else if (origin->kind == DBG_ORIGIN_CREATED)
         fprintf(dbg_out, "  verdict: created here (every input is finite)\n");
     else if (origin->kind == DBG_ORIGIN_PROPAGATED)
-        fprintf(dbg_out, "  verdict: propagated from %s%s\n", origin->from,
-                origin->from_read ? " (a forward tensor this op reads)" : "");
+        fprintf(dbg_out, "  verdict: propagated from %s%s%s\n", origin->from,
+                origin->from_read ? " (a forward tensor this op reads)" : "",
+                origin->intended ? " (an intended value, carried on)" : "");
     /* The one line scripts parse: origin=created or origin=propagated:TENSOR. */
     char origin_tok[TE_NAME_MAX + 32];
     dbg_origin_token(origin, origin_tok, sizeof origin_tok);

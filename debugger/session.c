@@ -10,7 +10,9 @@
  * nonfinite) stops only at an op that creates the value: an output is
  * non-finite while every input is finite (for a backward op, every forward
  * tensor it reads too). An op that merely passes a NaN on is not a stop,
- * so the answer is the origin, not the hundreds of ops downstream. Graph mode is asked to keep every op's tensors visible while
+ * so the answer is the origin, not the hundreds of ops downstream. Values
+ * the op table calls intended (an attention mask's -inf) are no stop, and
+ * do not make an op that turns them into a NaN an heir (verdict.c). Graph mode is asked to keep every op's tensors visible while
  * any breakpoint exists (te_observe_add), so both modes stop at the same op.
  */
 #include "session.h"
@@ -189,6 +191,7 @@ void dbg_on_step_begin(int64_t step, void *user)
     dbg.in_step = true;
     dbg.phase = TE_PHASE_FORWARD;
     dbg.n_ops = 0;
+    dbg_verdict_reset();
     for (int i = 0; i < dbg.n_breaks; i++) {
         dbg_break *b = &dbg.breaks[i];
         if (b->enabled && b->kind == BK_STEP && b->step == step) {
@@ -257,8 +260,17 @@ static bool read_made_this_step(const te_tensor *t)
     return true;
 }
 
+/* Does t hold a NaN or Inf beyond the intended ones? */
+static bool unintended(const te_tensor *t)
+{
+    return (dbg_nonfinite_kinds(t) & ~dbg_verdict_intended(t)) != 0;
+}
+
 /* For a nonfinite breakpoint: does this op create such a value? Sets hit
- * to the first bad output and its first bad element. */
+ * to the first bad output and its first bad element. An op the op table
+ * marks NONFINITE_OK never does; a value carried on from its output is
+ * intended too; an op making another kind out of it (a NaN from a mask's
+ * -inf) creates that (dbg_verdict_note). */
 static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hit *hit, dbg_op *o)
 {
     bool want_nan = kind != BK_INF, want_inf = kind != BK_NAN;
@@ -269,7 +281,12 @@ static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hi
                           : tensor_bad(r->outputs[k], want_nan, want_inf, &s);
         if (!update && r->outputs[k] && r->outputs[k]->data && te_dtype_is_float(r->outputs[k]->dtype))
             dbg_trend_add(r->outputs[k]->name, dbg.step, &s); /* the history `trend` shows */
-        if (!bad) {
+        /* What the op table calls intended (a mask's -inf, or that -inf
+         * carried on) is no stop: only the kinds this op made beyond it. */
+        const unsigned made = bad ? ((s.nan && want_nan ? DBG_NF_NAN : 0u) | (s.inf && want_inf ? DBG_NF_INF : 0u)) &
+                                        ~dbg_verdict_intended(r->outputs[k])
+                                  : 0u;
+        if (!made) {
             if (k == 0 && !update && r->outputs[0] && r->outputs[0]->data && o) {
                 o->out_stats = s;
                 o->has_stats = true;
@@ -283,18 +300,19 @@ static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hi
                 o->has_stats = true;
             }
         }
-        te_stats si;
+        /* Inherited from an op of this step, the origin that stopped already;
+         * an input holding only intended values is no such origin. */
         for (int i = 0; i < r->n_inputs; i++)
-            if (tensor_bad(r->inputs[i], true, true, &si) && dbg_made_this_step(r->inputs[i]))
-                return false; /* inherited from an op of this step: the origin stopped already */
-        for (int i = 0; i < r->n_reads; i++) /* backward: the forward tensors it reads, likewise */
-            if (tensor_bad(r->reads[i], true, true, &si) && read_made_this_step(r->reads[i]))
+            if (unintended(r->inputs[i]) && dbg_made_this_step(r->inputs[i]))
                 return false;
-        /* The first element of the kind asked for (for nonfinite: of either). */
+        for (int i = 0; i < r->n_reads; i++) /* backward: the forward tensors it reads, likewise */
+            if (unintended(r->reads[i]) && read_made_this_step(r->reads[i]))
+                return false;
+        /* The first element of a kind it made (for nonfinite: of either). */
         const te_tensor *t = r->outputs[k];
         int64_t at = s.first_bad;
-        if (kind != BK_NONFINITE && (isnan(te_get(t, at)) != (kind == BK_NAN)))
-            for (at = 0; at < t->numel && isnan(te_get(t, at)) != (kind == BK_NAN); at++)
+        if (made != (DBG_NF_NAN | DBG_NF_INF) && (isnan(te_get(t, at)) != (made == DBG_NF_NAN)))
+            for (at = 0; at < t->numel && isnan(te_get(t, at)) != (made == DBG_NF_NAN); at++)
                 ;
         bool is_nan = isnan(te_get(t, at));
         *hit = (dbg_hit){ .tensor = t, .slot = k, .is_output = true, .index = at };
@@ -348,6 +366,7 @@ void dbg_on_op_end(const te_op_record *r, void *user)
 {
     (void)user;
     remember_op(r);
+    dbg_verdict_note(r); /* before any check: which of its non-finite values are intended */
     dbg_op *o = &dbg.ops[dbg.n_ops - 1];
     if (dbg.n_watch)
         record_watched(r);

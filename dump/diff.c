@@ -131,6 +131,7 @@ static void run(diff_ctx *c, const diff_side *a, const diff_side *b, diff_graph 
             diff_plan_finish(c, cur.plan);
             cur.plan = NULL;
             diff_graph_step(g, cur.rows, cur.n);
+            diff_mark_fused(cur.rows, cur.n, a, b, cur.ra, cur.rb);
             int shown = mark_first(c, cur.rows, cur.n, &found, &s->stopped);
             if (!begun) {
                 widths(c, a, &steps[n_steps - 1], cur.rows, cur.n);

@@ -210,6 +210,9 @@ typedef struct diff_row {
     diff_verdict verdict;
     bool unchecked_inputs;      /* a root cause none of whose inputs was compared */
     bool first;                 /* the first divergent tensor of the run */
+    const char *fused_in;       /* one-sided: the other side's fused kernel that never
+                                 * materialised it ("k4 fused-attention: h0/attn/scores,
+                                 * ..."), or NULL; lives as long as the step's readers */
 } diff_row;
 
 /* Pairs the tensors of one step: A's in execution order (--ops, --io
@@ -218,6 +221,12 @@ typedef struct diff_row {
  * out of memory. */
 int diff_pair_step(const diff_ctx *c, int64_t step, dump_step_reader *ra, dump_step_reader *rb,
                    diff_row **rows);
+
+/* Sets fused_in of the one-sided rows whose op the other side computed
+ * inside a fused kernel (its run.h5's kernel column, else its step file's):
+ * intermediates that side never held, not a difference (diff_align.c). */
+void diff_mark_fused(diff_row *rows, int n_rows, const diff_side *a, const diff_side *b,
+                     dump_step_reader *ra, dump_step_reader *rb);
 
 /* ---- values (diff_stream.c) ------------------------------------------------------ */
 
@@ -275,6 +284,8 @@ typedef struct diff_cause {
 typedef struct diff_summary {
     int steps, tensors;         /* compared */
     int same, root, inherited, only_a, only_b, unreadable;
+    int fused_a, fused_b;       /* one-sided, inside the other side's fused kernels (not in only_*) */
+    char fused_kernel[DUMP_TEXT_MAX]; /* the first such kernel */
     int n_causes, cap_causes;
     diff_cause *causes;
     bool has_first;

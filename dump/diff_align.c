@@ -292,3 +292,58 @@ int diff_pair_step(const diff_ctx *c, int64_t step, dump_step_reader *ra, dump_s
     free(o);
     return *rows ? n : -1;
 }
+
+/* ---- tensors the other side fused away ---------------------------------------------
+ * Graph mode computes a chain of ops (causal attention: scores, scale,
+ * mask, softmax, dropout, out) as one kernel that never holds the
+ * intermediates; its hooks still report every op of the chain, under the
+ * kernel "k4 fused-attention: h0/attn/scores, ..., h0/attn/out", and the
+ * dump keeps what exists. An eager dump has the intermediates too: they are
+ * no difference, and the report says which kernel holds them. */
+
+/* Does kernel ("kN KIND: OP, OP, ...") stand for two or more ops, op one
+ * of them? */
+static bool kernel_lists(const char *kernel, const char *op)
+{
+    const char *list = strstr(kernel, ": ");
+    if (!list || !strchr(list, ',') || !strstr(list, op))
+        return false;
+    size_t n = strlen(op);
+    for (const char *p = list + 2; *p;) {
+        const char *end = strstr(p, ", ");
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, op, n) == 0)
+            return true;
+        if (!end)
+            break;
+        p = end + 2;
+    }
+    return false;
+}
+
+/* The kernel of side `other` (its run.h5's op table, else the kernels its
+ * step file names) that fused op away, or NULL. */
+static const char *fused_by(const char *op, const diff_side *other, dump_step_reader *r)
+{
+    for (int i = 0; i < other->n_ops; i++)
+        if (other->ops[i].kernel[0] && kernel_lists(other->ops[i].kernel, op))
+            return other->ops[i].kernel;
+    for (int j = 0, n = r ? dump_step_count(r) : 0; j < n; j++) {
+        const dump_tensor_info *t = dump_step_tensor(r, j);
+        if (t->kernel[0] && kernel_lists(t->kernel, op))
+            return t->kernel;
+    }
+    return NULL;
+}
+
+void diff_mark_fused(diff_row *rows, int n_rows, const diff_side *a, const diff_side *b,
+                     dump_step_reader *ra, dump_step_reader *rb)
+{
+    for (int i = 0; i < n_rows; i++) {
+        diff_row *r = &rows[i];
+        if (r->status == DIFF_ONLY_A)
+            r->fused_in = fused_by(r->op, b, rb);
+        else if (r->status == DIFF_ONLY_B)
+            r->fused_in = fused_by(r->info->op, a, ra);
+    }
+}

@@ -21,8 +21,8 @@
 static const char *verdict_text(const diff_row *r)
 {
     switch (r->status) {
-    case DIFF_ONLY_A: return "only in A";
-    case DIFF_ONLY_B: return "only in B";
+    case DIFF_ONLY_A: return r->fused_in ? "fused in B" : "only in A";
+    case DIFF_ONLY_B: return r->fused_in ? "fused in A" : "only in B";
     case DIFF_UNREADABLE: return "unreadable";
     default: break;
     }
@@ -45,12 +45,14 @@ static const char *verdict_word(const diff_row *r)
     }
 }
 
-static const char *status_word(diff_status s)
+static const char *status_word(const diff_row *r)
 {
     static const char *const w[] = { [DIFF_COMPARED] = "compared", [DIFF_SHAPE] = "shape differs",
                                      [DIFF_ONLY_A] = "only in A", [DIFF_ONLY_B] = "only in B",
                                      [DIFF_UNREADABLE] = "unreadable" };
-    return w[s];
+    if (r->fused_in && (r->status == DIFF_ONLY_A || r->status == DIFF_ONLY_B))
+        return r->status == DIFF_ONLY_A ? "fused in B" : "fused in A";
+    return w[r->status];
 }
 
 static const char *color_of(const diff_row *r)
@@ -379,7 +381,7 @@ static void csv_row(diff_ctx *c, const diff_row *r)
     fprintf(c->out, ",%s,%s,%d,", te_phase_name(t->phase), t->io == DUMP_IN ? "in" : "out",
             t->slot);
     csv_text(c->out, t->tensor);
-    fprintf(c->out, ",%s,%s,%d,%s,%s,", status_word(r->status), verdict_word(r), r->first,
+    fprintf(c->out, ",%s,%s,%d,%s,%s,", status_word(r), verdict_word(r), r->first,
             r->a ? te_dtype_name(r->a->dtype) : "", r->b ? te_dtype_name(r->b->dtype) : "");
     csv_text(c->out, shape_text(r->a, sa, sizeof sa));
     fputc(',', c->out);
@@ -438,7 +440,7 @@ static void json_row(diff_ctx *c, const diff_row *r)
     fprintf(f, ", \"phase\": \"%s\", \"io\": \"%s\", \"slot\": %d, \"tensor\": ",
             te_phase_name(t->phase), t->io == DUMP_IN ? "in" : "out", t->slot);
     json_text(f, t->tensor);
-    fprintf(f, ", \"status\": \"%s\", \"verdict\": ", status_word(r->status));
+    fprintf(f, ", \"status\": \"%s\", \"verdict\": ", status_word(r));
     if (r->verdict == DIFF_NONE)
         fputs("null", f);
     else
@@ -530,8 +532,15 @@ void diff_summary_add(diff_summary *s, const diff_row *rows, int n_rows)
     for (int i = 0; i < n_rows; i++) {
         const diff_row *r = &rows[i];
         switch (r->status) {
-        case DIFF_ONLY_A: s->only_a++; continue;
-        case DIFF_ONLY_B: s->only_b++; continue;
+        case DIFF_ONLY_A:
+        case DIFF_ONLY_B:
+            if (!r->fused_in)
+                *(r->status == DIFF_ONLY_A ? &s->only_a : &s->only_b) += 1;
+            else
+                *(r->status == DIFF_ONLY_A ? &s->fused_a : &s->fused_b) += 1;
+            if (r->fused_in && !s->fused_kernel[0])
+                snprintf(s->fused_kernel, sizeof s->fused_kernel, "%s", r->fused_in);
+            continue;
         case DIFF_UNREADABLE: s->unreadable++; continue;
         default: break;
         }
@@ -613,6 +622,12 @@ static void text_summary(diff_ctx *c, const diff_summary *s)
     fputc('\n', f);
     if (s->only_a || s->only_b)
         fprintf(f, "tensors only in A: %d, only in B: %d (not compared)\n", s->only_a, s->only_b);
+    if (s->fused_a || s->fused_b)
+        fprintf(f, "tensors inside fused kernels: %d of A's in B's, %d of B's in A's (never held there, not "
+                "compared), e.g. %s\n", s->fused_a, s->fused_b, s->fused_kernel);
+    if ((s->fused_a || s->fused_b) && s->tensors > 0 && s->same == s->tensors && !s->only_a && !s->only_b &&
+        !s->unreadable && !s->only_a_steps[0] && !s->only_b_steps[0])
+        fprintf(f, "same: every tensor both dumps hold agrees; the rest are intermediates of fused kernels\n");
     if (s->unreadable)
         fprintf(f, "unreadable: %d tensors (see the messages)\n", s->unreadable);
     if (s->only_a_steps[0])
@@ -654,9 +669,9 @@ static void json_summary(diff_ctx *c, const diff_summary *s)
     }
     fprintf(f, ",\n \"summary\": {\"steps\": %d, \"tensors\": %d, \"diverge_here\": %d, "
             "\"inherited\": %d, \"same\": %d, \"root_cause_ops\": %d, \"only_a\": %d, "
-            "\"only_b\": %d, \"unreadable\": %d, \"least_atol\": ",
+            "\"only_b\": %d, \"fused_a\": %d, \"fused_b\": %d, \"unreadable\": %d, \"least_atol\": ",
             s->steps, s->tensors, s->root, s->inherited, s->same, s->n_causes, s->only_a,
-            s->only_b, s->unreadable);
+            s->only_b, s->fused_a, s->fused_b, s->unreadable);
     json_num(f, s->need_atol);
     json_field_num(f, "least_rtol", s->need_rtol);
     json_field_text(f, "steps_only_a", s->only_a_steps);

@@ -272,6 +272,9 @@ START_TEST(test_complete_by_kind)
     completes("delete ", "1 2");                          /* breakpoint numbers, every word */
     completes("disable 1 ", "1 2");
     completes("condition 2 has_n", "has_nan");
+    completes("break nan if not o", "or outputs. op=");
+    completes("break nan if not op= fc1/r", "fc1/relu");       /* after op=: op names */
+    completes("condition 2 has_inf and type!= Li", "Linear LinearGrad"); /* after type=: types */
     completes("ignore ", "1 2");
     completes("ignore 1 ", "");                           /* COUNT: a number */
     completes("until ", "step");

@@ -431,6 +431,19 @@ START_TEST(test_parse_forms)
         { "not has_nan or (phase == update)", "not outputs.has_nan or phase == update" },
         { "abs_max > 2 and (in1.max > 3 or not out2.min < -1)",
           "outputs.abs_max > 2 and (in1.max > 3 or not out2.min < -1)" },
+        /* op-name and op-type tests */
+        { "not op=*/mask", "not op=*/mask" },
+        { "abs_max > 50 and op=h*/attn/*", "outputs.abs_max > 50 and op=h*/attn/*" },
+        { "op == h0/attn/softmax", "op=h0/attn/softmax" },
+        { "op!=grad/*", "op!=grad/*" },
+        { "(op=*/mask)", "op=*/mask" },
+        { "(op=h[0-3]/attn/sc*)and has_inf", "op=h[0-3]/attn/sc* and outputs.has_inf" },
+        { "op=\"a b=c/*\" or type=Softmax", "op=\"a b=c/*\" or type=Softmax" },
+        { "op='say \"hi\"'", "op='say \"hi\"'" },
+        { "op= =x", "op=\"=x\"" },
+        { "op != =x", "op!=\"=x\"" },
+        { "type != MatMul and not (op=*/mask or op=*/softmax)",
+          "type!=MatMul and not (op=*/mask or op=*/softmax)" },
     };
     char err[256];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -630,7 +643,7 @@ START_TEST(test_parse_error_parentheses)
                     "column 33: expected ')' to close the '(' at column 12, got end of condition");
     assert_error_is("has_nan)", "column 8: unmatched ')'");
     assert_error_is("(has_nan))", "column 10: unmatched ')'");
-    assert_error_is("()", "column 2: expected a function, a scope, 'not', 'phase' or '(', got ')'");
+    assert_error_is("()", "column 2: expected a function, a scope, 'not', 'phase', 'op=', 'type=' or '(', got ')'");
 }
 END_TEST
 
@@ -640,10 +653,10 @@ START_TEST(test_parse_error_empty_and_trailing)
     assert_error_is("  \t ", "column 1: empty condition");
     assert_error_is("has_nan has_inf", "column 9: expected 'and', 'or' or end of condition, got 'has_inf'");
     assert_error_is("max > 5 6", "column 9: expected 'and', 'or' or end of condition, got '6'");
-    assert_error_is("has_nan and", "column 12: expected a function, a scope, 'not', 'phase' or '(', got end of condition");
-    assert_error_is("or has_nan", "column 1: expected a function, a scope, 'not', 'phase' or '(', got 'or'");
+    assert_error_is("has_nan and", "column 12: expected a function, a scope, 'not', 'phase', 'op=', 'type=' or '(', got end of condition");
+    assert_error_is("or has_nan", "column 1: expected a function, a scope, 'not', 'phase', 'op=', 'type=' or '(', got 'or'");
     assert_error_is("has_nan $", "column 9: expected 'and', 'or' or end of condition, got '$'");
-    assert_error_is("not", "column 4: expected a function, a scope, 'not', 'phase' or '(', got end of condition");
+    assert_error_is("not", "column 4: expected a function, a scope, 'not', 'phase', 'op=', 'type=' or '(', got end of condition");
 }
 END_TEST
 
@@ -655,6 +668,21 @@ START_TEST(test_parse_error_phase)
     assert_error_is("phase = forward", "column 7: expected '==' or '!=' after 'phase', got '='");
     assert_error_is("phase != 3",
                     "column 10: expected a phase (forward, backward or update) after '!=', got '3'");
+}
+END_TEST
+
+START_TEST(test_parse_error_name_tests)
+{
+    assert_error_is("op *", "column 4: expected '=' or '!=' after 'op', got '*' (e.g. op=*/mask)");
+    assert_error_is("type > MatMul", "column 6: expected '=' or '!=' after 'type', got '>' (e.g. type=Softmax)");
+    assert_error_is("op=", "column 4: expected an op name glob after 'op=', got end of condition");
+    assert_error_is("not (op= )", "column 10: expected an op name glob after 'op=', got nothing");
+    assert_error_is("op=\"h0/*", "column 4: unterminated \" after 'op='");
+    assert_error_is("op=a\"b", "column 5: a quote inside a name: quote the whole name (op=\"...\" or op='...')");
+    assert_error_is("op=*/mask has_nan", "column 11: expected 'and', 'or' or end of condition, got 'has_nan'");
+    /* types are checked against the op table at once, as `break type:` is */
+    assert_error_has("has_nan and type=Softmx", "column 18: ");
+    assert_error_has("has_nan and type=Softmx", "Softmax");
 }
 END_TEST
 
@@ -869,6 +897,48 @@ START_TEST(test_eval_phase)
 }
 END_TEST
 
+/* op=GLOB (fnmatch over the op's name) and type=TYPE, alone and combined */
+START_TEST(test_eval_op_and_type)
+{
+    te_tensor *y = mk("h0/attn/mask:out0", 3, (float[]){ 1, -INFINITY, 70 });
+    te_op_record r = record(NULL, 0, (te_tensor *[]){ y }, 1, TE_PHASE_FORWARD);
+    r.name = "h0/attn/mask";
+    r.type = "Softmax"; /* any type the table has */
+    dbg_hit h;
+    ck_assert(eval("op=*/mask", &r, &h));
+    assert_hit("op=*/mask", &h, NULL, -1, false, -1, "");
+    ck_assert(!eval("not op=*/mask", &r, &h));
+    ck_assert(!eval("op!=h?/attn/*", &r, &h));
+    ck_assert(eval("op=h*/attn/* and has_inf", &r, &h));
+    assert_hit("op=h*/attn/* and has_inf", &h, y, 0, true, 1, "has_inf");
+    ck_assert(eval("abs_max > 50 and op=h*/attn/*", &r, &h)); /* abs_max skips the Inf: 70 */
+    ck_assert(!eval("abs_max > 80 and op=h*/attn/*", &r, &h));
+    ck_assert(!eval("op=h1/*", &r, &h));
+    ck_assert(eval("type=Softmax", &r, &h));
+    ck_assert(!eval("type=MatMul or op=*/scores", &r, &h));
+    ck_assert(eval("has_inf and not (op=*/mask and type=Softmax) or op=h0/*", &r, &h));
+    ck_assert(!eval("has_inf and not (op=*/mask and type=Softmax)", &r, &h));
+    /* the allow-list: a NaN or Inf anywhere but the mask */
+    ck_assert(!eval("has_inf and not op=*/mask", &r, &h));
+    r.name = "h0/attn/softmax";
+    ck_assert(eval("has_inf and not op=*/mask", &r, &h));
+    r.name = "grad/h0/attn/mask"; /* a glob is over the whole name, '/' included */
+    ck_assert(eval("op=*/mask", &r, &h));
+    ck_assert(!eval("op=h0/*", &r, &h));
+    /* a copy keeps its names */
+    char err[128];
+    dbg_cond *c = dbg_cond_parse("op=grad/* and type!=MatMul", err, sizeof err);
+    ck_assert_msg(c != NULL, "%s", err);
+    dbg_cond *d = dbg_cond_copy(c);
+    dbg_cond_free(c);
+    ck_assert(d != NULL);
+    ck_assert_str_eq(dbg_cond_text(d), "op=grad/* and type!=MatMul");
+    ck_assert(dbg_cond_eval(d, &(dbg_eval_ctx){ .rec = &r }, &h));
+    ck_assert_int_eq(dbg_cond_preds(d, NULL, 0), 0); /* name tests are no predicates */
+    dbg_cond_free(d);
+}
+END_TEST
+
 /* A holds, B and C do not. */
 START_TEST(test_eval_precedence)
 {
@@ -1049,6 +1119,7 @@ Suite *suite_dbg_cond(void)
     tcase_add_test(tc, test_parse_error_empty_and_trailing);
     tcase_add_test(tc, test_parse_error_phase);
     tcase_add_test(tc, test_parse_error_limits);
+    tcase_add_test(tc, test_parse_error_name_tests);
     tcase_add_test(tc, test_eval_default_scope_is_outputs);
     tcase_add_test(tc, test_eval_nan_and_inf_index);
     tcase_add_test(tc, test_eval_count_with_comparison_on_clean);
@@ -1058,6 +1129,7 @@ Suite *suite_dbg_cond(void)
     tcase_add_test(tc, test_eval_skips_missing_tensors);
     tcase_add_test(tc, test_eval_phase);
     tcase_add_test(tc, test_eval_precedence);
+    tcase_add_test(tc, test_eval_op_and_type);
     tcase_add_test(tc, test_eval_hit_of_compound);
     tcase_add_test(tc, test_eval_dtypes);
     tcase_add_test(tc, test_eval_many_tensors);

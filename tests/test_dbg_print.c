@@ -297,6 +297,74 @@ START_TEST(test_print_3d)
 }
 END_TEST
 
+/* An attention tensor [B,H,T,T] whose element (b,h,i,j) is b*1000 + h*100
+ * + i*10 + j, and the text a 2-D slice of it must print: rows of the
+ * values, each computed here from its four indices, right-aligned to the
+ * widest (integers print as %g does). */
+static te_tensor *attention_like(void)
+{
+    te_tensor *t = te_tensor_new(TE_F32, 4, (int64_t[]){ 2, 4, 5, 6 });
+    for (int b = 0; b < 2; b++)
+        for (int h = 0; h < 4; h++)
+            for (int i = 0; i < 5; i++)
+                for (int j = 0; j < 6; j++)
+                    te_set(t, ((b * 4 + h) * 5 + i) * 6 + j, (float)(b * 1000 + h * 100 + i * 10 + j));
+    return t;
+}
+
+static void expect_2d(char *buf, size_t n, int b, int h, const int *rows, int n_rows, const int *cols, int n_cols)
+{
+    int width = 0;
+    char v[16];
+    for (int r = 0; r < n_rows; r++)
+        for (int c = 0; c < n_cols; c++) {
+            int len = snprintf(v, sizeof v, "%d", b * 1000 + h * 100 + rows[r] * 10 + cols[c]);
+            width = len > width ? len : width;
+        }
+    size_t u = 0;
+    for (int r = 0; r < n_rows; r++) {
+        u += (size_t)snprintf(buf + u, n - u, "%s", r == 0 ? "[[" : " [");
+        for (int c = 0; c < n_cols; c++)
+            u += (size_t)snprintf(buf + u, n - u, "%s%*d", c ? " " : "", width,
+                                  b * 1000 + h * 100 + rows[r] * 10 + cols[c]);
+        u += (size_t)snprintf(buf + u, n - u, "]%s\n", r == n_rows - 1 ? "]" : "");
+    }
+}
+
+/* print h0/attn/scores:out0[0, 2, :4, :4]: batch 0, head 2, the top-left
+ * 4 x 4 of its T x T scores; and other slices of a 4-D tensor. */
+START_TEST(test_print_4d_head_slice)
+{
+    te_tensor *t = attention_like();
+    dbg_ref r = parse_ok("h0/attn/scores:out0[0, 2, :4, :4]");
+    ck_assert_str_eq(r.name, "h0/attn/scores:out0");
+    ck_assert_int_eq(r.n_slices, 4);
+    char want[1200], body[1024];
+    expect_2d(body, sizeof body, 0, 2, (const int[]){ 0, 1, 2, 3 }, 4, (const int[]){ 0, 1, 2, 3 }, 4);
+    snprintf(want, sizeof want, "h0/attn/scores:out0 f32 [2,4,5,6] (slice [0,2,:4,:4] -> [4,4])\n%s", body);
+    ck_assert_str_eq(body, "[[200 201 202 203]\n [210 211 212 213]\n [220 221 222 223]\n [230 231 232 233]]\n");
+    print_is(t, "h0/attn/scores:out0[0, 2, :4, :4]", 1000, want);
+    /* the last head of batch 1, odd rows, every other column backwards */
+    expect_2d(body, sizeof body, 1, 3, (const int[]){ 1, 3 }, 2, (const int[]){ 5, 3, 1 }, 3);
+    snprintf(want, sizeof want, "s f32 [2,4,5,6] (slice [1,3,1:5:2,::-2] -> [2,3])\n%s", body);
+    print_is(t, "s[1, -1, 1:5:2, ::-2]", 1000, want);
+    /* the whole T x T of one head: leading indices only */
+    expect_2d(body, sizeof body, 1, 0, (const int[]){ 0, 1, 2, 3, 4 }, 5, (const int[]){ 0, 1, 2, 3, 4, 5 }, 6);
+    snprintf(want, sizeof want, "s f32 [2,4,5,6] (slice [1,0] -> [5,6])\n%s", body);
+    print_is(t, "s[1, 0]", 1000, want);
+    /* across heads: element (i=4, j=5) of every head of batch 0 */
+    print_is(t, "s[0, :, 4, 5]", 1000, "s f32 [2,4,5,6] (slice [0,:,4,5] -> [4])\n[ 45 145 245 345]\n");
+    /* an index past the heads is refused, naming the dim */
+    capture c;
+    dbg_ref bad = parse_ok("s[0, 4, :4, :4]");
+    dbg_print_tensor(cap_open(&c), bad.name, t, &bad, 1000);
+    fclose(c.f);
+    ck_assert_msg(strstr(c.buf, "out of range for dim 1 of size 4") != NULL, "got: %s", c.buf);
+    free(c.buf);
+    te_tensor_free(t);
+}
+END_TEST
+
 START_TEST(test_print_scalar_and_empty)
 {
     te_tensor *t = arange(TE_F32, te_shape(2, 3, 4), 1.0f, -5.0f);
@@ -499,6 +567,7 @@ Suite *suite_dbg_print(void)
     tcase_add_test(tc, test_print_1d_wrap);
     tcase_add_test(tc, test_print_2d);
     tcase_add_test(tc, test_print_3d);
+    tcase_add_test(tc, test_print_4d_head_slice);
     tcase_add_test(tc, test_print_scalar_and_empty);
     tcase_add_test(tc, test_print_summary_100x100);
     tcase_add_test(tc, test_print_summary_threshold);

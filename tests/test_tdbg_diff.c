@@ -918,6 +918,134 @@ START_TEST(test_reads_column)
 }
 END_TEST
 
+/* ---- fused kernels: tensors one run never held --------------------------------- */
+
+#define ATTN_KERNEL "k4 fused-attention: h0/attn/scores, h0/attn/scale, h0/attn/mask, h0/attn/softmax, h0/attn/out"
+
+static const char *const attn_ops[5] = { "h0/attn/scores", "h0/attn/scale", "h0/attn/mask", "h0/attn/softmax",
+                                          "h0/attn/out" };
+
+/* run.h5 of causal attention's chain; kernel "" for eager mode. */
+static void write_run_attn(const char *dir, const char *kernel)
+{
+    char err[512] = "";
+    dump_run_meta m = { .mode = kernel[0] ? TE_MODE_GRAPH : TE_MODE_EAGER, .seed = 7 };
+    snprintf(m.engine_version, sizeof m.engine_version, "0.1.0");
+    snprintf(m.amp, sizeof m.amp, "none");
+    snprintf(m.backend, sizeof m.backend, "cpu");
+    dump_op_row ops[5];
+    memset(ops, 0, sizeof ops);
+    for (int i = 0; i < 5; i++) {
+        ops[i].exec = i;
+        ops[i].phase = TE_PHASE_FORWARD;
+        snprintf(ops[i].name, sizeof ops[i].name, "%s", attn_ops[i]);
+        snprintf(ops[i].type, sizeof ops[i].type, "Test");
+        snprintf(ops[i].inputs, sizeof ops[i].inputs, i == 0 ? "q,k" : i == 4 ? "%s:out0,v" : "%s:out0",
+                 i ? attn_ops[i - 1] : "");
+        snprintf(ops[i].outputs, sizeof ops[i].outputs, "%s:out0", attn_ops[i]);
+        snprintf(ops[i].kernel, sizeof ops[i].kernel, "%s", kernel);
+    }
+    ck_assert_msg(dump_run_write(dir, &m, ops, 5, err, sizeof err), "run.h5: %s", err);
+}
+
+/* Step 0 of the chain. Eager (kernel NULL): every op's inputs and output.
+ * Graph with a fused kernel: only what the kernel reads and writes (q, k,
+ * v, out), each tagged with the kernel, as the dump records it. out_bump is
+ * added to out's first value. */
+static void write_attn_step(const char *dir, const char *kernel, float out_bump)
+{
+    static const float qkv[6] = { 0.5f, -1, 2, 0.25f, -0.75f, 1.5f };
+    static const float tt[9] = { 1, -INFINITY, -INFINITY, 0.5f, 2, -INFINITY, -1, 0, 3 };
+    static const int64_t s_tt[4] = { 1, 1, 3, 3 }, s_qkv[4] = { 1, 1, 3, 2 };
+    float out[6];
+    for (int i = 0; i < 6; i++)
+        out[i] = qkv[i] * 0.5f + (i ? 0 : out_bump);
+    const bool fused = kernel != NULL;
+    dump_step_writer *w = create(dir, 0, 0);
+    for (int i = 0; i < 5; i++) {
+        bool ends = i == 0 || i == 4; /* the kernel's own inputs and output */
+        if (fused && !ends)
+            continue;
+        dump_tensor_info ti;
+        if (i == 0 || !fused) { /* in0 */
+            ti = meta(attn_ops[i], DUMP_IN, 0, i, i ? "prev:out0" : "q", TE_F32, 4, i ? s_tt : s_qkv);
+            snprintf(ti.kernel, sizeof ti.kernel, "%s", fused ? kernel : "");
+            add(w, ti, i ? (const void *)tt : (const void *)qkv);
+        }
+        if (i == 0 || i == 4) { /* k, v */
+            ti = meta(attn_ops[i], DUMP_IN, 1, i, i ? "v" : "k", TE_F32, te_shape(1, 1, 3, 2));
+            snprintf(ti.kernel, sizeof ti.kernel, "%s", fused ? kernel : "");
+            add(w, ti, qkv);
+        }
+        if (!fused || i == 4) {
+            char name[64];
+            snprintf(name, sizeof name, "%s:out0", attn_ops[i]);
+            ti = meta(attn_ops[i], DUMP_OUT, 0, i, name, TE_F32, 4, i == 4 ? s_qkv : s_tt);
+            snprintf(ti.kernel, sizeof ti.kernel, "%s", fused ? kernel : "");
+            add(w, ti, i == 4 ? (const void *)out : (const void *)tt);
+        }
+    }
+    commit(w);
+}
+
+/* Eager against graph with fused attention: the tensors only eager holds
+ * are the fused kernel's intermediates, and the verdict is same. */
+START_TEST(test_fused_intermediates_same)
+{
+    char dir[128], a[160], b[160], b2[160];
+    test_dir(dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/eager", dir);
+    snprintf(b, sizeof b, "%s/graph", dir);
+    snprintf(b2, sizeof b2, "%s/graph-no-run", dir);
+    write_attn_step(a, NULL, 0);
+    write_run_attn(a, "");
+    write_attn_step(b, ATTN_KERNEL, 0);
+    write_run_attn(b, ATTN_KERNEL);
+    write_attn_step(b2, ATTN_KERNEL, 0); /* no run.h5: the step file's kernels say it */
+    for (int k = 0; k < 2; k++) {
+        tu_result r = RUN(a, k ? b2 : b);
+        ck_assert_msg(r.rc == 0, "rc %d: %s%s", r.rc, r.out, r.err);
+        /* compared: q, k, v and out; the other 8 of A's 12 are inside the kernel */
+        ck_assert_msg(strstr(r.out, "4 tensors compared in 1 step: 0 diverge here, 0 inherited, 4 same\n"), "%s", r.out);
+        ck_assert_msg(strstr(r.out, "h0/attn/softmax  out0           -          -          -  fused in B\n") &&
+                      strstr(r.out, "h0/attn/out      in0            -          -          -  fused in B\n") &&
+                      strstr(r.out, "h0/attn/out      out0           0          0   1.000000  same\n"), "%s", r.out);
+        ck_assert_msg(strstr(r.out, "tensors inside fused kernels: 8 of A's in B's, 0 of B's in A's (never held "
+                                    "there, not compared), e.g. " ATTN_KERNEL "\n") &&
+                      strstr(r.out, "same: every tensor both dumps hold agrees; the rest are intermediates of "
+                                    "fused kernels\n") && !strstr(r.out, "only in"), "%s", r.out);
+        tu_result_free(&r);
+    }
+    /* graph as the reference: the same, the other way round; CSV and JSON say it too */
+    tu_result r = RUN(b, a, "--format", "csv");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    int row = find_row(&t, 0, "h0/attn/mask", "out", 0);
+    ck_assert_msg(row >= 0 && strcmp(cell(&t, row, "status"), "fused in A") == 0, "%s", r.out);
+    csv_free(&t);
+    tu_result_free(&r);
+    r = RUN(a, b, "--format", "json");
+    ck_assert_msg(strstr(r.out, "\"status\": \"fused in B\"") && strstr(r.out, "\"fused_a\": 8, \"fused_b\": 0"),
+                  "%s", r.out);
+    tu_result_free(&r);
+    /* A difference in what both hold is still one */
+    write_attn_step(b, ATTN_KERNEL, 0.5f);
+    r = RUN(a, b);
+    ck_assert_msg(r.rc == 1 && strstr(r.out, "DIVERGES HERE") && !strstr(r.out, "same: every"), "rc %d: %s",
+                  r.rc, r.out);
+    tu_result_free(&r);
+    /* and a tensor missing without a fused kernel to hold it is only in A */
+    const char *partial = "k4 fused-attention: h0/attn/scale, h0/attn/mask, h0/attn/softmax, h0/attn/out";
+    write_attn_step(b, partial, 0);
+    write_run_attn(b, partial);
+    r = RUN(a, b);
+    ck_assert_msg(r.rc == 0 && strstr(r.out, "h0/attn/scores   out0           -          -          -  only in A\n") &&
+                  strstr(r.out, "tensors only in A: 1, only in B: 0") && !strstr(r.out, "same: every"), "%s",
+                  r.out);
+    tu_result_free(&r);
+}
+END_TEST
+
 /* ---- pairing ------------------------------------------------------------------ */
 
 START_TEST(test_shapes_and_one_side)
@@ -1375,6 +1503,7 @@ Suite *suite_tdbg_diff(void)
     tcase_add_test(tc, test_inplace_column);
     tcase_add_test(tc, test_reads_column);
     tcase_add_test(tc, test_shapes_and_one_side);
+    tcase_add_test(tc, test_fused_intermediates_same);
     tcase_add_test(tc, test_steps_intersected);
     tcase_add_test(tc, test_map_renames);
     tcase_add_test(tc, test_json_and_color);

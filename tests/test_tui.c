@@ -368,6 +368,60 @@ START_TEST(test_stop_names_unparsed)
 }
 END_TEST
 
+/* ---- a 4-D tensor's slices: [B,H,T,T] as attention's, here [8,8,32,32] ----------------- */
+
+/* The title names the slice on show, [ and ] step the last leading dim (a
+ * head), { and } the one before (a batch) and stop at its ends; `view [I,J]`
+ * picks both; the footer's index agrees with the title. */
+START_TEST(test_tensor_4d_slices)
+{
+    if (skip())
+        return;
+    char args[512];
+    snprintf(args, sizeof args, "-- '%s/examples/cnn' %s --steps 2 --mode eager", TDBG_BUILDDIR, CNN);
+    start("", 100, 30, args);
+    wait_for(0, "READY", NULL);
+    type("break conv2/bn");
+    keys("Enter");
+    wait_for(-1, "Breakpoint 1 (conv2/bn) pending", NULL); /* no ops before the first step */
+    keys("F5");
+    wait_for(0, "PAUSED", "conv2/bn", NULL);
+    type("view conv2/bn:out0");
+    keys("Enter");
+    wait_for(-1, "tensor conv2/bn:out0[0,0,:,:]", "f32 [8,8,32,32]", "[0,0,0,0] =", NULL);
+    type("focus tensor");
+    keys("Enter");
+    wait_for(-1, ">tensor conv2/bn:out0[0,0,:,:]", NULL);
+    type("]]");
+    wait_for(-1, ">tensor conv2/bn:out0[0,2,:,:]", "[0,2,0,0] =", "slice 3/64 ([ ] { })", NULL);
+    type("}");
+    const char *screen = wait_for(-1, ">tensor conv2/bn:out0[1,2,:,:]", "[1,2,0,0] =", "slice 11/64", NULL);
+    shot("tensor-4d-slice", screen);
+    type("{{");
+    wait_for(-1, ">tensor conv2/bn:out0[0,2,:,:]", "dim 0 has 8: this is its first", NULL);
+    /* the cursor stays on its cell across slices */
+    keys("Down Right Right");
+    type("}");
+    wait_for(-1, ">tensor conv2/bn:out0[1,2,:,:]", "[1,2,1,2] =", NULL);
+    /* ] past the last head carries into the next batch */
+    keys("Escape");
+    type("view [3,7]");
+    keys("Enter");
+    wait_for(-1, "tensor conv2/bn:out0[3,7,:,:]", NULL);
+    type("focus tensor");
+    keys("Enter");
+    type("]");
+    wait_for(-1, ">tensor conv2/bn:out0[4,0,:,:]", NULL);
+    type("[[");
+    wait_for(-1, ">tensor conv2/bn:out0[3,6,:,:]", NULL);
+    keys("Escape");
+    type("quit");
+    keys("Enter");
+    assert_restored("tdbg-exit=1");
+    kill_server();
+}
+END_TEST
+
 /* ---- live while training runs, Ctrl-C, mouse off ------------------------------------------ */
 
 START_TEST(test_live_interrupt_mouse)
@@ -781,6 +835,7 @@ Suite *suite_tui(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_nan_step_break_complete_scroll_resize_quit);
     tcase_add_test(tc, test_stop_names_unparsed);
+    tcase_add_test(tc, test_tensor_4d_slices);
     tcase_add_test(tc, test_live_interrupt_mouse);
     tcase_add_test(tc, test_colour_and_no_color);
     tcase_add_test(tc, test_crash_restores_terminal);

@@ -11,12 +11,14 @@
  * only the backward of the op under test can meet it.
  */
 #include "dbg.h"
+#include "session.h"
 #include "te_internal.h"
 #include "suites.h"
 #include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_LEAVES 5
@@ -298,6 +300,330 @@ START_TEST(test_backward_reads_every_op)
 }
 END_TEST
 
+/* ---- intended non-finite values ---------------------------------------------
+ * Hand-made records of a masked attention row, the mask's record carrying
+ * TE_TRAIT_NONFINITE_OK as the op table's MaskedFill row does:
+ *   scores [1,4] -> mask (-inf in the last two) -> scale (the -inf carried)
+ *   -> softmax (finite) ; and masked @ zeros -> NaN (-inf * 0), made here. */
+
+typedef struct chain {
+    te_tensor *x, *masked, *scaled, *att, *zeros, *prod, *after;
+    te_op_record mask, scale, softmax, matmul, add;
+} chain;
+
+static te_tensor *named(const char *name, int64_t n, const float *v)
+{
+    te_tensor *t = te_tensor_persistent(TE_F32, 1, (int64_t[]){ n });
+    ck_assert(t != NULL);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    for (int64_t i = 0; i < n; i++)
+        te_set(t, i, v[i]);
+    return t;
+}
+
+static te_op_record record(const char *name, const char *type, te_tensor **in, int n_in, te_tensor **out,
+                           unsigned traits)
+{
+    return (te_op_record){ .phase = TE_PHASE_FORWARD, .name = name, .type = type, .inputs = in,
+                           .n_inputs = n_in, .outputs = out, .n_outputs = 1, .traits = traits };
+}
+
+static te_tensor *in_mask[1], *out_mask[1], *in_scale[1], *out_scale[1], *in_sm[1], *out_sm[1], *in_mm[2],
+    *out_mm[1], *in_add[2], *out_add[1];
+
+static unsigned mask_traits = TE_TRAIT_NONFINITE_OK; /* as the op table's MaskedFill row */
+
+static chain chain_make(void)
+{
+    const float inf = INFINITY;
+    chain c;
+    c.x = named("data:scores", 4, (const float[]){ 1, 2, 3, 4 });
+    c.masked = named("h0/attn/mask:out0", 4, (const float[]){ 1, 2, -inf, -inf });
+    c.scaled = named("h0/attn/scale:out0", 4, (const float[]){ 0.5f, 1, -inf, -inf });
+    /* softmax of the scaled row, computed here: e^0.5, e^1 over their sum */
+    const float e0 = expf(0.5f), e1 = expf(1.0f);
+    c.att = named("h0/attn/softmax:out0", 4, (const float[]){ e0 / (e0 + e1), e1 / (e0 + e1), 0, 0 });
+    c.zeros = named("data:zeros", 4, (const float[]){ 0, 0, 0, 0 });
+    c.prod = named("h0/attn/mul:out0", 4, (const float[]){ 0, 0, NAN, NAN }); /* -inf * 0 */
+    c.after = named("h0/add:out0", 4, (const float[]){ 1, 1, NAN, NAN });
+    in_mask[0] = c.x;
+    out_mask[0] = c.masked;
+    in_scale[0] = c.masked;
+    out_scale[0] = c.scaled;
+    in_sm[0] = c.scaled;
+    out_sm[0] = c.att;
+    in_mm[0] = c.scaled;
+    in_mm[1] = c.zeros;
+    out_mm[0] = c.prod;
+    in_add[0] = c.prod;
+    in_add[1] = c.zeros;
+    out_add[0] = c.after;
+    c.mask = record("h0/attn/mask", "MaskedFill", in_mask, 1, out_mask, mask_traits);
+    c.scale = record("h0/attn/scale", "Scale", in_scale, 1, out_scale, TE_TRAIT_ELEMENTWISE);
+    c.softmax = record("h0/attn/softmax", "Softmax", in_sm, 1, out_sm, 0);
+    c.matmul = record("h0/attn/mul", "Mul", in_mm, 2, out_mm, TE_TRAIT_ELEMENTWISE);
+    c.add = record("h0/add", "Add", in_add, 2, out_add, TE_TRAIT_ELEMENTWISE);
+    return c;
+}
+
+static void chain_free(chain *c)
+{
+    te_tensor *all[] = { c->x, c->masked, c->scaled, c->att, c->zeros, c->prod, c->after };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        te_tensor_free(all[i]);
+}
+
+START_TEST(test_intended_verdicts)
+{
+    chain c = chain_make();
+    dbg_origin o;
+    dbg_verdict_reset();
+    /* the mask makes its -inf on purpose */
+    dbg_verdict_note(&c.mask);
+    ck_assert_uint_eq(dbg_verdict_intended(c.masked), DBG_NF_INF);
+    ck_assert_int_eq(dbg_origin_of(&c.mask, c.masked, &o), DBG_ORIGIN_CREATED);
+    ck_assert(o.intended);
+    /* a scale carries it on: intended still, from the mask */
+    dbg_verdict_note(&c.scale);
+    ck_assert_uint_eq(dbg_verdict_intended(c.scaled), DBG_NF_INF);
+    ck_assert_int_eq(dbg_origin_of(&c.scale, c.scaled, &o), DBG_ORIGIN_PROPAGATED);
+    ck_assert(o.intended);
+    ck_assert_str_eq(o.from, "h0/attn/mask:out0");
+    /* softmax over the masked row: finite, no verdict, nothing intended */
+    dbg_verdict_note(&c.softmax);
+    ck_assert_uint_eq(dbg_verdict_intended(c.att), 0);
+    ck_assert_int_eq(dbg_origin_of(&c.softmax, c.att, &o), DBG_ORIGIN_NONE);
+    /* -inf * 0: the NaN is made here, not inherited from the mask */
+    dbg_verdict_note(&c.matmul);
+    ck_assert_uint_eq(dbg_verdict_intended(c.prod), 0);
+    ck_assert_int_eq(dbg_origin_of(&c.matmul, c.prod, &o), DBG_ORIGIN_CREATED);
+    ck_assert(!o.intended);
+    ck_assert_str_eq(o.despite, "h0/attn/scale:out0");
+    /* and downstream of that NaN, an heir as ever */
+    dbg_verdict_note(&c.add);
+    ck_assert_int_eq(dbg_origin_of(&c.add, c.after, &o), DBG_ORIGIN_PROPAGATED);
+    ck_assert(!o.intended);
+    ck_assert_str_eq(o.from, "h0/attn/mul:out0");
+    /* A new step forgets: the same -inf without the mask's record is
+     * nobody's intention, and the product inherits it as before. */
+    dbg_verdict_reset();
+    ck_assert_uint_eq(dbg_verdict_intended(c.masked), 0);
+    ck_assert_int_eq(dbg_origin_of(&c.matmul, c.prod, &o), DBG_ORIGIN_PROPAGATED);
+    ck_assert_str_eq(o.from, "h0/attn/scale:out0");
+    chain_free(&c);
+}
+END_TEST
+
+/* The session's decision, through its hook, on the same records. */
+static int n_stops;
+static dbg_stop last;
+
+static void fe_show(const dbg_stop *s)
+{
+    n_stops++;
+    last = *s;
+    last.cond = NULL;
+}
+
+static char *fe_read(const char *prompt)
+{
+    (void)prompt;
+    return strdup("continue");
+}
+
+static const dbg_frontend fe_test = { .name = "test-verdict", .read_line = fe_read, .show_stop = fe_show };
+
+static void session_setup(void)
+{
+    tu_setup();
+    memset(&dbg, 0, sizeof dbg);
+    dbg.next_id = 1;
+    dbg.ops = calloc(DBG_MAX_OPS, sizeof *dbg.ops);
+    dbg.last_ops = calloc(DBG_MAX_OPS, sizeof *dbg.last_ops);
+    dbg.trends = calloc(DBG_MAX_TRENDS, sizeof *dbg.trends);
+    ck_assert(dbg.ops && dbg.last_ops && dbg.trends);
+    dbg.interactive = true;
+    dbg.started = true;
+    dbg_frontend_active = &fe_test;
+    dbg_out_stream = fopen("/dev/null", "w");
+    n_stops = 0;
+}
+
+static void session_teardown(void)
+{
+    for (int i = 0; i < dbg.n_breaks; i++)
+        dbg_cond_free(dbg.breaks[i].cond);
+    dbg.n_breaks = 0;
+    fclose(dbg_out_stream);
+    dbg_out_stream = NULL;
+    dbg_frontend_active = NULL;
+    free(dbg.ops);
+    free(dbg.last_ops);
+    free(dbg.trends);
+    tu_teardown();
+}
+
+/* Runs the chain as one step under breakpoint `brk`, the product's NaN
+ * planted or not; returns the number of stops. */
+static int run_chain(const char *brk, bool with_nan)
+{
+    for (int i = 0; i < dbg.n_breaks; i++)
+        dbg_cond_free(dbg.breaks[i].cond);
+    dbg.n_breaks = 0;
+    ck_assert(!dbg_execute(brk));
+    chain c = chain_make();
+    if (!with_nan) { /* masked @ finite values: the -inf reaches no output */
+        te_set(c.prod, 2, 0);
+        te_set(c.prod, 3, 0);
+        te_set(c.after, 2, 1);
+        te_set(c.after, 3, 1);
+    }
+    n_stops = 0;
+    dbg_on_step_begin(0, NULL);
+    const te_op_record *recs[] = { &c.mask, &c.scale, &c.softmax, &c.matmul, &c.add };
+    for (size_t i = 0; i < sizeof recs / sizeof *recs; i++)
+        dbg_on_op_end(recs[i], NULL);
+    dbg_on_step_end(0, NULL);
+    chain_free(&c);
+    return n_stops;
+}
+
+START_TEST(test_intended_no_stop)
+{
+    static const char *const kinds[] = { "break nonfinite", "break inf", "break nan" };
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(run_chain(kinds[k], false) == 0, "%s stopped at %s (the mask's intended -inf)", kinds[k],
+                      last.op);
+        int stops = run_chain(kinds[k], true);
+        if (k == 1) { /* the product has no Inf of its own */
+            ck_assert_msg(stops == 0, "break inf stopped at %s", last.op);
+            continue;
+        }
+        ck_assert_msg(stops == 1, "%s: %d stops", kinds[k], stops);
+        ck_assert_str_eq(last.op, "h0/attn/mul");
+        ck_assert_str_eq(last.reason, "nan");
+        ck_assert_str_eq(last.tensor, "h0/attn/mul:out0");
+        ck_assert_int_eq(last.index, 2);
+        ck_assert_int_eq(last.origin.kind, DBG_ORIGIN_CREATED);
+    }
+    /* A mask the op table does not mark: its -inf stops, unless the
+     * condition exempts it by name (then the scale, carrying it, is the
+     * first op to show it). */
+    mask_traits = 0;
+    ck_assert_int_eq(run_chain("break nonfinite", false), 1);
+    ck_assert_str_eq(last.op, "h0/attn/mask");
+    ck_assert_int_eq(run_chain("break nonfinite if not op=*/mask", false), 0);
+    ck_assert_int_eq(run_chain("break nonfinite if not op=*/mask and not op=h0/attn/sc*", false), 0);
+    mask_traits = TE_TRAIT_NONFINITE_OK;
+}
+END_TEST
+
+/* ---- end to end: te_masked_fill, in eager and graph mode --------------------------
+ * scores [2,4] (a parameter) -> h0/attn/mask (te_masked_fill, -inf where
+ * the mask is 1: row 0's last two, row 1 whole) -> h0/attn/softmax: finite
+ * (a fully masked row gives zeros). With `nan_too`, the masked scores also
+ * go through h0/attn/leak = masked @ zeros[4,3]: -inf * 0 is a NaN made
+ * there. */
+typedef struct masked_model {
+    te_tensor *scores, *mask, *zeros;
+    bool nan_too;
+} masked_model;
+
+static te_status masked_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    (void)in;
+    masked_model *m = ctx;
+    te_scope_push("h0/attn");
+    te_name_next("mask");
+    te_tensor *masked = te_masked_fill(m->scores, m->mask, -INFINITY);
+    te_name_next("softmax");
+    te_tensor *att = te_softmax(masked, -1);
+    te_tensor *loss = te_sum(att, TE_ALL, false);
+    if (m->nan_too) {
+        te_name_next("leak");
+        te_tensor *leak = te_matmul(masked, m->zeros);
+        loss = te_add(loss, te_sum(leak, TE_ALL, false));
+    }
+    te_scope_pop();
+    te_status st = te_backward(loss);
+    out[0] = loss;
+    return st;
+}
+
+START_TEST(test_masked_fill_end_to_end)
+{
+    int hook = te_hook_add(&(te_hooks){ .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end,
+                                        .phase_begin = dbg_on_phase, .op_end = dbg_on_op_end },
+                           NULL);
+    ck_assert(hook >= 0);
+    masked_model m = { .scores = te_param_new("scores", TE_F32, te_shape(2, 4)),
+                       .mask = te_tensor_persistent(TE_F32, te_shape(2, 4)),
+                       .zeros = te_tensor_persistent(TE_F32, te_shape(4, 3)) };
+    ck_assert(m.scores && m.mask && m.zeros);
+    static const float mask[8] = { 0, 0, 1, 1, 1, 1, 1, 1 };
+    for (int i = 0; i < 8; i++) {
+        te_set(m.scores, i, 0.25f * (float)i - 1);
+        te_set(m.mask, i, mask[i]);
+    }
+    for (int i = 0; i < 12; i++)
+        te_set(m.zeros, i, 0);
+    static const char *const kinds[] = { "break nonfinite", "break nan", "break inf" };
+    for (int mode = 0; mode < 2; mode++) {
+        for (int nan_too = 0; nan_too < 2; nan_too++) {
+            m.nan_too = nan_too;
+            te_graph *g = te_graph_new(masked_step, &m,
+                                       &(te_graph_opts){ .mode = mode ? TE_MODE_GRAPH : TE_MODE_EAGER, .n_outputs = 1 });
+            ck_assert_msg(g != NULL, "%s", te_error());
+            for (int k = 0; k < 3; k++) {
+                for (int i = 0; i < dbg.n_breaks; i++)
+                    dbg_cond_free(dbg.breaks[i].cond);
+                dbg.n_breaks = 0;
+                dbg_breaks_changed();
+                ck_assert(!dbg_execute(kinds[k]));
+                n_stops = 0;
+                te_zero_grad();
+                te_tensor *out[1];
+                te_step_begin();
+                te_status st = te_graph_run(g, NULL, out);
+                te_step_end();
+                ck_assert_msg(st == TE_OK, "%s", te_error());
+                const char *what = mode ? "graph" : "eager";
+                /* the mask's -inf and the softmax over it never stop */
+                bool want = nan_too && k != 2; /* the leak's NaN; it makes no Inf */
+                ck_assert_msg(n_stops == (want ? 1 : 0), "%s %s, leak %d: %d stops (last at %s)", what, kinds[k],
+                              nan_too, n_stops, last.op);
+                if (!want)
+                    continue;
+                ck_assert_str_eq(last.op, "h0/attn/leak");
+                ck_assert_str_eq(last.reason, "nan");
+                ck_assert_int_eq(last.phase, TE_PHASE_FORWARD);
+                ck_assert_msg(last.origin.kind == DBG_ORIGIN_CREATED, "%s: origin %d from %s", what,
+                              last.origin.kind, last.origin.from);
+                ck_assert_str_eq(last.origin.despite, "h0/attn/mask:out0");
+                ck_assert_int_eq(last.index, 0); /* row 0 meets the -inf at columns 2 and 3 */
+            }
+            te_graph_free(g);
+        }
+    }
+    /* The ops are known now: a condition's op glob that matches none is
+     * said at once, with the closest names, as a breakpoint's own glob. */
+    char said[2048] = "";
+    FILE *f = fmemopen(said, sizeof said - 1, "w");
+    ck_assert(f != NULL);
+    FILE *saved = dbg_out_stream;
+    dbg_out_stream = f;
+    ck_assert(!dbg_execute("break nonfinite if not op=*/msk and not op=h0/attn/softmax"));
+    fclose(f);
+    dbg_out_stream = saved;
+    ck_assert_msg(strstr(said, "warning: breakpoint ") && strstr(said, "'s condition op=*/msk matched none of the ") &&
+                  strstr(said, "h0/attn/mask"), "%s", said);
+    ck_assert_msg(!strstr(said, "op=h0/attn/softmax matched none"), "%s", said);
+    te_hook_remove(hook);
+    te_tensor_free(m.mask);
+    te_tensor_free(m.zeros);
+}
+END_TEST
+
 Suite *suite_verdict(void)
 {
     Suite *s = suite_create("verdict");
@@ -305,5 +631,11 @@ Suite *suite_verdict(void)
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_loop_test(tc, test_backward_reads_every_op, 0, TE_OP_COUNT);
     suite_add_tcase(s, tc);
+    TCase *ti = tcase_create("intended");
+    tcase_add_checked_fixture(ti, session_setup, session_teardown);
+    tcase_add_test(ti, test_intended_verdicts);
+    tcase_add_test(ti, test_intended_no_stop);
+    tcase_add_test(ti, test_masked_fill_end_to_end);
+    suite_add_tcase(s, ti);
     return s;
 }

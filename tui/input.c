@@ -36,6 +36,8 @@ const tui_key tui_keys[] = {
     { 0, 't', NULL, "t", NULL, "record the tensor's statistics every step", "trend TENSOR", TUI_A_TREND },
     { 0, '[', NULL, "[", NULL, "the tensor's previous 2-D slice", "view [I,J]", TUI_A_SLICE_PREV },
     { 0, ']', NULL, "]", NULL, "the tensor's next 2-D slice", "view [I,J]", TUI_A_SLICE_NEXT },
+    { 0, '{', NULL, "{", NULL, "previous batch: the dim before [ ]'s", "view [I,J]", TUI_A_OUTER_PREV },
+    { 0, '}', NULL, "}", NULL, "next batch: the dim before [ ]'s", "view [I,J]", TUI_A_OUTER_NEXT },
     { 0, 'm', NULL, "m", NULL, "mouse off (the terminal selects text)/on", "set mouse off|on", TUI_A_MOUSE },
     { 12, 0, "C-l", NULL, NULL, "draw the screen again", "refresh", TUI_A_REFRESH },
     { 0, 0, NULL, NULL, NULL, NULL, NULL, 0 },
@@ -350,6 +352,8 @@ static void act(const tui_key *k)
     case TUI_A_REFRESH: dbg_execute("refresh"); break;
     case TUI_A_SLICE_PREV: tui_view_slice_step(-1); break;
     case TUI_A_SLICE_NEXT: tui_view_slice_step(1); break;
+    case TUI_A_OUTER_PREV: tui_view_outer_step(-1); break;
+    case TUI_A_OUTER_NEXT: tui_view_outer_step(1); break;
     case TUI_A_MOUSE: tui_submit(tui.mouse ? "set mouse off" : "set mouse on"); break;
     case TUI_A_TREND:
         if (!tui.view.name[0]) {

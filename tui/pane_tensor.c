@@ -1,7 +1,9 @@
 /*
  * pane_tensor.c — the tensor pane: one tensor as a scrollable grid of its
  * last two dims (a 1-D tensor wraps into rows; the leading dims are fixed
- * indices, stepped with [ and ] or chosen with `view NAME[i,j]`). NaN and
+ * indices, stepped with [ and ] (the last leading dim: an attention
+ * tensor's head), { and } (the one before: its batch) or chosen with
+ * `view NAME[i,j]`; the title names the slice, NAME[0,2,:,:]). NaN and
  * Inf cells and cells at or above the highlight threshold stand out; the
  * cursor cell's index and value sit at the bottom, the statistics and a
  * one-line histogram of the finite values at the top. Values are read only
@@ -211,6 +213,25 @@ void tui_view_slice_step(int delta)
     }
 }
 
+void tui_view_outer_step(int delta)
+{
+    char why[256];
+    const te_tensor *t = tui_view_tensor(why, sizeof why);
+    if (!t || t->ndim < 4) {
+        snprintf(tui.hint, sizeof tui.hint, "%.150s",
+                 !t ? why : t->ndim == 3 ? "one leading dim: [ and ] step it" : "one 2-D slice only");
+        return;
+    }
+    int d = t->ndim - 4;
+    int64_t v = tui.view.lead[d] + delta;
+    if (v < 0 || v >= t->shape[d]) {
+        snprintf(tui.hint, sizeof tui.hint, "dim %d has %lld: this is its %s", d, (long long)t->shape[d],
+                 v < 0 ? "first" : "last");
+        return;
+    }
+    tui.view.lead[d] = v;
+}
+
 /* ---- drawing ----------------------------------------------------------------------- */
 
 static void fmt(const te_tensor *t, int64_t i, char *buf, size_t n)
@@ -341,19 +362,21 @@ static void draw(tui_pane *p)
     }
     te_shape_str(t->ndim, t->shape, shape, sizeof shape);
     int nd = t->ndim;
-    /* the slice as an index: [0,3,:,:] */
+    /* the slice as an index: [0,3,:,:], in the title after the name */
+    int64_t max_label = nd == 1 ? t->numel : nd >= 2 ? t->shape[nd - 2] : 1;
+    int label_w = digits(max_label) + 2;
+    settle(t, v, p, label_w);
     char sl[96] = "";
     if (nd > 2) {
-        size_t u = (size_t)snprintf(sl, sizeof sl, " [");
+        size_t u = (size_t)snprintf(sl, sizeof sl, "[");
         for (int d = 0; d < nd - 2 && u < sizeof sl; d++)
             u += (size_t)snprintf(sl + u, sizeof sl - u, "%lld,", (long long)v->lead[d]);
         if (u < sizeof sl)
             snprintf(sl + u, sizeof sl - u, ":,:]");
     }
-    snprintf(right, sizeof right, "%s %s%s", te_dtype_name(t->dtype), shape,
-             (int)(strlen(v->name) + strlen(shape) + strlen(sl)) + 14 < p->r.w ? sl : "");
-    char title[TE_NAME_MAX + 16];
-    snprintf(title, sizeof title, "tensor %s", v->name);
+    snprintf(right, sizeof right, "%s %s", te_dtype_name(t->dtype), shape);
+    char title[TE_NAME_MAX + 112];
+    snprintf(title, sizeof title, "tensor %s%s", v->name, sl);
     tui_pane_title(p, title, right);
 
     int h = p->r.h;
@@ -363,9 +386,6 @@ static void draw(tui_pane *p)
     if (stats)
         summary(p, t, 1, hist);
 
-    int64_t max_label = nd == 1 ? t->numel : nd >= 2 ? t->shape[nd - 2] : 1;
-    int label_w = digits(max_label) + 2;
-    settle(t, v, p, label_w);
     grid g = grid_of(t, v, p, label_w);
     int cols_shown = (p->r.w - label_w) / CELL_W;
     if (cols_shown < 1)
@@ -420,8 +440,8 @@ static void draw(tui_pane *p)
     char foot[256];
     int len = snprintf(foot, sizeof foot, " %s = %s", idx, val);
     if (g.slices > 1)
-        snprintf(foot + len, sizeof foot - len, "   slice %lld/%lld ([ ])", (long long)g.slice + 1,
-                 (long long)g.slices);
+        snprintf(foot + len, sizeof foot - len, "   slice %lld/%lld ([ ]%s)", (long long)g.slice + 1,
+                 (long long)g.slices, nd >= 4 ? " { }" : "");
     wmove(w, h - 1, 0);
     wattrset(w, cell_attr(t, flat) | A_BOLD);
     tui_put(w, foot, p->r.w);
@@ -433,6 +453,10 @@ static bool key(tui_pane *p, int k)
     (void)p;
     if (k == '[' || k == ']') {
         tui_view_slice_step(k == ']' ? 1 : -1);
+        return true;
+    }
+    if (k == '{' || k == '}') {
+        tui_view_outer_step(k == '}' ? 1 : -1);
         return true;
     }
     return false;

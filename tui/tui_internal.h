@@ -259,6 +259,9 @@ void tui_view_focus_index(const te_tensor *t, int64_t flat);
 /* The tensor on show, readable now, or NULL with why. */
 const te_tensor *tui_view_tensor(char *why, size_t n);
 void tui_view_slice_step(int delta); /* the next or previous 2-D slice */
+/* The dim before the last leading one (of [B,H,T,T]: the batch, the head
+ * kept) one up or down, stopping at its ends. */
+void tui_view_outer_step(int delta);
 
 /* ---- status.c, help.c ------------------------------------------------------------- */
 
@@ -271,7 +274,8 @@ void tui_help_draw(void);
 /* What a key does; the command underneath is in its tui_key. */
 typedef enum {
     TUI_A_HELP, TUI_A_BREAK, TUI_A_SEARCH, TUI_A_JUMP, TUI_A_CONT, TUI_A_PANE, TUI_A_STEP, TUI_A_NEXT,
-    TUI_A_NAN, TUI_A_QUIT, TUI_A_TREND, TUI_A_SLICE_PREV, TUI_A_SLICE_NEXT, TUI_A_MOUSE, TUI_A_ESC,
+    TUI_A_NAN, TUI_A_QUIT, TUI_A_TREND, TUI_A_SLICE_PREV, TUI_A_SLICE_NEXT, TUI_A_OUTER_PREV,
+    TUI_A_OUTER_NEXT, TUI_A_MOUSE, TUI_A_ESC,
     TUI_A_REFRESH,
 } tui_action;
 
