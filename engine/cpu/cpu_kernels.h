@@ -77,6 +77,8 @@ te_status cpu_embedding_forward(te_node *n);
 te_status cpu_embedding_backward(te_node *n);
 te_status cpu_cast_forward(te_node *n);
 te_status cpu_cast_backward(te_node *n);
+te_status cpu_masked_fill_forward(te_node *n);
+te_status cpu_masked_fill_backward(te_node *n);
 
 /* Fused causal self-attention (cpu_attention.c): q, k, v, o [B,H,T,D], the
  * log-sum-exp of each score row lse [B,H,T]; dropout p with the key of the
