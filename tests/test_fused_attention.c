@@ -57,6 +57,15 @@ typedef struct naive {
     double *o, *dq, *dk, *dv;
 } naive;
 
+/* A persistent copy of t's values. */
+static float *values(const te_tensor *t)
+{
+    float *v = malloc((size_t)t->numel * sizeof *v);
+    ck_assert(v != NULL);
+    te_copy_to_f32(t, v);
+    return v;
+}
+
 static naive naive_attention(shape4 s, const float *q, const float *k, const float *v, const float *z,
                              const float *dout)
 {
@@ -243,6 +252,264 @@ START_TEST(test_kernel_large_scores)
 }
 END_TEST
 
+/* ---- graph mode: the fuse-attention pass ------------------------------------ */
+
+static const shape4 gshape = { 2, 2, 37, 16 };
+
+/* Two layers: h0 attends over parameters q0, k0, v0; h1 over q, k, v made
+ * from h0's output and parameters; the loss an MSE against input 0. */
+typedef struct attn_model {
+    te_tensor *w[6]; /* q0 k0 v0 q1 k1 v1 */
+    float dropout;
+} attn_model;
+
+static te_status two_layers(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    attn_model *m = ctx;
+    te_scope_push("h0");
+    te_scope_push("attn");
+    te_tensor *a = te_causal_attention(m->w[0], m->w[1], m->w[2], m->dropout);
+    te_scope_pop();
+    te_scope_pop();
+    te_tensor *q = te_add(a, m->w[3]), *k = te_mul(a, m->w[4]), *v = te_add(a, m->w[5]);
+    te_scope_push("h1");
+    te_scope_push("attn");
+    a = te_causal_attention(q, k, v, m->dropout);
+    te_scope_pop();
+    te_scope_pop();
+    out[0] = te_mse(a, in[0]);
+    out[1] = a;
+    return te_backward(out[0]);
+}
+
+#define MAX_LOG 128
+
+/* What one run gave: outputs, parameter gradients, the ops hooks saw. */
+typedef struct run_result {
+    float loss, *out, *grad[6];
+    int n_ops;
+    char names[MAX_LOG][TE_NAME_MAX];
+    char kernels[MAX_LOG][256];
+    bool had_data[MAX_LOG];
+    int exec[MAX_LOG];
+    int attn_kernels, attn_bwd_kernels;
+    size_t arena_bytes, naive_bytes;
+    bool softmax_in_memory[2];
+    char *plan_text;
+} run_result;
+
+static void log_op(const te_op_record *rec, void *user)
+{
+    run_result *r = user;
+    if (r->n_ops == MAX_LOG)
+        return;
+    snprintf(r->names[r->n_ops], TE_NAME_MAX, "%s", rec->name);
+    snprintf(r->kernels[r->n_ops], 256, "%s", rec->kernel ? rec->kernel : "");
+    r->had_data[r->n_ops] = rec->n_outputs > 0 && rec->outputs[0] && rec->outputs[0]->data;
+    r->exec[r->n_ops++] = rec->exec_index;
+}
+
+/* The index of op NAME's record in r, or fails. */
+static int record_of(const run_result *r, const char *name)
+{
+    for (int i = 0; i < r->n_ops; i++)
+        if (strcmp(r->names[i], name) == 0)
+            return i;
+    ck_abort_msg("no record of %s", name);
+    return -1;
+}
+
+/* One step from a fresh engine (step 0, so dropout draws the same mask in
+ * every run) and the same parameters, in mode with passes `disable` off,
+ * observing `observe` (NULL: nothing). */
+static run_result run_step(te_mode mode, unsigned disable, float dropout, const char *observe)
+{
+    te_tape_reset();
+    te_shutdown();
+    tu_setup();
+    const int64_t sh[4] = { gshape.B, gshape.H, gshape.T, gshape.D };
+    attn_model m = { .dropout = dropout };
+    static const char *const names[6] = { "q0", "k0", "v0", "q1", "k1", "v1" };
+    for (int i = 0; i < 6; i++) {
+        m.w[i] = te_param_new(names[i], TE_F32, 4, sh);
+        ck_assert_msg(m.w[i] != NULL, "%s", te_error());
+        for (int64_t j = 0; j < m.w[i]->numel; j++)
+            te_set(m.w[i], j, te_rand_uniform(77, (uint64_t)i, (uint64_t)j) * 2.0f - 1.0f);
+    }
+    te_tensor *target = te_tensor_persistent(TE_F32, 4, sh);
+    for (int64_t j = 0; j < target->numel; j++)
+        te_set(target, j, te_rand_uniform(78, 0, (uint64_t)j) - 0.5f);
+    if (observe)
+        ck_assert(te_observe_add(observe) == TE_OK);
+    run_result r = { 0 };
+    te_graph *g = te_graph_new(two_layers, &m, &(te_graph_opts){ .mode = mode, .n_inputs = 1, .n_outputs = 2,
+                                                                 .disable = disable });
+    ck_assert(g != NULL);
+    int h = te_hook_add(&(te_hooks){ .op_end = log_op }, &r);
+    te_tensor *out[2], *in[1] = { target };
+    te_zero_grad();
+    te_step_begin();
+    ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s: %s", te_mode_name(mode), te_error());
+    r.loss = te_item(out[0]);
+    r.out = values(out[1]);
+    for (int i = 0; i < 6; i++)
+        r.grad[i] = values(m.w[i]->grad);
+    te_step_end();
+    te_hook_remove(h);
+    const tg_plan *p = tg_graph_plan(g);
+    if (p) {
+        for (int i = 0; i < p->n_kernels; i++) {
+            r.attn_kernels += p->kernels[i].kind == TG_K_ATTN;
+            r.attn_bwd_kernels += p->kernels[i].kind == TG_K_ATTN_BWD;
+        }
+        r.arena_bytes = p->arena_bytes;
+        r.naive_bytes = p->naive_bytes;
+        for (int v = 0; v < p->n_values; v++)
+            for (int l = 0; l < 2; l++) {
+                char name[64];
+                snprintf(name, sizeof name, "h%d/attn/softmax:out0", l);
+                if (strcmp(p->values[v].t->name, name) == 0)
+                    r.softmax_in_memory[l] = p->values[v].materialized;
+            }
+        size_t len;
+        FILE *f = open_memstream(&r.plan_text, &len);
+        ck_assert(f != NULL);
+        tg_print(p, f, "test");
+        fclose(f);
+    }
+    te_observe_clear();
+    te_graph_free(g);
+    te_tensor_free(target);
+    return r;
+}
+
+static void result_free(run_result *r)
+{
+    free(r->out);
+    for (int i = 0; i < 6; i++)
+        free(r->grad[i]);
+    free(r->plan_text);
+}
+
+/* got against ref within TOL times the larger of 1 and ref's largest magnitude. */
+static void assert_close_f(const float *got, const float *ref, size_t n, const char *what)
+{
+    double *d = malloc(n * sizeof *d);
+    ck_assert(d != NULL);
+    for (size_t i = 0; i < n; i++)
+        d[i] = ref[i];
+    assert_close(got, d, n, what);
+    free(d);
+}
+
+static void assert_same_results(const run_result *got, const run_result *ref, const char *what)
+{
+    const size_t n = (size_t)gshape.B * gshape.H * gshape.T * gshape.D;
+    char w[96];
+    ck_assert_msg(fabsf(got->loss - ref->loss) <= TOL * fmaxf(1.0f, fabsf(ref->loss)), "%s: loss %.9g vs %.9g",
+                  what, (double)got->loss, (double)ref->loss);
+    snprintf(w, sizeof w, "%s: out", what);
+    assert_close_f(got->out, ref->out, n, w);
+    for (int i = 0; i < 6; i++) {
+        snprintf(w, sizeof w, "%s: grad %d", what, i);
+        assert_close_f(got->grad[i], ref->grad[i], n, w);
+    }
+}
+
+/* Graph mode with fusion gives eager mode's loss and gradients, with and
+ * without dropout (the same mask: the same op names at the same step). */
+START_TEST(test_graph_parity)
+{
+    const float p = _i ? 0.2f : 0.0f;
+    run_result e = run_step(TE_MODE_EAGER, 0, p, NULL);
+    run_result f = run_step(TE_MODE_GRAPH, 0, p, NULL);
+    run_result c = run_step(TE_MODE_GRAPH, TE_PASS_FUSE_ATTN, p, NULL);
+    ck_assert_int_eq(f.attn_kernels, 2);
+    ck_assert_int_eq(f.attn_bwd_kernels, 2);
+    ck_assert_int_eq(c.attn_kernels, 0);
+    assert_same_results(&f, &e, "fused vs eager");
+    assert_same_results(&c, &e, "composed graph vs eager");
+    result_free(&e);
+    result_free(&f);
+    result_free(&c);
+}
+END_TEST
+
+/* Hooks see every op of the chain, in eager order and numbering, with the
+ * fused kernel named; the plan's text shows the kernel with its ops. */
+START_TEST(test_graph_origins)
+{
+    run_result e = run_step(TE_MODE_EAGER, 0, 0.1f, NULL);
+    run_result f = run_step(TE_MODE_GRAPH, 0, 0.1f, NULL);
+    ck_assert_int_eq(f.n_ops, e.n_ops);
+    for (int i = 0; i < e.n_ops; i++) {
+        ck_assert_str_eq(f.names[i], e.names[i]);
+        ck_assert_int_eq(f.exec[i], e.exec[i]);
+    }
+    static const char *const ops[] = { "scores", "scale", "mask", "softmax", "dropout", "out" };
+    for (int l = 0; l < 2; l++)
+        for (int j = 0; j < 6; j++) {
+            char name[64], grad[72];
+            snprintf(name, sizeof name, "h%d/attn/%s", l, ops[j]);
+            snprintf(grad, sizeof grad, "grad/%s", name);
+            const char *k = f.kernels[record_of(&f, name)], *kb = f.kernels[record_of(&f, grad)];
+            ck_assert_msg(strstr(k, "fused-attention: ") && strstr(k, name), "%s: kernel '%s'", name, k);
+            ck_assert_msg(strstr(kb, "fused-attention-grad: ") && strstr(kb, grad), "%s: kernel '%s'", grad, kb);
+            /* the T x T intermediates are not in memory; out is */
+            ck_assert_int_eq(f.had_data[record_of(&f, name)], j == 5);
+        }
+    ck_assert_ptr_nonnull(strstr(f.plan_text, "fused-attention forward \n      op h0/attn/scores (MatMul)"));
+    ck_assert_ptr_nonnull(strstr(f.plan_text, "h1/attn/softmax:out0 f32[2,2,37,37] temp not in memory"));
+    ck_assert_ptr_nonnull(strstr(f.plan_text, "h0/attn/out:lse f32[2,2,37] temp live"));
+    result_free(&e);
+    result_free(&f);
+}
+END_TEST
+
+/* Observing an intermediate of layer 0 keeps that layer composed (its
+ * softmax in memory, its own kernels); layer 1 still fuses; the results
+ * stay eager mode's. */
+START_TEST(test_observed_layer_composed)
+{
+    static const char *const globs[] = { "h0/attn/softmax", "h0/attn/scores:out0", "grad:h0/attn/mask:out0" };
+    run_result e = run_step(TE_MODE_EAGER, 0, 0.0f, NULL);
+    run_result f = run_step(TE_MODE_GRAPH, 0, 0.0f, globs[_i]);
+    ck_assert_int_eq(f.attn_kernels, 1);
+    ck_assert_int_eq(f.attn_bwd_kernels, 1);
+    ck_assert(f.softmax_in_memory[0]); /* composed: softmax's backward reads it */
+    ck_assert(!f.softmax_in_memory[1]);
+    const char *k0 = f.kernels[record_of(&f, "h0/attn/softmax")], *k1 = f.kernels[record_of(&f, "h1/attn/softmax")];
+    ck_assert_msg(!strstr(k0, "fused-attention"), "h0 kernel '%s'", k0);
+    ck_assert_msg(strstr(k1, "fused-attention: "), "h1 kernel '%s'", k1);
+    ck_assert(f.had_data[record_of(&f, "h0/attn/softmax")]);
+    assert_same_results(&f, &e, "h0 observed vs eager");
+    result_free(&e);
+    result_free(&f);
+}
+END_TEST
+
+/* The plan's memory: each fused layer drops its [B,H,T,T] intermediates
+ * and their gradients (five of them at least), keeping a [B,H,T] lse. */
+START_TEST(test_graph_memory)
+{
+    run_result c = run_step(TE_MODE_GRAPH, TE_PASS_FUSE_ATTN, 0.0f, NULL);
+    run_result h = run_step(TE_MODE_GRAPH, 0, 0.0f, "h0/attn/softmax");
+    run_result f = run_step(TE_MODE_GRAPH, 0, 0.0f, NULL);
+    const size_t tt = (size_t)gshape.B * gshape.H * gshape.T * gshape.T * sizeof(float);
+    const size_t lse = (size_t)gshape.B * gshape.H * gshape.T * sizeof(float);
+    ck_assert_msg(f.naive_bytes + 2 * (5 * tt - lse) <= c.naive_bytes, "fused %zu, composed %zu bytes",
+                  f.naive_bytes, c.naive_bytes);
+    ck_assert_msg(h.naive_bytes + 5 * tt - lse <= c.naive_bytes && f.naive_bytes < h.naive_bytes,
+                  "one layer fused %zu, composed %zu, both fused %zu", h.naive_bytes, c.naive_bytes,
+                  f.naive_bytes);
+    ck_assert_msg(f.arena_bytes + 2 * tt <= c.arena_bytes, "arena fused %zu, composed %zu", f.arena_bytes,
+                  c.arena_bytes);
+    result_free(&c);
+    result_free(&h);
+    result_free(&f);
+}
+END_TEST
+
 Suite *suite_fused_attention(void)
 {
     Suite *s = suite_create("fused_attention");
@@ -252,6 +519,14 @@ Suite *suite_fused_attention(void)
     tcase_add_loop_test(tc, test_kernel_dropout, 0, N_SHAPES);
     tcase_add_loop_test(tc, test_kernel_accumulates, 0, N_SHAPES);
     tcase_add_test(tc, test_kernel_large_scores);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("graph");
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
+    tcase_add_loop_test(tc, test_graph_parity, 0, 2);
+    tcase_add_test(tc, test_graph_origins);
+    tcase_add_loop_test(tc, test_observed_layer_composed, 0, 3);
+    tcase_add_test(tc, test_graph_memory);
     suite_add_tcase(s, tc);
     return s;
 }

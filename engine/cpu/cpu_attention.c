@@ -40,7 +40,7 @@
 /* The dropout factor of element (b,h,i,j): flat index idx in [B,H,T,T]. */
 static inline float drop_factor(uint64_t seed, int64_t idx, float p, float keep_scale)
 {
-    return te_rand_uniform(seed, 0, (uint64_t)idx) >= p ? keep_scale : 0.0f; /* cpu_dropout_forward's draw */
+    return te_dropout_keep(seed, idx, p) * keep_scale; /* the composed Dropout's draw */
 }
 
 /* kt [D][BK] = the n keys k[j0 .. j0+n) transposed. */

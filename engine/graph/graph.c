@@ -241,6 +241,7 @@ static te_status compile(te_graph *g, tg_plan *p)
         { "cse", TE_PASS_CSE, tg_pass_cse },
         { "dce2", TE_PASS_DCE, tg_pass_dce },
         { "bn-fold", TE_PASS_BN_FOLD, tg_pass_bn_fold },
+        { "fuse-attn", TE_PASS_FUSE_ATTN, tg_pass_fuse_attention }, /* before fuse-ew takes its links */
 
         { "fuse-act", TE_PASS_FUSE_ACT, tg_pass_fuse_act },
         { "fuse-act-grad", TE_PASS_FUSE_ACT, tg_pass_fuse_act_grad },
