@@ -319,6 +319,8 @@ static int record_of(const run_result *r, const char *name)
     return -1;
 }
 
+static bool eval_mode; /* run_step in evaluation mode (dropout off) */
+
 /* One step from a fresh engine (step 0, so dropout draws the same mask in
  * every run) and the same parameters, in mode with passes `disable` off,
  * observing `observe` (NULL: nothing). */
@@ -348,6 +350,7 @@ static run_result run_step(te_mode mode, unsigned disable, float dropout, const 
     int h = te_hook_add(&(te_hooks){ .op_end = log_op }, &r);
     te_tensor *out[2], *in[1] = { target };
     te_zero_grad();
+    te_set_training(!eval_mode);
     te_step_begin();
     ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s: %s", te_mode_name(mode), te_error());
     r.loss = te_item(out[0]);
@@ -417,10 +420,12 @@ static void assert_same_results(const run_result *got, const run_result *ref, co
 }
 
 /* Graph mode with fusion gives eager mode's loss and gradients, with and
- * without dropout (the same mask: the same op names at the same step). */
+ * without dropout (the same mask: the same op names at the same step), and
+ * with dropout in evaluation mode (none). */
 START_TEST(test_graph_parity)
 {
     const float p = _i ? 0.2f : 0.0f;
+    eval_mode = _i == 2;
     run_result e = run_step(TE_MODE_EAGER, 0, p, NULL);
     run_result f = run_step(TE_MODE_GRAPH, 0, p, NULL);
     run_result c = run_step(TE_MODE_GRAPH, TE_PASS_FUSE_ATTN, p, NULL);
@@ -429,6 +434,12 @@ START_TEST(test_graph_parity)
     ck_assert_int_eq(c.attn_kernels, 0);
     assert_same_results(&f, &e, "fused vs eager");
     assert_same_results(&c, &e, "composed graph vs eager");
+    if (eval_mode) { /* no dropout: the same as p = 0 */
+        run_result z = run_step(TE_MODE_GRAPH, 0, 0.0f, NULL);
+        assert_same_results(&f, &z, "eval, dropout 0.2 vs none");
+        result_free(&z);
+    }
+    eval_mode = false;
     result_free(&e);
     result_free(&f);
     result_free(&c);
@@ -523,7 +534,7 @@ Suite *suite_fused_attention(void)
 
     tc = tcase_create("graph");
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
-    tcase_add_loop_test(tc, test_graph_parity, 0, 2);
+    tcase_add_loop_test(tc, test_graph_parity, 0, 3);
     tcase_add_test(tc, test_graph_origins);
     tcase_add_loop_test(tc, test_observed_layer_composed, 0, 3);
     tcase_add_test(tc, test_graph_memory);
