@@ -40,10 +40,13 @@ typedef struct chain {
     int n_mids;
 } chain;
 
-/* The node making t (its first output) if it is of op, else NULL. */
-static te_node *made_by(const te_tensor *t, te_op op)
+/* The node of the step making t (its first output) if it is of op, else NULL. */
+static te_node *made_by(const tg_plan *p, const te_tensor *t, te_op op)
 {
-    return t && t->node && t->node->op == op && t->slot == 0 ? t->node : NULL;
+    int v = t ? tg_value_of(p, t) : -1;
+    if (v < 0 || p->values[v].kind != TG_TEMP)
+        return NULL;
+    return t->node && t->node->op == op && t->slot == 0 ? t->node : NULL;
 }
 
 /* Is m, broadcast to [T,T], the causal mask: nonzero exactly above the
@@ -70,17 +73,17 @@ static int kernel_of(const tg_plan *p, const te_node *n, tg_kkind kind)
     return -1;
 }
 
-/* The chain ending in the matmul n, in the shape te_causal_attention makes. */
+/* The chain ending in the matmul `out`, as te_causal_attention makes it. */
 static bool match(const tg_plan *p, te_node *out, chain *c)
 {
     memset(c, 0, sizeof *c);
     if (out->op != TE_OP_MATMUL || out->a.trans_a || out->a.trans_b)
         return false;
-    te_node *drop = made_by(out->in[0], TE_OP_DROPOUT);
-    te_node *soft = made_by(drop ? drop->in[0] : out->in[0], TE_OP_SOFTMAX);
-    te_node *mask = soft ? made_by(soft->in[0], TE_OP_MASKED_FILL) : NULL;
-    te_node *scale = mask ? made_by(mask->in[0], TE_OP_SCALE) : NULL;
-    te_node *scores = scale ? made_by(scale->in[0], TE_OP_MATMUL) : NULL;
+    te_node *drop = made_by(p, out->in[0], TE_OP_DROPOUT);
+    te_node *soft = made_by(p, drop ? drop->in[0] : out->in[0], TE_OP_SOFTMAX);
+    te_node *mask = soft ? made_by(p, soft->in[0], TE_OP_MASKED_FILL) : NULL;
+    te_node *scale = mask ? made_by(p, mask->in[0], TE_OP_SCALE) : NULL;
+    te_node *scores = scale ? made_by(p, scale->in[0], TE_OP_MATMUL) : NULL;
     if (!scores || scores->a.trans_a || !scores->a.trans_b)
         return false;
     const te_tensor *q = scores->in[0], *k = scores->in[1], *v = out->in[1];
