@@ -1,7 +1,11 @@
 """gen_fixtures.py — regenerates every golden fixture from PyTorch.
 
 Usage (from the source tree, with torch and numpy installed, e.g. Debian's
-python3-torch): /usr/bin/python3 tests/gen_fixtures.py
+python3-torch, or PyTorch 2.x from PyPI in a virtual environment such as
+/opt/torchenv): /usr/bin/python3 tests/gen_fixtures.py
+
+gen_attention.py (batched matmul, masked fill, softmax over masked rows,
+causal attention) was written with PyTorch 2.x.
 
 Each tests/fixtures/gen_NAME.py writes tests/fixtures/NAME.bin; the .bin
 files are committed so the tests themselves never need Python.

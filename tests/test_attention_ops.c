@@ -182,6 +182,48 @@ START_TEST(test_matmul_batched_half)
 }
 END_TEST
 
+/* Graph mode: a batched matmul is a producer the activation after it fuses
+ * into, and gives eager's values and gradients. */
+typedef struct {
+    te_tensor *w;
+} bmm_model;
+
+static te_status bmm_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    bmm_model *m = ctx;
+    out[1] = te_relu(te_matmul_t(in[0], m->w, false, true)); /* [2,3,4] @ [5,4]^T */
+    out[0] = te_mean(out[1], TE_ALL, false);
+    return te_backward(out[0]);
+}
+
+START_TEST(test_matmul_batched_graph)
+{
+    bmm_model m = { .w = te_param_new("w", TE_F32, te_shape(5, 4)) };
+    te_init_uniform(m.w, -1.0f, 1.0f);
+    te_tensor *x = gc_random(te_shape(2, 3, 4), -1, 1, 12);
+    float y[2][30], g[2][20];
+    for (int mode = 0; mode < 2; mode++) {
+        te_graph *gr = te_graph_new(bmm_step, &m, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 1,
+                                                                   .n_outputs = 2 });
+        te_tensor *out[2];
+        te_zero_grad();
+        te_step_begin();
+        ck_assert_msg(te_graph_run(gr, (te_tensor *[]){ x }, out) == TE_OK, "%s", te_error());
+        te_copy_to_f32(out[1], y[mode]);
+        te_copy_to_f32(m.w->grad, g[mode]);
+        te_step_end();
+        if (mode == TE_MODE_GRAPH)
+            ck_assert_int_ge(te_graph_stats_get(gr).fused, 1);
+        te_graph_free(gr);
+    }
+    for (int i = 0; i < 30; i++)
+        ck_assert_msg(y[0][i] == y[1][i], "y[%d]: eager %g graph %g", i, y[0][i], y[1][i]);
+    for (int i = 0; i < 20; i++)
+        ck_assert_msg(g[0][i] == g[1][i], "dw[%d]: eager %g graph %g", i, g[0][i], g[1][i]);
+    te_tensor_free(x);
+}
+END_TEST
+
 /* ---- masked fill ------------------------------------------------------------- */
 
 static void golden_masked_fill(fx_file *f, const char *c, float value)
@@ -372,6 +414,34 @@ START_TEST(test_attention_golden)
     te_tensor_free(k);
     te_tensor_free(v);
     fx_close(f);
+}
+END_TEST
+
+/* f16 q, k, v: the -inf of the mask survives the f16 scores, the output
+ * follows f32's within f16's precision, gradients too. */
+START_TEST(test_attention_half)
+{
+    te_tensor *in[3], *half[3];
+    for (int i = 0; i < 3; i++) {
+        in[i] = gc_random(te_shape(1, 2, 5, 4), -1, 1, 40 + i);
+        half[i] = tu_as_dtype(in[i], TE_F16);
+        te_copy_to_f32(half[i], in[i]->data);
+        in[i]->requires_grad = half[i]->requires_grad = true;
+    }
+    te_tensor *y = te_causal_attention(in[0], in[1], in[2], 0.0f);
+    te_tensor *yh = te_causal_attention(half[0], half[1], half[2], 0.0f);
+    ck_assert_msg(yh && yh->dtype == TE_F16, "%s", te_error());
+    fx_assert_close(yh, y, 1e-2, 1e-2, "f16 attention");
+    te_tensor *dy = gc_random(te_shape(1, 2, 5, 4), -1, 1, 44);
+    ck_assert(te_backward_with(y, dy) == TE_OK && te_backward_with(yh, dy) == TE_OK);
+    for (int i = 0; i < 3; i++)
+        fx_assert_close(half[i]->grad, in[i]->grad, 2e-2, 2e-2, "f16 attention gradient");
+    te_tape_reset();
+    te_tensor_free(dy);
+    for (int i = 0; i < 3; i++) {
+        te_tensor_free(in[i]);
+        te_tensor_free(half[i]);
+    }
 }
 END_TEST
 
@@ -609,6 +679,7 @@ Suite *suite_attention_ops(void)
     tcase_add_test(tc, test_matmul_batched_parallel);
     tcase_add_test(tc, test_matmul_batched_errors);
     tcase_add_test(tc, test_matmul_batched_half);
+    tcase_add_test(tc, test_matmul_batched_graph);
     tcase_add_test(tc, test_masked_fill_golden);
     tcase_add_test(tc, test_masked_fill_gradcheck);
     tcase_add_test(tc, test_masked_fill_table);
@@ -618,6 +689,7 @@ Suite *suite_attention_ops(void)
     tcase_add_test(tc, test_name_next);
     tcase_add_test(tc, test_attention_golden);
     tcase_add_test(tc, test_attention_gradcheck);
+    tcase_add_test(tc, test_attention_half);
     tcase_add_test(tc, test_attention_names);
     tcase_add_test(tc, test_attention_errors);
     tcase_add_test(tc, test_dropout_keep);
