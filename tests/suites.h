@@ -11,6 +11,7 @@ Suite *suite_reduce(void);      /* sum, mean, softmax, log_softmax */
 Suite *suite_loss(void);        /* cross_entropy, mse */
 Suite *suite_conv(void);        /* conv2d, pools */
 Suite *suite_norm(void);        /* batchnorm, layernorm */
+Suite *suite_attention_ops(void); /* batched matmul, masked fill, masked softmax, causal attention */
 Suite *suite_shape(void);       /* reshape, flatten, transpose, cast, embedding, dropout */
 Suite *suite_optim(void);       /* SGD, Adam, AdamW, clipping, accumulation, determinism */
 Suite *suite_data(void);        /* datasets and the loader */
