@@ -122,10 +122,10 @@ static const ex_flag gpt_flags[] = {
     { "--heads", "N", "attention heads; --embd must be a multiple (4)", set_heads },
     { "--embd", "N", "width of the residual stream (128)", set_embd },
     { "--block", "N", "context length in bytes (64)", set_block },
-    { "--dropout", "P", "dropout of attention weights and residual branches (0)", set_dropout },
+    { "--dropout", "P", "dropout of attention weights and residual branches (0.1)", set_dropout },
     { "--data", "FILE", "text to learn; its last 10% validates (" DEFAULT_DATA ")", set_data },
-    { "--warmup", "N", "steps of linear learning-rate warm-up, then cosine decay to lr/10 (100)", set_warmup },
-    { "--eval-every", "N", "print the validation loss every N steps; 0: at the end only (100)",
+    { "--warmup", "N", "steps of linear learning-rate warm-up, then cosine decay to lr/10 (50)", set_warmup },
+    { "--eval-every", "N", "print the validation loss every N steps; 0: at the end only (50)",
       set_eval_every },
     { "--sample-every", "N", "print generated text every N steps and at the end; 0: never (0)",
       set_sample_every },
@@ -402,12 +402,12 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
 int main(int argc, char **argv)
 {
     gpt_cfg g = {
-        .model = { .layers = 4, .heads = 4, .embd = 128, .block = 64, .dropout = 0.0f },
-        .data = DEFAULT_DATA, .prompt = "The ", .warmup = 100, .eval_every = 100, .sample_bytes = 200,
+        .model = { .layers = 4, .heads = 4, .embd = 128, .block = 64, .dropout = 0.1f },
+        .data = DEFAULT_DATA, .prompt = "The ", .warmup = 50, .eval_every = 50, .sample_bytes = 200,
         .temperature = 0.8f,
     };
     ex_opts o = {
-        .steps = 2000, .batch = 16, .accum = 1, .lr = 1e-3f, .seed = 1, .log_every = 10,
+        .steps = 500, .batch = 16, .accum = 1, .lr = 1e-3f, .seed = 1, .log_every = 10,
         .optim = EX_ADAMW, .weight_decay = 0.01f, .clip = 1.0f,
     };
     ex_parse(argc, argv,
