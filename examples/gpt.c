@@ -411,7 +411,8 @@ int main(int argc, char **argv)
         .optim = EX_ADAMW, .weight_decay = 0.01f, .clip = 1.0f,
     };
     ex_parse(argc, argv,
-             &(ex_program){ "gpt", "Trains a GPT-2-style decoder on the bytes of a text file.", gpt_flags, &g,
+             &(ex_program){ .name = "gpt", .summary = "Trains a GPT-2-style decoder on the bytes of a text file.",
+                            .flags = gpt_flags, .cfg = &g,
                             .unsupported = gpt_unsupported,
                             .unsupported_why = "does not apply to gpt: its samples are windows of --data, "
                                                "the first 90% of the text",
