@@ -188,17 +188,14 @@ static float lr_at(const gpt_cfg *g, const ex_opts *o, int step)
 
 /* ---- evaluation and sampling ---------------------------------------------------- */
 
-/* Mean loss over the validation windows, in eval mode under the scope "eval". */
-static te_status evaluate(const ex_opts *o, const gpt_model *m, const text_corpus *text, float *loss)
+/* Mean loss over the validation windows through the eval graph g, in eval
+ * mode under the scope "eval". */
+static te_status evaluate(const ex_opts *o, te_graph *g, const gpt_model *m, const text_corpus *text, float *loss)
 {
     const int block = m->cfg.block;
     int64_t windows = (text->size - text->train_size - 1) / block;
     windows = windows < 1 ? 1 : windows > VAL_WINDOWS ? VAL_WINDOWS : windows;
-    windows = (windows + o->batch - 1) / o->batch * o->batch; /* whole batches: one graph */
-    step_ctx c = { .o = o, .m = m };
-    te_graph *g = ex_graph_new(o, eval_step_fn, &c, "eval", 2, 1, false);
-    if (!g)
-        return te_error_code();
+    windows = (windows + o->batch - 1) / o->batch * o->batch; /* whole batches: one plan */
     te_set_training(false);
     te_scope_push("eval");
     double sum = 0.0;
@@ -214,7 +211,6 @@ static te_status evaluate(const ex_opts *o, const gpt_model *m, const text_corpu
     }
     te_scope_pop();
     te_set_training(true);
-    te_graph_free(g);
     *loss = (float)(sum / (double)(windows / o->batch));
     return st;
 }
@@ -328,11 +324,12 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
                (long long)rs.data_position);
     }
     te_graph *tg = ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, o->accum, false);
+    te_graph *eg = tg ? ex_graph_new(o, eval_step_fn, &c, "eval", 2, 1, false) : NULL;
     const int last = g->stop_at && g->stop_at < o->steps ? g->stop_at : o->steps;
-    double *ms = tg ? calloc((size_t)o->steps + 1, sizeof *ms) : NULL;
+    double *ms = eg ? calloc((size_t)o->steps + 1, sizeof *ms) : NULL;
     int rc = 0, timed = 0;
     if (!ms)
-        rc = ex_fail(tg ? "out of memory" : "cannot set up training");
+        rc = ex_fail(eg ? "out of memory" : "cannot set up training");
     for (int step = (int)rs.step; rc == 0 && step < last; step++) {
         te_tensor *in[2 * EX_MAX_ACCUM], *out[EX_MAX_ACCUM];
         const float lr = lr_at(g, o, step);
@@ -361,7 +358,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
             printf("step=%d loss=%.6f lr=%.6g\n", step, loss, lr);
         float val;
         if (g->eval_every && (step + 1) % g->eval_every == 0 && step != last - 1) {
-            if (evaluate(o, m, text, &val) != TE_OK)
+            if (evaluate(o, eg, m, text, &val) != TE_OK)
                 rc = ex_fail("evaluation failed");
             else
                 printf("step=%d val_loss=%.6f\n", step, val);
@@ -376,7 +373,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         ex_print_memory(tg, o);
     }
     float val;
-    if (rc == 0 && evaluate(o, m, text, &val) != TE_OK)
+    if (rc == 0 && evaluate(o, eg, m, text, &val) != TE_OK)
         rc = ex_fail("evaluation failed");
     if (rc == 0)
         printf("final: step=%d val_loss=%.6f val_bpb=%.4f\n", last - 1, val, val / M_LN2);
@@ -394,6 +391,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         }
     }
     free(ms);
+    te_graph_free(eg);
     te_graph_free(tg);
     te_optim_free(opt);
     return rc;
@@ -441,6 +439,11 @@ int main(int argc, char **argv)
         if (info.step >= o.steps) {
             fprintf(stderr, "gpt: checkpoint %s is at step %lld: nothing left of --steps %d\n", g.load,
                     (long long)info.step, o.steps);
+            return 2;
+        }
+        if (g.stop_at && g.stop_at <= info.step) {
+            fprintf(stderr, "gpt: checkpoint %s is at step %lld: --stop-at %d is behind it\n", g.load,
+                    (long long)info.step, g.stop_at);
             return 2;
         }
         o.seed = info.seed; /* the RNG state: init, dropout masks and data windows */
