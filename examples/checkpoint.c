@@ -418,6 +418,9 @@ static void parse(void *arg, dump_blob *out)
     dump_blob body = { 0 };
     child_err e = { "" };
     char reason[256];
+    H5E_auto2_t func; /* restored: with TDBG_DUMP_CONTAIN=off this runs in the program itself */
+    void *data;
+    H5Eget_auto2(H5E_DEFAULT, &func, &data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     dump_contain_at("the superblock");
     hid_t f = H5Fopen(a->path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -427,6 +430,7 @@ static void parse(void *arg, dump_blob *out)
         parse_tensors(f, a, &body, &e);
     if (f >= 0)
         H5Fclose(f);
+    H5Eset_auto2(H5E_DEFAULT, func, data);
     dump_blob_str(out, e.msg);
     if (!e.msg[0])
         dump_blob_put(out, body.b, body.len);
