@@ -153,6 +153,17 @@ void te_step_end(void)
 }
 
 int64_t te_step(void) { return eng.step < 0 ? 0 : eng.step; }
+
+te_status te_step_resume(int64_t step)
+{
+    if (eng.in_step || step < 0) {
+        te_set_error(eng.in_step ? TE_ERR_STATE : TE_ERR_ARG, "te_step_resume(%lld): %s", (long long)step,
+                     eng.in_step ? "a step is running: call it between steps" : "steps count from 0");
+        return eng.in_step ? TE_ERR_STATE : TE_ERR_ARG;
+    }
+    eng.step = step - 1; /* te_step_begin() counts up to it */
+    return TE_OK;
+}
 te_phase te_current_phase(void) { return eng.phase; }
 int te_next_exec_index(void) { return eng.exec_index++; }
 int te_exec_index(void) { return eng.exec_index; }

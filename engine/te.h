@@ -344,6 +344,33 @@ TE_API void te_optim_free(te_optim *opt);
  * the norm before clipping. */
 TE_API float te_clip_grad_norm(te_tensor **params, int n, float max_norm);
 
+/* ---- training state, for checkpoints (optim.c) ---------------------------
+ * What a run's next step depends on besides the parameters: the optimizer's
+ * state, and the step counter that keys dropout masks (te_dropout with the
+ * seed). Parameter i is the i-th of the array given to te_*_new. Slot 0 is
+ * SGD's momentum buffer or Adam's first moment m, slot 1 Adam's second
+ * moment v; each is numel f32 values of its parameter, and absent until the
+ * parameter's first update (when SGD starts its buffer from the gradient).
+ */
+TE_API int te_optim_param_count(const te_optim *opt);
+TE_API te_tensor *te_optim_param(const te_optim *opt, int i);
+/* Buffers per parameter: 2 for Adam/AdamW, 1 for SGD with momentum, else 0. */
+TE_API int te_optim_slots(const te_optim *opt);
+/* Updates done (Adam's bias correction counts them). */
+TE_API int64_t te_optim_steps(const te_optim *opt);
+TE_API void te_optim_set_steps(te_optim *opt, int64_t steps);
+/* Buffer slot of parameter i, or NULL while absent or when i or slot is out
+ * of range. */
+TE_API const float *te_optim_state(const te_optim *opt, int i, int slot);
+/* Copies numel values of parameter i into buffer slot (made present);
+ * TE_ERR_ARG naming i and slot when out of range, TE_ERR_NOMEM. */
+TE_API te_status te_optim_state_set(te_optim *opt, int i, int slot, const float *values);
+/* The next te_step_begin() begins step `step` (>= 0), as if that many steps
+ * had run: a run resumed from a checkpoint numbers its steps, and draws its
+ * dropout masks, as the uninterrupted run did. Out of a step only:
+ * TE_ERR_STATE otherwise. */
+TE_API te_status te_step_resume(int64_t step);
+
 /* ---- random numbers ---------------------------------------------------- */
 
 /* Counter-based: the value depends only on (seed, stream, counter), so the

@@ -139,8 +139,9 @@ int main(int argc, char **argv)
         .train_size = 1 << 20, /* samples are generated: so many that none repeats */
     };
     ex_parse(argc, argv,
-             &(ex_program){ "cnn", "Trains a small CNN (conv, batch norm, pooling) on 32x32 images "
-                                   "of 10 shapes.", cnn_flags, &cfg },
+             &(ex_program){ .name = "cnn",
+                            .summary = "Trains a small CNN (conv, batch norm, pooling) on 32x32 images of 10 shapes.",
+                            .flags = cnn_flags, .cfg = &cfg },
              &o);
     ex_start(&o);
 

@@ -109,8 +109,8 @@ int main(int argc, char **argv)
         .train_size = 1 << 20, /* samples are generated: so many that none repeats */
     };
     ex_parse(argc, argv,
-             &(ex_program){ "mlp", "Trains an MLP classifier on Gaussian blobs or 2-D spirals.",
-                            mlp_flags, &cfg },
+             &(ex_program){ .name = "mlp", .summary = "Trains an MLP classifier on Gaussian blobs or 2-D spirals.",
+                            .flags = mlp_flags, .cfg = &cfg },
              &o);
     ex_start(&o);
 

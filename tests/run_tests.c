@@ -27,6 +27,7 @@ int main(void)
     srunner_add_suite(sr, suite_graph());
     srunner_add_suite(sr, suite_fused_attention());
     srunner_add_suite(sr, suite_examples());
+    srunner_add_suite(sr, suite_gpt_example());
     srunner_add_suite(sr, suite_exports());
     srunner_add_suite(sr, suite_dbg_cmd());
     srunner_add_suite(sr, suite_cmd_args());
