@@ -24,6 +24,7 @@ int main(void)
     srunner_add_suite(sr, suite_data());
     srunner_add_suite(sr, suite_plan());
     srunner_add_suite(sr, suite_graph());
+    srunner_add_suite(sr, suite_gpt());
     srunner_add_suite(sr, suite_examples());
     srunner_add_suite(sr, suite_exports());
     srunner_add_suite(sr, suite_dbg_cmd());

@@ -33,5 +33,6 @@ Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, key
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
+Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits, loss, gradients, training losses */
 
 #endif
