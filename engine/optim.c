@@ -353,3 +353,43 @@ float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
     }
     return norm;
 }
+
+/* ---- state, for checkpoints ------------------------------------------------- */
+
+int te_optim_param_count(const te_optim *o) { return o->n; }
+
+te_tensor *te_optim_param(const te_optim *o, int i) { return i >= 0 && i < o->n ? o->params[i] : NULL; }
+
+int te_optim_slots(const te_optim *o)
+{
+    if (o->kind == OPT_ADAM)
+        return 2;
+    return o->sgd.momentum > 0 ? 1 : 0;
+}
+
+int64_t te_optim_steps(const te_optim *o) { return o->t; }
+
+void te_optim_set_steps(te_optim *o, int64_t steps) { o->t = steps; }
+
+const float *te_optim_state(const te_optim *o, int i, int slot)
+{
+    if (i < 0 || i >= o->n || slot < 0 || slot >= te_optim_slots(o))
+        return NULL;
+    return slot == 0 ? o->m[i] : o->v[i];
+}
+
+te_status te_optim_state_set(te_optim *o, int i, int slot, const float *values)
+{
+    if (i < 0 || i >= o->n || slot < 0 || slot >= te_optim_slots(o)) {
+        te_set_error(TE_ERR_ARG, "optimizer state: parameter %d slot %d out of range (%d parameters, %d slots)",
+                     i, slot, o->n, te_optim_slots(o));
+        return TE_ERR_ARG;
+    }
+    float *buf = state_buf(slot == 0 ? &o->m[i] : &o->v[i], o->params[i]->numel);
+    if (!buf) {
+        te_set_error(TE_ERR_NOMEM, "optimizer state: out of memory for %s", o->params[i]->name);
+        return TE_ERR_NOMEM;
+    }
+    memcpy(buf, values, (size_t)o->params[i]->numel * sizeof *buf);
+    return TE_OK;
+}

@@ -41,6 +41,7 @@ static struct {
     int n_tensors, cap_tensors;
     name_slot *names;
     name_slot *last_name; /* the slot the newest node counted in */
+    char next_name[TE_NAME_MAX]; /* te_name_next's name for the next op, or "" */
     uint32_t name_gen;
 } eng = { .backend = &te_backend_cpu, .step = -1, .training = true };
 
@@ -98,6 +99,7 @@ te_status te_init(const te_config *cfg)
 void te_shutdown(void)
 {
     te_tape_reset();
+    te_attention_shutdown();
     for (int i = 0; i < eng.cap_nodes; i++)
         free(eng.nodes[i]);
     free(eng.nodes);
@@ -151,6 +153,17 @@ void te_step_end(void)
 }
 
 int64_t te_step(void) { return eng.step < 0 ? 0 : eng.step; }
+
+te_status te_step_resume(int64_t step)
+{
+    if (eng.in_step || step < 0) {
+        te_set_error(eng.in_step ? TE_ERR_STATE : TE_ERR_ARG, "te_step_resume(%lld): %s", (long long)step,
+                     eng.in_step ? "a step is running: call it between steps" : "steps count from 0");
+        return eng.in_step ? TE_ERR_STATE : TE_ERR_ARG;
+    }
+    eng.step = step - 1; /* te_step_begin() counts up to it */
+    return TE_OK;
+}
 te_phase te_current_phase(void) { return eng.phase; }
 int te_next_exec_index(void) { return eng.exec_index++; }
 int te_exec_index(void) { return eng.exec_index; }
@@ -214,6 +227,7 @@ void te_tape_reset(void)
     eng.n_tensors = 0;
     eng.n_nodes = 0;
     eng.name_gen++;
+    eng.next_name[0] = '\0';
 }
 
 static uint32_t hash_name(const char *s)
@@ -224,12 +238,18 @@ static uint32_t hash_name(const char *s)
     return h;
 }
 
-/* Scoped default name, with "_K" appended for the K-th repeat in a step. */
-static void name_node(te_node *n)
+void te_name_next(const char *name)
+{
+    snprintf(eng.next_name, sizeof eng.next_name, "%s", name ? name : "");
+}
+
+/* Scoped name (own, from te_name_next, or the op's default), with "_K"
+ * appended for the K-th repeat in a step. */
+static void name_node(te_node *n, const char *own)
 {
     char base[TE_NAME_MAX];
     snprintf(base, sizeof base, "%.100s%s%s", eng.scope, eng.scope[0] ? "/" : "",
-             te_op_default_name(n->op));
+             own[0] ? own : te_op_default_name(n->op));
     uint32_t h = hash_name(base);
     int count = 0;
     eng.last_name = NULL;
@@ -288,6 +308,10 @@ static const char *dtypes_text(unsigned dtypes)
 te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
 {
     const te_op_info *info = &te_op_table[op];
+    /* te_name_next names this op whether or not it is made. */
+    char own[TE_NAME_MAX];
+    memcpy(own, eng.next_name, sizeof own);
+    eng.next_name[0] = '\0';
     for (int i = 0; i < info->n_in; i++) {
         if (in[i] || info->in[i].optional)
             continue;
@@ -313,7 +337,7 @@ te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
     n->n_in = info->n_in;
     for (int i = 0; i < info->n_in; i++)
         n->in[i] = in[i];
-    name_node(n);
+    name_node(n, own);
     for (int i = 0; i < info->n_in; i++) {
         const te_tensor *x = in[i];
         if (!x || info->in[i].dtypes & 1u << x->dtype)

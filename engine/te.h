@@ -175,6 +175,10 @@ TE_API bool te_training(void);
 /* Hierarchical op names: ops made inside push("conv1") are "conv1/conv". */
 TE_API void te_scope_push(const char *name);
 TE_API void te_scope_pop(void);
+/* The next op created is named NAME (in the current scope, with the "_K"
+ * suffix of a repeat, as default names) instead of its type's default name;
+ * its backward is "grad/" + that name. NULL or "" cancels. */
+TE_API void te_name_next(const char *name);
 
 /* ---- source locations -------------------------------------------------- */
 
@@ -191,7 +195,14 @@ typedef struct te_loc {
  * the inputs' dtype; f32 wins when mixed). Index inputs are i32.
  */
 
-TE_API te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b);            /* [M,K]@[K,N] */
+/* a[..., M, K] @ b[..., K, N]: 2-D to 4-D, the leading (batch) dims
+ * broadcast as numpy's matmul ([B,H,T,D] @ [B,H,D,T], [B,T,C] @ [C,N]); the
+ * gradient of a broadcast operand is summed over the dims it was repeated
+ * along. */
+TE_API te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b);
+/* The same with a and/or b read transposed in their last two dims, without a
+ * copy (the GEMM's trans flags): te_matmul_t(q, k, false, true) = q @ k^T. */
+TE_API te_tensor *te_matmul_t_at(te_loc l, te_tensor *a, te_tensor *b, bool trans_a, bool trans_b);
 TE_API te_tensor *te_linear_at(te_loc l, te_tensor *x, te_tensor *w, te_tensor *b); /* x[N,I] w[O,I] b[O]|NULL */
 TE_API te_tensor *te_add_at(te_loc l, te_tensor *a, te_tensor *b);   /* numpy broadcasting */
 TE_API te_tensor *te_sub_at(te_loc l, te_tensor *a, te_tensor *b);
@@ -205,7 +216,9 @@ TE_API te_tensor *te_sigmoid_at(te_loc l, te_tensor *x);
 TE_API te_tensor *te_exp_at(te_loc l, te_tensor *x);
 TE_API te_tensor *te_log_at(te_loc l, te_tensor *x);
 TE_API te_tensor *te_sqrt_at(te_loc l, te_tensor *x);
-TE_API te_tensor *te_softmax_at(te_loc l, te_tensor *x, int axis);    /* axis < 0 counts from the end */
+/* axis < 0 counts from the end. A row whose inputs are all -inf (fully
+ * masked) gives zeros, not PyTorch's NaN, and a zero gradient. */
+TE_API te_tensor *te_softmax_at(te_loc l, te_tensor *x, int axis);
 TE_API te_tensor *te_log_softmax_at(te_loc l, te_tensor *x, int axis);
 TE_API te_tensor *te_cross_entropy_at(te_loc l, te_tensor *logits, te_tensor *labels); /* [N,C], i32 [N] -> mean */
 TE_API te_tensor *te_mse_at(te_loc l, te_tensor *pred, te_tensor *target);            /* mean of squares */
@@ -229,10 +242,28 @@ TE_API te_tensor *te_sum_at(te_loc l, te_tensor *x, int axis, bool keepdim);  /*
 TE_API te_tensor *te_mean_at(te_loc l, te_tensor *x, int axis, bool keepdim);
 TE_API te_tensor *te_embedding_at(te_loc l, te_tensor *weight, te_tensor *idx); /* w[V,D], i32 idx[...] */
 TE_API te_tensor *te_cast_at(te_loc l, te_tensor *x, te_dtype dt);
+/* out = mask != 0 ? value : x. mask (f32, a constant: no gradient, it must
+ * not require one) broadcasts to x's shape; the gradient reaches x where
+ * mask == 0. Op type "MaskedFill", default name "masked_fill"; the op table
+ * marks it NONFINITE_OK (an intended -inf), so `break nonfinite` skips it. */
+TE_API te_tensor *te_masked_fill_at(te_loc l, te_tensor *x, te_tensor *mask, float value);
+/* Causal self-attention: q, k, v [B,H,T,D] -> [B,H,T,D], composed of named
+ * ops in the current scope, each an intermediate the debugger can stop on:
+ *   scores = te_matmul_t(q, k, false, true)        MatMul      "scores"
+ *   scaled = te_scale(scores, 1/sqrt(D))           Scale       "scale"
+ *   masked = te_masked_fill(scaled, causal, -inf)  MaskedFill  "mask"
+ *   att    = te_softmax(masked, -1)                Softmax     "softmax"
+ *   att    = te_dropout(att, dropout)              Dropout     "dropout" (only when dropout > 0)
+ *   out    = te_matmul(att, v)                     MatMul      "out"
+ * causal is a constant [T,T] f32 mask, 1 above the diagonal, made once per T.
+ * Graph mode may compute the chain as one fused kernel. */
+TE_API te_tensor *te_causal_attention_at(te_loc l, te_tensor *q, te_tensor *k, te_tensor *v,
+                                         float dropout);
 
 #define TE_ALL (-100)
 
 #define te_matmul(a, b) te_matmul_at(TE_HERE, a, b)
+#define te_matmul_t(a, b, ta, tb) te_matmul_t_at(TE_HERE, a, b, ta, tb)
 #define te_linear(x, w, b) te_linear_at(TE_HERE, x, w, b)
 #define te_add(a, b) te_add_at(TE_HERE, a, b)
 #define te_sub(a, b) te_sub_at(TE_HERE, a, b)
@@ -264,6 +295,8 @@ TE_API te_tensor *te_cast_at(te_loc l, te_tensor *x, te_dtype dt);
 #define te_mean(x, axis, keep) te_mean_at(TE_HERE, x, axis, keep)
 #define te_embedding(w, i) te_embedding_at(TE_HERE, w, i)
 #define te_cast(x, dt) te_cast_at(TE_HERE, x, dt)
+#define te_masked_fill(x, mask, value) te_masked_fill_at(TE_HERE, x, mask, value)
+#define te_causal_attention(q, k, v, dropout) te_causal_attention_at(TE_HERE, q, k, v, dropout)
 
 /* ---- autograd ---------------------------------------------------------- */
 
@@ -310,6 +343,33 @@ TE_API void te_optim_free(te_optim *opt);
 /* Scales all gradients so their global L2 norm is at most max_norm; returns
  * the norm before clipping. */
 TE_API float te_clip_grad_norm(te_tensor **params, int n, float max_norm);
+
+/* ---- training state, for checkpoints (optim.c) ---------------------------
+ * What a run's next step depends on besides the parameters: the optimizer's
+ * state, and the step counter that keys dropout masks (te_dropout with the
+ * seed). Parameter i is the i-th of the array given to te_*_new. Slot 0 is
+ * SGD's momentum buffer or Adam's first moment m, slot 1 Adam's second
+ * moment v; each is numel f32 values of its parameter, and absent until the
+ * parameter's first update (when SGD starts its buffer from the gradient).
+ */
+TE_API int te_optim_param_count(const te_optim *opt);
+TE_API te_tensor *te_optim_param(const te_optim *opt, int i);
+/* Buffers per parameter: 2 for Adam/AdamW, 1 for SGD with momentum, else 0. */
+TE_API int te_optim_slots(const te_optim *opt);
+/* Updates done (Adam's bias correction counts them). */
+TE_API int64_t te_optim_steps(const te_optim *opt);
+TE_API void te_optim_set_steps(te_optim *opt, int64_t steps);
+/* Buffer slot of parameter i, or NULL while absent or when i or slot is out
+ * of range. */
+TE_API const float *te_optim_state(const te_optim *opt, int i, int slot);
+/* Copies numel values of parameter i into buffer slot (made present);
+ * TE_ERR_ARG naming i and slot when out of range, TE_ERR_NOMEM. */
+TE_API te_status te_optim_state_set(te_optim *opt, int i, int slot, const float *values);
+/* The next te_step_begin() begins step `step` (>= 0), as if that many steps
+ * had run: a run resumed from a checkpoint numbers its steps, and draws its
+ * dropout masks, as the uninterrupted run did. Out of a step only:
+ * TE_ERR_STATE otherwise. */
+TE_API te_status te_step_resume(int64_t step);
 
 /* ---- random numbers ---------------------------------------------------- */
 

@@ -42,8 +42,8 @@
  *            dtype as it is: Cast, whose whole job is the conversion)
  *   outs     number of outputs
  *   inputs   INk(...): the k inputs in order, each the dtypes it takes and
- *            its name in messages: F (f32, f16, bf16), I32 (indices), ANY,
- *            F_OPT and F32_OPT (may be NULL)
+ *            its name in messages: F (f32, f16, bf16), F32, I32 (indices),
+ *            ANY, F_OPT and F32_OPT (may be NULL)
  */
 /*    enum            type             name             reads                       ew      fuse      writes           rng            finite  loss    sees    outs inputs */
 #define TE_OP_LIST(X)                                                                                                                                                                                                 \
@@ -79,7 +79,8 @@
     X(SUM,            "Sum",           "sum",           TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
     X(MEAN,           "Mean",          "mean",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
     X(EMBEDDING,      "Embedding",     "embedding",     TE_IN1,                     NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(weight), I32(idx)))                         \
-    X(CAST,           "Cast",          "cast",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, NATIVE, 1,    IN1(ANY(x)))
+    X(CAST,           "Cast",          "cast",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, NATIVE, 1,    IN1(ANY(x)))                                      \
+    X(MASKED_FILL,    "MaskedFill",    "masked_fill",   TE_IN1,                     NONE,   NONE,     TE_NONE,         DETERMINISTIC, NONFINITE_OK, NOLOSS, F32, 1,  IN2(F(x), F32(mask)))
 
 typedef enum {
 #define TE_OP_ENUM(e, ...) TE_OP_##e,
@@ -146,6 +147,7 @@ typedef struct te_op_info {
 #define TE_DT_FLOAT (1u << TE_F32 | 1u << TE_F16 | 1u << TE_BF16)
 #define TE_OPROW_F(n) { TE_DT_FLOAT, false, #n }
 #define TE_OPROW_F_OPT(n) { TE_DT_FLOAT, true, #n }
+#define TE_OPROW_F32(n) { 1u << TE_F32, false, #n }
 #define TE_OPROW_F32_OPT(n) { 1u << TE_F32, true, #n }
 #define TE_OPROW_I32(n) { 1u << TE_I32, false, #n }
 #define TE_OPROW_ANY(n) { (1u << TE_DTYPE_COUNT) - 1, false, #n }
@@ -171,6 +173,8 @@ typedef struct te_attrs {
     int dim0, dim1;             /* transpose */
     float scale;                /* scale; dropout: 1/(1-p) */
     float p;                    /* dropout probability */
+    float value;                /* masked_fill: what masked elements become */
+    bool trans_a, trans_b;      /* matmul: operands read transposed in their last two dims */
     float eps, momentum;        /* batchnorm, layernorm */
     bool training;              /* batchnorm, dropout: mode at record time */
     uint64_t seed;              /* RANDOM ops (dropout): counter-based key, set each step */
@@ -366,5 +370,16 @@ void te_tape_rollback(int tensors, int nodes);
 
 /* The RNG key of the RANDOM op NAME at a step (dropout's mask). */
 uint64_t te_dropout_seed(const char *name, int64_t step);
+/* Dropout's mask, element by element: 1 when element i (flat index of the
+ * dropout's input) is kept under key seed (te_dropout_seed) and drop
+ * probability p, else 0. The only definition of the mask: a fused kernel
+ * that calls it drops exactly the elements the Dropout op drops. */
+static inline float te_dropout_keep(uint64_t seed, int64_t i, float p)
+{
+    return te_rand_uniform(seed, 0, (uint64_t)i) >= p ? 1.0f : 0.0f;
+}
+
+/* attention.c: frees the cached causal masks (te_shutdown). */
+void te_attention_shutdown(void);
 
 #endif

@@ -83,6 +83,15 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     return buf;
 }
 
+/* Does p refuse the common flag named name? */
+static bool unsupported(const ex_program *p, const char *name)
+{
+    for (const char *const *u = p->unsupported; u && *u; u++)
+        if (strcmp(*u, name) == 0)
+            return true;
+    return false;
+}
+
 static void usage(FILE *f, const ex_program *p, const ex_opts *d)
 {
     char left[64], def[64];
@@ -94,12 +103,15 @@ static void usage(FILE *f, const ex_program *p, const ex_opts *d)
     fprintf(f, "\ntraining:\n");
     for (int i = 0; i < N_COMMON; i++) {
         const common_flag *c = &common_flags[i];
+        if (unsupported(p, c->name))
+            continue;
         snprintf(left, sizeof left, "%s%s%s", c->name, c->arg ? " " : "", c->arg ? c->arg : "");
         common_default(c, d, def, sizeof def);
         fprintf(f, "  %-22s %s%s%s%s\n", left, c->help, def[0] ? " (" : "", def, def[0] ? ")" : "");
     }
-    fprintf(f, "\nEach logged step prints `step=N loss=X acc=Y`; the run ends with\n"
-               "`final: loss=X acc=Y` on held-out data. Exit status 2 on a bad flag.\n");
+    fprintf(f, "\n%s", p->output ? p->output
+                                 : "Each logged step prints `step=N loss=X acc=Y`; the run ends with\n"
+                                   "`final: loss=X acc=Y` on held-out data. Exit status 2 on a bad flag.\n");
 }
 
 /* Names the bad flag (and its value, when given) with what would do,
@@ -281,6 +293,8 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
                 x = f;
         if (!c && !x)
             bad_flag(p, &def, arg, NULL, "is not a flag; the flags are listed below");
+        if (c && unsupported(p, c->name))
+            bad_flag(p, &def, name, NULL, p->unsupported_why);
 
         if (c && !c->arg) {
             if (value)
@@ -399,7 +413,7 @@ void ex_split_free(te_dataset *split)
 
 /* ---- training -------------------------------------------------------------- */
 
-static double now_ms(void)
+double ex_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -421,7 +435,9 @@ static int count_correct(const te_tensor *logits, const te_tensor *labels)
     return correct;
 }
 
-static te_optim *optim_new(const ex_opts *o)
+const char *ex_optim_name(const ex_opts *o) { return optim_names[o->optim]; }
+
+te_optim *ex_optim_new(const ex_opts *o)
 {
     if (o->optim == EX_SGD)
         return te_sgd_new(te_params(), te_param_count(),
@@ -438,7 +454,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void print_times(double *ms, int n)
+void ex_print_times(double *ms, int n)
 {
     int skip = n > WARMUP_STEPS ? WARMUP_STEPS : 0;
     ms += skip;
@@ -491,10 +507,10 @@ static te_status eval_step_fn(void *ctx, te_tensor *const *in, te_tensor **out)
     return out[0] ? TE_OK : te_error_code();
 }
 
-static te_graph *graph_new(const ex_opts *o, te_step_fn fn, step_ctx *c, const char *name, int n_in,
-                           int n_out, bool recompile)
+te_graph *ex_graph_new(const ex_opts *o, te_step_fn fn, void *ctx, const char *name, int n_in, int n_out,
+                       bool recompile)
 {
-    te_graph *g = te_graph_new(fn, c, &(te_graph_opts){ .mode = o->mode, .name = name, .n_inputs = n_in,
+    te_graph *g = te_graph_new(fn, ctx, &(te_graph_opts){ .mode = o->mode, .name = name, .n_inputs = n_in,
                                                          .n_outputs = n_out, .recompile = recompile });
     if (g && o->save_graph && te_graph_save(g, o->save_graph) != TE_OK) {
         te_graph_free(g);
@@ -515,9 +531,9 @@ static te_status train_step(const ex_opts *o, te_loader *ld, te_graph *g, float 
     *load_ms = 0.0;
     te_step_begin();
     for (int m = 0; m < o->accum; m++) {
-        double t0 = now_ms();
+        double t0 = ex_now_ms();
         te_status st = te_loader_next(ld, &in[2 * m], &in[2 * m + 1]);
-        *load_ms += now_ms() - t0;
+        *load_ms += ex_now_ms() - t0;
         if (st != TE_OK)
             return st;
     }
@@ -538,7 +554,7 @@ static te_status evaluate(const ex_opts *o, const ex_task *t, float *loss, float
     te_loader *ld = te_loader_new(t->test, &(te_loader_opts){ .batch = o->batch, .workers = o->workers,
                                                               .seed = o->seed });
     step_ctx c = { .o = o, .t = t };
-    te_graph *g = ld ? graph_new(o, eval_step_fn, &c, "eval", 2, 2, true) : NULL;
+    te_graph *g = ld ? ex_graph_new(o, eval_step_fn, &c, "eval", 2, 2, true) : NULL;
     if (!g) {
         te_loader_free(ld);
         return te_error_code();
@@ -568,7 +584,7 @@ static te_status evaluate(const ex_opts *o, const ex_task *t, float *loss, float
     return st;
 }
 
-static void print_memory(const te_graph *g, const ex_opts *o)
+void ex_print_memory(const te_graph *g, const ex_opts *o)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -587,9 +603,9 @@ int ex_train(const ex_opts *o, const ex_task *t)
                                                                .drop_remainder = true,
                                                                .workers = o->workers,
                                                                .seed = o->seed });
-    te_optim *opt = ld ? optim_new(o) : NULL;
+    te_optim *opt = ld ? ex_optim_new(o) : NULL;
     step_ctx c = { .o = o, .t = t, .opt = opt };
-    te_graph *g = opt ? graph_new(o, train_step_fn, &c, "train", 2 * o->accum, 2 * o->accum, false) : NULL;
+    te_graph *g = opt ? ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, 2 * o->accum, false) : NULL;
     double *ms = g ? malloc((size_t)o->steps * sizeof *ms) : NULL;
     if (!ms) {
         int rc = ex_fail(g ? "out of memory" : "cannot set up training");
@@ -602,7 +618,7 @@ int ex_train(const ex_opts *o, const ex_task *t)
     for (int step = 0; step < o->steps; step++) {
         float loss;
         int correct;
-        double load_ms, t0 = now_ms();
+        double load_ms, t0 = ex_now_ms();
         if (train_step(o, ld, g, &loss, &correct, &load_ms) != TE_OK) {
             char what[64];
             snprintf(what, sizeof what, "step %d failed", step);
@@ -610,15 +626,15 @@ int ex_train(const ex_opts *o, const ex_task *t)
             te_tape_reset();
             break;
         }
-        ms[step] = now_ms() - t0 - load_ms;
+        ms[step] = ex_now_ms() - t0 - load_ms;
         if (step % o->log_every == 0 || step == o->steps - 1)
             printf("step=%d loss=%.6f acc=%.4f\n", step, loss,
                    (float)correct / (float)(o->batch * o->accum));
     }
     float loss = 0.0f, acc = 0.0f;
     if (rc == 0 && o->time) {
-        print_times(ms, o->steps);
-        print_memory(g, o);
+        ex_print_times(ms, o->steps);
+        ex_print_memory(g, o);
     }
     if (rc == 0 && evaluate(o, t, &loss, &acc) != TE_OK)
         rc = ex_fail("evaluation failed");

@@ -58,6 +58,12 @@ typedef struct ex_program {
     const char *summary;    /* one line: what it trains on what */
     const ex_flag *flags;   /* terminated by an entry with name NULL */
     void *cfg;              /* handed to each flag's set() */
+    /* Common flags the program does not take ("--train-size", ...; NULL-
+     * terminated, or NULL for none): left out of the usage and refused,
+     * with `unsupported_why`. */
+    const char *const *unsupported;
+    const char *unsupported_why;
+    const char *output;     /* the usage's last lines, on what a run prints; NULL: the classifiers' */
 } ex_program;
 
 /* Parses argv into o (which holds the defaults on entry) and the program's
@@ -88,6 +94,22 @@ int ex_train(const ex_opts *o, const ex_task *t);
  * held-out split from the same generator. Free with ex_split_free(). */
 te_dataset *ex_split(const te_dataset *d, int64_t offset, int64_t size);
 void ex_split_free(te_dataset *split);
+
+/* ---- for programs with a loop of their own (gpt) ---------------------------- */
+
+/* The optimizer o's flags ask for, over every registered parameter. */
+te_optim *ex_optim_new(const ex_opts *o);
+/* --optim's name of o->optim: "sgd", "adam" or "adamw". */
+const char *ex_optim_name(const ex_opts *o);
+/* A graph of fn in o's mode, its IR saved per --save-graph; NULL with
+ * te_error() on failure. */
+te_graph *ex_graph_new(const ex_opts *o, te_step_fn fn, void *ctx, const char *name, int n_in, int n_out,
+                       bool recompile);
+double ex_now_ms(void);
+/* --time's lines: `time: ms_per_step median=...` over ms[0..n) after the
+ * warm-up steps, then `memory: ...` (and `graph: ...` in graph mode). */
+void ex_print_times(double *ms, int n);
+void ex_print_memory(const te_graph *g, const ex_opts *o);
 
 /* Parses "a,b,c" into at most max positive ints no larger than limit;
  * returns the count, or 0 when s is malformed. */

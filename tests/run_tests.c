@@ -20,12 +20,14 @@ int main(void)
     srunner_add_suite(sr, suite_conv());
     srunner_add_suite(sr, suite_norm());
     srunner_add_suite(sr, suite_shape());
+    srunner_add_suite(sr, suite_attention_ops());
     srunner_add_suite(sr, suite_optim());
     srunner_add_suite(sr, suite_data());
     srunner_add_suite(sr, suite_plan());
     srunner_add_suite(sr, suite_graph());
     srunner_add_suite(sr, suite_gpt());
     srunner_add_suite(sr, suite_examples());
+    srunner_add_suite(sr, suite_gpt_example());
     srunner_add_suite(sr, suite_exports());
     srunner_add_suite(sr, suite_dbg_cmd());
     srunner_add_suite(sr, suite_cmd_args());

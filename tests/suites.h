@@ -11,6 +11,7 @@ Suite *suite_reduce(void);      /* sum, mean, softmax, log_softmax */
 Suite *suite_loss(void);        /* cross_entropy, mse */
 Suite *suite_conv(void);        /* conv2d, pools */
 Suite *suite_norm(void);        /* batchnorm, layernorm */
+Suite *suite_attention_ops(void); /* batched matmul, masked fill, masked softmax, causal attention */
 Suite *suite_shape(void);       /* reshape, flatten, transpose, cast, embedding, dropout */
 Suite *suite_optim(void);       /* SGD, Adam, AdamW, clipping, accumulation, determinism */
 Suite *suite_data(void);        /* datasets and the loader */
@@ -31,6 +32,7 @@ Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, co
 Suite *suite_crash(void);       /* crash reports: injected and natural crashes, exit() mid-step, CLI and TUI */
 Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
+Suite *suite_gpt_example(void); /* examples/gpt: learning, samples, checkpoints, modes, a NaN in attention */
 Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
 Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits, loss, gradients, training losses */

@@ -89,6 +89,13 @@ static void make_inputs(op_case *c)
             ((int32_t *)idx->data)[i] = (i * 3) % 5;
         return;
     }
+    case TE_OP_MASKED_FILL: {
+        leaf(c, te_shape(3, 4));
+        te_tensor *mask = aux(c, TE_F32, te_shape(4));
+        for (int i = 0; i < 4; i++)
+            te_set(mask, i, i % 3 == 0 ? 1.0f : 0.0f);
+        return;
+    }
     case TE_OP_COUNT: break;
     }
     ck_abort_msg("op %d (%s) has no case in test_verdict.c: add one", c->op,
@@ -132,6 +139,7 @@ static te_tensor *run_op(const op_case *c)
     case TE_OP_MEAN: return te_mean(p[0], 1, false);
     case TE_OP_EMBEDDING: return te_embedding(p[0], c->aux[0]);
     case TE_OP_CAST: return te_cast(p[0], TE_F16);
+    case TE_OP_MASKED_FILL: return te_masked_fill(p[0], c->aux[0], -INFINITY);
     case TE_OP_COUNT: break;
     }
     return NULL;

@@ -23,7 +23,7 @@ static void cpu_free(void *p) { free(p); }
     K(GLOBAL_AVGPOOL, cpu_global_avgpool) K(BATCHNORM, cpu_batchnorm)                              \
     K(LAYERNORM, cpu_layernorm) K(DROPOUT, cpu_dropout) K(RESHAPE, cpu_reshape)                    \
     K(FLATTEN, cpu_reshape) K(TRANSPOSE, cpu_transpose) K(SUM, cpu_sum) K(MEAN, cpu_mean)          \
-    K(EMBEDDING, cpu_embedding) K(CAST, cpu_cast)
+    K(EMBEDDING, cpu_embedding) K(CAST, cpu_cast) K(MASKED_FILL, cpu_masked_fill)
 
 /* Every op exactly once, or the build stops: a repeated op redeclares its
  * enumerator, and the count must be the op count. */

@@ -253,6 +253,66 @@ te_status cpu_div_backward(te_node *n)
     return TE_OK;
 }
 
+/* ---- masked fill: y = mask != 0 ? value : x ------------------------------
+ * x spans the output; the mask broadcasts (stride 0 or 1 within a row). A
+ * select, not arithmetic: x's NaN or Inf under the mask is gone, as in
+ * PyTorch's masked_fill, and so is its gradient. */
+
+te_status cpu_masked_fill_forward(te_node *n)
+{
+    const te_tensor *x = n->in[0], *m = n->in[1];
+    te_tensor *y = n->out[0];
+    bcast p;
+    bcast_plan(&p, x, m, y);
+    const float *X = te_f32(x), *M = te_f32(m);
+    float *Y = te_f32(y);
+    const float value = n->a.value;
+    const int64_t sm = p.sb[p.k - 1];
+#pragma omp parallel for if (y->numel > TE_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < p.rows; r++) {
+        int64_t ox, om;
+        bcast_row(&p, r, &ox, &om);
+        const float *xr = X + ox, *mr = M + om;
+        float *yr = Y + r * p.len;
+#pragma omp simd
+        for (int64_t i = 0; i < p.len; i++)
+            yr[i] = mr[i * sm] != 0.0f ? value : xr[i];
+    }
+    return TE_OK;
+}
+
+/* dx = mask != 0 ? 0 : dy; reads the mask only (the op table's reads). */
+te_status cpu_masked_fill_backward(te_node *n)
+{
+    te_tensor *x = n->in[0];
+    if (!te_needs_grad(x))
+        return TE_OK; /* the mask gets none: it is a constant */
+    const te_tensor *m = n->in[1], *y = n->out[0];
+    int acc;
+    float *D = te_grad_buf(x, &acc);
+    bcast p;
+    bcast_plan(&p, x, m, y);
+    const float *M = te_f32(m), *G = te_f32(y->grad);
+    const int64_t sm = p.sb[p.k - 1];
+#pragma omp parallel for if (y->numel > TE_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < p.rows; r++) {
+        int64_t ox, om;
+        bcast_row(&p, r, &ox, &om);
+        const float *mr = M + om, *gr = G + r * p.len;
+        float *dr = D + r * p.len;
+        if (acc) {
+#pragma omp simd
+            for (int64_t i = 0; i < p.len; i++)
+                dr[i] += mr[i * sm] != 0.0f ? 0.0f : gr[i];
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < p.len; i++)
+                dr[i] = mr[i * sm] != 0.0f ? 0.0f : gr[i];
+        }
+    }
+    return TE_OK;
+}
+
 /* ---- unary ops --------------------------------------------------------------
  * UNARY(name, y of x, dy/dx, V, T): the forward and backward kernels of an
  * op whose output has its input's shape. The derivative is written in terms

@@ -77,5 +77,7 @@ te_status cpu_embedding_forward(te_node *n);
 te_status cpu_embedding_backward(te_node *n);
 te_status cpu_cast_forward(te_node *n);
 te_status cpu_cast_backward(te_node *n);
+te_status cpu_masked_fill_forward(te_node *n);
+te_status cpu_masked_fill_backward(te_node *n);
 
 #endif

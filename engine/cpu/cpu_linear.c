@@ -3,38 +3,178 @@
  * OpenMP team. */
 #include "cpu_kernels.h"
 
+#include <omp.h>
 #include <string.h>
 
 /* A leading dimension BLAS accepts: at least 1 even for an empty dim. */
 static int ld(int64_t cols) { return cols > 0 ? (int)cols : 1; }
 
-/* ---- matmul: y [M,N] = a [M,K] @ b [K,N] ---------------------------------- */
+/* ---- matmul: y[..., M, N] = op(a)[..., M, K] @ op(b)[..., K, N] ------------
+ * op() reads an operand transposed in its last two dims when the node says
+ * so (the GEMM's trans flag). One GEMM per batch index of y, each operand
+ * at its own matrix (the same one along a dim it is broadcast on), batches
+ * spread over the threads when there are enough of them, else each GEMM
+ * split by cpu_sgemm. When b is one matrix shared by every batch and a is
+ * not transposed, a's matrices stack into one tall GEMM ([B*T,C] @ [C,N]).
+ */
+typedef struct {
+    int M, N, K;
+    bool ta, tb;
+    int nb;                                /* batch dims of y */
+    int64_t d[TE_MAX_DIMS];                /* their sizes */
+    int64_t sa[TE_MAX_DIMS], sb[TE_MAX_DIMS]; /* a's and b's strides in matrices, 0 where broadcast */
+    int64_t batches, na, nbm;              /* matrices of y, a and b */
+    int lda, ldb;
+} mm_plan;
+
+static void mm_plan_of(const te_node *n, mm_plan *p)
+{
+    const te_tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
+    p->ta = n->a.trans_a;
+    p->tb = n->a.trans_b;
+    p->M = (int)y->shape[y->ndim - 2];
+    p->N = (int)y->shape[y->ndim - 1];
+    p->K = (int)a->shape[a->ndim - (p->ta ? 2 : 1)];
+    p->lda = ld(p->ta ? p->M : p->K);
+    p->ldb = ld(p->tb ? p->K : p->N);
+    p->nb = y->ndim - 2;
+    int64_t ma = 1, mb = 1, my = 1;
+    for (int i = p->nb - 1; i >= 0; i--) {
+        int ia = i - (y->ndim - a->ndim), ib = i - (y->ndim - b->ndim);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        p->d[i] = y->shape[i];
+        p->sa[i] = da == 1 ? 0 : ma;
+        p->sb[i] = db == 1 ? 0 : mb;
+        ma *= da;
+        mb *= db;
+        my *= y->shape[i];
+    }
+    p->na = ma;
+    p->nbm = mb;
+    p->batches = my;
+}
+
+/* The matrices of a and b that batch r of y multiplies. */
+static void mm_batch(const mm_plan *p, int64_t r, int64_t *ia, int64_t *ib)
+{
+    int64_t ja = 0, jb = 0;
+    for (int i = p->nb - 1; i >= 0; i--) {
+        int64_t idx = r % p->d[i];
+        r /= p->d[i];
+        ja += idx * p->sa[i];
+        jb += idx * p->sb[i];
+    }
+    *ia = ja;
+    *ib = jb;
+}
+
+/* Go parallel over `count` independent products rather than within each? */
+static bool mm_par(const mm_plan *p, int64_t count)
+{
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    return threads > 1 && count >= threads && (double)p->M * p->N * p->K * p->batches >= (1 << 18);
+}
+
+/* b shared by every batch, a read as is: a's matrices are the rows of one. */
+static bool mm_stacks(const mm_plan *p) { return p->nbm == 1 && !p->ta; }
 
 te_status cpu_matmul_forward(te_node *n)
 {
-    const te_tensor *a = n->in[0], *b = n->in[1];
-    int M = (int)a->shape[0], K = (int)a->shape[1], N = (int)b->shape[1];
-    cpu_sgemm(false, false, M, N, K, 1.0f, te_f32(a), ld(K),
-                te_f32(b), ld(N), 0.0f, te_f32(n->out[0]), ld(N));
+    mm_plan p;
+    mm_plan_of(n, &p);
+    const float *A = te_f32(n->in[0]), *B = te_f32(n->in[1]);
+    float *Y = te_f32(n->out[0]);
+    if (mm_stacks(&p)) {
+        cpu_sgemm(false, p.tb, (int)(p.batches * p.M), p.N, p.K, 1.0f, A, p.lda, B, p.ldb, 0.0f, Y,
+                  ld(p.N));
+        return TE_OK;
+    }
+    const int64_t sa = (int64_t)p.M * p.K, sb = (int64_t)p.K * p.N, sy = (int64_t)p.M * p.N;
+#pragma omp parallel for schedule(static) if (mm_par(&p, p.batches))
+    for (int64_t r = 0; r < p.batches; r++) {
+        int64_t ia, ib;
+        mm_batch(&p, r, &ia, &ib);
+        cpu_sgemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, A + ia * sa, p.lda, B + ib * sb, p.ldb, 0.0f,
+                  Y + r * sy, ld(p.N));
+    }
     return TE_OK;
+}
+
+/* One batch's share of da: dy [M,N] with b's matrix, beta 0 or 1. */
+static void mm_grad_a(const mm_plan *p, const float *G, const float *B, float *D, float beta)
+{
+    if (!p->ta) /* da [M,K] = dy @ op(b)^T */
+        cpu_sgemm(false, !p->tb, p->M, p->K, p->N, 1.0f, G, ld(p->N), B, p->ldb, beta, D, ld(p->K));
+    else /* a is [K,M]: da = op(b) @ dy^T */
+        cpu_sgemm(p->tb, true, p->K, p->M, p->N, 1.0f, B, p->ldb, G, ld(p->N), beta, D, ld(p->M));
+}
+
+/* One batch's share of db: dy [M,N] with a's matrix, beta 0 or 1. */
+static void mm_grad_b(const mm_plan *p, const float *G, const float *A, float *D, float beta)
+{
+    if (!p->tb) /* db [K,N] = op(a)^T @ dy */
+        cpu_sgemm(!p->ta, false, p->K, p->N, p->M, 1.0f, A, p->lda, G, ld(p->N), beta, D, ld(p->N));
+    else /* b is [N,K]: db = dy^T @ op(a) */
+        cpu_sgemm(true, p->ta, p->N, p->K, p->M, 1.0f, G, ld(p->N), A, p->lda, beta, D, ld(p->K));
+}
+
+/* The gradient of operand `which` (0 a, 1 b): matrix j of it sums the
+ * products of every batch of y that used it, in batch order, so a
+ * broadcast operand gets its sum, the same on any thread count. */
+static void mm_grad(te_node *n, const mm_plan *p, int which)
+{
+    te_tensor *x = n->in[which];
+    int acc;
+    float *D = te_grad_buf(x, &acc);
+    const float *G = te_f32(n->out[0]->grad), *other = te_f32(n->in[1 - which]);
+    const int64_t count = which ? p->nbm : p->na;
+    const int64_t sx = x->numel / (count ? count : 1), so = (int64_t)p->K * (which ? p->M : p->N);
+    const int64_t sy = (int64_t)p->M * p->N;
+#pragma omp parallel for schedule(static) if (mm_par(p, count))
+    for (int64_t j = 0; j < count; j++) {
+        bool first = true;
+        for (int64_t r = 0; r < p->batches; r++) {
+            int64_t ia, ib;
+            mm_batch(p, r, &ia, &ib);
+            if ((which ? ib : ia) != j)
+                continue;
+            float beta = first && !acc ? 0.0f : 1.0f;
+            const float *O = other + (which ? ia : ib) * so;
+            if (which)
+                mm_grad_b(p, G + r * sy, O, D + j * sx, beta);
+            else
+                mm_grad_a(p, G + r * sy, O, D + j * sx, beta);
+            first = false;
+        }
+        if (first && !acc) /* no batch used it (y is empty) */
+            memset(D + j * sx, 0, (size_t)sx * sizeof *D);
+    }
 }
 
 te_status cpu_matmul_backward(te_node *n)
 {
+    mm_plan p;
+    mm_plan_of(n, &p);
     te_tensor *a = n->in[0], *b = n->in[1];
-    int M = (int)a->shape[0], K = (int)a->shape[1], N = (int)b->shape[1];
-    const float *dy = te_f32(n->out[0]->grad);
-    int acc;
-    if (te_needs_grad(a)) { /* da [M,K] = dy [M,N] @ b^T */
-        float *da = te_grad_buf(a, &acc);
-        cpu_sgemm(false, true, M, K, N, 1.0f, dy, ld(N), te_f32(b),
-                    ld(N), acc ? 1.0f : 0.0f, da, ld(K));
+    const float *G = te_f32(n->out[0]->grad);
+    if (mm_stacks(&p)) { /* the tall product's gradients, one GEMM each */
+        int acc;
+        mm_plan tall = p;
+        tall.M = (int)(p.batches * p.M);
+        if (te_needs_grad(a)) {
+            float *D = te_grad_buf(a, &acc);
+            mm_grad_a(&tall, G, te_f32(b), D, acc ? 1.0f : 0.0f);
+        }
+        if (te_needs_grad(b)) {
+            float *D = te_grad_buf(b, &acc);
+            mm_grad_b(&tall, G, te_f32(a), D, acc ? 1.0f : 0.0f);
+        }
+        return TE_OK;
     }
-    if (te_needs_grad(b)) { /* db [K,N] = a^T @ dy */
-        float *db = te_grad_buf(b, &acc);
-        cpu_sgemm(true, false, K, N, M, 1.0f, te_f32(a), ld(K), dy,
-                    ld(N), acc ? 1.0f : 0.0f, db, ld(N));
-    }
+    if (te_needs_grad(a))
+        mm_grad(n, &p, 0);
+    if (te_needs_grad(b))
+        mm_grad(n, &p, 1);
     return TE_OK;
 }
 

@@ -159,13 +159,24 @@ te_status cpu_mean_backward(te_node *n) { return reduce_backward(n, true); }
  * Each of the outer * inner rows holds len elements at stride s (= inner;
  * 1 for the last axis). The row maximum is subtracted before exp, so large
  * logits do not overflow; a NaN anywhere in a row makes the whole row NaN.
+ * A softmax row of nothing but -inf (an attention row masked whole) is all
+ * zeros, not -inf - -inf = NaN, and its gradient is zero: the backward's
+ * y * (g - dot) is 0 there.
  */
 
 static void softmax_row(const float *x, float *y, int64_t len, int64_t s, bool log)
 {
     float m = x[0];
     for (int64_t k = 1; k < len; k++)
-        m = fmaxf(m, x[k * s]);
+        m = fmaxf(m, x[k * s]); /* fmaxf skips NaN: m is -inf for -inf and NaN only */
+    if (m == -INFINITY && !log) {
+        float nan = 0.0f;
+        for (int64_t k = 0; k < len; k++)
+            nan += x[k * s] == -INFINITY ? 0.0f : x[k * s];
+        for (int64_t k = 0; k < len; k++)
+            y[k * s] = nan; /* 0, or NaN when the row held one */
+        return;
+    }
     float sum = 0.0f;
     if (log) {
         for (int64_t k = 0; k < len; k++)

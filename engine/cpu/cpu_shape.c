@@ -242,7 +242,7 @@ te_status cpu_embedding_backward(te_node *n)
 }
 
 /* ---- dropout ----------------------------------------------------------------
- * Element i is kept when uniform(seed, 0, i) >= p. Backward draws the mask
+ * Element i is kept when te_dropout_keep(seed, i, p). Backward draws the mask
  * again from the seed instead of saving it: no mask-sized buffer lives from
  * forward to backward, and the gradient stays right even when a debugger or
  * a fault injection has altered the output (a mask read back from zeros in
@@ -251,7 +251,7 @@ te_status cpu_embedding_backward(te_node *n)
 
 static inline float keep_scale(uint64_t seed, int64_t i, float p, float scale)
 {
-    return te_rand_uniform(seed, 0, (uint64_t)i) >= p ? scale : 0.0f;
+    return te_dropout_keep(seed, i, p) * scale;
 }
 
 te_status cpu_dropout_forward(te_node *n)

@@ -1,4 +1,5 @@
-/* elementwise.c — binary ops with numpy broadcasting, scale, activations. */
+/* elementwise.c — binary ops with numpy broadcasting, masked fill, scale,
+ * activations. */
 #include "../te_internal.h"
 
 /* a OP b. Shapes broadcast as in numpy: aligned at the last dim, each pair of
@@ -53,3 +54,28 @@ te_tensor *te_sigmoid_at(te_loc l, te_tensor *x) { return unary(TE_OP_SIGMOID, l
 te_tensor *te_exp_at(te_loc l, te_tensor *x) { return unary(TE_OP_EXP, l, x, 1.0f); }
 te_tensor *te_log_at(te_loc l, te_tensor *x) { return unary(TE_OP_LOG, l, x, 1.0f); }
 te_tensor *te_sqrt_at(te_loc l, te_tensor *x) { return unary(TE_OP_SQRT, l, x, 1.0f); }
+
+/* mask != 0 ? value : x, the mask broadcast to x's shape (the output has x's
+ * shape: the mask may not enlarge it). The mask is a constant: one that
+ * requires grad is refused, since no gradient would reach it. */
+te_tensor *te_masked_fill_at(te_loc l, te_tensor *x, te_tensor *mask, float value)
+{
+    te_node *n = te_node_begin(TE_OP_MASKED_FILL, l, (te_tensor *[]){ x, mask });
+    if (!n)
+        return NULL;
+    char sx[96], sm[96];
+    te_shape_str(x->ndim, x->shape, sx, sizeof sx);
+    te_shape_str(mask->ndim, mask->shape, sm, sizeof sm);
+    if (mask->requires_grad)
+        return te_node_fail(n, TE_ERR_ARG, "mask %s requires grad: a mask is a constant", sm);
+    bool fits = mask->ndim <= x->ndim;
+    for (int i = 0; fits && i < mask->ndim; i++) {
+        int64_t dm = mask->shape[i], dx = x->shape[x->ndim - mask->ndim + i];
+        fits = dm == dx || dm == 1;
+    }
+    if (!fits)
+        return te_node_fail(n, TE_ERR_SHAPE, "mask %s does not broadcast to x %s", sm, sx);
+    n->a.value = value;
+    te_node_output(n, x->dtype, x->ndim, x->shape);
+    return te_node_run(n);
+}

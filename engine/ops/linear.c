@@ -4,8 +4,11 @@
 
 #define SHAPE_BUF 96
 
-/* a [M,K] @ b [K,N] -> [M,N]. NULL with a message on a shape mismatch. */
-te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b)
+/* op(a)[..., M, K] @ op(b)[..., K, N] -> [..., M, N], op() transposing the
+ * last two dims when asked (the kernel reads the operand so, no copy). The
+ * leading dims broadcast as in numpy: aligned at the end, each pair equal or
+ * one of them 1 or absent. NULL with a message on a shape mismatch. */
+te_tensor *te_matmul_t_at(te_loc l, te_tensor *a, te_tensor *b, bool trans_a, bool trans_b)
 {
     te_node *n = te_node_begin(TE_OP_MATMUL, l, (te_tensor *[]){ a, b });
     if (!n)
@@ -14,14 +17,39 @@ te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b)
     char sa[SHAPE_BUF], sb[SHAPE_BUF];
     te_shape_str(a->ndim, a->shape, sa, sizeof sa);
     te_shape_str(b->ndim, b->shape, sb, sizeof sb);
-    if (a->ndim != 2 || b->ndim != 2)
-        return te_node_fail(n, TE_ERR_SHAPE, "a %s and b %s: both must be 2-D", sa, sb);
-    if (a->shape[1] != b->shape[0])
-        return te_node_fail(n, TE_ERR_SHAPE, "a %s and b %s: inner dims %lld != %lld", sa, sb,
-                            (long long)a->shape[1], (long long)b->shape[0]);
+    if (a->ndim < 2 || b->ndim < 2)
+        return te_node_fail(n, TE_ERR_SHAPE, "a %s and b %s: both must have 2 to %d dims", sa, sb,
+                            TE_MAX_DIMS);
+    const int64_t M = a->shape[a->ndim - (trans_a ? 1 : 2)], Ka = a->shape[a->ndim - (trans_a ? 2 : 1)];
+    const int64_t Kb = b->shape[b->ndim - (trans_b ? 1 : 2)], N = b->shape[b->ndim - (trans_b ? 2 : 1)];
+    if (Ka != Kb)
+        return te_node_fail(n, TE_ERR_SHAPE, "a %s%s and b %s%s: inner dims %lld != %lld", sa,
+                            trans_a ? " (transposed)" : "", sb, trans_b ? " (transposed)" : "",
+                            (long long)Ka, (long long)Kb);
 
-    te_node_output(n, te_result_dtype(2, n->in), 2, (const int64_t[]){ a->shape[0], b->shape[1] });
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    int64_t shape[TE_MAX_DIMS];
+    for (int i = 0; i < nd - 2; i++) {
+        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return te_node_fail(n, TE_ERR_SHAPE,
+                                "a %s and b %s: batch dims do not broadcast (dim %d of the "
+                                "result: %lld vs %lld)",
+                                sa, sb, i, (long long)da, (long long)db);
+        shape[i] = da == 1 ? db : da;
+    }
+    shape[nd - 2] = M;
+    shape[nd - 1] = N;
+    n->a.trans_a = trans_a;
+    n->a.trans_b = trans_b;
+    te_node_output(n, te_result_dtype(2, n->in), nd, shape);
     return te_node_run(n);
+}
+
+te_tensor *te_matmul_at(te_loc l, te_tensor *a, te_tensor *b)
+{
+    return te_matmul_t_at(l, a, b, false, false);
 }
 
 /* x [N,I], w [O,I] (PyTorch's layout), b [O] or NULL -> x w^T + b [N,O]. */

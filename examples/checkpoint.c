@@ -1,0 +1,518 @@
+/*
+ * checkpoint.c — save and load a training run's state in HDF5
+ * (checkpoint.h has the layout).
+ */
+#include "checkpoint.h"
+#include "contain.h"
+
+#include <hdf5.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FORMAT "tdbg-checkpoint"
+#define VERSION 1
+#define MAX_SLOTS 2
+
+static const char *const slot_groups[MAX_SLOTS] = { "m", "v" };
+
+/* The parameter's name without "param:". */
+static const char *pname(const te_tensor *p)
+{
+    return strncmp(p->name, "param:", 6) == 0 ? p->name + 6 : p->name;
+}
+
+/* ---- writing --------------------------------------------------------------------- */
+
+static bool attr_i64(hid_t loc, const char *name, int64_t v)
+{
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = s < 0 ? -1 : H5Acreate2(loc, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    bool ok = a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0;
+    if (a >= 0) H5Aclose(a);
+    if (s >= 0) H5Sclose(s);
+    return ok;
+}
+
+static bool attr_str(hid_t loc, const char *name, const char *v)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    hid_t s = H5Screate(H5S_SCALAR);
+    bool ok = t >= 0 && s >= 0 && H5Tset_size(t, strlen(v) + 1) >= 0;
+    hid_t a = ok ? H5Acreate2(loc, name, t, s, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    ok = a >= 0 && H5Awrite(a, t, v) >= 0;
+    if (a >= 0) H5Aclose(a);
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    return ok;
+}
+
+/* A scalar dataset of type file_type written from *v in mem_type. */
+static bool write_scalar(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *v)
+{
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t d = s < 0 ? -1 : H5Dcreate2(loc, name, file_type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    bool ok = d >= 0 && H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0;
+    if (d >= 0) H5Dclose(d);
+    if (s >= 0) H5Sclose(s);
+    return ok;
+}
+
+/* numel f32 values of shape like's, as dataset name of loc. */
+static bool write_f32(hid_t loc, const char *name, const te_tensor *like, const float *v)
+{
+    hsize_t dims[TE_MAX_DIMS];
+    for (int d = 0; d < like->ndim; d++)
+        dims[d] = (hsize_t)like->shape[d];
+    hid_t s = H5Screate_simple(like->ndim, dims, NULL);
+    hid_t d = s < 0 ? -1 : H5Dcreate2(loc, name, H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    bool ok = d >= 0 && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0;
+    if (d >= 0) H5Dclose(d);
+    if (s >= 0) H5Sclose(s);
+    return ok;
+}
+
+static hid_t group(hid_t loc, const char *name)
+{
+    return H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+}
+
+/* Everything but the file itself; false at the first failure. */
+static bool write_all(hid_t f, const ckpt_info *info, const ckpt_attr *attrs, int n_attrs, const te_optim *opt,
+                      const char *kind)
+{
+    bool ok = attr_str(f, "format", FORMAT) && attr_i64(f, "version", VERSION);
+    for (int i = 0; ok && i < n_attrs; i++)
+        ok = attr_i64(f, attrs[i].name, attrs[i].value);
+    ok = ok && write_scalar(f, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->step);
+    hid_t rng = ok ? group(f, "rng") : -1, data = ok ? group(f, "data") : -1;
+    ok = rng >= 0 && data >= 0 && write_scalar(rng, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &info->seed) &&
+         write_scalar(rng, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->rng_step) &&
+         write_scalar(data, "position", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->data_position);
+    if (rng >= 0) H5Gclose(rng);
+    if (data >= 0) H5Gclose(data);
+
+    hid_t params = ok ? group(f, "params") : -1, og = ok ? group(f, "optim") : -1;
+    hid_t slots[MAX_SLOTS] = { -1, -1 };
+    const int n_slots = te_optim_slots(opt);
+    ok = params >= 0 && og >= 0 && attr_str(og, "kind", kind) && attr_i64(og, "steps", te_optim_steps(opt));
+    for (int s = 0; ok && s < n_slots; s++)
+        ok = (slots[s] = group(og, slot_groups[s])) >= 0;
+    float *buf = NULL;
+    for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
+        const te_tensor *p = te_optim_param(opt, i);
+        float *more = realloc(buf, (size_t)p->numel * sizeof *buf);
+        if (!(ok = more != NULL))
+            break;
+        buf = more;
+        te_copy_to_f32(p, buf);
+        ok = write_f32(params, pname(p), p, buf);
+        for (int s = 0; ok && s < n_slots; s++) {
+            const float *st = te_optim_state(opt, i, s);
+            ok = !st || write_f32(slots[s], pname(p), p, st);
+        }
+    }
+    free(buf);
+    for (int s = 0; s < n_slots; s++)
+        if (slots[s] >= 0) H5Gclose(slots[s]);
+    if (og >= 0) H5Gclose(og);
+    if (params >= 0) H5Gclose(params);
+    return ok;
+}
+
+/* HDF5's innermost message for the failure on the stack. */
+static herr_t first_error(unsigned n, const H5E_error2_t *e, void *data)
+{
+    if (n == 0)
+        snprintf(data, 256, "%s", e->desc);
+    return 0;
+}
+
+static const char *h5_reason(char *buf)
+{
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_error, buf);
+    return buf[0] ? buf : "unknown HDF5 error";
+}
+
+bool ckpt_save(const char *path, const ckpt_info *info, const ckpt_attr *attrs, int n_attrs, const te_optim *opt,
+               const char *optim_kind, char *why, size_t n)
+{
+    char tmp[4096], reason[256];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        snprintf(why, n, "checkpoint %s: path too long", path);
+        return false;
+    }
+    H5E_auto2_t func;
+    void *data;
+    H5Eget_auto2(H5E_DEFAULT, &func, &data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    bool ok = f >= 0 && write_all(f, info, attrs, n_attrs, opt, optim_kind);
+    if (!ok)
+        h5_reason(reason);
+    if (f >= 0 && H5Fclose(f) < 0 && ok) {
+        ok = false;
+        h5_reason(reason);
+    }
+    H5Eset_auto2(H5E_DEFAULT, func, data);
+    if (!ok) {
+        snprintf(why, n, "cannot write checkpoint %s: %s", tmp, reason);
+        remove(tmp);
+        return false;
+    }
+    if (rename(tmp, path) != 0) {
+        snprintf(why, n, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        remove(tmp);
+        return false;
+    }
+    return true;
+}
+
+/* ---- reading, in the child of dump_contain ---------------------------------------- */
+
+typedef struct load_arg {
+    const char *path;
+    const ckpt_attr *attrs;
+    int n_attrs;
+    te_optim *opt;      /* NULL: the info only */
+    const char *kind;
+} load_arg;
+
+/* The failure message of the child's parse: the blob's first string. */
+typedef struct {
+    char msg[1024];
+} child_err;
+
+static bool fail(child_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool fail(child_err *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static bool link_exists(hid_t f, const char *path)
+{
+    /* each component in turn: H5Lexists fails on a missing parent */
+    char part[512];
+    for (const char *p = path;; p++) {
+        if (*p == '/' || *p == '\0') {
+            size_t len = (size_t)(p - path);
+            if (len >= sizeof part)
+                return false;
+            memcpy(part, path, len);
+            part[len] = '\0';
+            if (H5Lexists(f, part, H5P_DEFAULT) <= 0)
+                return false;
+            if (*p == '\0')
+                return true;
+        }
+    }
+}
+
+/* An integer attribute of the root, as int64. */
+static bool read_attr_i64(hid_t f, const char *name, int64_t *v, child_err *e)
+{
+    if (H5Aexists(f, name) <= 0)
+        return fail(e, "no attribute '%s' on /", name);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1,
+          s = a >= 0 ? H5Aget_space(a) : -1;
+    bool ok = t >= 0 && s >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Sget_simple_extent_npoints(s) == 1 &&
+              H5Aread(a, H5T_NATIVE_INT64, v) >= 0;
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return ok || fail(e, "attribute '%s' on / is not one integer", name);
+}
+
+/* A string attribute of loc (fixed or variable length) into buf. */
+static bool read_attr_str(hid_t loc, const char *where, const char *name, char *buf, size_t n, child_err *e)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return fail(e, "no attribute '%s' on %s", name, where);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1,
+          s = a >= 0 ? H5Aget_space(a) : -1;
+    bool ok = t >= 0 && s >= 0 && H5Tget_class(t) == H5T_STRING && H5Sget_simple_extent_npoints(s) == 1;
+    if (ok && H5Tis_variable_str(t) > 0) {
+        char *v = NULL;
+        hid_t mt = H5Tcopy(H5T_C_S1);
+        ok = mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &v) >= 0 && v;
+        if (ok)
+            snprintf(buf, n, "%s", v);
+        if (v)
+            H5free_memory(v);
+        if (mt >= 0) H5Tclose(mt);
+    } else if (ok) {
+        size_t len = H5Tget_size(t);
+        char *v = len > 0 && len < 4096 ? calloc(1, len + 1) : NULL;
+        hid_t mt = H5Tcopy(t);
+        ok = v && mt >= 0 && H5Aread(a, mt, v) >= 0;
+        if (ok)
+            snprintf(buf, n, "%s", v);
+        free(v);
+        if (mt >= 0) H5Tclose(mt);
+    }
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return ok || fail(e, "attribute '%s' on %s is not a string", name, where);
+}
+
+/* A one-element integer dataset at path, as int64 (uint64 for seeds). */
+static bool read_scalar(hid_t f, const char *path, hid_t mem_type, void *v, child_err *e)
+{
+    dump_contain_at("/%s", path);
+    if (!link_exists(f, path))
+        return fail(e, "missing dataset /%s", path);
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT), t = d >= 0 ? H5Dget_type(d) : -1,
+          s = d >= 0 ? H5Dget_space(d) : -1;
+    bool ok = t >= 0 && s >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Sget_simple_extent_npoints(s) == 1 &&
+              H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0;
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (d >= 0) H5Dclose(d);
+    return ok || fail(e, "/%s is not one integer", path);
+}
+
+/* The float dataset at path, of like's shape, into dst. */
+static bool read_f32(hid_t f, const char *path, const te_tensor *like, float *dst, child_err *e)
+{
+    dump_contain_at("/%s", path);
+    char want[64], got[64];
+    te_shape_str(like->ndim, like->shape, want, sizeof want);
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT), t = d >= 0 ? H5Dget_type(d) : -1,
+          s = d >= 0 ? H5Dget_space(d) : -1;
+    bool ok = false;
+    if (t < 0 || s < 0 || H5Tget_class(t) != H5T_FLOAT) {
+        fail(e, "/%s is not a float dataset (the model's is f32 %s)", path, want);
+    } else {
+        hsize_t dims[H5S_MAX_RANK];
+        int nd = H5Sget_simple_extent_dims(s, dims, NULL);
+        int64_t shape[TE_MAX_DIMS];
+        bool same = nd == like->ndim;
+        for (int k = 0; k < nd && k < TE_MAX_DIMS; k++)
+            shape[k] = (int64_t)dims[k];
+        for (int k = 0; same && k < nd; k++)
+            same = shape[k] == like->shape[k];
+        if (!same) {
+            if (nd >= 0 && nd <= TE_MAX_DIMS)
+                te_shape_str(nd, shape, got, sizeof got);
+            else
+                snprintf(got, sizeof got, "of rank %d", nd);
+            fail(e, "/%s has shape %s; the model's is %s", path, got, want);
+        } else if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
+            char reason[256];
+            fail(e, "cannot read /%s: %s", path, h5_reason(reason));
+        } else {
+            ok = true;
+        }
+    }
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (d >= 0) H5Dclose(d);
+    return ok;
+}
+
+/* Checks the format and the attributes; reads the info into out. */
+static bool parse_info(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
+{
+    char format[64];
+    int64_t version;
+    dump_contain_at("the attributes of /");
+    if (!read_attr_str(f, "/", "format", format, sizeof format, e))
+        return false;
+    if (strcmp(format, FORMAT) != 0)
+        return fail(e, "format '%s' is not a tdbg checkpoint's ('%s')", format, FORMAT);
+    if (!read_attr_i64(f, "version", &version, e))
+        return false;
+    if (version != VERSION)
+        return fail(e, "version %lld; this program reads version %d", (long long)version, VERSION);
+    for (int i = 0; i < a->n_attrs; i++) {
+        int64_t v;
+        if (!read_attr_i64(f, a->attrs[i].name, &v, e))
+            return false;
+        if (v != a->attrs[i].value)
+            return fail(e, "made with %s=%lld; this run has %s %lld (give the flags the checkpoint was made "
+                        "with)", a->attrs[i].name, (long long)v, a->attrs[i].flag, (long long)a->attrs[i].value);
+    }
+    ckpt_info in;
+    if (!read_scalar(f, "step", H5T_NATIVE_INT64, &in.step, e) ||
+        !read_scalar(f, "rng/seed", H5T_NATIVE_UINT64, &in.seed, e) ||
+        !read_scalar(f, "rng/step", H5T_NATIVE_INT64, &in.rng_step, e) ||
+        !read_scalar(f, "data/position", H5T_NATIVE_INT64, &in.data_position, e))
+        return false;
+    if (in.step < 0 || in.rng_step < 0 || in.data_position < 0 || in.seed == 0)
+        return fail(e, "step %lld, rng step %lld, data position %lld or seed %llu out of range",
+                    (long long)in.step, (long long)in.rng_step, (long long)in.data_position,
+                    (unsigned long long)in.seed);
+    dump_blob_put(out, &in, sizeof in);
+    return true;
+}
+
+/* Every parameter, then the optimizer's steps and each present buffer. */
+static bool parse_tensors(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
+{
+    te_optim *opt = a->opt;
+    char kind[32], path[512];
+    int64_t steps;
+    dump_contain_at("/optim");
+    if (!link_exists(f, "optim"))
+        return fail(e, "missing group /optim");
+    hid_t og = H5Oopen(f, "optim", H5P_DEFAULT);
+    bool ok = og >= 0 && read_attr_str(og, "/optim", "kind", kind, sizeof kind, e);
+    if (ok && H5Aexists(og, "steps") > 0) {
+        hid_t at = H5Aopen(og, "steps", H5P_DEFAULT);
+        ok = at >= 0 && H5Aread(at, H5T_NATIVE_INT64, &steps) >= 0 && steps >= 0;
+        if (at >= 0) H5Aclose(at);
+        if (!ok)
+            fail(e, "attribute 'steps' on /optim is not an integer >= 0");
+    } else if (ok) {
+        ok = fail(e, "no attribute 'steps' on /optim");
+    }
+    if (og >= 0) H5Oclose(og);
+    if (!ok)
+        return false;
+    if (strcmp(kind, a->kind) != 0)
+        return fail(e, "optimizer %s; this run has --optim %s", kind, a->kind);
+    dump_blob_int(out, steps);
+    float *buf = NULL;
+    for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
+        const te_tensor *p = te_optim_param(opt, i);
+        float *more = realloc(buf, (size_t)p->numel * sizeof *buf);
+        if (!more) {
+            ok = fail(e, "out of memory reading %s", pname(p));
+            break;
+        }
+        buf = more;
+        snprintf(path, sizeof path, "params/%s", pname(p));
+        if (!link_exists(f, path)) {
+            ok = fail(e, "missing dataset /%s", path);
+            break;
+        }
+        if (!(ok = read_f32(f, path, p, buf, e)))
+            break;
+        dump_blob_put(out, buf, (size_t)p->numel * sizeof *buf);
+        for (int s = 0; ok && s < te_optim_slots(opt); s++) {
+            snprintf(path, sizeof path, "optim/%s/%s", slot_groups[s], pname(p));
+            bool present = link_exists(f, path);
+            dump_blob_int(out, present);
+            if (present && (ok = read_f32(f, path, p, buf, e)))
+                dump_blob_put(out, buf, (size_t)p->numel * sizeof *buf);
+        }
+    }
+    free(buf);
+    return ok;
+}
+
+/* dump_contain's parse: the error string ("" when all is well), then the info
+ * and, when asked, the tensors. */
+static void parse(void *arg, dump_blob *out)
+{
+    const load_arg *a = arg;
+    dump_blob body = { 0 };
+    child_err e = { "" };
+    char reason[256];
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    dump_contain_at("the superblock");
+    hid_t f = H5Fopen(a->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        fail(&e, "not an HDF5 file, or not readable (%s)", h5_reason(reason));
+    else if (parse_info(f, a, &body, &e) && a->opt)
+        parse_tensors(f, a, &body, &e);
+    if (f >= 0)
+        H5Fclose(f);
+    dump_blob_str(out, e.msg);
+    if (!e.msg[0])
+        dump_blob_put(out, body.b, body.len);
+    dump_blob_free(&body);
+}
+
+/* Runs parse for path in a child; on success *out holds the blob after the
+ * error string (at cur). */
+static bool contained(const load_arg *a, size_t max, dump_blob *out, dump_cursor *cur, char *why, size_t n)
+{
+    char err[1024];
+    *out = (dump_blob){ 0 };
+    if (!dump_contain(a->path, parse, (void *)a, max, out, err, sizeof err)) {
+        snprintf(why, n, "checkpoint %s", err);
+        return false;
+    }
+    *cur = (dump_cursor){ out->b, out->len, false };
+    const char *msg = dump_cur_str(cur);
+    if (cur->bad || msg[0]) {
+        snprintf(why, n, "checkpoint %s: %s", a->path, cur->bad ? "no answer from its reader" : msg);
+        dump_blob_free(out);
+        return false;
+    }
+    return true;
+}
+
+bool ckpt_read_info(const char *path, const ckpt_attr *attrs, int n_attrs, ckpt_info *info, char *why,
+                    size_t n)
+{
+    const load_arg a = { .path = path, .attrs = attrs, .n_attrs = n_attrs };
+    dump_blob out;
+    dump_cursor cur;
+    if (!contained(&a, 1 << 16, &out, &cur, why, n))
+        return false;
+    bool ok = dump_cur_get(&cur, info, sizeof *info);
+    dump_blob_free(&out);
+    if (!ok)
+        snprintf(why, n, "checkpoint %s: a short answer from its reader", path);
+    return ok;
+}
+
+bool ckpt_load(const char *path, te_optim *opt, const char *optim_kind, char *why, size_t n)
+{
+    const load_arg a = { .path = path, .opt = opt, .kind = optim_kind };
+    size_t max = 4096 + sizeof(ckpt_info);
+    const int slots = te_optim_slots(opt);
+    for (int i = 0; i < te_optim_param_count(opt); i++)
+        max += 8 * (size_t)slots + (size_t)(1 + slots) * (size_t)te_optim_param(opt, i)->numel * sizeof(float);
+    dump_blob out;
+    dump_cursor cur;
+    if (!contained(&a, max, &out, &cur, why, n))
+        return false;
+    /* the child checked every dataset: apply only a whole answer */
+    ckpt_info skip;
+    bool ok = dump_cur_get(&cur, &skip, sizeof skip);
+    const int64_t steps = dump_cur_int(&cur);
+    dump_cursor check = cur;
+    for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
+        const size_t bytes = (size_t)te_optim_param(opt, i)->numel * sizeof(float);
+        ok = check.left >= bytes;
+        check.p += ok ? bytes : 0;
+        check.left -= ok ? bytes : 0;
+        for (int s = 0; ok && s < slots; s++)
+            if (dump_cur_int(&check)) {
+                ok = check.left >= bytes;
+                check.p += ok ? bytes : 0;
+                check.left -= ok ? bytes : 0;
+            }
+    }
+    ok = ok && !check.bad && !cur.bad && check.left == 0;
+    for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
+        te_tensor *p = te_optim_param(opt, i);
+        const size_t bytes = (size_t)p->numel * sizeof(float);
+        float *v = malloc(bytes);
+        ok = v && dump_cur_get(&cur, v, bytes);
+        if (ok)
+            te_copy_from_f32(p, v);
+        for (int s = 0; ok && s < slots; s++)
+            if (dump_cur_int(&cur))
+                ok = dump_cur_get(&cur, v, bytes) && te_optim_state_set(opt, i, s, v) == TE_OK;
+        free(v);
+    }
+    if (ok)
+        te_optim_set_steps(opt, steps);
+    dump_blob_free(&out);
+    if (!ok)
+        snprintf(why, n, "checkpoint %s: a short or malformed answer from its reader", path);
+    return ok;
+}

@@ -1,0 +1,384 @@
+/*
+ * test_gpt_example.c — runs examples/gpt on a small text kept in the
+ * repository (tests/fixtures/alice.txt): it learns, evaluates, samples
+ * deterministically, refuses bad flags and checkpoints, resumes from a
+ * checkpoint bit for bit, agrees between eager and graph mode, and a NaN
+ * planted in attention is found by tdbg at its op and step.
+ */
+#include "suites.h"
+#include "testutil.h"
+#include "tsession.h"
+
+#include <hdf5.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_STEPS 256
+#define TEXT TDBG_SRCDIR "/tests/fixtures/alice.txt"
+/* A tiny model that learns within seconds on one thread. */
+#define TINY "--data '" TEXT "' --layers 2 --heads 2 --embd 32 --block 32 --batch 8 --threads 1 --log-every 1"
+
+typedef struct {
+    ts_session s;
+    float loss[MAX_STEPS];
+    bool logged[MAX_STEPS];
+    float final_val;
+    bool has_final;
+    int n_val;
+} gpt_run;
+
+static gpt_run run_gpt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static gpt_run run_gpt(const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    gpt_run r = { .s = ts_sh("'%s/examples/gpt' %s", TDBG_BUILDDIR, args) };
+    for (const char *line = r.s.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int step;
+        float x;
+        if (sscanf(line, "step=%d loss=%f", &step, &x) == 2 && step >= 0 && step < MAX_STEPS) {
+            r.loss[step] = x;
+            r.logged[step] = true;
+        } else if (sscanf(line, "step=%d val_loss=%f", &step, &x) == 2) {
+            r.n_val++;
+        } else if (sscanf(line, "final: step=%d val_loss=%f", &step, &x) == 2) {
+            r.final_val = x;
+            r.has_final = true;
+        }
+    }
+    return r;
+}
+
+static void assert_ok(const gpt_run *r, const char *what)
+{
+    ck_assert_msg(r->s.status == 0 && r->has_final, "%s: exit status %d, output:\n%s", what, r->s.status,
+                  r->s.out);
+}
+
+/* The lines of out that start with prefix, in order, into buf. */
+static void lines_with(const char *out, const char *prefix, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const char *line = out; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line + 1) : strlen(line);
+        if (strncmp(line, prefix, strlen(prefix)) == 0 && used + len < n) {
+            memcpy(buf + used, line, len);
+            buf[used += len] = '\0';
+        }
+        line += len;
+    }
+}
+
+static char scratch[256];
+
+static void scratch_up(void) { tu_scratch_make(scratch, sizeof scratch, "tdbg-gpt"); }
+static void scratch_down(void) { tu_scratch_remove(scratch); }
+
+/* ---- learning ------------------------------------------------------------------- */
+
+START_TEST(test_gpt_learns)
+{
+    gpt_run r = run_gpt("%s --steps 80 --lr 3e-3 --warmup 5 --eval-every 40", TINY);
+    assert_ok(&r, "gpt");
+    for (int s = 0; s < 80; s++)
+        ck_assert_msg(r.logged[s] && isfinite(r.loss[s]), "step %d: no finite loss in:\n%s", s, r.s.out);
+    /* chance is ln 256 = 5.55; the bytes of English text alone are far below */
+    ck_assert_msg(r.loss[0] > 5.0f && r.loss[0] < 6.0f, "step 0 loss %g is not about ln 256", r.loss[0]);
+    ck_assert_msg(r.loss[79] < 0.6f * r.loss[0], "loss %g at step 79, %g at step 0:\n%s", r.loss[79], r.loss[0],
+                  r.s.out);
+    ck_assert_msg(r.n_val == 1, "one val_loss line at step 39 expected:\n%s", r.s.out);
+    ck_assert_msg(strstr(r.s.out, "step=39 val_loss="), "val_loss at step 39:\n%s", r.s.out);
+    ck_assert_msg(r.final_val < 0.7f * 5.545f, "held-out loss %g did not fall from ln 256", r.final_val);
+    ck_assert_msg(strstr(r.s.out, "gpt: 2 layers, 2 heads, embd 32, block 32,"), "header:\n%s", r.s.out);
+    ts_free(&r.s);
+}
+END_TEST
+
+START_TEST(test_gpt_sampling_deterministic)
+{
+    const char *args = TINY " --steps 12 --warmup 2 --eval-every 0 --sample-every 6 --sample-bytes 60";
+    gpt_run a = run_gpt("%s", args), b = run_gpt("%s", args), c = run_gpt("%s --seed 2", args);
+    assert_ok(&a, "gpt sample");
+    static char sa[8192], sb[8192], sc[8192];
+    lines_with(a.s.out, "sample: ", sa, sizeof sa);
+    lines_with(b.s.out, "sample: ", sb, sizeof sb);
+    lines_with(c.s.out, "sample: ", sc, sizeof sc);
+    ck_assert_msg(strstr(sa, "sample: step=5 \"The ") && strstr(sa, "sample: step=11 \"The "),
+                  "samples after steps 5 and 11, continuing the prompt:\n%s", a.s.out);
+    ck_assert_msg(strcmp(sa, sb) == 0, "the same seed sampled differently:\n%s\n---\n%s", sa, sb);
+    ck_assert_msg(strcmp(sa, sc) != 0, "seeds 1 and 2 sampled the same:\n%s", sa);
+    for (const char *p = sa; *p; p++)
+        ck_assert_msg(*p == '\n' || (*p >= 0x20 && *p < 0x7f), "an unescaped byte 0x%02x in:\n%s",
+                      (unsigned char)*p, sa);
+    /* greedy: no randomness at all, and still the same */
+    gpt_run g1 = run_gpt("%s --temperature 0", args), g2 = run_gpt("%s --temperature 0 --seed 1", args);
+    lines_with(g1.s.out, "sample: ", sb, sizeof sb);
+    lines_with(g2.s.out, "sample: ", sc, sizeof sc);
+    ck_assert_msg(sb[0] && strcmp(sb, sc) == 0, "greedy samples differ:\n%s\n---\n%s", sb, sc);
+    ts_free(&a.s);
+    ts_free(&b.s);
+    ts_free(&c.s);
+    ts_free(&g1.s);
+    ts_free(&g2.s);
+}
+END_TEST
+
+/* ---- flags ---------------------------------------------------------------------- */
+
+START_TEST(test_gpt_flags_refused)
+{
+    static const struct {
+        const char *args, *want;
+    } cases[] = {
+        { "--heads 3", "gpt: --embd 32 is not a multiple of --heads 3" },
+        { "--block 0", "gpt: --block '0': expected a whole number in 1..4096" },
+        { "--layers 65", "gpt: --layers '65': expected a whole number in 1..64" },
+        { "--dropout 1", "gpt: --dropout '1': expected a probability in [0, 1)" },
+        { "--temperature -1", "gpt: --temperature '-1': expected a number in [0, 100)" },
+        { "--train-size 10", "gpt: --train-size does not apply to gpt" },
+        { "--workers 2", "gpt: --workers does not apply to gpt" },
+        { "--warmup 50 --steps 50", "gpt: --warmup 50 must be below --steps 50" },
+        { "--data /nonexistent/text", "gpt: --data: cannot read /nonexistent/text: No such file" },
+        { "--block 4096", "too short for --block 4096" },
+        { "--load /nonexistent/ck.h5", "gpt: checkpoint /nonexistent/ck.h5: not an HDF5 file, or not readable" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gpt_run r = run_gpt("%s --steps 5 --warmup 1 %s", TINY, cases[i].args);
+        ck_assert_msg(r.s.status == 2, "%s: exit %d, want 2:\n%s", cases[i].args, r.s.status, r.s.out);
+        ts_has(&r.s, cases[i].want);
+        ck_assert_msg(!strstr(r.s.out, "step=0 loss="), "%s: trained anyway:\n%s", cases[i].args, r.s.out);
+        ts_free(&r.s);
+    }
+}
+END_TEST
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+START_TEST(test_gpt_checkpoint_resumes_bit_identical)
+{
+    char dir[512], ck[600];
+    tu_scratch_sub(scratch, dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck.h5", dir);
+    static const char *const modes[] = { "eager", "graph" };
+    for (int m = 0; m < 2; m++) {
+        /* dropout on: the masks depend on the step and the seed, restored too */
+        const char *args = TINY " --steps 24 --warmup 4 --eval-every 8 --dropout 0.1";
+        gpt_run full = run_gpt("%s --mode %s", args, modes[m]);
+        gpt_run first = run_gpt("%s --mode %s --stop-at 11 --save '%s'", args, modes[m], ck);
+        gpt_run rest = run_gpt("%s --mode %s --load '%s'", args, modes[m], ck);
+        assert_ok(&full, "uninterrupted");
+        assert_ok(&first, "first part");
+        assert_ok(&rest, "resumed");
+        ts_has(&first.s, "saved: ");
+        ts_has(&rest.s, "resumed: ");
+        ck_assert_msg(!rest.logged[10] && rest.logged[11], "the resumed run starts at step 11:\n%s", rest.s.out);
+        static char want[16384], got[16384], tail[16384];
+        lines_with(full.s.out, "step=", want, sizeof want);
+        lines_with(first.s.out, "step=", got, sizeof got);
+        lines_with(rest.s.out, "step=", tail, sizeof tail);
+        ck_assert(strlen(got) + strlen(tail) < sizeof got);
+        strcat(got, tail);
+        ck_assert_msg(strcmp(want, got) == 0, "%s: resumed losses differ from the uninterrupted run's:\n%s\n---\n%s",
+                      modes[m], want, got);
+        ck_assert_msg(full.final_val == rest.final_val, "final val_loss %.9g vs %.9g", full.final_val,
+                      rest.final_val);
+        ts_free(&full.s);
+        ts_free(&first.s);
+        ts_free(&rest.s);
+    }
+}
+END_TEST
+
+/* Copies src to dst, then deletes the object at path in dst (when not NULL). */
+static void copy_without(const char *src, const char *dst, const char *path)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, dst);
+    ck_assert(system(cmd) == 0);
+    if (!path)
+        return;
+    hid_t f = H5Fopen(dst, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert(f >= 0);
+    ck_assert_msg(H5Ldelete(f, path, H5P_DEFAULT) >= 0, "cannot delete %s", path);
+    H5Fclose(f);
+}
+
+START_TEST(test_gpt_checkpoint_damaged)
+{
+    char dir[512], ck[600], bad[600], cmd[2048];
+    tu_scratch_sub(scratch, dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck.h5", dir);
+    snprintf(bad, sizeof bad, "%s/bad.h5", dir);
+    const char *args = TINY " --steps 6 --warmup 2 --eval-every 0";
+    gpt_run r = run_gpt("%s --stop-at 3 --save '%s'", args, ck);
+    assert_ok(&r, "save");
+    ts_free(&r.s);
+
+    static const struct {
+        const char *what, *missing, *extra, *want;
+    } cases[] = {
+        { "not HDF5", NULL, NULL, "not an HDF5 file, or not readable" },
+        { "truncated", NULL, NULL, "not an HDF5 file, or not readable" },
+        { "no parameter", "/params/h1.mlp.c_fc.weight", NULL, "missing dataset /params/h1.mlp.c_fc.weight" },
+        { "no step", "/step", NULL, "missing dataset /step" },
+        { "no optimizer", "/optim", NULL, "missing group /optim" },
+        { "no format", NULL, NULL, "no attribute 'format' on /" },
+        { "another model", NULL, "--embd 64", "made with embd=32; this run has --embd 64" },
+        { "another optimizer", NULL, "--optim adam", "optimizer adamw; this run has --optim adam" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (i == 0) {
+            snprintf(cmd, sizeof cmd, "echo 'not a checkpoint' > '%s'", bad);
+            ck_assert(system(cmd) == 0);
+        } else if (i == 1) {
+            snprintf(cmd, sizeof cmd, "head -c 3000 '%s' > '%s'", ck, bad);
+            ck_assert(system(cmd) == 0);
+        } else if (i == 5) {
+            copy_without(ck, bad, NULL);
+            hid_t f = H5Fopen(bad, H5F_ACC_RDWR, H5P_DEFAULT);
+            ck_assert(f >= 0 && H5Adelete(f, "format") >= 0);
+            H5Fclose(f);
+        } else {
+            copy_without(ck, bad, cases[i].missing);
+        }
+        gpt_run b = run_gpt("%s %s --load '%s'", args, cases[i].extra ? cases[i].extra : "", bad);
+        ck_assert_msg(b.s.status == 2, "%s: exit %d, want 2:\n%s", cases[i].what, b.s.status, b.s.out);
+        ts_has(&b.s, "gpt: checkpoint ");
+        ts_has(&b.s, cases[i].want);
+        ck_assert_msg(!strstr(b.s.out, "loss="), "%s: trained anyway:\n%s", cases[i].what, b.s.out);
+        ts_free(&b.s);
+    }
+    /* a parameter of the wrong shape */
+    copy_without(ck, bad, NULL);
+    hid_t f = H5Fopen(bad, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert(f >= 0 && H5Ldelete(f, "/params/wpe", H5P_DEFAULT) >= 0);
+    hsize_t dims[2] = { 8, 32 };
+    hid_t sp = H5Screate_simple(2, dims, NULL);
+    hid_t d = H5Dcreate2(f, "/params/wpe", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert(d >= 0);
+    H5Dclose(d);
+    H5Sclose(sp);
+    H5Fclose(f);
+    gpt_run b = run_gpt("%s --load '%s'", args, bad);
+    ck_assert_msg(b.s.status == 2, "wrong shape: exit %d:\n%s", b.s.status, b.s.out);
+    ts_has(&b.s, "/params/wpe has shape [8,32]; the model's is [32,32]");
+    ts_free(&b.s);
+}
+END_TEST
+
+START_TEST(test_gpt_checkpoint_h5py)
+{
+    if (system("/usr/bin/python3 -c 'import h5py' 2>/dev/null") != 0) {
+        tdbg_skip("gpt_example h5py", "/usr/bin/python3 has no h5py");
+        return;
+    }
+    char dir[512], ck[600];
+    tu_scratch_sub(scratch, dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck.h5", dir);
+    gpt_run r = run_gpt("%s --steps 6 --warmup 2 --eval-every 0 --stop-at 4 --save '%s'", TINY, ck);
+    assert_ok(&r, "save");
+    ts_free(&r.s);
+    ts_session s = ts_sh(
+        "/usr/bin/python3 -c '\n"
+        "import h5py\n"
+        "f = h5py.File(\"%s\", \"r\")\n"
+        "print(\"format\", f.attrs[\"format\"].decode(), \"embd\", int(f.attrs[\"embd\"]))\n"
+        "print(\"wte\", f[\"params/wte\"].shape, f[\"params/wte\"].dtype)\n"
+        "print(\"c_attn\", f[\"params/h1.attn.c_attn.weight\"].shape)\n"
+        "print(\"m\", f[\"optim/m/h0.ln_1.weight\"].shape, \"v\", f[\"optim/v/ln_f.bias\"].shape)\n"
+        "print(\"optim\", f[\"optim\"].attrs[\"kind\"].decode(), int(f[\"optim\"].attrs[\"steps\"]))\n"
+        "print(\"step\", int(f[\"step\"][()]), \"seed\", int(f[\"rng/seed\"][()]), \"rng\", int(f[\"rng/step\"][()]),"
+        " \"pos\", int(f[\"data/position\"][()]))\n"
+        "print(\"params\", len(f[\"params\"]))\n'",
+        ck);
+    ck_assert_msg(s.status == 0, "h5py failed:\n%s", s.out);
+    ts_has(&s, "format tdbg-checkpoint embd 32");
+    ts_has(&s, "wte (256, 32) float32");
+    ts_has(&s, "c_attn (96, 32)");
+    ts_has(&s, "m (32,) v (32,)");
+    ts_has(&s, "optim adamw 4");
+    ts_has(&s, "step 4 seed 1 rng 4 pos 32");
+    ts_has(&s, "params 28"); /* wte, wpe, 12 per block, ln_f's two */
+    ts_free(&s);
+}
+END_TEST
+
+/* ---- modes and the debugger -------------------------------------------------------- */
+
+START_TEST(test_gpt_eager_graph_agree)
+{
+    const char *args = "--data '" TEXT "' --layers 1 --heads 2 --embd 16 --block 8 --batch 4 --threads 1 "
+                       "--log-every 1 --steps 200 --warmup 10 --eval-every 0";
+    gpt_run e = run_gpt("%s --mode eager", args), g = run_gpt("%s --mode graph", args);
+    assert_ok(&e, "eager");
+    assert_ok(&g, "graph");
+    double worst = 0;
+    int at = 0;
+    for (int s = 0; s < 200; s++) {
+        ck_assert_msg(e.logged[s] && g.logged[s], "step %d missing", s);
+        double rel = fabs((double)e.loss[s] - g.loss[s]) / fabs((double)e.loss[s]);
+        if (rel > worst)
+            worst = rel, at = s;
+    }
+    ck_assert_msg(worst <= 1e-5, "eager and graph losses part by %.3g (relative) at step %d: %.6f vs %.6f", worst,
+                  at, e.loss[at], g.loss[at]);
+    ck_assert_msg(e.loss[199] < e.loss[0], "no learning in 200 steps");
+    ts_free(&e.s);
+    ts_free(&g.s);
+}
+END_TEST
+
+START_TEST(test_gpt_nan_in_attention_found)
+{
+    static const char *const modes[] = { "eager", "graph" };
+    for (int m = 0; m < 2; m++) {
+        ts_session s = ts_tdbg("--batch", "break nan;run", "gpt",
+                               "%s --steps 5 --warmup 1 --eval-every 0 --mode %s "
+                               "--inject nan@op=h0/attn/softmax,step=2",
+                               TINY, modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=2 phase=forward op=h0/attn/softmax type=Softmax reason=nan "
+                          "tensor=h0/attn/softmax:out0 index=[0,0,0,0] origin=created");
+        ck_assert_msg(s.status == 1, "%s: exit %d, want 1:\n%s", modes[m], s.status, s.out);
+        ts_has(&s, "step=1 loss=");
+        ts_lacks(&s, "step=2 loss=");
+        ts_free(&s);
+    }
+}
+END_TEST
+
+Suite *suite_gpt_example(void)
+{
+    Suite *s = suite_create("gpt_example");
+    TCase *tc = tcase_create("train");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_gpt_learns);
+    tcase_add_test(tc, test_gpt_sampling_deterministic);
+    tcase_add_test(tc, test_gpt_eager_graph_agree);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("flags");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_gpt_flags_refused);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("checkpoint");
+    tcase_set_timeout(tc, 300);
+    tcase_add_unchecked_fixture(tc, scratch_up, scratch_down);
+    tcase_add_test(tc, test_gpt_checkpoint_resumes_bit_identical);
+    tcase_add_test(tc, test_gpt_checkpoint_damaged);
+    tcase_add_test(tc, test_gpt_checkpoint_h5py);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("debugger");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_gpt_nan_in_attention_found);
+    suite_add_tcase(s, tc);
+    return s;
+}
