@@ -539,6 +539,7 @@ enum {
     TE_PASS_BN_FOLD = 1u << 3,   /* eval: batch norm folded into the conv before it */
     TE_PASS_FUSE_ACT = 1u << 4,  /* matmul/linear/conv/batch norm + activation */
     TE_PASS_FUSE_EW = 1u << 5,   /* chains of elementwise ops */
+    TE_PASS_FUSE_ATTN = 1u << 6, /* causal attention's composed chain as one kernel */
 };
 
 typedef struct te_graph_opts {

@@ -80,4 +80,22 @@ te_status cpu_cast_backward(te_node *n);
 te_status cpu_masked_fill_forward(te_node *n);
 te_status cpu_masked_fill_backward(te_node *n);
 
+/* Fused causal self-attention (cpu_attention.c): q, k, v, o [B,H,T,D], the
+ * log-sum-exp of each score row lse [B,H,T]; dropout p with the key of the
+ * Dropout op it stands for (p 0: none). */
+typedef struct cpu_attn {
+    int B, H, T, D;
+    float scale, p;
+    uint64_t seed;
+} cpu_attn;
+/* The gradients to write (NULL: not wanted), each overwritten or added to. */
+typedef struct cpu_attn_grads {
+    float *dq, *dk, *dv;
+    bool acc_q, acc_k, acc_v;
+} cpu_attn_grads;
+void cpu_attention_forward(const cpu_attn *a, const float *q, const float *k, const float *v, float *o,
+                           float *lse);
+void cpu_attention_backward(const cpu_attn *a, const float *q, const float *k, const float *v,
+                            const float *o, const float *lse, const float *dout, const cpu_attn_grads *g);
+
 #endif

@@ -95,6 +95,8 @@ static te_status run_kernel(const tg_kernel *k, int base)
     case TG_K_ACT_BWD: return tg_bn_relu_backward(k->node, k->act);
     case TG_K_EW: tg_ew_run(k->ew); return TE_OK;
     case TG_K_BN_FOLD: return tg_bn_fold_run((tg_kernel *)k);
+    case TG_K_ATTN: return tg_attn_forward(k->attn);
+    case TG_K_ATTN_BWD: return tg_attn_backward(k->attn);
     case TG_K_SEED: return run_seed(k);
     case TG_K_OPTIM: /* it reports its updates itself, numbered from here */
         te_set_exec_index(base + k->exec);

@@ -198,7 +198,7 @@ static unsigned env_disabled(void)
         unsigned bit;
     } names[] = { { "dce", TE_PASS_DCE }, { "fold", TE_PASS_FOLD }, { "cse", TE_PASS_CSE },
                   { "bn-fold", TE_PASS_BN_FOLD }, { "fuse-act", TE_PASS_FUSE_ACT },
-                  { "fuse-ew", TE_PASS_FUSE_EW } };
+                  { "fuse-ew", TE_PASS_FUSE_EW }, { "fuse-attn", TE_PASS_FUSE_ATTN } };
     const char *env = getenv("TDBG_GRAPH_DISABLE");
     unsigned bits = 0;
     while (env && *env) {
@@ -215,7 +215,7 @@ static unsigned env_disabled(void)
         if (!known && len && !warned) {
             warned = true;
             fprintf(stderr, "tdbg: TDBG_GRAPH_DISABLE: no pass '%.*s' (dce, fold, cse, bn-fold, fuse-act, "
-                            "fuse-ew, all)\n", (int)len, env);
+                            "fuse-ew, fuse-attn, all)\n", (int)len, env);
         }
         env += len + (env[len] == ',');
     }
@@ -241,6 +241,8 @@ static te_status compile(te_graph *g, tg_plan *p)
         { "cse", TE_PASS_CSE, tg_pass_cse },
         { "dce2", TE_PASS_DCE, tg_pass_dce },
         { "bn-fold", TE_PASS_BN_FOLD, tg_pass_bn_fold },
+        { "fuse-attn", TE_PASS_FUSE_ATTN, tg_pass_fuse_attention }, /* before fuse-ew takes its links */
+
         { "fuse-act", TE_PASS_FUSE_ACT, tg_pass_fuse_act },
         { "fuse-act-grad", TE_PASS_FUSE_ACT, tg_pass_fuse_act_grad },
         { "fuse-ew", TE_PASS_FUSE_EW, tg_pass_fuse_elementwise },

@@ -53,6 +53,8 @@ typedef enum {
     TG_K_ACT_BWD,   /* ReLU's backward inside batch norm's: node the batch norm, act the ReLU */
     TG_K_EW,        /* a chain of elementwise ops in one pass over memory */
     TG_K_BN_FOLD,   /* eval: conv with batch norm folded into weights and bias */
+    TG_K_ATTN,      /* causal attention's chain scores..out in one kernel (tg_attn) */
+    TG_K_ATTN_BWD,  /* the backward of that chain in one kernel */
 } tg_kkind;
 
 /* An op as the user wrote it, and where the kernel reports it. */
@@ -79,6 +81,14 @@ typedef struct tg_ew {
     int64_t numel;             /* of every step's result */
 } tg_ew;
 
+/* A causal attention chain fused (pass_fuse_attn.c): its ops, dropout
+ * NULL when it has none, and the per-row log-sum-exp [B,H,T] that the
+ * forward keeps for the backward in place of the T x T probabilities. */
+typedef struct tg_attn {
+    te_node *scores, *scale, *mask, *softmax, *dropout, *out;
+    te_tensor *lse;
+} tg_attn;
+
 typedef struct tg_kernel {
     tg_kkind kind;
     te_phase phase;
@@ -98,6 +108,7 @@ typedef struct tg_kernel {
     int n_params;
     float max_norm;
     tg_ew *ew;              /* EW */
+    tg_attn *attn;          /* ATTN, ATTN_BWD */
     char *desc;             /* "k3 fused-act: fc1/linear, fc1/relu", for hooks */
     te_tensor *fold_w, *fold_b; /* BN_FOLD: the folded weight and bias (arena scratch) */
 } tg_kernel;
@@ -186,6 +197,7 @@ int tg_pass_bn_fold(tg_plan *p);
 int tg_pass_fuse_act(tg_plan *p);
 int tg_pass_fuse_act_grad(tg_plan *p);
 int tg_pass_fuse_elementwise(tg_plan *p);
+int tg_pass_fuse_attention(tg_plan *p);
 /* Liveness, arena offsets, binding; verifies the plan. */
 te_status tg_plan_memory(tg_plan *p);
 
@@ -206,6 +218,8 @@ void tg_act_inplace(te_op act, float *y, int64_t n);
 te_status tg_bn_fold_run(tg_kernel *k);
 te_status tg_bn_relu_forward(te_node *bn, te_node *relu);
 te_status tg_bn_relu_backward(te_node *bn, te_node *relu);
+te_status tg_attn_forward(const tg_attn *a);
+te_status tg_attn_backward(const tg_attn *a);
 
 /* Observed tensors (te_observe_add): does this tensor name match? */
 bool te_observed_name(const char *tensor_name, const char *op_name);

@@ -130,6 +130,7 @@ static void kernel_free(tg_kernel *k)
     free(k->seed_dy);
     free(k->params);
     free(k->ew);
+    free(k->attn);
     free(k->desc);
 }
 
@@ -251,6 +252,19 @@ int tg_kernel_reads(const tg_plan *p, const tg_kernel *k, int *ids)
         for (int i = 0; i < k->ew->n_in; i++)
             add_id(p, k->ew->in[i], ids, &c);
         break;
+    case TG_K_ATTN: /* q, k, v */
+        add_id(p, k->attn->scores->in[0], ids, &c);
+        add_id(p, k->attn->scores->in[1], ids, &c);
+        add_id(p, k->attn->out->in[1], ids, &c);
+        break;
+    case TG_K_ATTN_BWD: /* d(out), q, k, v, out and the log-sum-exp */
+        add_id(p, k->attn->out->out[0]->grad, ids, &c);
+        add_id(p, k->attn->scores->in[0], ids, &c);
+        add_id(p, k->attn->scores->in[1], ids, &c);
+        add_id(p, k->attn->out->in[1], ids, &c);
+        add_id(p, k->attn->out->out[0], ids, &c);
+        add_id(p, k->attn->lse, ids, &c);
+        break;
     case TG_K_SEED: case TG_K_OPTIM: case TG_K_CLIP: case TG_K_ZERO_GRAD:
         break;
     }
@@ -300,6 +314,15 @@ int tg_kernel_writes(const tg_plan *p, const tg_kernel *k, int *ids)
         for (int i = 0; i < k->ew->n_steps; i++)
             if (p->values[tg_value_of(p, k->ew->out[i])].materialized)
                 add_id(p, k->ew->out[i], ids, &c);
+        break;
+    case TG_K_ATTN:
+        add_id(p, k->attn->out->out[0], ids, &c);
+        add_id(p, k->attn->lse, ids, &c);
+        break;
+    case TG_K_ATTN_BWD: /* the gradients of q, k, v */
+        add_id(p, te_needs_grad(k->attn->scores->in[0]) ? k->attn->scores->in[0]->grad : NULL, ids, &c);
+        add_id(p, te_needs_grad(k->attn->scores->in[1]) ? k->attn->scores->in[1]->grad : NULL, ids, &c);
+        add_id(p, te_needs_grad(k->attn->out->in[1]) ? k->attn->out->in[1]->grad : NULL, ids, &c);
         break;
     case TG_K_OPTIM: case TG_K_CLIP: case TG_K_ZERO_GRAD:
         break;

@@ -8,7 +8,8 @@
 const char *tg_kernel_kind_name(tg_kkind k)
 {
     static const char *const names[] = { "fwd", "bwd", "seed", "optim", "clip", "zero_grad",
-                                         "fused-act", "fused-act-grad", "fused-ew", "bn-fold" };
+                                         "fused-act", "fused-act-grad", "fused-ew", "bn-fold",
+                                         "fused-attention", "fused-attention-grad" };
     return names[k];
 }
 

@@ -1,0 +1,241 @@
+/*
+ * pass_fuse_attn.c — causal self-attention as one kernel each way.
+ *
+ * te_causal_attention composes named ops, so that every intermediate is a
+ * tensor the debugger can stop on:
+ *
+ *   scores = q @ k^T   scale   masked_fill(causal, -inf)   softmax(last)
+ *   [dropout]   out = att @ v
+ *
+ * Those intermediates are [B,H,T,T] each, most of a transformer's memory.
+ * Where nothing but the chain itself needs them, this pass replaces the
+ * chain's forward kernels by one (TG_K_ATTN, where `out` ran) and its
+ * backward kernels by one (TG_K_ATTN_BWD, where the last of them ran),
+ * both in cpu_attention.c: tiled, online softmax, only a log-sum-exp per
+ * row kept between them. The fused kernels carry the chain's ops as their
+ * origins, so hooks see every op of the chain, under its name, in order.
+ *
+ * A layer stays composed when an intermediate (or its gradient) is
+ * observed (te_observe_add, breakpoints, dumps), is an output of the step,
+ * or is read by any kernel outside the chain; when an injection targets
+ * one of its ops; or when the chain is not exactly causal attention (the
+ * mask not a constant upper triangle, softmax not over the last axis, q, k
+ * or v shared, f16/bf16). Other layers fuse all the same.
+ */
+#include "graph/graph.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHAIN_MAX 6
+
+typedef struct chain {
+    tg_attn a;
+    te_node *n[CHAIN_MAX]; /* in forward order */
+    int n_nodes;
+    int fwd[CHAIN_MAX], bwd[CHAIN_MAX]; /* kernel positions; bwd -1: none */
+    int mids[2 * CHAIN_MAX];            /* value ids of the intermediates and their gradients */
+    int n_mids;
+} chain;
+
+/* The node making t (its first output) if it is of op, else NULL. */
+static te_node *made_by(const te_tensor *t, te_op op)
+{
+    return t && t->node && t->node->op == op && t->slot == 0 ? t->node : NULL;
+}
+
+/* Is m, broadcast to [T,T], the causal mask: nonzero exactly above the
+ * diagonal? It must be known now: a constant or a persistent tensor. */
+static bool causal_mask(const tg_plan *p, const te_tensor *m, int64_t T)
+{
+    int v = tg_value_of(p, m);
+    if (v < 0 || (p->values[v].kind != TG_CONST && p->values[v].kind != TG_EXTERN) || !m->data ||
+        m->dtype != TE_F32 || m->numel != T * T || m->ndim < 2 || m->shape[m->ndim - 1] != T)
+        return false;
+    const float *d = te_f32(m);
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++)
+            if ((d[i * T + j] != 0.0f) != (j > i))
+                return false;
+    return true;
+}
+
+static int kernel_of(const tg_plan *p, const te_node *n, tg_kkind kind)
+{
+    for (int i = 0; i < p->n_kernels; i++)
+        if (!p->kernels[i].removed && p->kernels[i].kind == kind && p->kernels[i].node == n)
+            return i;
+    return -1;
+}
+
+/* The chain ending in the matmul n, in the shape te_causal_attention makes. */
+static bool match(const tg_plan *p, te_node *out, chain *c)
+{
+    memset(c, 0, sizeof *c);
+    if (out->op != TE_OP_MATMUL || out->a.trans_a || out->a.trans_b)
+        return false;
+    te_node *drop = made_by(out->in[0], TE_OP_DROPOUT);
+    te_node *soft = made_by(drop ? drop->in[0] : out->in[0], TE_OP_SOFTMAX);
+    te_node *mask = soft ? made_by(soft->in[0], TE_OP_MASKED_FILL) : NULL;
+    te_node *scale = mask ? made_by(mask->in[0], TE_OP_SCALE) : NULL;
+    te_node *scores = scale ? made_by(scale->in[0], TE_OP_MATMUL) : NULL;
+    if (!scores || scores->a.trans_a || !scores->a.trans_b)
+        return false;
+    const te_tensor *q = scores->in[0], *k = scores->in[1], *v = out->in[1];
+    if (q->dtype != TE_F32 || q->ndim != 4 || !te_same_shape(q, k) || !te_same_shape(q, v) ||
+        k->dtype != TE_F32 || v->dtype != TE_F32 || q == k || q == v || k == v)
+        return false;
+    if (soft->a.axis != soft->out[0]->ndim - 1 || !(isinf(mask->a.value) && mask->a.value < 0) ||
+        !causal_mask(p, mask->in[1], q->shape[2]))
+        return false;
+    c->a = (tg_attn){ .scores = scores, .scale = scale, .mask = mask, .softmax = soft, .dropout = drop,
+                      .out = out };
+    te_node *order[CHAIN_MAX] = { scores, scale, mask, soft, drop ? drop : out, out };
+    c->n_nodes = drop ? 6 : 5;
+    memcpy(c->n, order, (size_t)c->n_nodes * sizeof *order);
+    return true;
+}
+
+/* Is kernel i one of the chain's? */
+static bool in_chain(const chain *c, int i)
+{
+    for (int j = 0; j < c->n_nodes; j++)
+        if (c->fwd[j] == i || c->bwd[j] == i)
+            return true;
+    return false;
+}
+
+static bool is_mid(const chain *c, int v)
+{
+    for (int j = 0; j < c->n_mids; j++)
+        if (c->mids[j] == v)
+            return true;
+    return false;
+}
+
+/* The kernels of the chain, and nothing else that needs its intermediates. */
+static bool only_chain_needs(const tg_plan *p, chain *c)
+{
+    int n_bwd = 0;
+    for (int j = 0; j < c->n_nodes; j++) {
+        te_node *n = c->n[j];
+        c->fwd[j] = kernel_of(p, n, TG_K_FWD);
+        c->bwd[j] = kernel_of(p, n, TG_K_BWD);
+        n_bwd += c->bwd[j] >= 0;
+        if (c->fwd[j] < 0 || p->kernels[c->fwd[j]].shadow || (c->bwd[j] >= 0 && p->kernels[c->bwd[j]].shadow) ||
+            te_inject_targets(n->name))
+            return false;
+    }
+    if (n_bwd != 0 && n_bwd != c->n_nodes) /* a backward through part of the chain */
+        return false;
+    for (int j = 0; j + 1 < c->n_nodes; j++) { /* every op's output but out's */
+        const te_tensor *t = c->n[j]->out[0];
+        const te_tensor *pair[2] = { t, t->grad };
+        for (int g = 0; g < 2; g++) {
+            int v = pair[g] ? tg_value_of(p, pair[g]) : -1;
+            if (v < 0)
+                continue;
+            const tg_value *val = &p->values[v];
+            if (val->kind != TG_TEMP || val->observed || val->output)
+                return false;
+            c->mids[c->n_mids++] = v;
+        }
+    }
+    int ids[TG_IO_MAX];
+    for (int i = 0; i < p->n_kernels; i++) {
+        if (p->kernels[i].removed || in_chain(c, i))
+            continue;
+        int n = tg_kernel_reads(p, &p->kernels[i], ids);
+        for (int j = 0; j < n; j++)
+            if (is_mid(c, ids[j]))
+                return false;
+        n = tg_kernel_writes(p, &p->kernels[i], ids);
+        for (int j = 0; j < n; j++)
+            if (is_mid(c, ids[j]))
+                return false;
+    }
+    return true;
+}
+
+/* The backward runs where the chain's last backward kernel ran: no kernel
+ * between its first and last may touch the gradients of q, k or v. */
+static bool backward_movable(const tg_plan *p, const chain *c, int lo, int hi)
+{
+    const te_tensor *in[3] = { c->a.scores->in[0], c->a.scores->in[1], c->a.out->in[1] };
+    int ids[2 * TG_IO_MAX]; /* reads, then writes */
+    for (int i = lo + 1; i < hi; i++) {
+        if (p->kernels[i].removed || in_chain(c, i))
+            continue;
+        int n = tg_kernel_reads(p, &p->kernels[i], ids);
+        n += tg_kernel_writes(p, &p->kernels[i], ids + n);
+        for (int j = 0; j < n; j++)
+            for (int x = 0; x < 3; x++)
+                if (in[x]->grad && ids[j] == tg_value_of(p, in[x]->grad))
+                    return false;
+    }
+    return true;
+}
+
+/* The [B,H,T] log-sum-exp of the scores' rows: a temporary of the plan,
+ * written by the forward, read by the backward. */
+static te_tensor *lse_value(tg_plan *p, const chain *c)
+{
+    const te_tensor *q = c->a.scores->in[0];
+    te_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        abort(); /* out of memory while compiling */
+    t->dtype = TE_F32;
+    t->ndim = 3;
+    memcpy(t->shape, q->shape, 3 * sizeof *t->shape);
+    t->numel = q->shape[0] * q->shape[1] * q->shape[2];
+    t->nbytes = (size_t)t->numel * sizeof(float);
+    t->flags = TE_TENSOR_PERSISTENT | TE_TENSOR_GRAPH;
+    snprintf(t->name, sizeof t->name, "%.*s:lse", TE_NAME_MAX - 8, c->a.out->name);
+    tg_value_add(p, t, TG_TEMP);
+    return t;
+}
+
+/* Replaces kernel `at` by a fused one of kind standing for kernels ks. */
+static void fuse(tg_plan *p, const chain *c, const int *ks, int at, tg_kkind kind, te_phase phase)
+{
+    tg_kernel f = { .kind = kind, .phase = phase, .node = c->a.out };
+    if (!(f.attn = malloc(sizeof *f.attn)))
+        abort();
+    *f.attn = c->a;
+    for (int j = 0; j < c->n_nodes; j++) {
+        tg_origin_move(&f, &p->kernels[ks[j]]);
+        if (ks[j] != at)
+            p->kernels[ks[j]].removed = true;
+    }
+    free(p->kernels[at].orig);
+    p->kernels[at] = f;
+}
+
+int tg_pass_fuse_attention(tg_plan *p)
+{
+    int fused = 0;
+    for (int i = 0; i < p->n_kernels; i++) {
+        tg_kernel *k = &p->kernels[i];
+        chain c;
+        if (k->removed || k->kind != TG_K_FWD || !match(p, k->node, &c) || !only_chain_needs(p, &c))
+            continue;
+        int lo = p->n_kernels, hi = -1;
+        for (int j = 0; j < c.n_nodes; j++)
+            if (c.bwd[j] >= 0) {
+                lo = c.bwd[j] < lo ? c.bwd[j] : lo;
+                hi = c.bwd[j] > hi ? c.bwd[j] : hi;
+            }
+        if (hi >= 0 && !backward_movable(p, &c, lo, hi))
+            continue;
+        c.a.lse = lse_value(p, &c);
+        fuse(p, &c, c.fwd, i, TG_K_ATTN, TE_PHASE_FORWARD);
+        if (hi >= 0)
+            fuse(p, &c, c.bwd, hi, TG_K_ATTN_BWD, TE_PHASE_BACKWARD);
+        for (int j = 0; j < c.n_mids; j++) /* the T x T tensors: never in memory */
+            p->values[c.mids[j]].materialized = false;
+        fused++;
+    }
+    return fused;
+}
