@@ -6,7 +6,7 @@
  * gradient at step 0, then the losses of 20 steps of AdamW with warm-up,
  * cosine decay and clipping. The engine builds the same model, takes the
  * fixture's weights by parameter name and must agree, in eager mode and in
- * graph mode (where the attention may run fused).
+ * graph mode, where every layer's attention must run as the fused kernel.
  */
 #include "fixture.h"
 #include "gpt_model.h"
@@ -139,7 +139,23 @@ static te_graph *graph(te_mode mode, step_ctx *c)
     return g;
 }
 
-/* Logits, loss and every gradient at step 0. */
+/* How the attention ran: softmax ops seen forward, and how many of them in
+ * a fused attention kernel (graph mode's record names the kernel). */
+typedef struct {
+    int softmax, fused;
+} attn_seen;
+
+static void seen_op(const te_op_record *r, void *user)
+{
+    attn_seen *a = user;
+    if (r->phase != TE_PHASE_FORWARD || !strstr(r->name, "/attn/softmax"))
+        return;
+    a->softmax++;
+    a->fused += r->kernel && strstr(r->kernel, "fused-attention: ") != NULL;
+}
+
+/* Logits, loss and every gradient at step 0; graph mode must have fused
+ * every layer's attention. */
 START_TEST(test_step0)
 {
     const te_mode mode = (te_mode)_i;
@@ -147,10 +163,16 @@ START_TEST(test_step0)
     parity_open(&p);
     step_ctx c = { .m = &p.m };
     te_graph *g = graph(mode, &c);
+    attn_seen seen = { 0, 0 };
+    int hook = te_hook_add(&(te_hooks){ .op_end = seen_op }, &seen);
+    ck_assert_int_ge(hook, 0);
     te_tensor *in[2], *out[2];
     te_step_begin();
     batch(&p, 0, &in[0], &in[1]);
     ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s step: %s", te_mode_name(mode), te_error());
+    te_hook_remove(hook);
+    ck_assert_int_eq(seen.softmax, p.cf[CF_LAYERS]);
+    ck_assert_int_eq(seen.fused, mode == TE_MODE_GRAPH ? p.cf[CF_LAYERS] : 0);
     check_close(&p, out[1], "logits", "logits");
     check_close(&p, out[0], "loss", "loss");
     for (int i = 0; i < te_param_count(); i++) {
