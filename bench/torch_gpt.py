@@ -78,6 +78,8 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * a.layers))
             elif p.dim() == 2:
                 nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
 
     def forward(self, idx):
         b, t = idx.shape
