@@ -161,3 +161,8 @@ f=$tmp/mem.tdbg:graph:fused c=$tmp/mem.tdbg:graph:composed
 printf "  fused / composed: RSS %s x, allocator peak %s x\n" \
     "$(paste "$f.rss" "$c.rss" | awk '{ print $1 / $2 }' | summary %.3f)" \
     "$(paste "$f.alloc" "$c.alloc" | awk '{ print $1 / $2 }' | summary %.3f)"
+# The composed run must have run more kernels, else the pass was not turned off.
+if [ "$(tail -n 1 "$f.graph" | cut -d' ' -f1)" = "$(tail -n 1 "$c.graph" | cut -d' ' -f1)" ]; then
+    echo "  warning: the composed run has as many kernels as the fused one: does this build know" \
+         "TDBG_GRAPH_DISABLE=fuse-attn?" >&2
+fi
