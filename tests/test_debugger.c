@@ -189,44 +189,6 @@ END_TEST
 
 /* The values of tensor `path` ("/fc2/relu/out0") in step 0 of the dump in
  * dir, malloc'ed; its element count in *n. */
-static float *dumped(const char *dir, const char *path, int64_t *n)
-{
-    char file[512], err[1024];
-    snprintf(file, sizeof file, "%s/step-00000000.h5", dir);
-    dump_step_reader *r = dump_step_open(file, err, sizeof err);
-    ck_assert_msg(r != NULL, "%s", err);
-    int i = dump_step_find(r, path);
-    ck_assert_msg(i >= 0, "%s lacks %s", file, path);
-    *n = dump_step_tensor(r, i)->numel;
-    float *v = malloc((size_t)*n * sizeof *v);
-    ck_assert(v && dump_step_read_f32(r, i, v, err, sizeof err));
-    dump_step_close(r);
-    return v;
-}
-
-/* The n numbers printed on the lines after the line holding `header` (a
- * print's "[[a b]\n [c d]]" body), into v. */
-static void printed(const ts_session *s, const char *header, float *v, int n)
-{
-    const char *p = strstr(s->out, header);
-    ck_assert_msg(p != NULL, "no '%s' in the session:\n%s", header, s->out);
-    p = strchr(p, '\n');
-    for (int i = 0; i < n; i++) {
-        p += strspn(p, " \n[]");
-        char *end;
-        v[i] = strtof(p, &end);
-        ck_assert_msg(end != p, "number %d after '%s' unreadable: %.40s", i, header, p);
-        p = end;
-    }
-}
-
-/* a and b agree to the 6 significant digits a print shows */
-static void assert_close(const char *what, double got, double want)
-{
-    ck_assert_msg(fabs(got - want) <= 1e-5 * fabs(want) + 1e-9, "%s: printed %.9g, the dump's %.9g", what, got,
-                  want);
-}
-
 /* What print, stats and hist show at a stop are the tensors' values: the
  * same program run without the debugger dumps them (the dump reader reads
  * them back), and the statistics and histogram are computed from those. */
@@ -249,18 +211,18 @@ START_TEST(test_inspect)
     char d[64];
     snprintf(d, sizeof d, "%s/d", dir);
     int64_t n_relu, n_w, n_bias;
-    float *relu = dumped(d, "/fc2/relu/out0", &n_relu), *w = dumped(d, "/fc2/linear/in1", &n_w),
-          *bias = dumped(d, "/fc1/linear/in2", &n_bias);
+    float *relu = ts_dumped(d, "/fc2/relu/out0", &n_relu), *w = ts_dumped(d, "/fc2/linear/in1", &n_w),
+          *bias = ts_dumped(d, "/fc1/linear/in2", &n_bias);
     tu_shell(out, sizeof out, "rm -rf '%s'", dir);
     ck_assert(n_relu == 32 * 64 && n_w == 64 * 64 && n_bias == 64);
 
     float v[4];
-    printed(&s, "fc2/relu:out0 f32 [32,64] (slice [0,:4] -> [4])", v, 4);
+    ts_printed(&s, "fc2/relu:out0 f32 [32,64] (slice [0,:4] -> [4])", v, 4);
     for (int i = 0; i < 4; i++)
-        assert_close("fc2/relu:out0[0, :4]", v[i], relu[i]);
-    printed(&s, "fc2/linear:in1 f32 [64,64] (slice [0:2,0:2] -> [2,2])", v, 4);
+        ts_assert_printed("fc2/relu:out0[0, :4]", v[i], relu[i]);
+    ts_printed(&s, "fc2/linear:in1 f32 [64,64] (slice [0:2,0:2] -> [2,2])", v, 4);
     for (int i = 0; i < 4; i++)
-        assert_close("fc2/linear:in1[0:2,0:2]", v[i], w[(i / 2) * 64 + i % 2]);
+        ts_assert_printed("fc2/linear:in1[0:2,0:2]", v[i], w[(i / 2) * 64 + i % 2]);
 
     /* stats: min, max, mean, std (population), abs_max and l2norm of the bias */
     double mn = bias[0], mx = bias[0], sum = 0, sq = 0;
@@ -273,12 +235,12 @@ START_TEST(test_inspect)
     ck_assert_msg(st && sscanf(st, "param:fc1.bias f32 [64] min %lf max %lf mean %lf std %lf abs_max %lf l2norm %lf",
                                &got[0], &got[1], &got[2], &got[3], &got[4], &got[5]) == 6,
                   "no stats line:\n%s", s.out);
-    assert_close("min", got[0], mn);
-    assert_close("max", got[1], mx);
-    assert_close("mean", got[2], mean);
-    assert_close("std", got[3], sqrt(sq / 64 - mean * mean));
-    assert_close("abs_max", got[4], fmax(-mn, mx));
-    assert_close("l2norm", got[5], sqrt(sq));
+    ts_assert_printed("min", got[0], mn);
+    ts_assert_printed("max", got[1], mx);
+    ts_assert_printed("mean", got[2], mean);
+    ts_assert_printed("std", got[3], sqrt(sq / 64 - mean * mean));
+    ts_assert_printed("abs_max", got[4], fmax(-mn, mx));
+    ts_assert_printed("l2norm", got[5], sqrt(sq));
 
     /* hist: 4 equal bins over [min, max], the last one closed */
     double lo = relu[0], hi = relu[0];
@@ -296,8 +258,8 @@ START_TEST(test_inspect)
         double e0, e1;
         int count;
         ck_assert_msg(sscanf(h, "[%lf, %lf%*[])] %d", &e0, &e1, &count) == 3, "bin %d: %.60s", b, h);
-        assert_close("bin edge", e0, lo + (hi - lo) * b / 4);
-        assert_close("bin edge", e1, lo + (hi - lo) * (b + 1) / 4);
+        ts_assert_printed("bin edge", e0, lo + (hi - lo) * b / 4);
+        ts_assert_printed("bin edge", e1, lo + (hi - lo) * (b + 1) / 4);
         ck_assert_msg(count == want[b], "bin %d: %d values printed, the dump's values give %d", b, count, want[b]);
         h = strchr(h, '\n') + 1;
     }

@@ -3,7 +3,10 @@
  * repository (tests/fixtures/alice.txt): it learns, evaluates, samples
  * deterministically, refuses bad flags and checkpoints, resumes from a
  * checkpoint bit for bit, agrees between eager and graph mode, and a NaN
- * planted in attention is found by tdbg at its op and step.
+ * planted in attention is found by tdbg at its op and step; debugged, one
+ * glob stops in every layer, a head's scores print the dumped values, the
+ * causal mask never stops `break nonfinite`, and tdbg-diff calls eager and
+ * fused-attention graph mode the same.
  */
 #include "suites.h"
 #include "testutil.h"
@@ -356,6 +359,78 @@ START_TEST(test_gpt_nan_in_attention_found)
 }
 END_TEST
 
+/* A transformer debugged as a user expects: one breakpoint glob across the
+ * layers, a head's slice of the scores printed with the values a dump of
+ * the same run holds (the program is deterministic for a seed), the
+ * mask's intended -inf never a stop, and eager against graph mode with
+ * fused attention `same` in tdbg-diff. */
+START_TEST(test_gpt_debug_across_layers)
+{
+    const char *args = TINY " --steps 2 --warmup 1 --eval-every 0";
+    ts_session s = ts_tdbg("--batch", "break h*/attn/softmax if abs_max > 0.5;run;print h0/attn/scores:out0[0, 1, :4, :4];"
+                           "continue", "gpt", "%s", args);
+    ts_stop_is(&s, 0, "stopped: step=0 phase=forward op=h0/attn/softmax type=Softmax reason=condition "
+                      "tensor=h0/attn/softmax:out0 index=- origin=-");
+    /* the same glob, the next layer */
+    ts_stop_is(&s, 1, "stopped: step=0 phase=forward op=h1/attn/softmax type=Softmax reason=condition "
+                      "tensor=h1/attn/softmax:out0 index=- origin=-");
+    float v[16];
+    ts_printed(&s, "h0/attn/scores:out0 f32 [8,2,32,32] (slice [0,1,:4,:4] -> [4,4])", v, 16);
+
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/scores", scratch);
+    gpt_run d = run_gpt("%s --dump 'dir=%s;ops=h0/attn/scores;steps=0'", args, dir);
+    assert_ok(&d, "the dumped run");
+    int64_t n;
+    float *scores = ts_dumped(dir, "/h0/attn/scores/out0", &n);
+    ck_assert_int_eq(n, 8 * 2 * 32 * 32);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            ts_assert_printed("h0/attn/scores:out0[0, 1, i, j]", v[i * 4 + j], scores[(1 * 32 + i) * 32 + j]);
+    free(scores);
+    ts_free(&d.s);
+    ts_free(&s);
+}
+END_TEST
+
+START_TEST(test_gpt_mask_never_stops)
+{
+    static const char *const modes[] = { "eager", "graph" };
+    for (int m = 0; m < 2; m++) {
+        ts_session s = ts_tdbg("--batch", "break nonfinite;run", "gpt", "%s --steps 3 --warmup 1 --eval-every 0 --mode %s",
+                               TINY, modes[m]);
+        ck_assert_msg(s.status == 0 && ts_count(&s, "\nstopped: ") == 0, "%s: the causal mask's -inf stopped "
+                      "break nonfinite (exit %d):\n%s", modes[m], s.status, s.out);
+        ts_has(&s, "step=2 loss=");
+        ts_has(&s, "tdbg: the program finished\n");
+        ts_free(&s);
+    }
+}
+END_TEST
+
+START_TEST(test_gpt_diff_eager_fused_same)
+{
+    const char *args = TINY " --steps 2 --warmup 1 --eval-every 0 --dump 'dir=%s/%s;ops=h*/attn/out,lm_head'";
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s --mode eager", args);
+    gpt_run e = run_gpt(spec, scratch, "eager");
+    snprintf(spec, sizeof spec, "%s --mode graph", args);
+    gpt_run g = run_gpt(spec, scratch, "graph");
+    assert_ok(&e, "eager");
+    assert_ok(&g, "graph");
+    /* graph mode did fuse both layers' attention: run.h5 names the kernel */
+    ts_session k = ts_sh("h5dump -d /ops '%s/graph/run.h5' | grep -c 'fused-attention: h1/attn/scores'", scratch);
+    ck_assert_msg(atoi(k.out) > 0, "graph mode did not fuse attention:\n%s", k.out);
+    ts_session d = ts_sh("'%s/dump/tdbg-diff' '%s/eager' '%s/graph'", TDBG_BUILDDIR, scratch, scratch);
+    ts_status_is(&d, 0);
+    ts_has(&d, "6 tensors compared in 2 steps: 0 diverge here, 0 inherited, 6 same");
+    ts_free(&k);
+    ts_free(&d);
+    ts_free(&e.s);
+    ts_free(&g.s);
+}
+END_TEST
+
 Suite *suite_gpt_example(void)
 {
     Suite *s = suite_create("gpt_example");
@@ -379,6 +454,13 @@ Suite *suite_gpt_example(void)
     tc = tcase_create("debugger");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_gpt_nan_in_attention_found);
+    tcase_add_test(tc, test_gpt_mask_never_stops);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("inspect");
+    tcase_set_timeout(tc, 120);
+    tcase_add_unchecked_fixture(tc, scratch_up, scratch_down);
+    tcase_add_test(tc, test_gpt_debug_across_layers);
+    tcase_add_test(tc, test_gpt_diff_eager_fused_same);
     suite_add_tcase(s, tc);
     return s;
 }

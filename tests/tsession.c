@@ -4,10 +4,12 @@
  */
 #include "tsession.h"
 
+#include "h5file.h"
 #include "session.h"
 #include "testutil.h"
 
 #include <check.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,4 +125,41 @@ bool ts_exec(const char *line)
     stdout = saved;
     fclose(f);
     return resume;
+}
+
+/* ---- printed values against dumped ones ---------------------------------------- */
+
+float *ts_dumped(const char *dir, const char *path, int64_t *n)
+{
+    char file[512], err[1024];
+    snprintf(file, sizeof file, "%s/step-00000000.h5", dir);
+    dump_step_reader *r = dump_step_open(file, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    int i = dump_step_find(r, path);
+    ck_assert_msg(i >= 0, "%s lacks %s", file, path);
+    *n = dump_step_tensor(r, i)->numel;
+    float *v = malloc((size_t)*n * sizeof *v);
+    ck_assert(v && dump_step_read_f32(r, i, v, err, sizeof err));
+    dump_step_close(r);
+    return v;
+}
+
+void ts_printed(const ts_session *s, const char *header, float *v, int n)
+{
+    const char *p = strstr(s->out, header);
+    ck_assert_msg(p != NULL, "no '%s' in the session:\n%s", header, s->out);
+    p = strchr(p, '\n');
+    for (int i = 0; i < n; i++) {
+        p += strspn(p, " \n[]");
+        char *end;
+        v[i] = strtof(p, &end);
+        ck_assert_msg(end != p, "number %d after '%s' unreadable: %.40s", i, header, p);
+        p = end;
+    }
+}
+
+void ts_assert_printed(const char *what, double got, double want)
+{
+    ck_assert_msg(fabs(got - want) <= 1e-5 * fabs(want) + 1e-9, "%s: printed %.9g, the dump's %.9g", what, got,
+                  want);
 }

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* What one session printed, TS_OUT_MAX bytes at most, and its status as a
  * shell sees it: 128+N for a death by signal N. ts_free releases it. */
@@ -45,6 +46,17 @@ int ts_count(const ts_session *s, const char *what);
 const char *ts_stopped_line(const ts_session *s, int k, char *buf, size_t n);
 /* Fails unless that line exists and is want. */
 void ts_stop_is(const ts_session *s, int k, const char *want);
+
+/* Values a session printed against values read back from a dump, so that
+ * an inspection test compares numbers computed independently:
+ * ts_dumped reads the tensor at path ("/fc2/relu/out0") of DIR's step 0
+ * as f32 (malloc'd, *n values); ts_printed reads the n numbers printed on
+ * the lines after the line holding header (a print's "[[a b]\n [c d]]"
+ * body) into v; ts_assert_printed fails unless got agrees with want to the
+ * 6 significant digits a print shows, naming what. */
+float *ts_dumped(const char *dir, const char *path, int64_t *n);
+void ts_printed(const ts_session *s, const char *header, float *v, int n);
+void ts_assert_printed(const char *what, double got, double want);
 
 /* dbg_execute(line) in this process with its standard output caught into
  * ts_captured (what does not fit is cut); returns whether it resumed. */
