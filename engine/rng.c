@@ -5,19 +5,9 @@
 
 #include <math.h>
 
-/* splitmix64's finaliser: a bijective mix with full avalanche. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 uint64_t te_rand_u64(uint64_t seed, uint64_t stream, uint64_t counter)
 {
-    uint64_t k = mix64(seed + 0x9e3779b97f4a7c15ULL);
-    k = mix64(k ^ (stream * 0xd6e8feb86659fd93ULL));
-    return mix64(k + counter * 0x9e3779b97f4a7c15ULL);
+    return te_mix64(te_rand_key(seed, stream) + counter * TE_RAND_GAMMA);
 }
 
 float te_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter)
@@ -31,6 +21,6 @@ float te_rand_normal(uint64_t seed, uint64_t stream, uint64_t counter)
     /* Box-Muller on two independent draws derived from the same counter. */
     uint64_t r = te_rand_u64(seed, stream, counter);
     double u1 = ((double)(r >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0,1] */
-    double u2 = (double)(mix64(r) >> 11) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(te_mix64(r) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }

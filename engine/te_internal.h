@@ -370,13 +370,45 @@ void te_tape_rollback(int tensors, int nodes);
 
 /* The RNG key of the RANDOM op NAME at a step (dropout's mask). */
 uint64_t te_dropout_seed(const char *name, int64_t step);
-/* Dropout's mask, element by element: 1 when element i (flat index of the
+/* splitmix64's finaliser: a bijective mix with full avalanche (engine/rng.c
+ * draws every te_rand_* number through it). */
+static inline uint64_t te_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+#define TE_RAND_GAMMA 0x9e3779b97f4a7c15ULL /* splitmix64's increment */
+/* The key of te_rand_u64's (seed, stream):
+ * te_rand_u64(seed, stream, c) == te_mix64(te_rand_key(seed, stream) + c * TE_RAND_GAMMA). */
+static inline uint64_t te_rand_key(uint64_t seed, uint64_t stream)
+{
+    return te_mix64(te_mix64(seed + TE_RAND_GAMMA) ^ (stream * 0xd6e8feb86659fd93ULL));
+}
+
+/* Dropout's mask, element by element: element i (flat index of the
  * dropout's input) is kept under key seed (te_dropout_seed) and drop
- * probability p, else 0. The only definition of the mask: a fused kernel
- * that calls it drops exactly the elements the Dropout op drops. */
+ * probability p exactly when te_rand_uniform(seed, 0, i) >= p. The only
+ * definition of the mask: a fused kernel that calls these drops exactly the
+ * elements the Dropout op drops. The test is done on integers, one mix per
+ * element, so loops over it vectorise: te_rand_uniform is the draw's high 24
+ * bits over 2^24, and u / 2^24 >= p  <=>  u >= ceil(p * 2^24) (u an integer)
+ * <=>  draw >= ceil(p * 2^24) << 40. p < 1, so the threshold fits. */
+static inline uint64_t te_dropout_threshold(float p)
+{
+    const float t = p * 16777216.0f; /* exact: a power-of-two scale */
+    uint64_t u = (uint64_t)t;
+    return (u + ((float)u < t)) << 40;
+}
+static inline bool te_dropout_kept(uint64_t key, uint64_t threshold, int64_t i)
+{
+    return te_mix64(key + (uint64_t)i * TE_RAND_GAMMA) >= threshold;
+}
+/* 1 when element i is kept, else 0 (key and threshold are loop invariants:
+ * inlined in a loop, they are computed once). */
 static inline float te_dropout_keep(uint64_t seed, int64_t i, float p)
 {
-    return te_rand_uniform(seed, 0, (uint64_t)i) >= p ? 1.0f : 0.0f;
+    return te_dropout_kept(te_rand_key(seed, 0), te_dropout_threshold(p), i) ? 1.0f : 0.0f;
 }
 
 /* attention.c: frees the cached causal masks (te_shutdown). */

@@ -547,6 +547,80 @@ START_TEST(test_dropout_keep)
 }
 END_TEST
 
+/* The mask's integer test (te_dropout_kept against te_dropout_threshold) is
+ * the draw te_rand_uniform(seed, 0, i) >= p, bit for bit, at every p; over a
+ * million elements the keep rate is 1 - p within 5 standard deviations and
+ * neighbours (lag 1, a vector's width, the kernels' chunk) are uncorrelated. */
+START_TEST(test_dropout_mask_quality)
+{
+    const uint64_t seed = te_dropout_seed("h3/mlp/dropout", 17);
+    const float ps[] = { 0.0f, 1e-6f, 0.1f, 0.25f, 0.5f, 0.9f, 0.99999994f };
+    for (size_t k = 0; k < sizeof ps / sizeof *ps; k++)
+        for (int64_t i = 0; i < 20000; i++) {
+            float want = te_rand_uniform(seed, 0, (uint64_t)i) >= ps[k] ? 1.0f : 0.0f;
+            ck_assert_msg(te_dropout_keep(seed, i, ps[k]) == want, "p %g element %lld: keep %g, draw says %g",
+                          (double)ps[k], (long long)i, te_dropout_keep(seed, i, ps[k]), want);
+        }
+    enum { N = 1 << 20 };
+    const int lags[] = { 1, 16, 4096 };
+    const float pr[] = { 0.1f, 0.5f };
+    for (int k = 0; k < 2; k++) {
+        const uint64_t key = te_rand_key(seed, 0), thr = te_dropout_threshold(pr[k]);
+        double kept = 0, later[3] = { 0 }, both[3] = { 0 };
+        for (int64_t i = 0; i < N; i++) {
+            const bool a = te_dropout_kept(key, thr, i);
+            kept += a;
+            for (int l = 0; l < 3; l++) {
+                const bool b = te_dropout_kept(key, thr, i + lags[l]);
+                later[l] += b;
+                both[l] += a && b;
+            }
+        }
+        const double q = 1.0 - pr[k], sd = sqrt(q * (1 - q) / N), m = kept / N;
+        ck_assert_msg(fabs(m - q) < 5 * sd, "p %g: keep rate %g", (double)pr[k], m);
+        for (int l = 0; l < 3; l++) {
+            /* Pearson's correlation of the keep indicators at this lag:
+             * about normal, standard deviation 1/sqrt(N), when independent */
+            const double ml = later[l] / N;
+            const double r = (both[l] / N - m * ml) / sqrt(m * (1 - m) * ml * (1 - ml));
+            ck_assert_msg(fabs(r) < 5 / sqrt((double)N), "p %g lag %d: correlation %g", (double)pr[k],
+                          lags[l], r);
+        }
+    }
+}
+END_TEST
+
+/* The vectorised kernels over several chunks and a ragged tail: forward and
+ * an accumulating backward drop exactly te_dropout_keep's elements. */
+START_TEST(test_dropout_kernel_chunks)
+{
+    enum { N = 3 * 4096 + 77 };
+    te_tensor *x = gc_random(te_shape(N), -1, 1, 8);
+    te_tensor *w = gc_random(te_shape(N), -1, 1, 9);
+    x->requires_grad = true;
+    te_step_begin();
+    te_name_next("drop");
+    te_tensor *y = te_dropout(x, 0.3f);
+    ck_assert(te_backward(te_sum(te_add(te_mul(y, w), x), TE_ALL, false)) == TE_OK);
+    const uint64_t seed = te_dropout_seed(y->node->name, te_step());
+    const float scale = 1.0f / 0.7f;
+    int dropped = 0;
+    for (int64_t i = 0; i < N; i++) {
+        const float keep = te_dropout_keep(seed, i, 0.3f);
+        dropped += keep == 0.0f;
+        ck_assert_msg(te_get(y, i) == te_get(x, i) * (keep * scale), "forward %lld: %g", (long long)i,
+                      te_get(y, i));
+        const float g = te_get(w, i) * (keep * scale) + 1.0f;
+        ck_assert_msg(te_get(x->grad, i) == g, "backward %lld: %g, want %g", (long long)i,
+                      te_get(x->grad, i), g);
+    }
+    ck_assert_msg(dropped > 0.27 * N && dropped < 0.33 * N, "%d of %d dropped at p 0.3", dropped, N);
+    te_step_end();
+    te_tensor_free(x);
+    te_tensor_free(w);
+}
+END_TEST
+
 /* ---- a parameter used twice ------------------------------------------------------- */
 
 /* wte [V,C] embeds the tokens and is the head's linear weight: its gradient
@@ -693,6 +767,8 @@ Suite *suite_attention_ops(void)
     tcase_add_test(tc, test_attention_names);
     tcase_add_test(tc, test_attention_errors);
     tcase_add_test(tc, test_dropout_keep);
+    tcase_add_test(tc, test_dropout_mask_quality);
+    tcase_add_test(tc, test_dropout_kernel_chunks);
     tcase_add_test(tc, test_tied_weight);
     tcase_add_test(tc, test_attention_eager_graph);
     suite_add_tcase(s, tc);

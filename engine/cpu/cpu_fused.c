@@ -8,6 +8,7 @@
  * for bit.
  */
 #include "cpu_kernels.h"
+#include "cpu_math.h"
 #include "graph/graph.h"
 
 #include <math.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 
 #define BLOCK 512
-#define SQRT1_2 0.70710678118654752440f
 
 /* The fusion passes fuse every op the op table marks UNARY, BINARY or ACT:
  * one without a formula here is a bug in the engine, never in the user's
@@ -32,7 +32,7 @@ static float act1(te_op op, float x)
 {
     switch (op) {
     case TE_OP_RELU: return x < 0.0f ? 0.0f : x;
-    case TE_OP_GELU: return 0.5f * x * (1.0f + erff(x * SQRT1_2));
+    case TE_OP_GELU: return cpu_gelu(x);
     case TE_OP_TANH: return tanhf(x);
     case TE_OP_SIGMOID: return 1.0f / (1.0f + expf(-x));
     case TE_OP_EXP: return expf(x);
@@ -48,6 +48,12 @@ void tg_act_inplace(te_op act, float *y, int64_t n)
 #pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++)
             y[i] = y[i] < 0.0f ? 0.0f : y[i];
+        return;
+    }
+    if (act == TE_OP_GELU) { /* the transformer's, vectorised */
+#pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            y[i] = cpu_gelu(y[i]);
         return;
     }
 #pragma omp parallel for if (n > TE_PAR_MIN) schedule(static)

@@ -1,5 +1,6 @@
 /* cpu_reduce.c — sum, mean, softmax and log_softmax along an axis. */
 #include "cpu_kernels.h"
+#include "cpu_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -164,6 +165,15 @@ te_status cpu_mean_backward(te_node *n) { return reduce_backward(n, true); }
  * y * (g - dot) is 0 there.
  */
 
+/* y = e^(x - m) over a contiguous row, m its maximum (x - m <= 0), by
+ * cpu_math.h's vectorising exp. */
+CPU_CLONES static void exp_shifted(const float *x, float *y, int64_t len, float m)
+{
+#pragma omp simd
+    for (int64_t k = 0; k < len; k++)
+        y[k] = cpu_exp_nonpos(x[k] - m);
+}
+
 static void softmax_row(const float *x, float *y, int64_t len, int64_t s, bool log)
 {
     float m = x[0];
@@ -185,10 +195,13 @@ static void softmax_row(const float *x, float *y, int64_t len, int64_t s, bool l
         for (int64_t k = 0; k < len; k++)
             y[k * s] = (x[k * s] - m) - lse;
     } else {
-        for (int64_t k = 0; k < len; k++) {
-            y[k * s] = expf(x[k * s] - m);
+        if (s == 1)
+            exp_shifted(x, y, len, m);
+        else
+            for (int64_t k = 0; k < len; k++)
+                y[k * s] = cpu_exp_nonpos(x[k * s] - m);
+        for (int64_t k = 0; k < len; k++)
             sum += y[k * s];
-        }
         const float inv = 1.0f / sum;
         for (int64_t k = 0; k < len; k++)
             y[k * s] *= inv;

@@ -4,6 +4,7 @@
  * i32) elements of 4 bytes, except cast, which sees the real dtypes.
  */
 #include "cpu_kernels.h"
+#include "cpu_math.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -249,9 +250,32 @@ te_status cpu_embedding_backward(te_node *n)
  * the output would not).
  */
 
-static inline float keep_scale(uint64_t seed, int64_t i, float p, float scale)
+/* y = x * (kept ? scale : 0) over m elements from flat index i0, or
+ * y += ... when acc. A multiply, not a select: a NaN dropped stays NaN, as
+ * in PyTorch. Cloned per vector unit (cpu_math.h): one integer hash per
+ * element, compared as an integer, vectorises. */
+CPU_CLONES static void dropout_chunk(const float *x, float *y, int64_t i0, int64_t m,
+                                     uint64_t key, uint64_t thr, float scale, int acc)
 {
-    return te_dropout_keep(seed, i, p) * scale;
+    if (acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++)
+            y[i] += x[i] * (te_dropout_kept(key, thr, i0 + i) ? scale : 0.0f);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++)
+            y[i] = x[i] * (te_dropout_kept(key, thr, i0 + i) ? scale : 0.0f);
+    }
+}
+
+static void dropout_apply(const te_node *n, const float *x, float *y, int64_t N, int acc)
+{
+    const uint64_t key = te_rand_key(n->a.seed, 0), thr = te_dropout_threshold(n->a.p);
+    const float scale = n->a.scale;
+    /* a hash per element costs more than a copy, so threads start sooner */
+#pragma omp parallel for if (N >= TE_PAR_MIN / 8) schedule(static)
+    for (int64_t c = 0; c < N; c += CPU_CHUNK)
+        dropout_chunk(x + c, y + c, c, N - c < CPU_CHUNK ? N - c : CPU_CHUNK, key, thr, scale, acc);
 }
 
 te_status cpu_dropout_forward(te_node *n)
@@ -264,13 +288,7 @@ te_status cpu_dropout_forward(te_node *n)
         memcpy(y, xp, (size_t)N * sizeof *y);
         return TE_OK;
     }
-    const uint64_t seed = n->a.seed;
-    const float p = n->a.p, scale = n->a.scale;
-    /* a multiply, not a select: a NaN dropped stays NaN, as in PyTorch; a
-     * hash per element costs more than a copy, so threads start sooner */
-#pragma omp parallel for if (N >= TE_PAR_MIN / 8)
-    for (int64_t i = 0; i < N; i++)
-        y[i] = xp[i] * keep_scale(seed, i, p, scale);
+    dropout_apply(n, xp, y, N, 0);
     return TE_OK;
 }
 
@@ -285,12 +303,6 @@ te_status cpu_dropout_backward(te_node *n)
         copy_or_add(dx, dy, N, acc);
         return TE_OK;
     }
-    const uint64_t seed = n->a.seed;
-    const float p = n->a.p, scale = n->a.scale;
-#pragma omp parallel for if (N >= TE_PAR_MIN / 8)
-    for (int64_t i = 0; i < N; i++) {
-        float g = dy[i] * keep_scale(seed, i, p, scale);
-        dx[i] = acc ? dx[i] + g : g;
-    }
+    dropout_apply(n, dy, dx, N, acc);
     return TE_OK;
 }
