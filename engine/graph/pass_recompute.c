@@ -16,11 +16,14 @@
 
 #include <stdlib.h>
 
-/* Layer norm, or an elementwise op of one input: linear in its size. */
+/* Layer norm, or an elementwise op of one input: linear in its size. Not
+ * an op whose own backward reads its output (ReLU, tanh, exp ...): that
+ * backward gets what the forward made, as in eager mode. */
 static bool cheap(const te_node *n)
 {
     const te_op_info *i = te_op_info_of(n->op);
-    if (i->rng != TE_RNG_DETERMINISTIC || tg_has_side_effects(n) || n->n_out != 1)
+    if (i->rng != TE_RNG_DETERMINISTIC || tg_has_side_effects(n) || n->n_out != 1 ||
+        (te_op_bwd_reads(n->op) & TE_READS_OUT))
         return false;
     return n->op == TE_OP_LAYERNORM || i->ew == TE_EW_UNARY;
 }
