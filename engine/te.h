@@ -540,6 +540,7 @@ enum {
     TE_PASS_FUSE_ACT = 1u << 4,  /* matmul/linear/conv/batch norm + activation */
     TE_PASS_FUSE_EW = 1u << 5,   /* chains of elementwise ops */
     TE_PASS_FUSE_ATTN = 1u << 6, /* causal attention's composed chain as one kernel */
+    TE_PASS_RECOMPUTE = 1u << 7, /* layer norm / activation outputs redone in the backward */
 };
 
 typedef struct te_graph_opts {

@@ -49,8 +49,8 @@
 #define TE_OP_LIST(X)                                                                                                                                                                                                 \
     X(MATMUL,         "MatMul",        "matmul",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
     X(LINEAR,         "Linear",        "linear",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN3(F(x), F(w), F_OPT(b)))                        \
-    X(ADD,            "Add",           "add",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
-    X(SUB,            "Sub",           "sub",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
+    X(ADD,            "Add",           "add",           TE_NONE,                    BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
+    X(SUB,            "Sub",           "sub",           TE_NONE,                    BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
     X(MUL,            "Mul",           "mul",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
     X(DIV,            "Div",           "div",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
     X(SCALE,          "Scale",         "scale",         TE_NONE,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \

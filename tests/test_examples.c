@@ -373,7 +373,7 @@ START_TEST(test_graph_flags)
     run_result *r = run("mlp", "%s --steps 2 --log-every 1 --mode graph --save-graph %s --time", MLP_SMALL, dir);
     assert_ran(r, "--save-graph", 1);
     ck_assert_msg(strstr(r->out, "graph: ops=12 kernels=12 fused=2 arena_bytes="), "no graph line:\n%s", r->out);
-    snprintf(cmd, sizeof cmd, "test -s %s/train-v0-10-memory.txt && test -s %s/eval-v0-00-trace.txt", dir, dir);
+    snprintf(cmd, sizeof cmd, "test -s %s/train-v0-11-memory.txt && test -s %s/eval-v0-00-trace.txt", dir, dir);
     ck_assert_msg(system(cmd) == 0, "no IR files in %s", dir);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert(system(cmd) == 0);

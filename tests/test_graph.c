@@ -89,26 +89,49 @@ static const tg_value *value_named(const te_graph *g, const char *name)
 }
 
 /* The independent verifier: no two temporaries live at the same kernel
- * share a byte, and each lies inside the arena. */
+ * share a byte, and each lies inside the arena. A recomputed value has two
+ * lives, [def, fwd_last] at offset and [recompute, last_use] at offset2,
+ * and after a run its data is at the second. */
+typedef struct {
+    const tg_value *v;
+    int def, last;
+    size_t off;
+} life;
+
 static void assert_plan_sound(const te_graph *g)
 {
     const tg_plan *p = tg_graph_plan(g);
+    life *l = malloc(2 * (size_t)p->n_values * sizeof *l);
+    ck_assert(l != NULL);
+    int n = 0;
     for (int a = 0; a < p->n_values; a++) {
         const tg_value *va = &p->values[a];
         if (va->kind != TG_TEMP || !va->materialized)
             continue;
-        ck_assert_msg(va->offset + va->t->nbytes <= p->arena_bytes, "%s runs past the arena", va->t->name);
-        ck_assert_msg(va->t->data == (char *)p->arena + va->offset, "%s is not at its offset", va->t->name);
-        for (int b = a + 1; b < p->n_values; b++) {
-            const tg_value *vb = &p->values[b];
-            if (vb->kind != TG_TEMP || !vb->materialized || !va->t->nbytes || !vb->t->nbytes)
-                continue;
-            bool live = va->def <= vb->last_use && vb->def <= va->last_use;
-            bool overlap = va->offset < vb->offset + vb->t->nbytes && vb->offset < va->offset + va->t->nbytes;
-            ck_assert_msg(!(live && overlap), "%s [%d,%d] and %s [%d,%d] share bytes", va->t->name, va->def,
-                          va->last_use, vb->t->name, vb->def, vb->last_use);
+        size_t at = va->recompute >= 0 ? va->offset2 : va->offset;
+        ck_assert_msg(va->t->data == (char *)p->arena + at, "%s is not at its offset", va->t->name);
+        if (va->recompute >= 0) {
+            ck_assert(va->def <= va->fwd_last && va->fwd_last < va->recompute && va->recompute <= va->last_use);
+            l[n++] = (life){ va, va->def, va->fwd_last, va->offset };
+            l[n++] = (life){ va, va->recompute, va->last_use, va->offset2 };
+        } else {
+            l[n++] = (life){ va, va->def, va->last_use, va->offset };
         }
     }
+    for (int a = 0; a < n; a++) {
+        const tg_value *va = l[a].v;
+        ck_assert_msg(l[a].off + va->t->nbytes <= p->arena_bytes, "%s runs past the arena", va->t->name);
+        for (int b = a + 1; b < n; b++) {
+            const tg_value *vb = l[b].v;
+            if (!va->t->nbytes || !vb->t->nbytes)
+                continue;
+            bool live = l[a].def <= l[b].last && l[b].def <= l[a].last;
+            bool overlap = l[a].off < l[b].off + vb->t->nbytes && l[b].off < l[a].off + va->t->nbytes;
+            ck_assert_msg(!(live && overlap), "%s [%d,%d] and %s [%d,%d] share bytes", va->t->name, l[a].def,
+                          l[a].last, vb->t->name, l[b].def, l[b].last);
+        }
+    }
+    free(l);
     ck_assert(p->arena_bytes >= p->lower_bound && p->arena_bytes <= p->naive_bytes + 64 * (size_t)p->n_values);
 }
 
@@ -163,6 +186,19 @@ static te_status mlp_step(void *ctx, te_tensor *const *in, te_tensor **out)
     return st == TE_OK && m->opt ? te_optim_step(m->opt) : st;
 }
 
+/* A layer norm whose output the matmul's backward reads at the end:
+ * y = exp(tanh(ln(x) @ w^T)^2); the norm's gamma is b. */
+static te_status ln_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    model *m = ctx;
+    te_tensor *h = te_layernorm(in[0], m->b, NULL, 1e-5f);
+    te_tensor *y = te_tanh(te_matmul_t(h, m->w, false, true));
+    y = te_exp(te_mul(y, y));
+    out[0] = te_mean(y, TE_ALL, false);
+    out[1] = y;
+    return te_backward(out[0]);
+}
+
 /* Runs fn once in eager mode and once compiled (with `disable`), from the
  * same parameters, and checks the outputs and parameter gradients agree. */
 typedef struct {
@@ -198,6 +234,38 @@ static void run_free(run_out *r)
 
 /* ---- passes -------------------------------------------------------------------- */
 
+/* The layer norm's output is computed again just before the matmul's
+ * backward, in a second place in the arena, with the same bits; the pass
+ * turned off leaves one long life. */
+START_TEST(test_recompute)
+{
+    model m = { .w = param("w", te_shape(8, 16), -1, 1), .b = param("b", te_shape(16), 0.5f, 1.5f) };
+    te_tensor *in[1] = { input(te_shape(8, 16), 3) };
+    run_out e = run_mode(ln_step, &m, TE_MODE_EAGER, 0, in, 1);
+    run_out g = run_mode(ln_step, &m, TE_MODE_GRAPH, ALL_PASSES, in, 1);
+    run_out off = run_mode(ln_step, &m, TE_MODE_GRAPH, TE_PASS_RECOMPUTE, in, 1);
+    ck_assert_int_eq(count_kernels(g.g, TG_K_RECOMPUTE, 0), 1);
+    ck_assert_int_eq(count_kernels(off.g, TG_K_RECOMPUTE, 0), 0);
+    const tg_plan *p = tg_graph_plan(g.g);
+    const tg_value *h = value_named(g.g, "ln:out0");
+    ck_assert_int_ge(h->recompute, 0);
+    ck_assert(p->kernels[h->recompute].node == h->t->node);
+    ck_assert(p->kernels[h->recompute].phase == TE_PHASE_BACKWARD);
+    ck_assert_int_lt(h->fwd_last, h->recompute - 2); /* not in memory in between */
+    ck_assert_int_lt(value_named(off.g, "ln:out0")->recompute, 0);
+    ck_assert_int_gt(value_named(off.g, "ln:out0")->last_use, h->fwd_last);
+    assert_close(e.out[0], g.out[0], 1, 0, "loss"); /* the same kernels: bit for bit */
+    assert_close(e.out[1], g.out[1], 64, 0, "y");
+    assert_close(e.grad_w, g.grad_w, 128, 0, "grad w");
+    assert_close(off.grad_w, g.grad_w, 128, 0, "grad w, no recompute");
+    assert_plan_sound(g.g);
+    assert_plan_sound(off.g);
+    run_free(&e);
+    run_free(&g);
+    run_free(&off);
+}
+END_TEST
+
 START_TEST(test_fuse_elementwise)
 {
     model m = { .w = param("w", te_shape(8, 16), -1, 1), .b = param("b", te_shape(16), -1, 1) };
@@ -214,10 +282,11 @@ START_TEST(test_fuse_elementwise)
     ck_assert_int_eq(fused, 4);
     /* add's result is read only by scale (whose backward needs nothing) and
      * scale's only by tanh (whose backward reads tanh's output): neither
-     * exists in memory. mul's is read by add's backward; tanh's by its own. */
+     * exists in memory. mul's is read only by add, whose backward reads
+     * neither operand: not in memory either. tanh's is read by its own. */
     ck_assert(!value_named(g.g, "add:out0")->materialized);
     ck_assert(!value_named(g.g, "scale:out0")->materialized);
-    ck_assert(value_named(g.g, "mul:out0")->materialized);
+    ck_assert(!value_named(g.g, "mul:out0")->materialized);
     ck_assert(value_named(g.g, "tanh:out0")->materialized);
     assert_close(e.out[1], g.out[1], 128, 0, "y"); /* the same formulas: bit for bit */
     assert_close(e.out[0], g.out[0], 1, 0, "loss");
@@ -557,7 +626,7 @@ START_TEST(test_save_graph)
                                                                .n_outputs = 2, .name = "mlp", .save_dir = dir });
     ck_assert(te_graph_run(g, in, out) == TE_OK);
     char path[512], text[65536];
-    snprintf(path, sizeof path, "%s/mlp-v0-10-memory.txt", dir);
+    snprintf(path, sizeof path, "%s/mlp-v0-11-memory.txt", dir);
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "no %s", path);
     size_t n = fread(text, 1, sizeof text - 1, f);
@@ -567,7 +636,7 @@ START_TEST(test_save_graph)
                            "live [", "at +", "arena: ", "planned peak", "grad/fc2/linear (LinearGrad)" };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(text, want[i]), "no '%s' in %s:\n%s", want[i], path, text);
-    for (int stage = 0; stage <= 10; stage++) { /* one file per pass */
+    for (int stage = 0; stage <= 11; stage++) { /* one file per pass */
         char pat[600];
         snprintf(pat, sizeof pat, "ls %s/mlp-v0-%02d-*.txt >/dev/null 2>&1", dir, stage);
         ck_assert_msg(system(pat) == 0, "no file for stage %d in %s", stage, dir);
@@ -918,6 +987,7 @@ Suite *suite_graph(void)
     TCase *tc = tcase_create("passes");
     tcase_add_checked_fixture(tc, tu_setup, teardown);
     tcase_add_test(tc, test_fuse_elementwise);
+    tcase_add_test(tc, test_recompute);
     tcase_add_test(tc, test_dce_fold_cse);
     tcase_add_test(tc, test_fuse_activation);
     tcase_add_test(tc, test_bn_fold);

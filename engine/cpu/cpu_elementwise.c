@@ -205,6 +205,11 @@ static void binary_grad(te_node *n, int which, grad_row_fn row)
     bcast p;
     bcast_plan(&p, a, b, y);
     const float *A = te_f32(a), *B = te_f32(b), *G = te_f32(y->grad);
+    /* Add's and Sub's rows read neither operand (te_op_bwd_reads: none), so
+     * graph mode may have left them out of memory: point at the gradient,
+     * which spans every index an operand's row takes. */
+    if (row == pass_grad || row == neg_grad)
+        A = B = G;
     const int64_t sa = p.sa[p.k - 1], sb = p.sb[p.k - 1], sd = which ? sb : sa;
     const bool full = x->numel == y->numel;
     if (!full && !acc)

@@ -97,6 +97,9 @@ static te_status run_kernel(const tg_kernel *k, int base)
     case TG_K_BN_FOLD: return tg_bn_fold_run((tg_kernel *)k);
     case TG_K_ATTN: return tg_attn_forward(k->attn);
     case TG_K_ATTN_BWD: return tg_attn_backward(k->attn);
+    case TG_K_RECOMPUTE: /* into the output's backward life; the same bits again */
+        k->node->out[0]->data = k->redo_data;
+        return run_node(k, k->node, false);
     case TG_K_SEED: return run_seed(k);
     case TG_K_OPTIM: /* it reports its updates itself, numbered from here */
         te_set_exec_index(base + k->exec);
@@ -116,6 +119,8 @@ te_status tg_execute(tg_plan *p, te_tensor *const *inputs, te_tensor **outputs)
         val->t->grad_valid = false;
         if (val->kind == TG_INPUT)
             val->t->data = inputs[val->input]->data;
+        if (val->recompute >= 0) /* back to its forward life */
+            val->t->data = (char *)p->arena + val->offset;
     }
     int base = te_exec_index();
     for (int i = 0; i < p->n_kernels; i++) {

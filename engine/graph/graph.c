@@ -198,7 +198,8 @@ static unsigned env_disabled(void)
         unsigned bit;
     } names[] = { { "dce", TE_PASS_DCE }, { "fold", TE_PASS_FOLD }, { "cse", TE_PASS_CSE },
                   { "bn-fold", TE_PASS_BN_FOLD }, { "fuse-act", TE_PASS_FUSE_ACT },
-                  { "fuse-ew", TE_PASS_FUSE_EW }, { "fuse-attn", TE_PASS_FUSE_ATTN } };
+                  { "fuse-ew", TE_PASS_FUSE_EW }, { "fuse-attn", TE_PASS_FUSE_ATTN },
+                  { "recompute", TE_PASS_RECOMPUTE } };
     const char *env = getenv("TDBG_GRAPH_DISABLE");
     unsigned bits = 0;
     while (env && *env) {
@@ -246,6 +247,7 @@ static te_status compile(te_graph *g, tg_plan *p)
         { "fuse-act", TE_PASS_FUSE_ACT, tg_pass_fuse_act },
         { "fuse-act-grad", TE_PASS_FUSE_ACT, tg_pass_fuse_act_grad },
         { "fuse-ew", TE_PASS_FUSE_EW, tg_pass_fuse_elementwise },
+        { "recompute", TE_PASS_RECOMPUTE, tg_pass_recompute }, /* last: it sees the final kernels */
     };
     int stage = 0;
     save_stage(g, p, stage++, "trace");

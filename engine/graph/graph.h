@@ -38,6 +38,11 @@ typedef struct tg_value {
     bool materialized;  /* TG_TEMP: written to memory (false inside a fused kernel) */
     int def, last_use;  /* first kernel writing it, last kernel reading it; -1: none */
     size_t offset;      /* TG_TEMP: bytes into the arena */
+    /* Recomputed for the backward (pass_recompute.c): the kernel that does
+     * it, or -1. The value then has two lives: [def, fwd_last] at offset and
+     * [recompute, last_use] at offset2. */
+    int recompute, fwd_last;
+    size_t offset2;
 } tg_value;
 
 /* ---- kernels --------------------------------------------------------------- */
@@ -55,6 +60,7 @@ typedef enum {
     TG_K_BN_FOLD,   /* eval: conv with batch norm folded into weights and bias */
     TG_K_ATTN,      /* causal attention's chain scores..out in one kernel (tg_attn) */
     TG_K_ATTN_BWD,  /* the backward of that chain in one kernel */
+    TG_K_RECOMPUTE, /* a forward node run again in the backward, unreported (pass_recompute.c) */
 } tg_kkind;
 
 /* An op as the user wrote it, and where the kernel reports it. */
@@ -111,6 +117,7 @@ typedef struct tg_kernel {
     tg_attn *attn;          /* ATTN, ATTN_BWD */
     char *desc;             /* "k3 fused-act: fc1/linear, fc1/relu", for hooks */
     te_tensor *fold_w, *fold_b; /* BN_FOLD: the folded weight and bias (arena scratch) */
+    void *redo_data;        /* RECOMPUTE: where the node's output lives from this kernel on */
 } tg_kernel;
 
 /* ---- a compiled variant ---------------------------------------------------- */
@@ -169,6 +176,8 @@ tg_plan *tg_trace_step(te_step_fn fn, void *ctx, te_tensor *const *inputs, int n
 int tg_value_of(const tg_plan *p, const te_tensor *t); /* -1 if t is not in the plan */
 int tg_value_add(tg_plan *p, te_tensor *t, tg_kind kind);
 tg_kernel *tg_kernel_add(tg_plan *p, tg_kkind kind, te_phase phase);
+/* A new kernel at position pos; the kernels from pos on move up one. */
+tg_kernel *tg_kernel_insert(tg_plan *p, int pos, tg_kkind kind, te_phase phase);
 void tg_compact(tg_plan *p);  /* drops removed kernels */
 /* Appends from's original ops to to's (fusing kernels, merging ops). */
 void tg_origin_move(tg_kernel *to, tg_kernel *from);
@@ -198,6 +207,7 @@ int tg_pass_fuse_act(tg_plan *p);
 int tg_pass_fuse_act_grad(tg_plan *p);
 int tg_pass_fuse_elementwise(tg_plan *p);
 int tg_pass_fuse_attention(tg_plan *p);
+int tg_pass_recompute(tg_plan *p);
 /* Liveness, arena offsets, binding; verifies the plan. */
 te_status tg_plan_memory(tg_plan *p);
 

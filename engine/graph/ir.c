@@ -109,7 +109,8 @@ int tg_value_add(tg_plan *p, te_tensor *t, tg_kind kind)
     p->values = grow(p->values, &p->cap_values, p->n_values + 1, sizeof *p->values);
     int id = p->n_values++;
     p->values[id] = (tg_value){ .t = t, .kind = kind, .input = -1, .grad_of = -1,
-                                .materialized = kind == TG_TEMP, .def = -1, .last_use = -1 };
+                                .materialized = kind == TG_TEMP, .def = -1, .last_use = -1,
+                                .recompute = -1, .fwd_last = -1 };
     map_put(p->map, t, id);
     return id;
 }
@@ -122,6 +123,15 @@ tg_kernel *tg_kernel_add(tg_plan *p, tg_kkind kind, te_phase phase)
     k->kind = kind;
     k->phase = phase;
     return k;
+}
+
+tg_kernel *tg_kernel_insert(tg_plan *p, int pos, tg_kkind kind, te_phase phase)
+{
+    tg_kernel_add(p, kind, phase);
+    tg_kernel k = p->kernels[p->n_kernels - 1];
+    memmove(&p->kernels[pos + 1], &p->kernels[pos], (size_t)(p->n_kernels - 1 - pos) * sizeof k);
+    p->kernels[pos] = k;
+    return &p->kernels[pos];
 }
 
 static void kernel_free(tg_kernel *k)
@@ -219,6 +229,7 @@ int tg_kernel_reads(const tg_plan *p, const tg_kernel *k, int *ids)
     switch (k->kind) {
     case TG_K_FWD:
     case TG_K_ACT:
+    case TG_K_RECOMPUTE:
         node_inputs(p, k->node, ids, &c);
         break;
     case TG_K_BN_FOLD: /* the conv's inputs, the batch norm's parameters and statistics */
@@ -290,6 +301,7 @@ int tg_kernel_writes(const tg_plan *p, const tg_kernel *k, int *ids)
     int c = 0;
     switch (k->kind) {
     case TG_K_FWD:
+    case TG_K_RECOMPUTE:
         node_outputs(p, k->node, ids, &c);
         break;
     case TG_K_ACT:

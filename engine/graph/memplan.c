@@ -18,7 +18,12 @@ te_status tg_plan_memory(tg_plan *p)
     for (int v = 0; v < p->n_values; v++) {
         p->values[v].def = -1;
         p->values[v].last_use = -1;
+        p->values[v].recompute = -1;
+        p->values[v].fwd_last = -1;
     }
+    for (int k = 0; k < p->n_kernels; k++)
+        if (p->kernels[k].kind == TG_K_RECOMPUTE)
+            p->values[tg_value_of(p, p->kernels[k].node->out[0])].recompute = k;
     int ids[TG_IO_MAX];
     for (int k = 0; k < p->n_kernels; k++) {
         int n = tg_kernel_writes(p, &p->kernels[k], ids);
@@ -26,7 +31,10 @@ te_status tg_plan_memory(tg_plan *p)
             tg_value *v = &p->values[ids[j]];
             if (v->def < 0)
                 v->def = k;
-            v->last_use = k; /* accumulating writes read the old value */
+            if (k < v->recompute) /* its forward life */
+                v->fwd_last = k;
+            else
+                v->last_use = k; /* accumulating writes read the old value */
         }
         n = tg_kernel_reads(p, &p->kernels[k], ids);
         for (int j = 0; j < n; j++) {
@@ -36,14 +44,19 @@ te_status tg_plan_memory(tg_plan *p)
                              v->t->name);
                 return TE_ERR_STATE;
             }
-            v->last_use = k;
+            if (k < v->recompute)
+                v->fwd_last = k;
+            else
+                v->last_use = k;
         }
     }
     /* The temporaries that take memory, in value order. */
     int n = 0;
-    int *which = malloc((size_t)(p->n_values ? p->n_values : 1) * sizeof *which);
-    te_plan_buf *bufs = malloc((size_t)(p->n_values ? p->n_values : 1) * sizeof *bufs);
-    size_t *off = malloc((size_t)(p->n_values ? p->n_values : 1) * sizeof *off);
+    /* A recomputed value takes two buffers: which[] names it twice, in a row. */
+    size_t cap = 2 * (size_t)(p->n_values ? p->n_values : 1);
+    int *which = malloc(cap * sizeof *which);
+    te_plan_buf *bufs = malloc(cap * sizeof *bufs);
+    size_t *off = malloc(cap * sizeof *off);
     if (!which || !bufs || !off) {
         free(which);
         free(bufs);
@@ -61,7 +74,12 @@ te_status tg_plan_memory(tg_plan *p)
         }
         if (val->output || val->observed)
             val->last_use = p->n_kernels;
-        bufs[n] = (te_plan_buf){ .size = val->t->nbytes, .def = val->def, .last_use = val->last_use };
+        if (val->recompute >= 0) {
+            bufs[n] = (te_plan_buf){ .size = val->t->nbytes, .def = val->def, .last_use = val->fwd_last };
+            which[n++] = v;
+        }
+        bufs[n] = (te_plan_buf){ .size = val->t->nbytes, .def = val->recompute >= 0 ? val->recompute : val->def,
+                                 .last_use = val->last_use };
         which[n++] = v;
         p->naive_bytes += val->t->nbytes;
     }
@@ -80,6 +98,10 @@ te_status tg_plan_memory(tg_plan *p)
             val->t->data = (char *)p->arena + off[i];
             if (val->last_use < p->n_kernels)
                 val->t->flags |= TE_TENSOR_TRANSIENT;
+            if (val->recompute >= 0) { /* the next buffer is its backward life */
+                val->offset2 = off[++i];
+                p->kernels[val->recompute].redo_data = (char *)p->arena + off[i];
+            }
         }
     free(which);
     free(bufs);

@@ -9,7 +9,7 @@ const char *tg_kernel_kind_name(tg_kkind k)
 {
     static const char *const names[] = { "fwd", "bwd", "seed", "optim", "clip", "zero_grad",
                                          "fused-act", "fused-act-grad", "fused-ew", "bn-fold",
-                                         "fused-attention", "fused-attention-grad" };
+                                         "fused-attention", "fused-attention-grad", "recompute" };
     return names[k];
 }
 
@@ -81,6 +81,10 @@ void tg_print(const tg_plan *p, FILE *f, const char *title)
         if (val->kind == TG_TEMP) {
             if (!val->materialized)
                 fprintf(f, " not in memory");
+            else if (val->recompute >= 0)
+                fprintf(f, " live [%d,%d] %zu bytes at +%zu, recomputed: live [%d,%d] at +%zu", val->def,
+                        val->fwd_last, val->t->nbytes, val->offset, val->recompute, val->last_use,
+                        val->offset2);
             else if (val->def >= 0)
                 fprintf(f, " live [%d,%d] %zu bytes at +%zu", val->def, val->last_use, val->t->nbytes,
                         val->offset);
