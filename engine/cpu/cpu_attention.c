@@ -9,143 +9,174 @@
  * with Z_ij = 1/(1-p) where dropout keeps element (b,h,i,j) of the [B,H,T,T]
  * probabilities (the composed Dropout's draw at the same flat index), else 0.
  *
- * Forward: each (b, h, block of BQ query rows) runs over the key blocks up
- * to its diagonal with the online softmax (a running max m_i and sum l_i;
- * the partial o_i is rescaled when m_i grows), then o_i /= l_i and only
- * lse_i = m_i + log l_i is kept for the backward. Keys after the query are
- * skipped, not filled with -inf.
+ * Work goes by square tiles of TB query rows against TB keys. Each tile's
+ * products are small matrix products C (+)= X Y on copies padded with zeros
+ * to whole tiles (T up to a multiple of TB, D up to a multiple of 16), done
+ * by one register-blocked micro-kernel (4 rows x 16 columns of C held in
+ * vector registers); the exponentials are cpu_math.h's vectorising exp.
+ * Keys after a query, and padding, are masked when the tile's scores are
+ * turned into probabilities (P = 0).
  *
- * Backward: per (b, h), per key block, over the query blocks from the
- * diagonal on, the scores are recomputed from lse tile by tile:
- *   dA_ij = dO_i . v_j,  dP_ij = dA_ij Z_ij,  dS_ij = P_ij (dP_ij - D_i),
- *   D_i = dO_i . o_i (= sum_j P_ij dP_ij, dropout included),
- *   dv_j += A_ij dO_i,  dq_i += scale dS_ij k_j,  dk_j += scale dS_ij q_i.
- * A (b,h) slice is one thread's: dq gathers over key blocks with no atomics
- * and the result does not depend on the thread count.
+ * Forward: each (b, h, query tile) runs over the key tiles up to its
+ * diagonal with the online softmax (a running max m_i and sum l_i; the
+ * partial o_i is rescaled when m_i grows): S = Q K^T, P = exp(scale S - m),
+ * O += (P Z) V; then o_i /= l_i and only lse_i = m_i + log l_i is kept for
+ * the backward.
  *
- * Inner loops run over a tile's keys (k and v transposed into the tile, so
- * q . k_j for all j is a sequence of axpys) or over D: plain loops that the
- * compiler vectorises.
+ * Backward: per (b, h), per key tile, over the query tiles from the diagonal
+ * on, the probabilities are recomputed from lse:
+ *   dA = dO V^T,  dP = dA Z,  dS = scale P (dP - D_i),  D_i = dO_i . o_i
+ *   (= sum_j A_ij dP_ij, dropout included),
+ *   dV += A^T dO,  dK += dS^T Q,  dQ += dS K.
+ * A (b,h) slice is one thread's: dq gathers over key tiles with no atomics,
+ * in a fixed order, and the result does not depend on the thread count.
+ *
+ * The tile functions are cloned for AVX-512, AVX2 and the baseline
+ * (CPU_CLONES); without FMA contraction (-std=c11) every clone gives the
+ * same bits.
  */
 #include "cpu_kernels.h"
+#include "cpu_math.h"
 #include "graph/graph.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define BQ 32 /* query rows per forward work item */
-#define BK 64 /* keys per tile */
+#define TB 64 /* query rows and keys per tile */
+#define MR 4  /* micro-kernel rows */
+#define NR 16 /* micro-kernel columns: two 8-float vectors */
 
-/* The dropout factor of element (b,h,i,j): flat index idx in [B,H,T,T]. */
-static inline float drop_factor(uint64_t seed, int64_t idx, float p, float keep_scale)
+typedef float v8 __attribute__((vector_size(32)));
+/* the same, at any float's address, aliasing floats: loads and stores */
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+#define ld8(p) (*(const v8u *)(p))
+#define st8(p, x) (*(v8u *)(p) = (x))
+
+/* C[M][N] = X[M][K] Y[K][N] (+ C when acc); M a multiple of MR, N of NR;
+ * row strides ldc, ldx, ldy. */
+static inline void mm(float *restrict C, int ldc, const float *restrict X, int ldx, const float *restrict Y,
+                      int ldy, int M, int N, int K, bool acc)
 {
-    return te_dropout_keep(seed, idx, p) * keep_scale; /* the composed Dropout's draw */
+    for (int i = 0; i < M; i += MR)
+        for (int j = 0; j < N; j += NR) {
+            v8 c[MR][2];
+            for (int r = 0; r < MR; r++)
+                for (int h = 0; h < 2; h++)
+                    c[r][h] = acc ? (v8)ld8(C + (size_t)(i + r) * ldc + j + 8 * h) : (v8){ 0 };
+            const float *x = X + (size_t)i * ldx;
+            for (int k = 0; k < K; k++) {
+                const v8 y0 = ld8(Y + (size_t)k * ldy + j), y1 = ld8(Y + (size_t)k * ldy + j + 8);
+                for (int r = 0; r < MR; r++) {
+                    const float xr = x[(size_t)r * ldx + k];
+                    c[r][0] += xr * y0;
+                    c[r][1] += xr * y1;
+                }
+            }
+            for (int r = 0; r < MR; r++)
+                for (int h = 0; h < 2; h++)
+                    st8(C + (size_t)(i + r) * ldc + j + 8 * h, c[r][h]);
+        }
 }
 
-/* kt [D][BK] = the n keys k[j0 .. j0+n) transposed. */
-static void load_t(const float *restrict k, int j0, int n, int D, float *restrict kt)
+/* The padded row length: D up to a multiple of NR. */
+static int pad_d(int D)
 {
-    for (int jj = 0; jj < n; jj++)
+    return (D + NR - 1) / NR * NR;
+}
+
+/* dst[TB][DP] = src rows r0 .. r0+TB (rows >= T and columns >= D: 0). */
+static inline void load_rows(const float *restrict src, int r0, int T, int D, int DP, float *restrict dst)
+{
+    memset(dst, 0, (size_t)TB * DP * sizeof *dst);
+    for (int r = 0; r < TB && r0 + r < T; r++)
+        memcpy(dst + (size_t)r * DP, src + (size_t)(r0 + r) * D, (size_t)D * sizeof *dst);
+}
+
+/* dst[DP][TB] = the same rows transposed. */
+static inline void load_cols(const float *restrict src, int r0, int T, int D, float *restrict dst, int DP)
+{
+    memset(dst, 0, (size_t)DP * TB * sizeof *dst);
+    for (int r = 0; r < TB && r0 + r < T; r++)
         for (int d = 0; d < D; d++)
-            kt[(size_t)d * BK + jj] = k[(size_t)(j0 + jj) * D + d];
+            dst[(size_t)d * TB + r] = src[(size_t)(r0 + r) * D + d];
 }
 
-/* s[0..n) = scale * q . kt[:, 0..n) */
-static void row_dots(const float *restrict q, const float *restrict kt, int n, int D, float scale,
-                     float *restrict s)
+/* Per-thread scratch, 64-byte aligned: the float counts of each part. */
+static float *scratch(size_t n)
 {
-    for (int jj = 0; jj < n; jj++)
-        s[jj] = 0.0f;
-    for (int d = 0; d < D; d++) {
-        const float qd = q[d];
-        const float *restrict kd = kt + (size_t)d * BK;
-#pragma omp simd
-        for (int jj = 0; jj < n; jj++)
-            s[jj] += qd * kd[jj];
-    }
-    for (int jj = 0; jj < n; jj++)
-        s[jj] *= scale;
+    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    if (!p)
+        abort(); /* tens of KB per thread */
+    return p;
 }
 
-/* y[0..D) += a * x[0..D) */
-static inline void axpy(float a, const float *restrict x, float *restrict y, int D)
+/* sum of x[0..TB) in 8 lanes, a fixed order */
+static inline float sum_tile(const float *x)
 {
-#pragma omp simd
-    for (int d = 0; d < D; d++)
-        y[d] += a * x[d];
-}
-
-static inline float dot(const float *restrict x, const float *restrict y, int D)
-{
+    v8 acc = ld8(x);
+    for (int c = 8; c < TB; c += 8)
+        acc += ld8(x + c);
     float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int d = 0; d < D; d++)
-        s += x[d] * y[d];
+    for (int h = 0; h < 8; h++)
+        s += acc[h];
     return s;
 }
 
-void cpu_attention_forward(const cpu_attn *a, const float *q, const float *k, const float *v, float *o,
-                           float *lse)
+/* Query tile it of slice bh (q, k, v, o, lse point at the slice): o and lse
+ * of its rows. ws holds 4 TB*DP + TB*TB floats. */
+CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *k, const float *v, float *o,
+                                float *lse, int64_t bh, int it, float *ws)
 {
-    const int BH = a->B * a->H, T = a->T, D = a->D, nqb = (T + BQ - 1) / BQ;
-    const float keep_scale = a->p > 0.0f ? 1.0f / (1.0f - a->p) : 1.0f;
-#pragma omp parallel
-    {
-        float *kt = malloc((size_t)D * BK * sizeof *kt);
-        float s[BK], m[BQ], l[BQ];
-        if (!kt)
-            abort(); /* a few KB per thread */
-#pragma omp for schedule(dynamic)
-        for (int64_t item = 0; item < (int64_t)BH * nqb; item++) {
-            const int64_t bh = item / nqb;
-            const int i0 = (int)(item % nqb) * BQ, i1 = i0 + BQ < T ? i0 + BQ : T;
-            const size_t base = (size_t)bh * T * D;
-            for (int i = i0; i < i1; i++) {
-                m[i - i0] = -INFINITY;
-                l[i - i0] = 0.0f;
-                memset(o + base + (size_t)i * D, 0, (size_t)D * sizeof *o);
-            }
-            for (int j0 = 0; j0 < i1; j0 += BK) {
-                const int nk = j0 + BK < i1 ? BK : i1 - j0;
-                load_t(k + base, j0, nk, D, kt);
-                for (int i = i0; i < i1; i++) {
-                    const int n = i - j0 + 1 < nk ? i - j0 + 1 : nk; /* keys j <= i */
-                    if (n <= 0)
-                        continue;
-                    float *oi = o + base + (size_t)i * D;
-                    row_dots(q + base + (size_t)i * D, kt, n, D, a->scale, s);
-                    float mx = m[i - i0];
-                    for (int jj = 0; jj < n; jj++)
-                        mx = s[jj] > mx ? s[jj] : mx;
-                    const float alpha = expf(m[i - i0] - mx); /* 0 on the first tile */
-                    float sum = 0.0f;
-                    for (int jj = 0; jj < n; jj++) {
-                        s[jj] = expf(s[jj] - mx);
-                        sum += s[jj];
-                    }
-                    l[i - i0] = l[i - i0] * alpha + sum;
-                    m[i - i0] = mx;
-                    if (alpha != 1.0f)
-                        for (int d = 0; d < D; d++)
-                            oi[d] *= alpha;
-                    const int64_t row = ((int64_t)bh * T + i) * T + j0;
-                    for (int jj = 0; jj < n; jj++) {
-                        const float w = a->p > 0.0f ? s[jj] * drop_factor(a->seed, row + jj, a->p, keep_scale)
-                                                    : s[jj];
-                        axpy(w, v + base + (size_t)(j0 + jj) * D, oi, D);
-                    }
-                }
-            }
-            for (int i = i0; i < i1; i++) {
-                float *oi = o + base + (size_t)i * D;
-                const float inv = 1.0f / l[i - i0];
-                for (int d = 0; d < D; d++)
-                    oi[d] *= inv;
-                lse[(size_t)bh * T + i] = m[i - i0] + logf(l[i - i0]);
+    const int T = a->T, D = a->D, DP = pad_d(D), i0 = it * TB;
+    float *qb = ws, *kt = qb + (size_t)TB * DP, *vb = kt + (size_t)DP * TB, *ob = vb + (size_t)TB * DP,
+          *s = ob + (size_t)TB * DP;
+    float m[TB], l[TB];
+    const bool drop = a->p > 0.0f;
+    const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f;
+    const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
+    load_rows(q, i0, T, D, DP, qb);
+    memset(ob, 0, (size_t)TB * DP * sizeof *ob);
+    for (int r = 0; r < TB; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    const int nrow = i0 + TB < T ? TB : T - i0;
+    for (int j0 = 0; j0 <= i0; j0 += TB) {
+        load_cols(k, j0, T, D, kt, DP);
+        load_rows(v, j0, T, D, DP, vb);
+        mm(s, TB, qb, DP, kt, TB, TB, TB, DP, false);
+        for (int r = 0; r < nrow; r++) {
+            const int i = i0 + r, n = i - j0 + 1 < TB ? i - j0 + 1 : TB; /* keys j <= i */
+            float *sr = s + (size_t)r * TB;
+            for (int c = 0; c < TB; c++)
+                sr[c] = c < n ? sr[c] * a->scale : -INFINITY;
+            float mx = m[r];
+            for (int c = 0; c < n; c++)
+                mx = sr[c] > mx ? sr[c] : mx;
+            const float alpha = cpu_exp_nonpos(m[r] - mx); /* 0 on the first tile */
+            for (int c = 0; c < TB; c++)
+                sr[c] = cpu_exp_nonpos(sr[c] - mx); /* masked: 0 */
+            l[r] = l[r] * alpha + sum_tile(sr);
+            m[r] = mx;
+            if (alpha != 1.0f)
+                for (int d = 0; d < DP; d++)
+                    ob[(size_t)r * DP + d] *= alpha;
+            if (drop) {
+                const int64_t row = (bh * T + i) * T + j0;
+                for (int c = 0; c < n; c++)
+                    sr[c] *= te_dropout_kept(key, thr, row + c) ? keep_scale : 0.0f;
             }
         }
-        free(kt);
+        for (int r = nrow; r < TB; r++)
+            memset(s + (size_t)r * TB, 0, TB * sizeof *s);
+        mm(ob, DP, s, TB, vb, DP, TB, DP, TB, true);
+    }
+    for (int r = 0; r < nrow; r++) {
+        const float inv = 1.0f / l[r];
+        for (int d = 0; d < D; d++)
+            o[(size_t)(i0 + r) * D + d] = ob[(size_t)r * DP + d] * inv;
+        lse[i0 + r] = m[r] + logf(l[r]);
     }
 }
 
@@ -160,58 +191,121 @@ static void store(float *restrict dst, const float *restrict src, size_t n, bool
         dst[i] += src[i];
 }
 
+/* dst rows r0 .. r0+n (row length D) from the padded src[n][DP], set or added. */
+static void store_rows(float *restrict dst, const float *restrict src, int r0, int n, int D, int DP, bool acc)
+{
+    for (int r = 0; r < n; r++)
+        store(dst + (size_t)(r0 + r) * D, src + (size_t)r * DP, (size_t)D, acc);
+}
+
+/* The backward of slice bh (every pointer at the slice). ws holds
+ * 3 T'*DP + T' + 5 TB*DP + 4 TB*TB floats, T' = T up to a multiple of TB. */
+CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float *k, const float *v,
+                                 const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                                 float *dv, const cpu_attn_grads *g, int64_t bh, float *ws)
+{
+    const int T = a->T, D = a->D, DP = pad_d(D), nt = (T + TB - 1) / TB, TP = nt * TB;
+    const size_t td = (size_t)TB * DP, tt = (size_t)TB * TB;
+    float *qp = ws, *dop = qp + (size_t)TP * DP, *dqp = dop + (size_t)TP * DP, *drow = dqp + (size_t)TP * DP;
+    float *kt = drow + TP, *vt = kt + td, *kb = vt + td, *dkb = kb + td, *dvb = dkb + td;
+    float *s = dvb + td, *da = s + tt, *at = da + tt, *dst = at + tt;
+    const bool drop = a->p > 0.0f;
+    const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f, scale = a->scale;
+    const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
+    for (int t = 0; t < nt; t++) {
+        load_rows(q, t * TB, T, D, DP, qp + (size_t)t * td);
+        load_rows(dout, t * TB, T, D, DP, dop + (size_t)t * td);
+    }
+    for (int i = 0; i < TP; i++) {
+        float d = 0.0f;
+        for (int c = 0; c < D && i < T; c++)
+            d += dout[(size_t)i * D + c] * o[(size_t)i * D + c];
+        drow[i] = d;
+    }
+    memset(dqp, 0, (size_t)TP * DP * sizeof *dqp);
+    for (int jt = 0; jt < nt; jt++) {
+        const int j0 = jt * TB, nk = j0 + TB < T ? TB : T - j0;
+        load_cols(k, j0, T, D, kt, DP);
+        load_cols(v, j0, T, D, vt, DP);
+        load_rows(k, j0, T, D, DP, kb);
+        memset(dkb, 0, td * sizeof *dkb);
+        memset(dvb, 0, td * sizeof *dvb);
+        for (int it = jt; it < nt; it++) {
+            const int i0 = it * TB;
+            const float *qi = qp + (size_t)it * td, *doi = dop + (size_t)it * td;
+            mm(s, TB, qi, DP, kt, TB, TB, TB, DP, false);
+            mm(da, TB, doi, DP, vt, TB, TB, TB, DP, false);
+            for (int r = 0; r < TB; r++) {
+                const int i = i0 + r;
+                const int n = i >= T ? 0 : i - j0 + 1 < TB ? i - j0 + 1 : TB; /* keys j <= i */
+                float *sr = s + (size_t)r * TB, *dar = da + (size_t)r * TB;
+                const float li = i < T ? lse[i] : 0.0f, di = drow[i];
+                for (int c = 0; c < TB; c++) {
+                    const float pr = c < n ? cpu_exp_nonpos(sr[c] * scale - li) : 0.0f;
+                    at[(size_t)c * TB + r] = pr;
+                    sr[c] = pr;
+                }
+                if (drop) {
+                    const int64_t row = (bh * T + i) * T + j0;
+                    for (int c = 0; c < n; c++) {
+                        const float z = te_dropout_kept(key, thr, row + c) ? keep_scale : 0.0f;
+                        at[(size_t)c * TB + r] = sr[c] * z;
+                        dar[c] *= z;
+                    }
+                }
+                for (int c = 0; c < TB; c++) {
+                    const float ds = scale * sr[c] * (dar[c] - di);
+                    sr[c] = ds;
+                    dst[(size_t)c * TB + r] = ds;
+                }
+            }
+            mm(dvb, DP, at, TB, doi, DP, TB, DP, TB, true);
+            mm(dkb, DP, dst, TB, qi, DP, TB, DP, TB, true);
+            mm(dqp + (size_t)it * td, DP, s, TB, kb, DP, TB, DP, TB, true);
+        }
+        if (dk)
+            store_rows(dk, dkb, j0, nk, D, DP, g->acc_k);
+        if (dv)
+            store_rows(dv, dvb, j0, nk, D, DP, g->acc_v);
+    }
+    if (dq)
+        store_rows(dq, dqp, 0, T, D, DP, g->acc_q);
+}
+
+void cpu_attention_forward(const cpu_attn *a, const float *q, const float *k, const float *v, float *o,
+                           float *lse)
+{
+    const int BH = a->B * a->H, T = a->T, DP = pad_d(a->D), nt = (T + TB - 1) / TB;
+#pragma omp parallel
+    {
+        float *ws = scratch(4 * (size_t)TB * DP + (size_t)TB * TB);
+#pragma omp for schedule(dynamic)
+        for (int64_t item = 0; item < (int64_t)BH * nt; item++) {
+            const int64_t bh = item / nt;
+            const size_t base = (size_t)bh * T * a->D;
+            /* the longest tiles (most key tiles) first */
+            const int it = nt - 1 - (int)(item % nt);
+            fwd_tile(a, q + base, k + base, v + base, o + base, lse + (size_t)bh * T, bh, it, ws);
+        }
+        free(ws);
+    }
+}
+
 void cpu_attention_backward(const cpu_attn *a, const float *q, const float *k, const float *v,
                             const float *o, const float *lse, const float *dout, const cpu_attn_grads *g)
 {
-    const int BH = a->B * a->H, T = a->T, D = a->D;
-    const float keep_scale = a->p > 0.0f ? 1.0f / (1.0f - a->p) : 1.0f;
+    const int BH = a->B * a->H, T = a->T, D = a->D, DP = pad_d(D), TP = (T + TB - 1) / TB * TB;
 #pragma omp parallel
     {
-        const size_t tile = (size_t)D * BK;
-        float *buf = malloc((4 * tile + (size_t)T) * sizeof *buf);
-        if (!buf)
-            abort(); /* a few KB per thread */
-        float *kt = buf, *vt = kt + tile, *dkt = vt + tile, *dvt = dkt + tile, *drow = dvt + tile;
-        float s[BK], dp[BK];
+        float *ws = scratch(3 * (size_t)TP * DP + TP + 5 * (size_t)TB * DP + 4 * (size_t)TB * TB);
 #pragma omp for schedule(dynamic)
         for (int bh = 0; bh < BH; bh++) {
             const size_t base = (size_t)bh * T * D;
-            const float *qs = q + base, *ks = k + base, *vs = v + base, *dos = dout + base;
-            const float *ls = lse + (size_t)bh * T;
-            float *dq = g->dq ? g->dq + base : NULL;
-            for (int i = 0; i < T; i++)
-                drow[i] = dot(dos + (size_t)i * D, o + base + (size_t)i * D, D);
-            if (dq && !g->acc_q)
-                memset(dq, 0, (size_t)T * D * sizeof *dq);
-            for (int j0 = 0; j0 < T; j0 += BK) {
-                const int nk = j0 + BK < T ? BK : T - j0;
-                load_t(ks, j0, nk, D, kt);
-                load_t(vs, j0, nk, D, vt);
-                memset(dkt, 0, (size_t)nk * D * sizeof *dkt);
-                memset(dvt, 0, (size_t)nk * D * sizeof *dvt);
-                for (int i = j0; i < T; i++) {
-                    const int n = i - j0 + 1 < nk ? i - j0 + 1 : nk; /* keys j <= i */
-                    const float *qi = qs + (size_t)i * D, *doi = dos + (size_t)i * D;
-                    row_dots(qi, kt, n, D, a->scale, s);
-                    row_dots(doi, vt, n, D, 1.0f, dp);
-                    const int64_t row = ((int64_t)bh * T + i) * T + j0;
-                    for (int jj = 0; jj < n; jj++) {
-                        const float pr = expf(s[jj] - ls[i]);
-                        const float z = a->p > 0.0f ? drop_factor(a->seed, row + jj, a->p, keep_scale) : 1.0f;
-                        const float ds = a->scale * pr * (dp[jj] * z - drow[i]);
-                        axpy(pr * z, doi, dvt + (size_t)jj * D, D);
-                        axpy(ds, qi, dkt + (size_t)jj * D, D);
-                        if (dq)
-                            axpy(ds, ks + (size_t)(j0 + jj) * D, dq + (size_t)i * D, D);
-                    }
-                }
-                if (g->dk)
-                    store(g->dk + base + (size_t)j0 * D, dkt, (size_t)nk * D, g->acc_k);
-                if (g->dv)
-                    store(g->dv + base + (size_t)j0 * D, dvt, (size_t)nk * D, g->acc_v);
-            }
+            bwd_slice(a, q + base, k + base, v + base, o + base, lse + (size_t)bh * T, dout + base,
+                      g->dq ? g->dq + base : NULL, g->dk ? g->dk + base : NULL, g->dv ? g->dv + base : NULL, g,
+                      bh, ws);
         }
-        free(buf);
+        free(ws);
     }
 }
 
