@@ -55,7 +55,7 @@ typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
 
 /* C[M][N] = X[M][K] Y[K][N] (+ C when acc); M a multiple of MR, N of NR;
  * row strides ldc, ldx, ldy. */
-static inline void mm(float *restrict C, int ldc, const float *restrict X, int ldx, const float *restrict Y,
+static inline __attribute__((always_inline)) void mm(float *restrict C, int ldc, const float *restrict X, int ldx, const float *restrict Y,
                       int ldy, int M, int N, int K, bool acc)
 {
     for (int i = 0; i < M; i += MR)
