@@ -53,22 +53,30 @@ typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
 #define ld8(p) (*(const v8u *)(p))
 #define st8(p, x) (*(v8u *)(p) = (x))
 
-/* C[M][N] = X[M][K] Y[K][N] (+ C when acc); M a multiple of MR, N of NR;
- * row strides ldc, ldx, ldy. */
-static inline __attribute__((always_inline)) void mm(float *restrict C, int ldc, const float *restrict X, int ldx, const float *restrict Y,
-                      int ldy, int M, int N, int K, bool acc)
+/* Which part of a diagonal tile's product (query rows = keys) is needed:
+ * all of it; C[i][j] for j <= i only (scores); or X[i][k] is 0 for k > i
+ * (probabilities times V or K), or for k < i (their transpose times dO or
+ * Q). Micro-blocks wholly outside are skipped (their C is left unwritten). */
+enum { MM_ALL, MM_LOWER_C, MM_LOWER_X, MM_UPPER_X };
+
+/* C[M][N] = X[M][K] Y[K][N] (+ C when acc), X read transposed (X^T[K][M])
+ * when tx; M a multiple of MR, N of NR; row strides ldc, ldx, ldy. */
+static inline __attribute__((always_inline)) void mm(float *restrict C, int ldc, const float *restrict X,
+                                                     int ldx, bool tx, const float *restrict Y, int ldy, int M,
+                                                     int N, int K, bool acc, int part)
 {
-    for (int i = 0; i < M; i += MR)
-        for (int j = 0; j < N; j += NR) {
+    for (int i = 0; i < M; i += MR) {
+        const int k0 = part == MM_UPPER_X ? i : 0, k1 = part == MM_LOWER_X ? i + MR : K;
+        const int n1 = part == MM_LOWER_C ? (i + MR + NR - 1) / NR * NR : N;
+        for (int j = 0; j < n1; j += NR) {
             v8 c[MR][2];
             for (int r = 0; r < MR; r++)
                 for (int h = 0; h < 2; h++)
                     c[r][h] = acc ? (v8)ld8(C + (size_t)(i + r) * ldc + j + 8 * h) : (v8){ 0 };
-            const float *x = X + (size_t)i * ldx;
-            for (int k = 0; k < K; k++) {
+            for (int k = k0; k < k1; k++) {
                 const v8 y0 = ld8(Y + (size_t)k * ldy + j), y1 = ld8(Y + (size_t)k * ldy + j + 8);
                 for (int r = 0; r < MR; r++) {
-                    const float xr = x[(size_t)r * ldx + k];
+                    const float xr = tx ? X[(size_t)k * ldx + i + r] : X[(size_t)(i + r) * ldx + k];
                     c[r][0] += xr * y0;
                     c[r][1] += xr * y1;
                 }
@@ -77,6 +85,7 @@ static inline __attribute__((always_inline)) void mm(float *restrict C, int ldc,
                 for (int h = 0; h < 2; h++)
                     st8(C + (size_t)(i + r) * ldc + j + 8 * h, c[r][h]);
         }
+    }
 }
 
 /* The padded row length: D up to a multiple of NR. */
@@ -145,7 +154,8 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
     for (int j0 = 0; j0 <= i0; j0 += TB) {
         load_cols(k, j0, T, D, kt, DP);
         load_rows(v, j0, T, D, DP, vb);
-        mm(s, TB, qb, DP, kt, TB, TB, TB, DP, false);
+        const bool diag = j0 == i0;
+        mm(s, TB, qb, DP, false, kt, TB, TB, TB, DP, false, diag ? MM_LOWER_C : MM_ALL);
         for (int r = 0; r < nrow; r++) {
             const int i = i0 + r, n = i - j0 + 1 < TB ? i - j0 + 1 : TB; /* keys j <= i */
             float *sr = s + (size_t)r * TB;
@@ -170,7 +180,7 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
         }
         for (int r = nrow; r < TB; r++)
             memset(s + (size_t)r * TB, 0, TB * sizeof *s);
-        mm(ob, DP, s, TB, vb, DP, TB, DP, TB, true);
+        mm(ob, DP, s, TB, false, vb, DP, TB, DP, TB, true, diag ? MM_LOWER_X : MM_ALL);
     }
     for (int r = 0; r < nrow; r++) {
         const float inv = 1.0f / l[r];
@@ -199,7 +209,7 @@ static void store_rows(float *restrict dst, const float *restrict src, int r0, i
 }
 
 /* The backward of slice bh (every pointer at the slice). ws holds
- * 3 T'*DP + T' + 5 TB*DP + 4 TB*TB floats, T' = T up to a multiple of TB. */
+ * 3 T'*DP + T' + 5 TB*DP + 3 TB*TB floats, T' = T up to a multiple of TB. */
 CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float *k, const float *v,
                                  const float *o, const float *lse, const float *dout, float *dq, float *dk,
                                  float *dv, const cpu_attn_grads *g, int64_t bh, float *ws)
@@ -208,7 +218,7 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float 
     const size_t td = (size_t)TB * DP, tt = (size_t)TB * TB;
     float *qp = ws, *dop = qp + (size_t)TP * DP, *dqp = dop + (size_t)TP * DP, *drow = dqp + (size_t)TP * DP;
     float *kt = drow + TP, *vt = kt + td, *kb = vt + td, *dkb = kb + td, *dvb = dkb + td;
-    float *s = dvb + td, *da = s + tt, *at = da + tt, *dst = at + tt;
+    float *s = dvb + td, *da = s + tt, *at = da + tt;
     const bool drop = a->p > 0.0f;
     const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f, scale = a->scale;
     const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
@@ -233,35 +243,36 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float 
         for (int it = jt; it < nt; it++) {
             const int i0 = it * TB;
             const float *qi = qp + (size_t)it * td, *doi = dop + (size_t)it * td;
-            mm(s, TB, qi, DP, kt, TB, TB, TB, DP, false);
-            mm(da, TB, doi, DP, vt, TB, TB, TB, DP, false);
+            const int part_c = it == jt ? MM_LOWER_C : MM_ALL;
+            mm(s, TB, qi, DP, false, kt, TB, TB, TB, DP, false, part_c);
+            mm(da, TB, doi, DP, false, vt, TB, TB, TB, DP, false, part_c);
             for (int r = 0; r < TB; r++) {
                 const int i = i0 + r;
                 const int n = i >= T ? 0 : i - j0 + 1 < TB ? i - j0 + 1 : TB; /* keys j <= i */
-                float *sr = s + (size_t)r * TB, *dar = da + (size_t)r * TB;
+                float *sr = s + (size_t)r * TB, *dar = da + (size_t)r * TB, *ar = at + (size_t)r * TB;
                 const float li = i < T ? lse[i] : 0.0f, di = drow[i];
-                for (int c = 0; c < TB; c++) {
-                    const float pr = c < n ? cpu_exp_nonpos(sr[c] * scale - li) : 0.0f;
-                    at[(size_t)c * TB + r] = pr;
-                    sr[c] = pr;
-                }
+                /* masked entries (maybe never written): P 0, dS 0 */
+                for (int c = 0; c < TB; c++)
+                    ar[c] = c < n ? cpu_exp_nonpos(sr[c] * scale - li) : 0.0f;
                 if (drop) {
                     const int64_t row = (bh * T + i) * T + j0;
                     for (int c = 0; c < n; c++) {
                         const float z = te_dropout_kept(key, thr, row + c) ? keep_scale : 0.0f;
-                        at[(size_t)c * TB + r] = sr[c] * z;
-                        dar[c] *= z;
+                        sr[c] = ar[c] * (dar[c] * z - di) * scale;
+                        ar[c] *= z;
                     }
+                } else {
+                    for (int c = 0; c < n; c++)
+                        sr[c] = ar[c] * (dar[c] - di) * scale;
                 }
-                for (int c = 0; c < TB; c++) {
-                    const float ds = scale * sr[c] * (dar[c] - di);
-                    sr[c] = ds;
-                    dst[(size_t)c * TB + r] = ds;
-                }
+                for (int c = n; c < TB; c++)
+                    sr[c] = 0.0f;
             }
-            mm(dvb, DP, at, TB, doi, DP, TB, DP, TB, true);
-            mm(dkb, DP, dst, TB, qi, DP, TB, DP, TB, true);
-            mm(dqp + (size_t)it * td, DP, s, TB, kb, DP, TB, DP, TB, true);
+            /* at holds A = P Z, s holds dS */
+            const bool diag = it == jt;
+            mm(dvb, DP, at, TB, true, doi, DP, TB, DP, TB, true, diag ? MM_UPPER_X : MM_ALL);
+            mm(dkb, DP, s, TB, true, qi, DP, TB, DP, TB, true, diag ? MM_UPPER_X : MM_ALL);
+            mm(dqp + (size_t)it * td, DP, s, TB, false, kb, DP, TB, DP, TB, true, diag ? MM_LOWER_X : MM_ALL);
         }
         if (dk)
             store_rows(dk, dkb, j0, nk, D, DP, g->acc_k);
@@ -297,7 +308,7 @@ void cpu_attention_backward(const cpu_attn *a, const float *q, const float *k, c
     const int BH = a->B * a->H, T = a->T, D = a->D, DP = pad_d(D), TP = (T + TB - 1) / TB * TB;
 #pragma omp parallel
     {
-        float *ws = scratch(3 * (size_t)TP * DP + TP + 5 * (size_t)TB * DP + 4 * (size_t)TB * TB);
+        float *ws = scratch(3 * (size_t)TP * DP + TP + 5 * (size_t)TB * DP + 3 * (size_t)TB * TB);
 #pragma omp for schedule(dynamic)
         for (int bh = 0; bh < BH; bh++) {
             const size_t base = (size_t)bh * T * D;
