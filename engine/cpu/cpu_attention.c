@@ -44,7 +44,7 @@
 #include <string.h>
 
 #define TB 64 /* query rows and keys per tile */
-#define MR 4  /* micro-kernel rows */
+#define MR 4  /* micro-kernel rows (mm names them) */
 #define NR 16 /* micro-kernel columns: two 8-float vectors */
 
 typedef float v8 __attribute__((vector_size(32)));
@@ -69,21 +69,24 @@ static inline __attribute__((always_inline)) void mm(float *restrict C, int ldc,
         const int k0 = part == MM_UPPER_X ? i : 0, k1 = part == MM_LOWER_X ? i + MR : K;
         const int n1 = part == MM_LOWER_C ? (i + MR + NR - 1) / NR * NR : N;
         for (int j = 0; j < n1; j += NR) {
-            v8 c[MR][2];
-            for (int r = 0; r < MR; r++)
-                for (int h = 0; h < 2; h++)
-                    c[r][h] = acc ? (v8)ld8(C + (size_t)(i + r) * ldc + j + 8 * h) : (v8){ 0 };
+            /* named accumulators: an array of them would live in memory */
+            float *c0 = C + (size_t)i * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+            v8 a00 = { 0 }, a01 = { 0 }, a10 = { 0 }, a11 = { 0 }, a20 = { 0 }, a21 = { 0 }, a30 = { 0 },
+               a31 = { 0 };
+            if (acc) {
+                a00 = ld8(c0), a01 = ld8(c0 + 8), a10 = ld8(c1), a11 = ld8(c1 + 8);
+                a20 = ld8(c2), a21 = ld8(c2 + 8), a30 = ld8(c3), a31 = ld8(c3 + 8);
+            }
             for (int k = k0; k < k1; k++) {
                 const v8 y0 = ld8(Y + (size_t)k * ldy + j), y1 = ld8(Y + (size_t)k * ldy + j + 8);
-                for (int r = 0; r < MR; r++) {
-                    const float xr = tx ? X[(size_t)k * ldx + i + r] : X[(size_t)(i + r) * ldx + k];
-                    c[r][0] += xr * y0;
-                    c[r][1] += xr * y1;
-                }
+                const float *x = tx ? X + (size_t)k * ldx + i : X + (size_t)i * ldx + k;
+                const size_t xs = tx ? 1 : (size_t)ldx; /* from row to row of X */
+                const float x0 = x[0], x1 = x[xs], x2 = x[2 * xs], x3 = x[3 * xs];
+                a00 += x0 * y0, a01 += x0 * y1, a10 += x1 * y0, a11 += x1 * y1;
+                a20 += x2 * y0, a21 += x2 * y1, a30 += x3 * y0, a31 += x3 * y1;
             }
-            for (int r = 0; r < MR; r++)
-                for (int h = 0; h < 2; h++)
-                    st8(C + (size_t)(i + r) * ldc + j + 8 * h, c[r][h]);
+            st8(c0, a00), st8(c0 + 8, a01), st8(c1, a10), st8(c1 + 8, a11);
+            st8(c2, a20), st8(c2 + 8, a21), st8(c3, a30), st8(c3 + 8, a31);
         }
     }
 }
