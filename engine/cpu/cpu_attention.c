@@ -177,6 +177,7 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
                     ob[(size_t)r * DP + d] *= alpha;
             if (drop) {
                 const int64_t row = (bh * T + i) * T + j0;
+#pragma omp simd
                 for (int c = 0; c < n; c++)
                     sr[c] *= te_dropout_kept(key, thr, row + c) ? keep_scale : 0.0f;
             }
@@ -259,6 +260,7 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float 
                     ar[c] = c < n ? cpu_exp_nonpos(sr[c] * scale - li) : 0.0f;
                 if (drop) {
                     const int64_t row = (bh * T + i) * T + j0;
+#pragma omp simd
                     for (int c = 0; c < n; c++) {
                         const float z = te_dropout_kept(key, thr, row + c) ? keep_scale : 0.0f;
                         sr[c] = ar[c] * (dar[c] * z - di) * scale;
