@@ -24,10 +24,10 @@ typedef struct shape4 {
     int B, H, T, D;
 } shape4;
 
-/* T not a multiple of the tiles (32 query rows, 64 keys), D = 16, 32, 64,
- * H > 1, B > 1. */
+/* T not a multiple of the 64-row tiles, and exactly one (64, 128); D = 16,
+ * 32, 64, and 24 (rows padded to a multiple of 16); H > 1, B > 1. */
 static const shape4 shapes[] = {
-    { 1, 1, 5, 16 }, { 2, 3, 37, 32 }, { 1, 2, 70, 64 }, { 2, 2, 130, 16 },
+    { 1, 1, 5, 16 }, { 2, 3, 37, 32 }, { 1, 2, 70, 64 }, { 2, 2, 130, 16 }, { 2, 1, 64, 24 }, { 1, 1, 128, 8 },
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
