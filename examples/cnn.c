@@ -61,7 +61,7 @@ static te_tensor *block_forward(const conv_block *b, int k, te_tensor *x)
 }
 
 /* x [N,3,32,32] -> logits [N,10] */
-static te_tensor *cnn_forward(void *model, te_tensor *x)
+static te_tensor *cnn_forward(const void *model, te_tensor *x)
 {
     const cnn *m = model;
     x = block_forward(&m->conv[0], 1, x);

@@ -474,28 +474,32 @@ typedef struct {
     te_optim *opt;
 } step_ctx;
 
-/* One training step, as a te_graph step function: o->accum micro-batches
- * (inputs x0, y0, x1, y1, ...) of forward and backward, each loss scaled
- * by 1/accum so the summed gradients are those of the mean over all of
- * them, then clipping and the update. Outputs loss0, logits0, loss1, ... */
-static te_status train_step_fn(void *ctx, te_tensor *const *in, te_tensor **out)
+te_status ex_train_step(const ex_opts *o, ex_forward_fn forward, const void *model, te_optim *opt,
+                        te_tensor *const *in, te_tensor **out, bool with_logits)
 {
-    const step_ctx *c = ctx;
-    const int accum = c->o->accum;
+    const int accum = o->accum, per = with_logits ? 2 : 1;
     for (int m = 0; m < accum; m++) {
-        te_tensor *logits = c->t->forward(c->t->model, in[2 * m]);
+        te_tensor *logits = forward(model, in[2 * m]);
         te_tensor *l = te_cross_entropy(logits, in[2 * m + 1]);
         if (accum > 1)
             l = te_scale(l, 1.0f / (float)accum);
         te_status st = te_backward(l);
         if (st != TE_OK)
             return st;
-        out[2 * m] = l;
-        out[2 * m + 1] = logits;
+        out[per * m] = l;
+        if (with_logits)
+            out[per * m + 1] = logits;
     }
-    if (c->o->clip > 0)
-        te_clip_grad_norm(te_params(), te_param_count(), c->o->clip);
-    return te_optim_step(c->opt);
+    if (o->clip > 0)
+        te_clip_grad_norm(te_params(), te_param_count(), o->clip);
+    return te_optim_step(opt);
+}
+
+/* The training step of ex_train: outputs loss0, logits0, loss1, ... */
+static te_status train_step_fn(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    const step_ctx *c = ctx;
+    return ex_train_step(c->o, c->t->forward, c->t->model, c->opt, in, out, true);
 }
 
 /* One evaluation batch: outputs loss, logits. */

@@ -76,12 +76,12 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o);
 void ex_start(const ex_opts *o);
 
 /* A classifier: logits [N, classes] of a batch x, or NULL with te_error() set. */
-typedef te_tensor *(*ex_forward_fn)(void *model, te_tensor *x);
+typedef te_tensor *(*ex_forward_fn)(const void *model, te_tensor *x);
 
 typedef struct ex_task {
     const te_dataset *train, *test;
     ex_forward_fn forward;
-    void *model;
+    const void *model;
 } ex_task;
 
 /* Trains with cross-entropy for o->steps steps, logging `step=N loss=X
@@ -99,6 +99,13 @@ void ex_split_free(te_dataset *split);
 
 /* The optimizer o's flags ask for, over every registered parameter. */
 te_optim *ex_optim_new(const ex_opts *o);
+/* One training step, for a te_graph step function: o->accum micro-batches
+ * (inputs x0, y0, x1, y1, ...) of forward and cross-entropy, each loss
+ * scaled by 1/accum so the summed gradients are those of the mean over all
+ * of them, and backward; then clipping and opt's update. Outputs loss0,
+ * loss1, ..., or with_logits loss0, logits0, loss1, logits1, ... */
+te_status ex_train_step(const ex_opts *o, ex_forward_fn forward, const void *model, te_optim *opt,
+                        te_tensor *const *in, te_tensor **out, bool with_logits);
 /* --optim's name of o->optim: "sgd", "adam" or "adamw". */
 const char *ex_optim_name(const ex_opts *o);
 /* A graph of fn in o's mode, its IR saved per --save-graph; NULL with

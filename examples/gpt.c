@@ -148,24 +148,14 @@ typedef struct {
     te_optim *opt;
 } step_ctx;
 
+static te_tensor *forward(const void *model, te_tensor *x) { return gpt_forward(model, x); }
+
 /* inputs x0, y0, x1, y1, ... (one pair per micro-batch); outputs their
- * losses, each scaled by 1/accum so that the gradients sum to the mean's */
+ * losses (ex_train_step) */
 static te_status train_step_fn(void *ctx, te_tensor *const *in, te_tensor **out)
 {
     const step_ctx *c = ctx;
-    const int accum = c->o->accum;
-    for (int k = 0; k < accum; k++) {
-        te_tensor *l = te_cross_entropy(gpt_forward(c->m, in[2 * k]), in[2 * k + 1]);
-        if (accum > 1)
-            l = te_scale(l, 1.0f / (float)accum);
-        te_status st = te_backward(l);
-        if (st != TE_OK)
-            return st;
-        out[k] = l;
-    }
-    if (c->o->clip > 0)
-        te_clip_grad_norm(te_params(), te_param_count(), c->o->clip);
-    return te_optim_step(c->opt);
+    return ex_train_step(c->o, forward, c->m, c->opt, in, out, false);
 }
 
 static te_status eval_step_fn(void *ctx, te_tensor *const *in, te_tensor **out)

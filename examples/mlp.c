@@ -64,7 +64,7 @@ static const ex_flag mlp_flags[] = {
 };
 
 /* x [N, in] -> logits [N, classes] */
-static te_tensor *mlp_forward(void *model, te_tensor *x)
+static te_tensor *mlp_forward(const void *model, te_tensor *x)
 {
     const mlp *m = model;
     for (int i = 0; i < m->n_layers; i++) {
