@@ -20,8 +20,6 @@ random bytes made up front), `memory: peak_rss_kb=N`, and for compile
 """
 import argparse
 import math
-import resource
-import statistics
 import sys
 import time
 
@@ -29,7 +27,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-WARMUP = 3  # as examples/common.c
+from torch_report import report
+
 VOCAB = 256
 
 
@@ -132,12 +131,7 @@ def main():
         t0 = time.perf_counter()
         step(batches[s % len(batches)])
         ms.append((time.perf_counter() - t0) * 1e3)
-    ms = ms[WARMUP:] if len(ms) > WARMUP else ms
-    print(f"time: ms_per_step median={statistics.median(ms):.3f} min={min(ms):.3f} "
-          f"max={max(ms):.3f} steps={len(ms)}")
-    print(f"memory: peak_rss_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
-    if compile_ms is not None:
-        print(f"compile_ms={compile_ms:.1f}")
+    report(ms, compile_ms)
 
 
 if __name__ == "__main__":

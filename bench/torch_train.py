@@ -18,15 +18,14 @@ a forward and a backward hook on every module checking isnan().any() of
 its outputs and gradients, raising when one holds.
 """
 import argparse
-import resource
-import statistics
 import sys
 import time
 
 import torch
 import torch.nn as nn
 
-WARMUP = 3  # as examples/common.c
+from torch_report import report
+
 
 
 def mlp():
@@ -107,12 +106,7 @@ def main():
         loss.backward()
         opt.step()
         ms.append((time.perf_counter() - t0) * 1e3)
-    ms = ms[WARMUP:] if len(ms) > WARMUP else ms
-    print(f"time: ms_per_step median={statistics.median(ms):.3f} min={min(ms):.3f} "
-          f"max={max(ms):.3f} steps={len(ms)}")
-    print(f"memory: peak_rss_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
-    if compile_ms is not None:
-        print(f"compile_ms={compile_ms:.1f}")
+    report(ms, compile_ms)
 
 
 if __name__ == "__main__":
