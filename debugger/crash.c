@@ -53,7 +53,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -251,15 +250,8 @@ static int symbolize(const uint64_t *look, int n, char *reply, size_t cap)
     uint32_t cnt = (uint32_t)n;
     memcpy(req, &cnt, sizeof cnt);
     memcpy(req + sizeof cnt, look, (size_t)n * sizeof *look);
-    size_t len = sizeof cnt + (size_t)n * sizeof *look;
-    for (size_t at = 0; at < len;) {
-        ssize_t k = send(helper_fd, req + at, len - at, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return 0;
-        at += (size_t)k;
-    }
+    if (!dbg_send_all(helper_fd, req, sizeof cnt + (size_t)n * sizeof *look))
+        return 0;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     size_t got = 0;

@@ -9,6 +9,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* At plugin start, on the training thread, after atexit(at_exit): the
@@ -38,5 +39,9 @@ bool dbg_crash_exit_reported(void);
 /* Forks the helper; returns the parent's end of its socket (close-on-exec),
  * or -1 when it could not be started. */
 int dbg_symbolizer_start(void);
+/* Sends all n bytes of s on the socket fd, MSG_NOSIGNAL (a closed peer is
+ * an error, not a SIGPIPE); false when it could not. Async-signal-safe:
+ * the handler's request and the helper's replies both go through it. */
+bool dbg_send_all(int fd, const void *s, size_t n);
 
 #endif

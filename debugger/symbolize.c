@@ -41,15 +41,16 @@ static bool read_full(int fd, void *buf, size_t n)
     return true;
 }
 
-static bool send_full(int fd, const char *s, size_t n)
+bool dbg_send_all(int fd, const void *s, size_t n)
 {
+    const char *p = s;
     while (n) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
             return false;
-        s += k;
+        p += k;
         n -= (size_t)k;
     }
     return true;
@@ -102,7 +103,7 @@ static void serve(int fd, pid_t parent)
             describe(d, addr[i], line, sizeof line - 1);
             size_t len = strlen(line);
             line[len++] = '\n';
-            if (!send_full(fd, line, len))
+            if (!dbg_send_all(fd, line, len))
                 _exit(0);
         }
         if (d)
