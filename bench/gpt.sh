@@ -146,21 +146,25 @@ for r in $(seq "$mem_runs"); do
         need "$m at block $mem_block" "$out"
         sed -n 's/.*peak_rss_kb=\([0-9]*\).*/\1/p' <<< "$out" >> "$tmp/mem.$m.rss"
         sed -n 's/.*peak_alloc_bytes=\([0-9]*\).*/\1/p' <<< "$out" >> "$tmp/mem.$m.alloc"
+        sed -n 's/.*peak_tensor_bytes=\([0-9]*\).*/\1/p' <<< "$out" >> "$tmp/mem.$m.tensor"
         sed -n 's/^graph: .* kernels=\([0-9]*\) fused=\([0-9]*\) arena_bytes=\([0-9]*\).*/\1 \2 \3/p' <<< "$out" \
             >> "$tmp/mem.$m.graph"
     done
 done
-printf "  %-24s %-24s %-14s %s\n" "" "RSS peak MB" "alloc peak MB" "kernels, fused, arena MB"
+printf "  %-24s %-24s %-14s %-15s %s\n" "" "RSS peak MiB" "alloc peak MiB" "tensor peak MiB" \
+    "kernels, fused, arena MiB"
+mib() { [ -s "$1" ] && awk -v a="$(median < "$1")" 'BEGIN { printf "%.1f", a / 1048576 }'; }
 for m in "${mem_configs[@]}"; do
-    alloc=$(median < "$tmp/mem.$m.alloc")
-    printf "  %-24s %-24s %-14s %s\n" "${m//:/ }" "$(awk '{ print $1 / 1024 }' "$tmp/mem.$m.rss" | summary %.1f)" \
-        "${alloc:+$(awk -v a="$alloc" 'BEGIN { printf "%.1f", a / 1048576 }')}" \
+    printf "  %-24s %-24s %-14s %-15s %s\n" "${m//:/ }" \
+        "$(awk '{ print $1 / 1024 }' "$tmp/mem.$m.rss" | summary %.1f)" \
+        "$(mib "$tmp/mem.$m.alloc")" "$(mib "$tmp/mem.$m.tensor")" \
         "$(tail -n 1 "$tmp/mem.$m.graph" | awk '{ if (NF) printf "%d, %d, %.1f", $1, $2, $3 / 1048576 }')"
 done
 f=$tmp/mem.tdbg:graph:fused c=$tmp/mem.tdbg:graph:composed
-printf "  fused / composed: RSS %s x, allocator peak %s x\n" \
-    "$(paste "$f.rss" "$c.rss" | awk '{ print $1 / $2 }' | summary %.3f)" \
-    "$(paste "$f.alloc" "$c.alloc" | awk '{ print $1 / $2 }' | summary %.3f)"
+printf "  fused / composed: tensors %s x, allocator peak %s x, RSS %s x\n" \
+    "$(paste "$f.tensor" "$c.tensor" | awk '{ print $1 / $2 }' | summary %.3f)" \
+    "$(paste "$f.alloc" "$c.alloc" | awk '{ print $1 / $2 }' | summary %.3f)" \
+    "$(paste "$f.rss" "$c.rss" | awk '{ print $1 / $2 }' | summary %.3f)"
 # The composed run must have run more kernels, else the pass was not turned off.
 if [ "$(tail -n 1 "$f.graph" | cut -d' ' -f1)" = "$(tail -n 1 "$c.graph" | cut -d' ' -f1)" ]; then
     echo "  warning: the composed run has as many kernels as the fused one: does this build know" \

@@ -71,6 +71,9 @@ void *te_mem_alloc(size_t bytes)
     mem.stats.current += rounded;
     if (mem.stats.current > mem.stats.peak)
         mem.stats.peak = mem.stats.current;
+    mem.stats.requested += bytes;
+    if (mem.stats.requested > mem.stats.peak_requested)
+        mem.stats.peak_requested = mem.stats.requested;
     pthread_mutex_unlock(&mem.lock);
     return p;
 }
@@ -88,6 +91,7 @@ void te_mem_free(void *p, size_t bytes)
     else
         b = malloc(sizeof *b);
     mem.stats.current -= rounded;
+    mem.stats.requested -= bytes;
     if (b) {
         b->ptr = p;
         b->next = mem.free_list[c];
@@ -112,6 +116,7 @@ void te_mem_reset_peak(void)
 {
     pthread_mutex_lock(&mem.lock);
     mem.stats.peak = mem.stats.current;
+    mem.stats.peak_requested = mem.stats.requested;
     pthread_mutex_unlock(&mem.lock);
 }
 

@@ -621,8 +621,9 @@ TE_API char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n)
 /* ---- memory ------------------------------------------------------------ */
 
 typedef struct te_mem_stats {
-    size_t current;   /* bytes held by live tensors */
+    size_t current;   /* bytes held by live tensors (each rounded up to its size class) */
     size_t peak;      /* highest current since start or te_mem_reset_peak() */
+    size_t requested, peak_requested; /* the same, in the bytes the tensors asked for */
     size_t cached;    /* bytes kept in the allocator's free lists */
     uint64_t allocs, cache_hits;
 } te_mem_stats;

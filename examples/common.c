@@ -592,7 +592,9 @@ void ex_print_memory(const te_graph *g, const ex_opts *o)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("memory: peak_alloc_bytes=%zu peak_rss_kb=%ld\n", te_mem_stats_get().peak, ru.ru_maxrss);
+    const te_mem_stats m = te_mem_stats_get();
+    printf("memory: peak_alloc_bytes=%zu peak_tensor_bytes=%zu peak_rss_kb=%ld\n", m.peak, m.peak_requested,
+           ru.ru_maxrss);
     if (o->mode != TE_MODE_GRAPH)
         return;
     te_graph_stats s = te_graph_stats_get(g);

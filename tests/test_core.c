@@ -76,10 +76,14 @@ START_TEST(test_allocator_accounting)
     te_tensor *a = te_tensor_persistent(TE_F32, te_shape(1000)); /* 4000 B -> 4096 class */
     te_mem_stats s1 = te_mem_stats_get();
     ck_assert_uint_eq(s1.current - s0.current, 4096);
+    ck_assert_uint_eq(s1.requested - s0.requested, 4000); /* the bytes asked for */
     ck_assert_uint_ge(s1.peak, s1.current);
+    ck_assert_uint_ge(s1.peak_requested, s1.requested);
     te_tensor_free(a);
     te_mem_stats s2 = te_mem_stats_get();
     ck_assert_uint_eq(s2.current, s0.current);
+    ck_assert_uint_eq(s2.requested, s0.requested);
+    ck_assert_uint_eq(s2.peak_requested, s1.peak_requested);
     ck_assert_uint_eq(s2.cached - s0.cached, 4096);
     ck_assert_uint_eq(s2.peak, s1.peak); /* peak remembers */
     /* the same size again comes from the cache */
@@ -93,9 +97,11 @@ START_TEST(test_allocator_accounting)
     te_mem_stats s4 = te_mem_stats_get();
     ck_assert_uint_ge(s4.current - s3.current + 4096, 1200000);
     ck_assert_uint_le(s4.current - s3.current + 4096, 1200000 * 5 / 4);
+    ck_assert_uint_eq(s4.requested - s3.requested + 4000, 1200000);
     te_tensor_free(c);
     te_mem_reset_peak();
     ck_assert_uint_eq(te_mem_stats_get().peak, te_mem_stats_get().current);
+    ck_assert_uint_eq(te_mem_stats_get().peak_requested, te_mem_stats_get().requested);
     te_mem_release_cached();
     ck_assert_uint_eq(te_mem_stats_get().cached, 0);
 }

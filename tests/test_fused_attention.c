@@ -146,9 +146,25 @@ static float *dropout_mask(shape4 s, float p, uint64_t *seed)
     return z;
 }
 
+/* x [B,H,T,D] as [B,T,H,D] (to), or back (!to). */
+static float *heads_merged(shape4 s, const float *x, bool to)
+{
+    float *y = malloc((size_t)s.B * s.H * s.T * s.D * sizeof *y);
+    ck_assert(y != NULL);
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.H; h++)
+            for (int t = 0; t < s.T; t++) {
+                const size_t bhtd = (((size_t)b * s.H + h) * s.T + t) * s.D;
+                const size_t bthd = (((size_t)b * s.T + t) * s.H + h) * s.D;
+                memcpy(y + (to ? bthd : bhtd), x + (to ? bhtd : bthd), (size_t)s.D * sizeof *y);
+            }
+    return y;
+}
+
 /* The kernel on shape si against the reference, dropout p (0: none); the
- * gradients accumulate onto given values when acc. */
-static void check_kernel(int si, float p, bool acc)
+ * gradients accumulate onto given values when acc; the output and its
+ * gradient in the heads-merged layout when merged. */
+static void check_kernel(int si, float p, bool acc, bool merged)
 {
     const shape4 s = shapes[si];
     const size_t n = (size_t)s.B * s.H * s.T * s.D, nr = (size_t)s.B * s.H * s.T;
@@ -160,10 +176,17 @@ static void check_kernel(int si, float p, bool acc)
     ck_assert(o && lse);
     uint64_t seed = 0;
     float *z = p > 0.0f ? dropout_mask(s, p, &seed) : NULL;
-    cpu_attn a = { s.B, s.H, s.T, s.D, 1.0f / sqrtf((float)s.D), p, seed };
+    cpu_attn a = { s.B, s.H, s.T, s.D, 1.0f / sqrtf((float)s.D), p, seed, merged };
     cpu_attention_forward(&a, q, k, v, o, lse);
     cpu_attn_grads g = { dq, dk, dv, acc, acc, acc };
-    cpu_attention_backward(&a, q, k, v, o, lse, dout, &g);
+    float *dout_k = merged ? heads_merged(s, dout, true) : dout;
+    cpu_attention_backward(&a, q, k, v, o, lse, dout_k, &g);
+    if (merged) {
+        float *o_bhtd = heads_merged(s, o, false);
+        free(o);
+        o = o_bhtd;
+        free(dout_k);
+    }
 
     naive r = naive_attention(s, q, k, v, z, dout);
     if (acc) /* the reference gradients onto the same starting values */
@@ -173,7 +196,7 @@ static void check_kernel(int si, float p, bool acc)
             r.dv[i] += dv0[i];
         }
     char what[96];
-    snprintf(what, sizeof what, "shape %d p=%g out", si, (double)p);
+    snprintf(what, sizeof what, "shape %d p=%g%s out", si, (double)p, merged ? " merged" : "");
     assert_close(o, r.o, n, what);
     snprintf(what, sizeof what, "shape %d p=%g dq", si, (double)p);
     assert_close(dq, r.dq, n, what);
@@ -196,7 +219,7 @@ static void check_kernel(int si, float p, bool acc)
 START_TEST(test_kernel_reference)
 {
     te_step_begin();
-    check_kernel(_i, 0.0f, false);
+    check_kernel(_i, 0.0f, false, false);
     te_step_end();
 }
 END_TEST
@@ -204,7 +227,7 @@ END_TEST
 START_TEST(test_kernel_dropout)
 {
     te_step_begin();
-    check_kernel(_i, 0.25f, false);
+    check_kernel(_i, 0.25f, false, false);
     te_step_end();
 }
 END_TEST
@@ -212,7 +235,17 @@ END_TEST
 START_TEST(test_kernel_accumulates)
 {
     te_step_begin();
-    check_kernel(_i, 0.0f, true);
+    check_kernel(_i, 0.0f, true, false);
+    te_step_end();
+}
+END_TEST
+
+/* The output written, and its gradient read, with the heads merged
+ * ([B,T,H,D]); dropout on, so that D_i's read of o counts. */
+START_TEST(test_kernel_merged)
+{
+    te_step_begin();
+    check_kernel(_i, 0.25f, false, true);
     te_step_end();
 }
 END_TEST
@@ -228,7 +261,7 @@ START_TEST(test_kernel_large_scores)
     ck_assert(o && lse);
     for (size_t i = 0; i < n; i++)
         q[i] *= 30.0f; /* scores up to ~100: exp overflows without the running max */
-    cpu_attn a = { s.B, s.H, s.T, s.D, 1.0f / sqrtf((float)s.D), 0.0f, 0 };
+    cpu_attn a = { s.B, s.H, s.T, s.D, 1.0f / sqrtf((float)s.D), 0.0f, 0, false };
     cpu_attention_forward(&a, q, k, v, o, lse);
     float *dout = filled(n, 9, -1, 1);
     naive r = naive_attention(s, q, k, v, NULL, dout);
@@ -257,7 +290,9 @@ END_TEST
 static const shape4 gshape = { 2, 2, 37, 16 };
 
 /* Two layers: h0 attends over parameters q0, k0, v0; h1 over q, k, v made
- * from h0's output and parameters; the loss an MSE against input 0. */
+ * from h0's output and parameters, its output then merging the heads (a
+ * transpose and a reshape: graph mode writes the merged tensor directly);
+ * the loss an MSE against input 0. */
 typedef struct attn_model {
     te_tensor *w[6]; /* q0 k0 v0 q1 k1 v1 */
     float dropout;
@@ -275,6 +310,12 @@ static te_status two_layers(void *ctx, te_tensor *const *in, te_tensor **out)
     te_scope_push("h1");
     te_scope_push("attn");
     a = te_causal_attention(q, k, v, m->dropout);
+    /* the heads merged as a transformer's projection would read them (here
+     * seen as [B,H,T,D] again, the target's shape, the same bytes) */
+    te_name_next("merge");
+    a = te_transpose(a, 1, 2);
+    te_name_next("merged");
+    a = te_reshape(a, gshape.B, gshape.H, gshape.T, gshape.D);
     te_scope_pop();
     te_scope_pop();
     out[0] = te_mse(a, in[0]);
@@ -466,9 +507,22 @@ START_TEST(test_graph_origins)
             const char *k = f.kernels[record_of(&f, name)], *kb = f.kernels[record_of(&f, grad)];
             ck_assert_msg(strstr(k, "fused-attention: ") && strstr(k, name), "%s: kernel '%s'", name, k);
             ck_assert_msg(strstr(kb, "fused-attention-grad: ") && strstr(kb, grad), "%s: kernel '%s'", grad, kb);
-            /* the T x T intermediates are not in memory; out is */
-            ck_assert_int_eq(f.had_data[record_of(&f, name)], j == 5);
+            /* the T x T intermediates are not in memory; out is where no
+             * merge follows it (h0) */
+            ck_assert_int_eq(f.had_data[record_of(&f, name)], j == 5 && l == 0);
         }
+    /* h1's merge: part of the fused kernel, only its result in memory */
+    static const char *const merge[] = { "h1/attn/merge", "h1/attn/merged" };
+    for (int j = 0; j < 2; j++) {
+        char grad[72];
+        snprintf(grad, sizeof grad, "grad/%s", merge[j]);
+        const char *k = f.kernels[record_of(&f, merge[j])], *kb = f.kernels[record_of(&f, grad)];
+        ck_assert_msg(strstr(k, "fused-attention: ") && strstr(k, merge[j]), "%s: kernel '%s'", merge[j], k);
+        ck_assert_msg(strstr(kb, "fused-attention-grad: ") && strstr(kb, grad), "%s: kernel '%s'", grad, kb);
+        ck_assert_int_eq(f.had_data[record_of(&f, merge[j])], j == 1);
+    }
+    ck_assert_ptr_nonnull(strstr(f.plan_text, "h1/attn/out:out0 f32[2,2,37,16] temp not in memory"));
+    ck_assert_ptr_nonnull(strstr(f.plan_text, "h1/attn/merge:out0 f32[2,37,2,16] temp not in memory"));
     ck_assert_ptr_nonnull(strstr(f.plan_text, "fused-attention forward \n      op h0/attn/scores (MatMul)"));
     ck_assert_ptr_nonnull(strstr(f.plan_text, "h1/attn/softmax:out0 f32[2,2,37,37] temp not in memory"));
     ck_assert_ptr_nonnull(strstr(f.plan_text, "h0/attn/out:lse f32[2,2,37] temp live"));
@@ -494,6 +548,25 @@ START_TEST(test_observed_layer_composed)
     ck_assert_msg(strstr(k1, "fused-attention: "), "h1 kernel '%s'", k1);
     ck_assert(f.had_data[record_of(&f, "h0/attn/softmax")]);
     assert_same_results(&f, &e, "h0 observed vs eager");
+    result_free(&e);
+    result_free(&f);
+}
+END_TEST
+
+/* Observing h1's attention output keeps it in memory: the layer still
+ * fuses, but its merge stays two kernels of their own, and the results
+ * are eager mode's. */
+START_TEST(test_observed_out_unmerged)
+{
+    run_result e = run_step(TE_MODE_EAGER, 0, 0.1f, NULL);
+    run_result f = run_step(TE_MODE_GRAPH, 0, 0.1f, "h1/attn/out");
+    ck_assert_int_eq(f.attn_kernels, 2);
+    ck_assert_int_eq(f.attn_bwd_kernels, 2);
+    ck_assert(f.had_data[record_of(&f, "h1/attn/out")]);
+    ck_assert(f.had_data[record_of(&f, "h1/attn/merge")]);
+    const char *k = f.kernels[record_of(&f, "h1/attn/merge")];
+    ck_assert_msg(!strstr(k, "fused-attention"), "merge kernel '%s'", k);
+    assert_same_results(&f, &e, "h1/attn/out observed vs eager");
     result_free(&e);
     result_free(&f);
 }
@@ -529,6 +602,7 @@ Suite *suite_fused_attention(void)
     tcase_add_loop_test(tc, test_kernel_reference, 0, N_SHAPES);
     tcase_add_loop_test(tc, test_kernel_dropout, 0, N_SHAPES);
     tcase_add_loop_test(tc, test_kernel_accumulates, 0, N_SHAPES);
+    tcase_add_loop_test(tc, test_kernel_merged, 0, N_SHAPES);
     tcase_add_test(tc, test_kernel_large_scores);
     suite_add_tcase(s, tc);
 
@@ -537,6 +611,7 @@ Suite *suite_fused_attention(void)
     tcase_add_loop_test(tc, test_graph_parity, 0, 3);
     tcase_add_test(tc, test_graph_origins);
     tcase_add_loop_test(tc, test_observed_layer_composed, 0, 3);
+    tcase_add_test(tc, test_observed_out_unmerged);
     tcase_add_test(tc, test_graph_memory);
     suite_add_tcase(s, tc);
     return s;

@@ -2,7 +2,10 @@
  * cpu_attention.c — fused causal self-attention on the CPU, forward and
  * backward, that never holds the T x T scores (FlashAttention-2's scheme).
  *
- * q, k, v, o are [B,H,T,D] (f32, contiguous); lse is [B,H,T]. Row i of a
+ * q, k, v are [B,H,T,D] (f32, contiguous), o [B,H,T,D] or, merged, the
+ * [B,T,H,D] the heads' concatenation takes (a row stride of H*D: graph mode
+ * writes the tensor the next linear reads, not a copy of it to transpose
+ * after); lse is [B,H,T]. Row i of a
  * (b,h) slice attends to keys j <= i:
  *   s_ij = scale * q_i . k_j,  P_ij = exp(s_ij - lse_i),  A_ij = P_ij * Z_ij,
  *   o_i  = sum_j A_ij v_j,     lse_i = log sum_j exp(s_ij)
@@ -97,12 +100,14 @@ static int pad_d(int D)
     return (D + NR - 1) / NR * NR;
 }
 
-/* dst[TB][DP] = src rows r0 .. r0+TB (rows >= T and columns >= D: 0). */
-static inline void load_rows(const float *restrict src, int r0, int T, int D, int DP, float *restrict dst)
+/* dst[TB][DP] = src rows r0 .. r0+TB, ld floats apart (rows >= T and
+ * columns >= D: 0). */
+static inline void load_rows(const float *restrict src, size_t ld, int r0, int T, int D, int DP,
+                             float *restrict dst)
 {
     memset(dst, 0, (size_t)TB * DP * sizeof *dst);
     for (int r = 0; r < TB && r0 + r < T; r++)
-        memcpy(dst + (size_t)r * DP, src + (size_t)(r0 + r) * D, (size_t)D * sizeof *dst);
+        memcpy(dst + (size_t)r * DP, src + (size_t)(r0 + r) * ld, (size_t)D * sizeof *dst);
 }
 
 /* dst[DP][TB] = the same rows transposed. */
@@ -135,10 +140,10 @@ static inline float sum_tile(const float *x)
     return s;
 }
 
-/* Query tile it of slice bh (q, k, v, o, lse point at the slice): o and lse
- * of its rows. ws holds 4 TB*DP + TB*TB floats. */
+/* Query tile it of slice bh (q, k, v, o, lse point at the slice; o's rows
+ * ldo floats apart): o and lse of its rows. ws holds 4 TB*DP + TB*TB floats. */
 CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *k, const float *v, float *o,
-                                float *lse, int64_t bh, int it, float *ws)
+                                size_t ldo, float *lse, int64_t bh, int it, float *ws)
 {
     const int T = a->T, D = a->D, DP = pad_d(D), i0 = it * TB;
     float *qb = ws, *kt = qb + (size_t)TB * DP, *vb = kt + (size_t)DP * TB, *ob = vb + (size_t)TB * DP,
@@ -147,7 +152,7 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
     const bool drop = a->p > 0.0f;
     const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f;
     const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
-    load_rows(q, i0, T, D, DP, qb);
+    load_rows(q, (size_t)D, i0, T, D, DP, qb);
     memset(ob, 0, (size_t)TB * DP * sizeof *ob);
     for (int r = 0; r < TB; r++) {
         m[r] = -INFINITY;
@@ -156,7 +161,7 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
     const int nrow = i0 + TB < T ? TB : T - i0;
     for (int j0 = 0; j0 <= i0; j0 += TB) {
         load_cols(k, j0, T, D, kt, DP);
-        load_rows(v, j0, T, D, DP, vb);
+        load_rows(v, (size_t)D, j0, T, D, DP, vb);
         const bool diag = j0 == i0;
         mm(s, TB, qb, DP, false, kt, TB, TB, TB, DP, false, diag ? MM_LOWER_C : MM_ALL);
         for (int r = 0; r < nrow; r++) {
@@ -189,7 +194,7 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
     for (int r = 0; r < nrow; r++) {
         const float inv = 1.0f / l[r];
         for (int d = 0; d < D; d++)
-            o[(size_t)(i0 + r) * D + d] = ob[(size_t)r * DP + d] * inv;
+            o[(size_t)(i0 + r) * ldo + d] = ob[(size_t)r * DP + d] * inv;
         lse[i0 + r] = m[r] + logf(l[r]);
     }
 }
@@ -212,11 +217,12 @@ static void store_rows(float *restrict dst, const float *restrict src, int r0, i
         store(dst + (size_t)(r0 + r) * D, src + (size_t)r * DP, (size_t)D, acc);
 }
 
-/* The backward of slice bh (every pointer at the slice). ws holds
- * 3 T'*DP + T' + 5 TB*DP + 3 TB*TB floats, T' = T up to a multiple of TB. */
+/* The backward of slice bh (every pointer at the slice; o's and dout's
+ * rows ldo floats apart). ws holds 3 T'*DP + T' + 5 TB*DP + 3 TB*TB floats,
+ * T' = T up to a multiple of TB. */
 CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float *k, const float *v,
-                                 const float *o, const float *lse, const float *dout, float *dq, float *dk,
-                                 float *dv, const cpu_attn_grads *g, int64_t bh, float *ws)
+                                 const float *o, size_t ldo, const float *lse, const float *dout, float *dq,
+                                 float *dk, float *dv, const cpu_attn_grads *g, int64_t bh, float *ws)
 {
     const int T = a->T, D = a->D, DP = pad_d(D), nt = (T + TB - 1) / TB, TP = nt * TB;
     const size_t td = (size_t)TB * DP, tt = (size_t)TB * TB;
@@ -227,13 +233,13 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float 
     const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f, scale = a->scale;
     const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
     for (int t = 0; t < nt; t++) {
-        load_rows(q, t * TB, T, D, DP, qp + (size_t)t * td);
-        load_rows(dout, t * TB, T, D, DP, dop + (size_t)t * td);
+        load_rows(q, (size_t)D, t * TB, T, D, DP, qp + (size_t)t * td);
+        load_rows(dout, ldo, t * TB, T, D, DP, dop + (size_t)t * td);
     }
     for (int i = 0; i < TP; i++) {
         float d = 0.0f;
         for (int c = 0; c < D && i < T; c++)
-            d += dout[(size_t)i * D + c] * o[(size_t)i * D + c];
+            d += dout[(size_t)i * ldo + c] * o[(size_t)i * ldo + c];
         drow[i] = d;
     }
     memset(dqp, 0, (size_t)TP * DP * sizeof *dqp);
@@ -241,7 +247,7 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float 
         const int j0 = jt * TB, nk = j0 + TB < T ? TB : T - j0;
         load_cols(k, j0, T, D, kt, DP);
         load_cols(v, j0, T, D, vt, DP);
-        load_rows(k, j0, T, D, DP, kb);
+        load_rows(k, (size_t)D, j0, T, D, DP, kb);
         memset(dkb, 0, td * sizeof *dkb);
         memset(dvb, 0, td * sizeof *dvb);
         for (int it = jt; it < nt; it++) {
@@ -288,6 +294,14 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float 
         store_rows(dq, dqp, 0, T, D, DP, g->acc_q);
 }
 
+/* Where slice bh of o starts, and its row stride. */
+static size_t o_base(const cpu_attn *a, int64_t bh, size_t *ldo)
+{
+    const int64_t b = bh / a->H, h = bh % a->H;
+    *ldo = a->merged ? (size_t)a->H * a->D : (size_t)a->D;
+    return a->merged ? ((size_t)b * a->T * a->H + (size_t)h) * a->D : (size_t)bh * a->T * a->D;
+}
+
 void cpu_attention_forward(const cpu_attn *a, const float *q, const float *k, const float *v, float *o,
                            float *lse)
 {
@@ -301,7 +315,9 @@ void cpu_attention_forward(const cpu_attn *a, const float *q, const float *k, co
             const size_t base = (size_t)bh * T * a->D;
             /* the longest tiles (most key tiles) first */
             const int it = nt - 1 - (int)(item % nt);
-            fwd_tile(a, q + base, k + base, v + base, o + base, lse + (size_t)bh * T, bh, it, ws);
+            size_t ldo;
+            const size_t ob = o_base(a, bh, &ldo);
+            fwd_tile(a, q + base, k + base, v + base, o + ob, ldo, lse + (size_t)bh * T, bh, it, ws);
         }
         free(ws);
     }
@@ -317,7 +333,9 @@ void cpu_attention_backward(const cpu_attn *a, const float *q, const float *k, c
 #pragma omp for schedule(dynamic)
         for (int bh = 0; bh < BH; bh++) {
             const size_t base = (size_t)bh * T * D;
-            bwd_slice(a, q + base, k + base, v + base, o + base, lse + (size_t)bh * T, dout + base,
+            size_t ldo;
+            const size_t ob = o_base(a, bh, &ldo);
+            bwd_slice(a, q + base, k + base, v + base, o + ob, ldo, lse + (size_t)bh * T, dout + ob,
                       g->dq ? g->dq + base : NULL, g->dk ? g->dk + base : NULL, g->dv ? g->dv + base : NULL, g,
                       bh, ws);
         }
@@ -334,7 +352,7 @@ static cpu_attn attn_args(const tg_attn *t)
     const bool drop = dr && dr->a.training && dr->a.p > 0.0f;
     return (cpu_attn){ .B = (int)q->shape[0], .H = (int)q->shape[1], .T = (int)q->shape[2],
                        .D = (int)q->shape[3], .scale = t->scale->a.scale, .p = drop ? dr->a.p : 0.0f,
-                       .seed = drop ? dr->a.seed : 0 };
+                       .seed = drop ? dr->a.seed : 0, .merged = t->merged };
 }
 
 te_status tg_attn_forward(const tg_attn *t)
@@ -344,7 +362,7 @@ te_status tg_attn_forward(const tg_attn *t)
         t->dropout->a.seed = te_dropout_seed(t->dropout->name, te_step());
     const cpu_attn a = attn_args(t);
     cpu_attention_forward(&a, te_f32(t->scores->in[0]), te_f32(t->scores->in[1]), te_f32(t->out->in[1]),
-                          te_f32(t->out->out[0]), te_f32(t->lse));
+                          te_f32(t->o), te_f32(t->lse));
     return TE_OK;
 }
 
@@ -366,7 +384,7 @@ te_status tg_attn_backward(const tg_attn *t)
         g.dv = te_grad_buf(v, &acc);
         g.acc_v = acc;
     }
-    cpu_attention_backward(&a, te_f32(q), te_f32(k), te_f32(v), te_f32(t->out->out[0]), te_f32(t->lse),
-                           te_f32(t->out->out[0]->grad), &g);
+    cpu_attention_backward(&a, te_f32(q), te_f32(k), te_f32(v), te_f32(t->o), te_f32(t->lse),
+                           te_f32(t->o->grad), &g);
     return TE_OK;
 }

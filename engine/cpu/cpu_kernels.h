@@ -80,13 +80,16 @@ te_status cpu_cast_backward(te_node *n);
 te_status cpu_masked_fill_forward(te_node *n);
 te_status cpu_masked_fill_backward(te_node *n);
 
-/* Fused causal self-attention (cpu_attention.c): q, k, v, o [B,H,T,D], the
- * log-sum-exp of each score row lse [B,H,T]; dropout p with the key of the
- * Dropout op it stands for (p 0: none). */
+/* Fused causal self-attention (cpu_attention.c): q, k, v [B,H,T,D]; o and
+ * its gradient dout [B,H,T,D], or [B,T,H,D] when merged (the heads side by
+ * side, as the next linear reads them); the log-sum-exp of each score row
+ * lse [B,H,T]; dropout p with the key of the Dropout op it stands for (p 0:
+ * none). */
 typedef struct cpu_attn {
     int B, H, T, D;
     float scale, p;
     uint64_t seed;
+    bool merged;
 } cpu_attn;
 /* The gradients to write (NULL: not wanted), each overwritten or added to. */
 typedef struct cpu_attn_grads {

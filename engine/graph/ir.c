@@ -268,12 +268,12 @@ int tg_kernel_reads(const tg_plan *p, const tg_kernel *k, int *ids)
         add_id(p, k->attn->scores->in[1], ids, &c);
         add_id(p, k->attn->out->in[1], ids, &c);
         break;
-    case TG_K_ATTN_BWD: /* d(out), q, k, v, out and the log-sum-exp */
-        add_id(p, k->attn->out->out[0]->grad, ids, &c);
+    case TG_K_ATTN_BWD: /* d(o), q, k, v, o and the log-sum-exp */
+        add_id(p, k->attn->o->grad, ids, &c);
         add_id(p, k->attn->scores->in[0], ids, &c);
         add_id(p, k->attn->scores->in[1], ids, &c);
         add_id(p, k->attn->out->in[1], ids, &c);
-        add_id(p, k->attn->out->out[0], ids, &c);
+        add_id(p, k->attn->o, ids, &c);
         add_id(p, k->attn->lse, ids, &c);
         break;
     case TG_K_SEED: case TG_K_OPTIM: case TG_K_CLIP: case TG_K_ZERO_GRAD:
@@ -328,7 +328,7 @@ int tg_kernel_writes(const tg_plan *p, const tg_kernel *k, int *ids)
                 add_id(p, k->ew->out[i], ids, &c);
         break;
     case TG_K_ATTN:
-        add_id(p, k->attn->out->out[0], ids, &c);
+        add_id(p, k->attn->o, ids, &c);
         add_id(p, k->attn->lse, ids, &c);
         break;
     case TG_K_ATTN_BWD: /* the gradients of q, k, v */

@@ -15,6 +15,14 @@
  * row kept between them. The fused kernels carry the chain's ops as their
  * origins, so hooks see every op of the chain, under its name, in order.
  *
+ * When out goes on to the heads' merge (transpose(1, 2) to [B,T,H,D], then
+ * reshapes: copies in the engine, the same bytes in another shape), the
+ * merge joins the chain: the forward writes the merged tensor the next
+ * linear reads, in that layout, and the backward reads it and its gradient
+ * (for D_i = dO_i . o_i), so that out and its copies are never in memory:
+ * the attention output is kept once, not twice. When the merge's tensors
+ * may not disappear (observed, read elsewhere) the chain ends at out.
+ *
  * A layer stays composed when an intermediate (or its gradient) is
  * observed (te_observe_add, breakpoints, dumps), is an output of the step,
  * or is read by any kernel outside the chain; when an injection targets
@@ -29,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHAIN_MAX 6
+#define CHAIN_MAX 9 /* scores .. out, and the merge: a transpose and up to two reshapes */
 
 typedef struct chain {
     tg_attn a;
@@ -94,10 +102,35 @@ static bool match(const tg_plan *p, te_node *out, chain *c)
         !causal_mask(p, mask->in[1], q->shape[2]))
         return false;
     c->a = (tg_attn){ .scores = scores, .scale = scale, .mask = mask, .softmax = soft, .dropout = drop,
-                      .out = out };
+                      .out = out, .o = out->out[0] };
     te_node *order[CHAIN_MAX] = { scores, scale, mask, soft, drop ? drop : out, out };
     c->n_nodes = drop ? 6 : 5;
     memcpy(c->n, order, (size_t)c->n_nodes * sizeof *order);
+    return true;
+}
+
+/* The node of op whose forward kernel reads t as its first input, if any. */
+static te_node *read_by(const tg_plan *p, const te_tensor *t, te_op op)
+{
+    for (int i = 0; i < p->n_kernels; i++) {
+        const tg_kernel *k = &p->kernels[i];
+        if (!k->removed && k->kind == TG_K_FWD && k->node->op == op && k->node->in[0] == t)
+            return k->node;
+    }
+    return NULL;
+}
+
+/* c with the heads' merge after out appended, if out goes on to one. */
+static bool add_merge(const tg_plan *p, chain *c)
+{
+    te_node *t = read_by(p, c->a.out->out[0], TE_OP_TRANSPOSE);
+    if (!t || t->a.dim0 != 1 || t->a.dim1 != 2 || t->out[0]->dtype != TE_F32)
+        return false;
+    c->n[c->n_nodes++] = t;
+    for (te_node *r; c->n_nodes < CHAIN_MAX && (r = read_by(p, c->n[c->n_nodes - 1]->out[0], TE_OP_RESHAPE));)
+        c->n[c->n_nodes++] = r;
+    c->a.o = c->n[c->n_nodes - 1]->out[0];
+    c->a.merged = true;
     return true;
 }
 
@@ -133,7 +166,7 @@ static bool only_chain_needs(const tg_plan *p, chain *c)
     }
     if (n_bwd != 0 && n_bwd != c->n_nodes) /* a backward through part of the chain */
         return false;
-    for (int j = 0; j + 1 < c->n_nodes; j++) { /* every op's output but out's */
+    for (int j = 0; j + 1 < c->n_nodes; j++) { /* every op's output but the last's (o) */
         const te_tensor *t = c->n[j]->out[0];
         const te_tensor *pair[2] = { t, t->grad };
         for (int g = 0; g < 2; g++) {
@@ -163,7 +196,8 @@ static bool only_chain_needs(const tg_plan *p, chain *c)
 }
 
 /* The backward runs where the chain's last backward kernel ran: no kernel
- * between its first and last may touch the gradients of q, k or v. */
+ * between its first and last may touch the gradients of q, k or v. (The
+ * gradient of o is whole before the first: its readers' backwards ran.) */
 static bool backward_movable(const tg_plan *p, const chain *c, int lo, int hi)
 {
     const te_tensor *in[3] = { c->a.scores->in[0], c->a.scores->in[1], c->a.out->in[1] };
@@ -221,8 +255,13 @@ int tg_pass_fuse_attention(tg_plan *p)
     int fused = 0;
     for (int i = 0; i < p->n_kernels; i++) {
         tg_kernel *k = &p->kernels[i];
-        chain c;
-        if (k->removed || k->kind != TG_K_FWD || !match(p, k->node, &c) || !only_chain_needs(p, &c))
+        chain c, merged;
+        if (k->removed || k->kind != TG_K_FWD || !match(p, k->node, &c))
+            continue;
+        merged = c;
+        if (add_merge(p, &merged) && only_chain_needs(p, &merged))
+            c = merged;
+        else if (!only_chain_needs(p, &c))
             continue;
         int lo = p->n_kernels, hi = -1;
         for (int j = 0; j < c.n_nodes; j++)
