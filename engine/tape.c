@@ -538,8 +538,10 @@ static te_status run_shadowed(te_node *n, bool backward)
     for (int k = 0; k < n->n_out; k++) {
         if (s.out[k] == n->out[k])
             continue;
-        if (!backward)
-            te_copy_from_f32(n->out[k], s.out[k]->data);
+        if (!backward) {
+            te_round_f32(n->out[k], s.out[k]->data, &n->round[k]);
+            n->rounded = true;
+        }
         te_tensor_free(s.out[k]);
     }
     for (int i = 0; i < n->n_in; i++) {
@@ -548,15 +550,24 @@ static te_status run_shadowed(te_node *n, bool backward)
         if (backward && s.in[i]->grad_valid) {
             int acc;
             te_grad_buf(n->in[i], &acc); /* overwrite: the shadow already accumulated */
-            te_copy_from_f32(n->in[i]->grad, s.in[i]->grad->data);
+            te_round_f32(n->in[i]->grad, s.in[i]->grad->data, &n->round[i]);
+            n->rounded = true;
         }
         te_tensor_free(s.in[i]);
     }
     return st;
 }
 
+/* Before a run: nothing rounded yet (entries stay TE_F32 unless rounded). */
+static void round_clear(te_node *n)
+{
+    memset(n->round, 0, sizeof n->round);
+    n->rounded = false;
+}
+
 te_status te_node_dispatch(te_node *n, bool backward)
 {
+    round_clear(n);
     if (needs_shadow(n))
         return run_shadowed(n, backward);
     return backward ? eng.backend->backward[n->op](n) : eng.backend->forward[n->op](n);
@@ -608,7 +619,7 @@ te_tensor *te_node_run(te_node *n)
             .exec_index = te_next_exec_index(), .name = n->name, .type = te_op_type_name(n->op),
             .loc = n->loc, .inputs = n->in, .n_inputs = n->n_in, .outputs = n->out,
             .n_outputs = n->n_out, .inplace = te_node_inplace(n),
-            .traits = te_op_traits(n->op),
+            .traits = te_op_traits(n->op), .round = n->rounded ? n->round : NULL,
         };
         te_op_done(&rec);
     } else {
@@ -687,7 +698,7 @@ static te_status backward_node(te_node *n)
             .name = n->grad_name, .type = te_op_grad_type_name(n->op), .loc = n->loc,
             .inputs = grads_in, .n_inputs = n->n_out, .outputs = grads_out, .n_outputs = n->n_in,
             .reads = reads, .n_reads = te_node_bwd_reads(n, reads),
-            .traits = te_op_traits(n->op),
+            .traits = te_op_traits(n->op), .round = n->rounded ? n->round : NULL,
         };
         te_op_done(&rec);
     }

@@ -92,6 +92,17 @@ TE_API uint16_t te_f32_to_f16(float f);
 TE_API float te_f16_to_f32(uint16_t h);
 TE_API uint16_t te_f32_to_bf16(float f);
 TE_API float te_bf16_to_f32(uint16_t h);
+/* The largest finite value of dt (65504 for f16). */
+TE_API float te_dtype_max(te_dtype dt);
+
+/* What rounding f32 results to a lower precision did (te_op_record.round). */
+typedef struct te_round_stats {
+    te_dtype dtype;    /* the precision rounded to; TE_F32: nothing was rounded */
+    int64_t overflow;  /* finite results that became +-Inf (beyond te_dtype_max) */
+    int64_t underflow; /* finite non-zero results that became zero */
+    int64_t nonzero;   /* finite non-zero results: the base of underflow's fraction */
+    float absmax;      /* the largest finite |result| before rounding */
+} te_round_stats;
 
 enum {
     TE_TENSOR_PERSISTENT = 1u << 0,  /* not freed by te_tape_reset() */
@@ -141,6 +152,9 @@ TE_API void te_set(te_tensor *t, int64_t i, float v);
 TE_API float te_item(const te_tensor *t);                      /* element 0 */
 TE_API void te_copy_to_f32(const te_tensor *t, float *dst);    /* numel floats */
 TE_API void te_copy_from_f32(te_tensor *t, const float *src);  /* rounds to t's dtype */
+/* The same, to nearest even, with what rounding did in *st (NULL: not
+ * wanted; dtype TE_F32 and zeros when t is not f16/bf16). */
+TE_API void te_round_f32(te_tensor *t, const float *src, te_round_stats *st);
 TE_API void te_fill(te_tensor *t, float v);
 TE_API bool te_same_shape(const te_tensor *a, const te_tensor *b);
 /* "[128,784]" into buf; returns buf. */
@@ -411,6 +425,10 @@ typedef struct te_op_record {
     te_tensor *const *reads;
     int n_reads;
     unsigned traits;    /* TE_TRAIT_* of the op, from the engine's op table */
+    /* Per output (as outputs), how its f32 results were rounded to f16 or
+     * bf16: overflows, underflows, the largest magnitude before rounding.
+     * NULL when no output of this op was rounded to a lower precision. */
+    const te_round_stats *round;
 } te_op_record;
 
 /* Facts about an op that consumers act on (te_op_record.traits). */

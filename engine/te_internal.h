@@ -191,6 +191,10 @@ struct te_node {
     te_tensor *out[TE_MAX_OUT];
     te_tensor *saved[TE_MAX_SAVED]; /* kernel-private state for backward (f32/i32) */
     te_attrs a;
+    /* What the last run (forward: per output; backward: per input's
+     * gradient) rounded to f16/bf16; rounded false when nothing was. */
+    te_round_stats round[TE_MAX_IN];
+    bool rounded;
 };
 
 /* ---- making an op (used by the files of engine/ops) -------------------------------
@@ -254,6 +258,9 @@ static inline int32_t *te_i32(const te_tensor *t) { return (int32_t *)t->data; }
 
 /* Minimum elements per thread before an elementwise loop goes parallel. */
 #define TE_PAR_MIN 32768
+/* n floats of src rounded to nearest even into dst of dtype dt (f16 or
+ * bf16), what rounding did added to *st (NULL: not counted): lowp.c. */
+void te_round_block(const float *src, void *dst, te_dtype dt, int64_t n, te_round_stats *st);
 
 /* ---- statistics where a tensor is written (stats.c) ------------------------
  * The optimizer computes a parameter's statistics inside its update loop,

@@ -230,6 +230,56 @@ START_TEST(test_cast_gradient)
 }
 END_TEST
 
+/* What rounding did, as hooks see it: the f16 cast of values beyond 65504
+ * and below half the smallest subnormal, and an op that runs in f32 on f16
+ * tensors (Scale) whose result overflows. */
+static te_round_stats seen_round[4];
+static int seen_ops;
+
+static void keep_round(const te_op_record *r, void *user)
+{
+    (void)user;
+    if (seen_ops < 4)
+        seen_round[seen_ops] = r->round ? r->round[0] : (te_round_stats){ .dtype = TE_F32, .absmax = -1.0f };
+    seen_ops++;
+}
+
+START_TEST(test_round_stats)
+{
+    const float v[8] = { 1e5f, 70000.0f, 65519.0f, 1e-8f, 3e-8f, 0.0f, -1e6f, NAN };
+    te_tensor *x = te_tensor_from(TE_F32, te_shape(8), v);
+    seen_ops = 0;
+    int h = te_hook_add(&(te_hooks){ .op_end = keep_round }, NULL);
+    te_tensor *y = te_cast(x, TE_F16);    /* op 0 */
+    te_tensor *big = te_scale(y, 1000.0f);  /* op 1: f32 inside, rounded to f16 */
+    te_tensor *tiny = te_scale(y, 1e-4f);   /* op 2 */
+    te_tensor *w = te_cast(x, TE_F32);      /* op 3: nothing rounded */
+    te_hook_remove(h);
+    ck_assert_msg(y && big && tiny && w, "%s", te_error());
+    ck_assert_int_eq(seen_ops, 4);
+    const te_round_stats *c = &seen_round[0];
+    ck_assert_int_eq(c->dtype, TE_F16);
+    ck_assert_int_eq(c->overflow, 3);  /* 1e5, 70000, -1e6; 65519 rounds down to 65504 */
+    ck_assert_int_eq(c->underflow, 1); /* 1e-8; 3e-8 rounds up to 2^-24 */
+    ck_assert_int_eq(c->nonzero, 6);   /* neither 0 nor NaN */
+    ck_assert(c->absmax == 1e6f);
+    ck_assert(te_get(y, 2) == 65504.0f && isinf(te_get(y, 0)) && te_get(y, 3) == 0.0f && te_get(y, 4) > 0.0f);
+    /* y: inf, inf, 65504, 0, 2^-24, 0, -inf, nan; only the finite non-zero count */
+    const te_round_stats *b = &seen_round[1], *t = &seen_round[2];
+    ck_assert_int_eq(b->dtype, TE_F16);
+    ck_assert_int_eq(b->overflow, 1); /* 65504 * 1000 */
+    ck_assert_int_eq(b->underflow, 0);
+    ck_assert_int_eq(b->nonzero, 2);
+    ck_assert(b->absmax == 65504000.0f);
+    ck_assert_int_eq(t->overflow, 0);
+    ck_assert_int_eq(t->underflow, 1); /* 2^-24 * 1e-4 */
+    ck_assert_int_eq(t->nonzero, 2);
+    ck_assert_int_eq(seen_round[3].dtype, TE_F32);
+    ck_assert(seen_round[3].absmax == -1.0f); /* the record's round is NULL */
+    ck_assert(te_dtype_max(TE_F16) == 65504.0f);
+}
+END_TEST
+
 START_TEST(test_cast_errors)
 {
     te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 3));
@@ -498,6 +548,7 @@ Suite *suite_shape(void)
     tcase_add_test(tc, test_cast_int);
     tcase_add_test(tc, test_cast_gradient);
     tcase_add_test(tc, test_cast_errors);
+    tcase_add_test(tc, test_round_stats);
     tcase_add_test(tc, test_embedding_golden);
     tcase_add_test(tc, test_embedding_gradcheck);
     tcase_add_test(tc, test_embedding_errors);

@@ -143,18 +143,13 @@ static int32_t f32_to_i32(float v)
     return (int32_t)v;
 }
 
-static void from_f32(const float *src, void *dst, te_dtype dt, int64_t n)
+/* dst (dt) = src; what rounding to f16/bf16 did added to *st. */
+static void from_f32(const float *src, void *dst, te_dtype dt, int64_t n, te_round_stats *st)
 {
     switch (dt) {
     case TE_F32: memcpy(dst, src, (size_t)n * sizeof *src); break;
     case TE_F16:
-        for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = te_f32_to_f16(src[i]);
-        break;
-    case TE_BF16:
-        for (int64_t i = 0; i < n; i++)
-            ((uint16_t *)dst)[i] = te_f32_to_bf16(src[i]);
-        break;
+    case TE_BF16: te_round_block(src, dst, dt, n, st); break;
     case TE_I32:
         for (int64_t i = 0; i < n; i++)
             ((int32_t *)dst)[i] = f32_to_i32(src[i]);
@@ -163,9 +158,13 @@ static void from_f32(const float *src, void *dst, te_dtype dt, int64_t n)
     }
 }
 
-/* dst (ddt) = src (sdt), or dst += src when acc, over n elements. */
-static void convert(const void *src, te_dtype sdt, void *dst, te_dtype ddt, int64_t n, int acc)
+/* dst (ddt) = src (sdt), or dst += src when acc, over n elements; what
+ * rounding to f16/bf16 did in *st (zeros when ddt is neither). */
+static void convert(const void *src, te_dtype sdt, void *dst, te_dtype ddt, int64_t n, int acc,
+                    te_round_stats *st)
 {
+    memset(st, 0, sizeof *st);
+    st->dtype = ddt == TE_F16 || ddt == TE_BF16 ? ddt : TE_F32;
     if (sdt == ddt && !acc) {
         memcpy(dst, src, (size_t)n * te_dtype_size(sdt));
         return;
@@ -182,14 +181,23 @@ static void convert(const void *src, te_dtype sdt, void *dst, te_dtype ddt, int6
             for (int64_t i = 0; i < m; i++)
                 buf[i] += old[i];
         }
-        from_f32(buf, (char *)dst + i0 * ds, ddt, m);
+        te_round_stats part = { .dtype = st->dtype };
+        from_f32(buf, (char *)dst + i0 * ds, ddt, m, &part);
+#pragma omp critical(cast_round_stats)
+        {
+            st->overflow += part.overflow;
+            st->underflow += part.underflow;
+            st->nonzero += part.nonzero;
+            st->absmax = part.absmax > st->absmax ? part.absmax : st->absmax;
+        }
     }
 }
 
 te_status cpu_cast_forward(te_node *n)
 {
     const te_tensor *x = n->in[0], *y = n->out[0];
-    convert(x->data, x->dtype, y->data, y->dtype, x->numel, 0);
+    convert(x->data, x->dtype, y->data, y->dtype, x->numel, 0, &n->round[0]);
+    n->rounded = n->round[0].dtype != TE_F32;
     return TE_OK;
 }
 
@@ -201,7 +209,8 @@ te_status cpu_cast_backward(te_node *n)
         return TE_OK;
     int acc;
     void *dx = te_grad_buf(x, &acc); /* in x's own dtype: cast is not shadowed */
-    convert(y->grad->data, y->dtype, dx, x->dtype, x->numel, acc);
+    convert(y->grad->data, y->dtype, dx, x->dtype, x->numel, acc, &n->round[0]);
+    n->rounded = n->round[0].dtype != TE_F32;
     return TE_OK;
 }
 

@@ -13,7 +13,7 @@ static void report(const tg_kernel *k, const tg_origin *o, int base)
     const te_node *n = o->node;
     te_op_record rec = {
         .step = te_step(), .op_id = n->id, .exec_index = base + o->exec, .loc = n->loc, .kernel = k->desc,
-        .traits = te_op_traits(n->op),
+        .traits = te_op_traits(n->op), .round = n->rounded ? n->round : NULL,
     };
     if (!o->backward) {
         rec.phase = TE_PHASE_FORWARD;
