@@ -216,19 +216,20 @@ static bool link_exists(hid_t f, const char *path)
     }
 }
 
-/* An integer attribute of the root, as int64. */
-static bool read_attr_i64(hid_t f, const char *name, int64_t *v, child_err *e)
+/* A one-element integer attribute of loc, as int64 (an attribute of more
+ * elements would overrun v). */
+static bool read_attr_i64(hid_t loc, const char *where, const char *name, int64_t *v, child_err *e)
 {
-    if (H5Aexists(f, name) <= 0)
-        return fail(e, "no attribute '%s' on /", name);
-    hid_t a = H5Aopen(f, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1,
+    if (H5Aexists(loc, name) <= 0)
+        return fail(e, "no attribute '%s' on %s", name, where);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1,
           s = a >= 0 ? H5Aget_space(a) : -1;
     bool ok = t >= 0 && s >= 0 && H5Tget_class(t) == H5T_INTEGER && H5Sget_simple_extent_npoints(s) == 1 &&
               H5Aread(a, H5T_NATIVE_INT64, v) >= 0;
     if (s >= 0) H5Sclose(s);
     if (t >= 0) H5Tclose(t);
     if (a >= 0) H5Aclose(a);
-    return ok || fail(e, "attribute '%s' on / is not one integer", name);
+    return ok || fail(e, "attribute '%s' on %s is not one integer", name, where);
 }
 
 /* A string attribute of loc (fixed or variable length) into buf. */
@@ -329,13 +330,13 @@ static bool parse_info(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
         return false;
     if (strcmp(format, FORMAT) != 0)
         return fail(e, "format '%s' is not a tdbg checkpoint's ('%s')", format, FORMAT);
-    if (!read_attr_i64(f, "version", &version, e))
+    if (!read_attr_i64(f, "/", "version", &version, e))
         return false;
     if (version != VERSION)
         return fail(e, "version %lld; this program reads version %d", (long long)version, VERSION);
     for (int i = 0; i < a->n_attrs; i++) {
         int64_t v;
-        if (!read_attr_i64(f, a->attrs[i].name, &v, e))
+        if (!read_attr_i64(f, "/", a->attrs[i].name, &v, e))
             return false;
         if (v != a->attrs[i].value)
             return fail(e, "made with %s=%lld; this run has %s %lld (give the flags the checkpoint was made "
@@ -365,17 +366,13 @@ static bool parse_tensors(hid_t f, const load_arg *a, dump_blob *out, child_err 
     if (!link_exists(f, "optim"))
         return fail(e, "missing group /optim");
     hid_t og = H5Oopen(f, "optim", H5P_DEFAULT);
-    bool ok = og >= 0 && read_attr_str(og, "/optim", "kind", kind, sizeof kind, e);
-    if (ok && H5Aexists(og, "steps") > 0) {
-        hid_t at = H5Aopen(og, "steps", H5P_DEFAULT);
-        ok = at >= 0 && H5Aread(at, H5T_NATIVE_INT64, &steps) >= 0 && steps >= 0;
-        if (at >= 0) H5Aclose(at);
-        if (!ok)
-            fail(e, "attribute 'steps' on /optim is not an integer >= 0");
-    } else if (ok) {
-        ok = fail(e, "no attribute 'steps' on /optim");
-    }
-    if (og >= 0) H5Oclose(og);
+    if (og < 0)
+        return fail(e, "cannot open /optim");
+    bool ok = read_attr_str(og, "/optim", "kind", kind, sizeof kind, e) &&
+              read_attr_i64(og, "/optim", "steps", &steps, e);
+    if (ok && steps < 0)
+        ok = fail(e, "attribute 'steps' on /optim is %lld, below 0", (long long)steps);
+    H5Oclose(og);
     if (!ok)
         return false;
     if (strcmp(kind, a->kind) != 0)

@@ -3,7 +3,14 @@
 # (tests/fuzz/step, tests/fuzz/run) from tiny real dumps of examples/mlp:
 # a 2-3-3 network on spirals, batch 4, two steps; full values (inputs and
 # outputs), statistics only, gzip-compressed, graph mode: as the writer
-# makes them, a few KB each. Run it again when the format changes.
+# makes them, a few KB each. And the GPT checkpoint reader's
+# (tests/fuzz/checkpoint) from examples/gpt with --save, the configuration
+# fuzz/fuzz_checkpoint.c checks against (1 layer, 1 head, embd 4, block 4),
+# two steps on tests/fixtures/alice.txt: the valid AdamW checkpoint; an SGD
+# one with momentum (one buffer, another kind); one of embd 8 and 2 heads
+# (other attributes, every dataset of another shape); the valid one cut in
+# half, and with its superblock's size of offsets changed from 8 to 4.
+# Run it again when a format changes.
 set -eu
 build=$1
 src=$2
@@ -14,7 +21,12 @@ $mlp --dump "dir=$tmp/full;io=both" >/dev/null
 $mlp --dump "dir=$tmp/stats;what=stats" >/dev/null
 $mlp --dump "dir=$tmp/gzip;compress=gzip:1;ops=fc1*;phase=forward,params" >/dev/null
 $mlp --mode graph --dump "dir=$tmp/graph;phase=backward,grads" >/dev/null
-for t in step run; do
+gpt="$build/examples/gpt --data $src/tests/fixtures/alice.txt --layers 1 --heads 1 --embd 4 --block 4 --batch 2
+     --steps 2 --warmup 0 --eval-every 0 --threads 1 --log-every 100"
+$gpt --save "$tmp/valid.h5" >/dev/null
+$gpt --optim sgd --momentum 0.9 --save "$tmp/sgd.h5" >/dev/null
+$gpt --embd 8 --heads 2 --save "$tmp/wide.h5" >/dev/null
+for t in step run checkpoint; do
     rm -rf "$src/tests/fuzz/$t"
     mkdir -p "$src/tests/fuzz/$t"
 done
@@ -22,4 +34,10 @@ for d in full stats gzip graph; do
     cp "$tmp/$d/step-00000001.h5" "$src/tests/fuzz/step/$d.h5"
     cp "$tmp/$d/run.h5" "$src/tests/fuzz/run/$d.h5"
 done
-ls -l "$src/tests/fuzz/step" "$src/tests/fuzz/run"
+ck="$src/tests/fuzz/checkpoint"
+cp "$tmp/valid.h5" "$tmp/sgd.h5" "$tmp/wide.h5" "$ck/"
+size=$(wc -c <"$tmp/valid.h5")
+head -c $((size / 2)) "$tmp/valid.h5" >"$ck/truncated.h5"
+cp "$tmp/valid.h5" "$ck/superblock.h5"
+printf '\004' | dd of="$ck/superblock.h5" bs=1 seek=13 conv=notrunc 2>/dev/null
+ls -l "$src/tests/fuzz/step" "$src/tests/fuzz/run" "$ck"

@@ -276,6 +276,23 @@ START_TEST(test_gpt_checkpoint_damaged)
     ck_assert_msg(b.s.status == 2, "wrong shape: exit %d:\n%s", b.s.status, b.s.out);
     ts_has(&b.s, "/params/wpe has shape [8,32]; the model's is [32,32]");
     ts_free(&b.s);
+    /* the optimizer's steps as 64 integers (fuzz_checkpoint found the reader
+     * writing them all over one: tests/fuzz/crashes/checkpoint) */
+    copy_without(ck, bad, NULL);
+    f = H5Fopen(bad, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert(f >= 0 && H5Adelete_by_name(f, "optim", "steps", H5P_DEFAULT) >= 0);
+    int64_t many[64] = { 0 };
+    hsize_t n_many = 64;
+    sp = H5Screate_simple(1, &n_many, NULL);
+    hid_t a = H5Acreate_by_name(f, "optim", "steps", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert(a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, many) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Fclose(f);
+    b = run_gpt("%s --load '%s'", args, bad);
+    ck_assert_msg(b.s.status == 2, "steps array: exit %d:\n%s", b.s.status, b.s.out);
+    ts_has(&b.s, "attribute 'steps' on /optim is not one integer");
+    ts_free(&b.s);
 }
 END_TEST
 
