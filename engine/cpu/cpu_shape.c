@@ -171,7 +171,9 @@ static void convert(const void *src, te_dtype sdt, void *dst, te_dtype ddt, int6
     }
     const size_t ss = te_dtype_size(sdt), ds = te_dtype_size(ddt);
     const int64_t chunks = (n + CAST_CHUNK - 1) / CAST_CHUNK;
-#pragma omp parallel for if (n >= TE_PAR_MIN)
+    int64_t over = 0, under = 0, nonzero = 0;
+    float amax = 0.0f;
+#pragma omp parallel for if (n >= TE_PAR_MIN) reduction(+ : over, under, nonzero) reduction(max : amax)
     for (int64_t c = 0; c < chunks; c++) {
         float buf[CAST_CHUNK], old[CAST_CHUNK];
         const int64_t i0 = c * CAST_CHUNK, m = n - i0 < CAST_CHUNK ? n - i0 : CAST_CHUNK;
@@ -183,14 +185,15 @@ static void convert(const void *src, te_dtype sdt, void *dst, te_dtype ddt, int6
         }
         te_round_stats part = { .dtype = st->dtype };
         from_f32(buf, (char *)dst + i0 * ds, ddt, m, &part);
-#pragma omp critical(cast_round_stats)
-        {
-            st->overflow += part.overflow;
-            st->underflow += part.underflow;
-            st->nonzero += part.nonzero;
-            st->absmax = part.absmax > st->absmax ? part.absmax : st->absmax;
-        }
+        over += part.overflow;
+        under += part.underflow;
+        nonzero += part.nonzero;
+        amax = part.absmax > amax ? part.absmax : amax;
     }
+    st->overflow = over;
+    st->underflow = under;
+    st->nonzero = nonzero;
+    st->absmax = amax;
 }
 
 te_status cpu_cast_forward(te_node *n)
