@@ -636,6 +636,66 @@ TE_API void te_op_output_stats(const te_op_record *r, int i, te_stats *s);
 /* Flat index -> "[3,17]" for t's shape; returns buf. */
 TE_API char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
 
+/* ---- mixed precision (amp.c, scaler.c; docs/amp.md) ------------------- */
+
+/* O0: everything f32. O1: MatMul, Linear, Conv2D (and batched matmuls) in
+ * the low precision, their inputs cast; softmax, losses, norms, reductions,
+ * exp/log cast up to f32. O2: weights and activations in the low precision,
+ * f32 master weights in the optimizer, norms and the loss in f32, dynamic
+ * loss scaling. O3: everything in the low precision, no loss scaling. */
+typedef enum { TE_AMP_O0, TE_AMP_O1, TE_AMP_O2, TE_AMP_O3, TE_AMP_LEVEL_COUNT } te_amp_level;
+
+/* The level and the low dtype (TE_F16 or TE_BF16) for the ops made from now
+ * on; TE_ERR_ARG for anything else. */
+TE_API te_status te_amp_set(te_amp_level level, te_dtype low);
+TE_API te_amp_level te_amp_level_get(void);
+TE_API te_dtype te_amp_dtype(void);               /* the low dtype; TE_F32 at O0 */
+TE_API const char *te_amp_level_name(te_amp_level level); /* "O2"; NULL when out of range */
+
+/* Dynamic loss scaling, PyTorch GradScaler's rule with Megatron's
+ * hysteresis: a step whose unscaled gradients hold a non-finite value is
+ * skipped (no update, the optimizer state untouched) and counts against
+ * the hysteresis; when that runs out the scale is multiplied by backoff
+ * (and the count restored only by growth); growth_interval clean steps in
+ * a row multiply it by growth. hysteresis 1 is GradScaler exactly. */
+typedef struct te_scaler_opts {
+    bool fixed;           /* a fixed scale (--loss-scale N): skips, never changes */
+    float init_scale;     /* 0: 65536 (2^16) */
+    float growth_factor;  /* 0: 2 */
+    float backoff_factor; /* 0: 0.5 */
+    int growth_interval;  /* 0: 2000 clean steps */
+    int hysteresis;       /* 0: 1, non-finite steps before backing off */
+} te_scaler_opts;
+
+typedef struct te_scaler_state {
+    bool enabled;
+    te_scaler_opts opts;    /* with the defaults filled in */
+    float scale;            /* the scale of this step's loss */
+    bool found_inf;         /* this step's unscale found a non-finite gradient: the update is skipped */
+    char first_param[TE_NAME_MAX]; /* the parameter whose gradient was non-finite first
+                                    * (registration order); "" when none */
+    int64_t skipped;        /* steps skipped since enabled */
+    int64_t growth_tracker; /* clean steps since the last change or non-finite step */
+    int hysteresis_left;    /* non-finite steps left before the next back-off */
+} te_scaler_state;
+
+/* One scaler for the engine: enabled with o (NULL: the defaults), or
+ * disabled. TE_ERR_ARG names a bad option (a scale not finite and > 0, a
+ * growth <= 1, a backoff outside (0, 1), an interval or hysteresis < 0). */
+TE_API te_status te_scaler_enable(const te_scaler_opts *o);
+TE_API void te_scaler_disable(void);
+/* The scaler's state; false (and *s zeroed) when none is enabled. */
+TE_API bool te_scaler_state_get(te_scaler_state *s);
+/* What this step's unscale found (first_param: the first parameter with a
+ * non-finite gradient, or NULL), kept in the state until the next record.
+ * The unscale reports itself to the hooks after this and before the
+ * update, so that a stop there sees this step's scale. */
+TE_API void te_scaler_record(bool found_inf, const char *first_param);
+/* The end of the step: a step recorded non-finite counts as skipped and
+ * backs off (per the hysteresis); a clean one counts towards growth; the
+ * scale becomes the next step's. Nothing without a scaler. */
+TE_API void te_scaler_update(void);
+
 /* ---- memory ------------------------------------------------------------ */
 
 typedef struct te_mem_stats {
