@@ -651,6 +651,11 @@ TE_API te_status te_amp_set(te_amp_level level, te_dtype low);
 TE_API te_amp_level te_amp_level_get(void);
 TE_API te_dtype te_amp_dtype(void);               /* the low dtype; TE_F32 at O0 */
 TE_API const char *te_amp_level_name(te_amp_level level); /* "O2"; NULL when out of range */
+/* The precision an op type ("MatMul" or its "MatMulGrad") runs in at the
+ * current level: "low" (the low dtype), "f32", or "follows" (its inputs'
+ * dtype; Cast: its target); NULL for an unknown type. At O0 every op is
+ * "f32". The table is docs/amp.md's "Levels". */
+TE_API const char *te_amp_op_precision(const char *type);
 
 /* Dynamic loss scaling, PyTorch GradScaler's rule with Megatron's
  * hysteresis: a step whose unscaled gradients hold a non-finite value is
