@@ -213,6 +213,155 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* ---- rounding against PyTorch (tests/fixtures/amp.bin) -------------------------
+ * Each op runs on inputs in the low dtype (at O0: the op's own rounding,
+ * not autocast's) and its output is compared with PyTorch's f32 result
+ * rounded by .to(float16/bfloat16). ulp 0: bit for bit (the f32 result is
+ * exact or correctly rounded in both, so one rounding gives the same bits:
+ * elementwise arithmetic, data movement, every overflow case); ulp 1: the
+ * f32 results may differ in their last f32 bits (another summation order,
+ * another exp or tanh), which moves a result lying at a rounding boundary of
+ * the low dtype by one of its ulps. GELU: also within 1.5e-7 |x| of
+ * PyTorch's, the error of the engine's Phi (Abramowitz and Stegun 7.1.26,
+ * cpu_math.h) times x: in the far negative tail, where GELU is a few 1e-4,
+ * that is a few f16 ulps. */
+
+static te_tensor *persistent_filled(int64_t n, float v)
+{
+    te_tensor *t = te_tensor_persistent(TE_F32, te_shape(n));
+    te_fill(t, v);
+    return t;
+}
+
+static te_tensor *run_case(const char *c, te_tensor **x, te_dtype dt)
+{
+#define IS(n) (strcmp(c, n) == 0)
+    if (IS("matmul") || IS("matmul_batched") || IS("matmul_ovf")) return te_matmul(x[0], x[1]);
+    if (IS("linear")) return te_linear(x[0], x[1], x[2]);
+    if (IS("add") || IS("add_ovf")) return te_add(x[0], x[1]);
+    if (IS("sub")) return te_sub(x[0], x[1]);
+    if (IS("mul") || IS("mul_ovf") || IS("mul_sub")) return te_mul(x[0], x[1]);
+    if (IS("div")) return te_div(x[0], x[1]);
+    if (IS("scale")) return te_scale(x[0], 0.3f);
+    if (IS("relu")) return te_relu(x[0]);
+    if (IS("gelu")) return te_gelu(x[0]);
+    if (IS("tanh")) return te_tanh(x[0]);
+    if (IS("sigmoid")) return te_sigmoid(x[0]);
+    if (IS("exp") || IS("exp_ovf") || IS("exp_sub")) return te_exp(x[0]);
+    if (IS("log")) return te_log(x[0]);
+    if (IS("sqrt")) return te_sqrt(x[0]);
+    if (IS("softmax")) return te_softmax(x[0], -1);
+    if (IS("log_softmax")) return te_log_softmax(x[0], -1);
+    if (IS("cross_entropy")) return te_cross_entropy(x[0], x[1]);
+    if (IS("mse") || IS("mse_ovf")) return te_mse(x[0], x[1]);
+    if (IS("conv2d")) return te_conv2d(x[0], x[1], x[2], 1, 1);
+    if (IS("maxpool2d")) return te_maxpool2d(x[0], 2, 2, 0);
+    if (IS("avgpool2d")) return te_avgpool2d(x[0], 2, 2, 0);
+    if (IS("global_avgpool")) return te_global_avgpool(x[0]);
+    if (IS("batchnorm")) {
+        te_tensor *rm = persistent_filled(4, 0.0f), *rv = persistent_filled(4, 1.0f);
+        te_tensor *y = te_batchnorm(x[0], x[1], x[2], rm, rv, 0.1f, 1e-5f);
+        te_tensor_free(rm);
+        te_tensor_free(rv);
+        return y;
+    }
+    if (IS("layernorm")) return te_layernorm(x[0], x[1], x[2], 1e-5f);
+    if (IS("dropout_eval")) {
+        te_set_training(false);
+        te_tensor *y = te_dropout(x[0], 0.5f);
+        te_set_training(true);
+        return y;
+    }
+    if (IS("reshape")) return te_reshape(x[0], 6, 4);
+    if (IS("flatten")) return te_flatten(x[0]);
+    if (IS("transpose")) return te_transpose(x[0], 0, 2);
+    if (IS("sum") || IS("sum_ovf")) return te_sum(x[0], IS("sum") ? 1 : TE_ALL, false);
+    if (IS("mean")) return te_mean(x[0], TE_ALL, false);
+    if (IS("embedding")) return te_embedding(x[0], x[1]);
+    if (IS("cast")) return te_cast(x[0], dt);
+    if (IS("masked_fill")) return te_masked_fill(x[0], x[1], -1e4f);
+#undef IS
+    return NULL;
+}
+
+/* The ordered integer of a value of dt (sign and magnitude to a line). */
+static int32_t ordered(float v, te_dtype dt)
+{
+    const uint16_t b = dt == TE_F16 ? te_f32_to_f16(v) : te_f32_to_bf16(v);
+    return b & 0x8000u ? -(int32_t)(b & 0x7fffu) : (int32_t)b;
+}
+
+enum { F16 = 1, BF16 = 2, BOTH = 3 };
+static const struct {
+    const char *name;
+    unsigned dts; /* F16 | BF16: the dtypes the fixture has */
+    int n_in;
+    unsigned keep; /* inputs not cast to the low dtype: i32 indices, f32 masks, a cast's source */
+    int ulp;
+} amp_cases[] = {
+    { "matmul", BOTH, 2, 0, 1 },      { "matmul_batched", BOTH, 2, 0, 1 }, { "matmul_ovf", F16, 2, 0, 0 },
+    { "linear", BOTH, 3, 0, 1 },      { "add", BOTH, 2, 0, 0 },            { "add_ovf", F16, 2, 0, 0 },
+    { "sub", BOTH, 2, 0, 0 },         { "mul", BOTH, 2, 0, 0 },            { "mul_ovf", BF16, 2, 0, 0 },
+    { "mul_sub", F16, 2, 0, 0 },      { "div", BOTH, 2, 0, 0 },            { "scale", BOTH, 1, 0, 0 },
+    { "relu", BOTH, 1, 0, 0 },        { "gelu", BOTH, 1, 0, 1 },           { "tanh", BOTH, 1, 0, 1 },
+    { "sigmoid", BOTH, 1, 0, 1 },     { "exp", BOTH, 1, 0, 1 },            { "exp_ovf", F16, 1, 0, 0 },
+    { "exp_sub", F16, 1, 0, 1 },      { "log", BOTH, 1, 0, 1 },            { "sqrt", BOTH, 1, 0, 0 },
+    { "softmax", BOTH, 1, 0, 1 },     { "log_softmax", BOTH, 1, 0, 1 },    { "cross_entropy", BOTH, 2, 2, 1 },
+    { "mse", BOTH, 2, 0, 1 },         { "mse_ovf", F16, 2, 0, 0 },         { "conv2d", BOTH, 3, 0, 1 },
+    { "maxpool2d", BOTH, 1, 0, 0 },   { "avgpool2d", BOTH, 1, 0, 1 },      { "global_avgpool", BOTH, 1, 0, 1 },
+    { "batchnorm", BOTH, 3, 0, 1 },   { "layernorm", BOTH, 3, 0, 1 },      { "dropout_eval", BOTH, 1, 0, 0 },
+    { "reshape", BOTH, 1, 0, 0 },     { "flatten", BOTH, 1, 0, 0 },        { "transpose", BOTH, 1, 0, 0 },
+    { "sum", BOTH, 1, 0, 1 },         { "sum_ovf", F16, 1, 0, 0 },         { "mean", BOTH, 1, 0, 1 },
+    { "embedding", BOTH, 2, 2, 0 },   { "cast", BOTH, 1, 1, 0 },           { "masked_fill", BOTH, 2, 2, 0 },
+};
+#define N_AMP_CASES ((int)(sizeof amp_cases / sizeof amp_cases[0]))
+
+/* One case in each of its dtypes (_i: the case): every element within the
+ * case's ulps of PyTorch's, infinities and signed zeros included. */
+START_TEST(test_rounding_vs_torch)
+{
+    const char *c = amp_cases[_i].name;
+    fx_file *f = fx_open("amp.bin");
+    bool overflowed = false;
+    for (int d = 0; d < 2; d++) {
+        if (!(amp_cases[_i].dts & 1u << d))
+            continue;
+        const te_dtype dt = d ? TE_BF16 : TE_F16;
+        const char *dn = d ? "bf16" : "f16";
+        te_tensor *x[5];
+        for (int k = 0; k < amp_cases[_i].n_in; k++) {
+            char field[16];
+            snprintf(field, sizeof field, "x%d", k);
+            char cname[64];
+            snprintf(cname, sizeof cname, "%s.%s", dn, c);
+            x[k] = fx_case(f, cname, field);
+            if (!(amp_cases[_i].keep & 1u << k) && x[k]->dtype == TE_F32)
+                x[k] = te_cast(x[k], dt); /* exact: the fixture holds values of dt */
+        }
+        char cname[64];
+        snprintf(cname, sizeof cname, "%s.%s", dn, c);
+        te_tensor *want = fx_case(f, cname, "y");
+        te_tensor *y = run_case(c, x, dt);
+        ck_assert_msg(y != NULL, "%s %s: %s", dn, c, te_error());
+        ck_assert_msg(y->dtype == dt, "%s %s: the output is %s", dn, c, te_dtype_name(y->dtype));
+        ck_assert_msg(y->numel == want->numel, "%s %s: %lld elements, PyTorch %lld", dn, c, (long long)y->numel,
+                      (long long)want->numel);
+        for (int64_t i = 0; i < y->numel; i++) {
+            const float g = te_get(y, i), w = te_get(want, i);
+            const int32_t dist = abs(ordered(g, dt) - ordered(w, dt));
+            overflowed |= isinf(w);
+            const bool phi_err = strcmp(c, "gelu") == 0 && fabsf(g - w) <= 1.5e-7f * fabsf(te_get(x[0], i));
+            ck_assert_msg((dist <= amp_cases[_i].ulp || phi_err) && isinf(w) == isinf(g) && signbit(g) == signbit(w),
+                          "%s %s[%lld]: %.9g, PyTorch %.9g: %d ulps of %s (bound %d)", dn, c, (long long)i, g, w,
+                          dist, dn, amp_cases[_i].ulp);
+        }
+        te_tape_reset();
+    }
+    ck_assert_msg(!strstr(c, "_ovf") || overflowed, "%s: the overflow case does not overflow", c);
+    fx_close(f);
+}
+END_TEST
+
 /* ---- eager against graph mode -------------------------------------------------- */
 
 typedef struct {
@@ -316,6 +465,10 @@ Suite *suite_amp(void)
     tcase_add_test(tc, test_o2_params_and_classes);
     tcase_add_test(tc, test_o3_everything_low);
     tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("rounding");
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
+    tcase_add_loop_test(tc, test_rounding_vs_torch, 0, N_AMP_CASES);
     suite_add_tcase(s, tc);
     tc = tcase_create("parity");
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
