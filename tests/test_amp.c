@@ -455,6 +455,58 @@ START_TEST(test_eager_graph_parity)
 }
 END_TEST
 
+/* Causal attention in graph mode: fused at O0; under AMP it stays composed
+ * (docs/amp.md "Rounding") and gives eager mode's output bit for bit. */
+typedef struct {
+    te_tensor *q, *k, *v;
+} qkv;
+
+static te_status attn_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    (void)in;
+    qkv *a = ctx;
+    out[1] = te_causal_attention(a->q, a->k, a->v, 0.0f);
+    out[0] = te_mean(out[1], TE_ALL, false);
+    return te_backward(out[0]);
+}
+
+START_TEST(test_attention_under_amp)
+{
+    const te_amp_level level = (te_amp_level)_i;
+    float got[2][2 * 2 * 8 * 4];
+    int fused[2];
+    for (int m = 0; m < 2; m++) {
+        te_shutdown();
+        te_init(&(te_config){ .seed = 5, .threads = 2 });
+        qkv a = { te_param_new("q", TE_F32, te_shape(1, 2, 8, 4)), te_param_new("k", TE_F32, te_shape(1, 2, 8, 4)),
+                  te_param_new("v", TE_F32, te_shape(1, 2, 8, 4)) };
+        te_init_uniform(a.q, -2.0f, 2.0f);
+        te_init_uniform(a.k, -2.0f, 2.0f);
+        te_init_uniform(a.v, -2.0f, 2.0f);
+        ck_assert_int_eq(te_amp_set(level, TE_F16), TE_OK);
+        te_graph *g = te_graph_new(attn_step, &a, &(te_graph_opts){ .mode = m ? TE_MODE_GRAPH : TE_MODE_EAGER,
+                                                                   .n_inputs = 0, .n_outputs = 2 });
+        te_tensor *out[2];
+        te_step_begin();
+        ck_assert_msg(te_graph_run(g, NULL, out) == TE_OK, "%s", te_error());
+        ck_assert_int_eq(out[1]->numel, 64);
+        for (int i = 0; i < 64; i++)
+            got[m][i] = te_get(out[1], i);
+        te_step_end();
+        fused[m] = te_graph_stats_get(g).fused;
+        te_graph_free(g);
+    }
+    if (level == TE_AMP_O0) {
+        ck_assert_int_gt(fused[1], 0);
+        return;
+    }
+    ck_assert_int_eq(fused[1], 0);
+    for (int i = 0; i < 64; i++)
+        ck_assert_msg(memcmp(&got[0][i], &got[1][i], sizeof(float)) == 0, "O%d out[%d]: %.9g eager, %.9g graph",
+                      (int)level, i, got[0][i], got[1][i]);
+}
+END_TEST
+
 Suite *suite_amp(void)
 {
     Suite *s = suite_create("amp");
@@ -474,6 +526,7 @@ Suite *suite_amp(void)
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_eager_graph_parity, 0, 6);
+    tcase_add_loop_test(tc, test_attention_under_amp, 0, TE_AMP_LEVEL_COUNT);
     suite_add_tcase(s, tc);
     return s;
 }
