@@ -381,6 +381,8 @@ te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
     }
     te_node *n = new_node();
     if (!n) {
+        if (eng.last_name)
+            eng.last_name->count--;
         te_set_error(TE_ERR_NOMEM, "%s at %s:%d: out of memory", info->type, loc.file, loc.line);
         return NULL;
     }
