@@ -646,11 +646,20 @@ TE_API char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n)
 typedef enum { TE_AMP_O0, TE_AMP_O1, TE_AMP_O2, TE_AMP_O3, TE_AMP_LEVEL_COUNT } te_amp_level;
 
 /* The level and the low dtype (TE_F16 or TE_BF16) for the ops made from now
- * on; TE_ERR_ARG for anything else. */
+ * on; TE_ERR_ARG for anything else, TE_ERR_STATE inside a step. Ops cast
+ * their inputs as their class says (docs/amp.md "Levels"), each cast an op
+ * named "<op name>/cast_in<i>". O2 and O3 convert the registered f32
+ * parameters to the low dtype in place (rounded, gradients dropped); O0 and
+ * O1 bring those back to f32. */
 TE_API te_status te_amp_set(te_amp_level level, te_dtype low);
 TE_API te_amp_level te_amp_level_get(void);
 TE_API te_dtype te_amp_dtype(void);               /* the low dtype; TE_F32 at O0 */
 TE_API const char *te_amp_level_name(te_amp_level level); /* "O2"; NULL when out of range */
+/* The precision an op type ("MatMul" or its "MatMulGrad") runs in at the
+ * current level: "low" (the low dtype), "f32", or "follows" (its inputs'
+ * dtype; Cast: its target); NULL for an unknown type. At O0 every op is
+ * "f32". The table is docs/amp.md's "Levels". */
+TE_API const char *te_amp_op_precision(const char *type);
 
 /* Dynamic loss scaling, PyTorch GradScaler's rule with Megatron's
  * hysteresis: a step whose unscaled gradients hold a non-finite value is
