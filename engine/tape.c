@@ -110,6 +110,7 @@ void te_shutdown(void)
     eng.names = NULL;
     eng.n_nodes = eng.cap_nodes = eng.n_tensors = eng.cap_tensors = 0;
     te_params_shutdown();
+    te_scaler_disable(); /* its tensors are the allocator's */
     te_inject_clear();
     te_names_reset();
     te_observe_clear();
