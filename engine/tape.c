@@ -111,6 +111,7 @@ void te_shutdown(void)
     eng.n_nodes = eng.cap_nodes = eng.n_tensors = eng.cap_tensors = 0;
     te_params_shutdown();
     te_amp_reset();
+    te_scaler_disable(); /* its tensors are the allocator's */
     te_inject_clear();
     te_names_reset();
     te_observe_clear();

@@ -338,6 +338,11 @@ void te_tape_track(te_tensor *t);
 te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
 
 void te_params_shutdown(void);
+/* The loss scaler (scaler.c), for the optimizer: this step's unscale found
+ * a non-finite gradient (skip the update); the unscaled f32 gradient of
+ * the f16/bf16 parameter p this step, or NULL. */
+bool te_scaler_skip_step(void);
+float *te_scaler_master_grad(const te_tensor *p);
 /* With TDBG set, loads the debugger once per process (plugin.c). */
 void te_plugin_load(void);
 

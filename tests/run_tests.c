@@ -22,6 +22,7 @@ int main(void)
     srunner_add_suite(sr, suite_shape());
     srunner_add_suite(sr, suite_attention_ops());
     srunner_add_suite(sr, suite_optim());
+    srunner_add_suite(sr, suite_scaler());
     srunner_add_suite(sr, suite_data());
     srunner_add_suite(sr, suite_plan());
     srunner_add_suite(sr, suite_graph());

@@ -14,6 +14,7 @@ Suite *suite_norm(void);        /* batchnorm, layernorm */
 Suite *suite_attention_ops(void); /* batched matmul, masked fill, masked softmax, causal attention */
 Suite *suite_shape(void);       /* reshape, flatten, transpose, cast, embedding, dropout */
 Suite *suite_optim(void);       /* SGD, Adam, AdamW, clipping, accumulation, determinism */
+Suite *suite_scaler(void);      /* loss scaling: GradScaler's sequence, hysteresis, unscale, skips, master weights */
 Suite *suite_data(void);        /* datasets and the loader */
 Suite *suite_plan(void);        /* the static memory planner of graph mode */
 Suite *suite_graph(void);       /* graph mode: passes, plans, shapes, observation, parity */
