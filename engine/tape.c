@@ -317,12 +317,14 @@ static bool autocast(te_op op, te_loc loc, const char *name, te_tensor *const *i
 {
     const te_op_info *info = &te_op_table[op];
     name_slot *mine = eng.last_name;
-    bool ok = true;
+    bool ok = true, any_low = false;
+    for (int i = 0; i < info->n_in; i++)
+        any_low |= args[i] && args[i]->dtype == te_amp_dtype() && te_amp_dtype() != TE_F32;
     for (int i = 0; ok && i < info->n_in; i++) {
         te_tensor *x = args[i];
         if (!x || (info->in[i].dtypes & TE_DT_FLOAT) != TE_DT_FLOAT)
             continue; /* absent, or a slot of one dtype (f32 masks and statistics, i32 indices) */
-        const te_dtype want = te_amp_input_dtype(op, x->dtype);
+        const te_dtype want = te_amp_input_dtype(op, x->dtype, any_low);
         if (want == x->dtype)
             continue;
         int j = 0;

@@ -381,8 +381,9 @@ void te_set_exec_index(int i);
 bool te_in_step(void);
 
 /* amp.c: the dtype an input of dtype dt is cast to before op runs at the
- * current AMP level (dt itself: no cast; non-float dtypes are never cast). */
-te_dtype te_amp_input_dtype(te_op op, te_dtype dt);
+ * current AMP level (dt itself: no cast; non-float dtypes are never cast);
+ * any_low: some input of the op is already in the low dtype. */
+te_dtype te_amp_input_dtype(te_op op, te_dtype dt, bool any_low);
 /* te_shutdown: back to O0 (the parameters are gone). */
 void te_amp_reset(void);
 
