@@ -19,7 +19,9 @@
  * on the shadow path.
  *
  * Each call makes its primitive descriptor; oneDNN's primitive cache keeps
- * the compiled kernels, so a repeated shape costs a look-up.
+ * the compiled kernels, so a repeated shape costs a look-up. Convolutions
+ * let oneDNN choose its layouts (blocked, for its AVX512-BF16 kernels:
+ * twice as fast as its im2col GEMM on plain NCHW) and reorder around them.
  */
 #include "cpu_kernels.h"
 
@@ -49,26 +51,72 @@ typedef struct lp_io {
     const void *p;
 } lp_io;
 
+/* from (at src) copied into layout to (at dst) by a oneDNN reorder. */
+static bool lp_reorder(const dnnl_memory_desc_t *from, const void *src, const dnnl_memory_desc_t *to, void *dst)
+{
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t m[2] = { 0 };
+    bool ok = dnnl_reorder_primitive_desc_create(&pd, from, lp_engine, to, lp_engine, NULL) == dnnl_success &&
+              dnnl_primitive_create(&prim, pd) == dnnl_success &&
+              dnnl_memory_create(&m[0], from, lp_engine, (void *)src) == dnnl_success &&
+              dnnl_memory_create(&m[1], to, lp_engine, dst) == dnnl_success;
+    dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, m[0] }, { DNNL_ARG_TO, m[1] } };
+    ok = ok && dnnl_primitive_execute(prim, lp_stream, 2, args) == dnnl_success;
+    for (int i = 0; i < 2; i++)
+        if (m[i])
+            dnnl_memory_destroy(m[i]);
+    if (prim)
+        dnnl_primitive_destroy(prim);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return ok;
+}
+
+static bool lp_is_output(int arg)
+{
+    return arg == DNNL_ARG_DST || arg == DNNL_ARG_DIFF_SRC || arg == DNNL_ARG_DIFF_WEIGHTS ||
+           arg == DNNL_ARG_DIFF_BIAS;
+}
+
 /* The primitive of op_desc (hint: the forward one of a backward), run on
- * the n buffers of io; false, nothing written, when oneDNN has no
- * implementation or fails. */
+ * the n buffers of io, in their plain layouts. A primitive that chose its
+ * own layout (its descriptor said `any`: the blocked layouts of oneDNN's
+ * fastest convolutions) gets its inputs reordered into scratch first and
+ * its outputs reordered back after. False, nothing written, when oneDNN
+ * has no implementation or fails. */
 static bool lp_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const lp_io *io, int n)
 {
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t prim = NULL;
     dnnl_memory_t mem[8] = { 0 };
     dnnl_exec_arg_t args[8];
+    void *tmp[8] = { 0 };
+    size_t tmp_bytes[8] = { 0 };
+    const dnnl_memory_desc_t *want[8];
     bool ok = dnnl_primitive_desc_create(&pd, op_desc, NULL, lp_engine, hint) == dnnl_success &&
               dnnl_primitive_create(&prim, pd) == dnnl_success;
     for (int i = 0; ok && i < n; i++) {
-        ok = dnnl_memory_create(&mem[i], &io[i].md, lp_engine, (void *)io[i].p) == dnnl_success;
+        want[i] = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, io[i].arg);
+        void *p = (void *)io[i].p;
+        if (!want[i] || !dnnl_memory_desc_equal(want[i], &io[i].md)) {
+            tmp_bytes[i] = want[i] ? dnnl_memory_desc_get_size(want[i]) : 0;
+            ok = want[i] && (p = tmp[i] = te_mem_alloc(tmp_bytes[i])) != NULL &&
+                 (lp_is_output(io[i].arg) || lp_reorder(&io[i].md, io[i].p, want[i], p));
+        }
+        ok = ok && dnnl_memory_create(&mem[i], ok ? want[i] : &io[i].md, lp_engine, p) == dnnl_success;
         args[i] = (dnnl_exec_arg_t){ io[i].arg, mem[i] };
     }
-    ok = ok && dnnl_primitive_execute(prim, lp_stream, n, args) == dnnl_success &&
-         dnnl_stream_wait(lp_stream) == dnnl_success;
-    for (int i = 0; i < n; i++)
+    ok = ok && dnnl_primitive_execute(prim, lp_stream, n, args) == dnnl_success;
+    for (int i = 0; ok && i < n; i++)
+        if (tmp[i] && lp_is_output(io[i].arg))
+            ok = lp_reorder(want[i], tmp[i], &io[i].md, (void *)io[i].p);
+    ok = ok && dnnl_stream_wait(lp_stream) == dnnl_success;
+    for (int i = 0; i < n; i++) {
         if (mem[i])
             dnnl_memory_destroy(mem[i]);
+        te_mem_free(tmp[i], tmp_bytes[i]);
+    }
     if (prim)
         dnnl_primitive_destroy(prim);
     if (pd)
@@ -406,10 +454,12 @@ typedef struct lp_conv {
     dnnl_dims_t stride, pad_l, pad_r;
 } lp_conv;
 
-/* n's geometry as oneDNN's: x's, w's and y's dtypes as given; the right
- * padding is what makes the output size y's (less than pad_l when the
- * stride leaves a remainder). */
-static lp_conv lp_conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt)
+/* n's geometry as oneDNN's: x's, w's and y's dtypes as given, in layout
+ * tag (NCHW and OIHW as the tensors are, or any: the primitive's choice);
+ * the right padding is what makes the output size y's (less than pad_l
+ * when the stride leaves a remainder). */
+static lp_conv lp_conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                          bool any)
 {
     const te_tensor *x = n->in[0], *w = n->in[1], *y = n->out[0];
     lp_conv c;
@@ -417,10 +467,10 @@ static lp_conv lp_conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_
     memcpy(xd, x->shape, 4 * sizeof *xd);
     memcpy(wd, w->shape, 4 * sizeof *wd);
     memcpy(yd, y->shape, 4 * sizeof *yd);
-    dnnl_memory_desc_init_by_tag(&c.x, 4, xd, xt, dnnl_nchw);
-    dnnl_memory_desc_init_by_tag(&c.w, 4, wd, wt, dnnl_oihw);
+    dnnl_memory_desc_init_by_tag(&c.x, 4, xd, xt, any ? dnnl_format_tag_any : dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(&c.w, 4, wd, wt, any ? dnnl_format_tag_any : dnnl_oihw);
     dnnl_memory_desc_init_by_tag(&c.b, 1, bd, wt, dnnl_a);
-    dnnl_memory_desc_init_by_tag(&c.y, 4, yd, yt, dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(&c.y, 4, yd, yt, any ? dnnl_format_tag_any : dnnl_nchw);
     for (int d = 0; d < 2; d++) {
         c.stride[d] = n->a.stride;
         c.pad_l[d] = n->a.pad;
@@ -434,13 +484,13 @@ te_status cpu_conv2d_forward_lowp(te_node *n)
     if (!lp_takes(n))
         return TE_LOWP_DECLINED;
     const te_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
-    lp_conv c = lp_conv_of(n, BF16, BF16, F32);
+    lp_conv a = lp_conv_of(n, BF16, BF16, F32, true), c = lp_conv_of(n, BF16, BF16, F32, false);
     dnnl_convolution_desc_t desc;
     lp_bufs b = { 0 };
     float *y = lp_buf(&b, 0, n->out[0]->numel);
     bool ok = y && dnnl_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct,
-                                                      &c.x, &c.w, bias ? &c.b : NULL, &c.y, c.stride,
-                                                      c.pad_l, c.pad_r) == dnnl_success;
+                                                      &a.x, &a.w, bias ? &a.b : NULL, &a.y, a.stride,
+                                                      a.pad_l, a.pad_r) == dnnl_success;
     lp_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
                    { DNNL_ARG_WEIGHTS, c.w, w->data },
                    { DNNL_ARG_DST, c.y, y },
@@ -456,7 +506,7 @@ te_status cpu_conv2d_backward_lowp(te_node *n)
     te_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     const void *dy = n->out[0]->grad->data;
     /* The backward primitives want the forward one as a hint: all bf16. */
-    lp_conv h = lp_conv_of(n, BF16, BF16, BF16);
+    lp_conv h = lp_conv_of(n, BF16, BF16, BF16, true);
     dnnl_convolution_desc_t fwd;
     dnnl_primitive_desc_t hint = NULL;
     lp_bufs b = { 0 };
@@ -465,29 +515,29 @@ te_status cpu_conv2d_backward_lowp(te_node *n)
                                                  h.pad_r) == dnnl_success &&
               dnnl_primitive_desc_create(&hint, &fwd, NULL, lp_engine, NULL) == dnnl_success;
     if (ok && te_needs_grad(x)) { /* dx: f32, from bf16 w and dy */
-        lp_conv c = lp_conv_of(n, F32, BF16, BF16);
+        lp_conv a = lp_conv_of(n, F32, BF16, BF16, true), c = lp_conv_of(n, F32, BF16, BF16, false);
         dnnl_convolution_desc_t desc;
         float *g = lp_buf(&b, 0, x->numel);
         lp_io io[] = { { DNNL_ARG_DIFF_SRC, c.x, g },
                        { DNNL_ARG_WEIGHTS, c.w, w->data },
                        { DNNL_ARG_DIFF_DST, c.y, dy } };
-        ok = g && dnnl_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &c.x, &c.w, &c.y,
-                                                           c.stride, c.pad_l, c.pad_r) == dnnl_success &&
+        ok = g && dnnl_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w, &a.y,
+                                                           a.stride, a.pad_l, a.pad_r) == dnnl_success &&
              lp_run(&desc, hint, io, 3);
     }
     bool want_b = te_needs_grad(bias);
     if (ok && (te_needs_grad(w) || want_b)) { /* dw (and db): f32, from bf16 x and dy */
-        lp_conv c = lp_conv_of(n, BF16, F32, BF16);
+        lp_conv a = lp_conv_of(n, BF16, F32, BF16, true), c = lp_conv_of(n, BF16, F32, BF16, false);
         dnnl_convolution_desc_t desc;
         float *gw = lp_buf(&b, 1, w->numel), *gb = want_b ? lp_buf(&b, 2, bias->numel) : NULL;
-        lp_io io[] = { { DNNL_ARG_SRC, h.x, x->data },
+        lp_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
                        { DNNL_ARG_DIFF_DST, c.y, dy },
                        { DNNL_ARG_DIFF_WEIGHTS, c.w, gw },
                        { DNNL_ARG_DIFF_BIAS, c.b, gb } };
         ok = gw && (gb || !want_b) &&
-             dnnl_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &h.x, &c.w,
-                                                         want_b ? &c.b : NULL, &c.y, c.stride, c.pad_l,
-                                                         c.pad_r) == dnnl_success &&
+             dnnl_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w,
+                                                         want_b ? &a.b : NULL, &a.y, a.stride, a.pad_l,
+                                                         a.pad_r) == dnnl_success &&
              lp_run(&desc, hint, io, want_b ? 4 : 3);
         if (!te_needs_grad(w)) { /* computed with db only: not a gradient to keep */
             te_mem_free(b.p[1], b.bytes[1]);
