@@ -231,6 +231,62 @@ START_TEST(test_lowp_native_not_f16)
 }
 END_TEST
 
+typedef struct lp_net {
+    te_tensor *w, *b;
+} lp_net;
+
+static te_status lp_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    lp_net *m = ctx;
+    out[1] = te_relu(te_linear(in[0], m->w, m->b));
+    out[0] = te_sum(out[1], TE_ALL, false);
+    return te_backward(out[0]);
+}
+
+/* Graph mode dispatches its shadowed nodes the same way: a replayed step
+ * runs the linear's forward and backward natively, and its loss and
+ * weight gradient equal eager mode's bit for bit. */
+START_TEST(test_lowp_native_graph)
+{
+    te_lowp_native_allow(true);
+    const bool have = te_lowp_native() != NULL;
+    lp_net m = { te_param_new("lpn.w", TE_BF16, te_shape(24, 40)), te_param_new("lpn.b", TE_BF16, te_shape(24)) };
+    ck_assert_msg(m.w && m.b, "%s", te_error());
+    te_init_uniform(m.w, -0.5f, 0.5f);
+    te_init_uniform(m.b, -0.5f, 0.5f);
+    te_tensor *x = te_tensor_persistent(TE_BF16, te_shape(16, 40));
+    te_init_uniform(x, -1.0f, 1.0f);
+    int64_t n_w = m.w->numel, runs[2] = { 0 };
+    float loss[2], *gw[2];
+    for (int mode = 0; mode < 2; mode++) {
+        te_graph *g = te_graph_new(lp_step, &m, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 1,
+                                                                 .n_outputs = 2 });
+        ck_assert(g != NULL);
+        for (int step = 0; step < 2; step++) { /* graph mode: traced, then replayed */
+            te_tensor *out[2];
+            te_zero_grad();
+            te_step_begin();
+            int64_t before = te_lowp_native_runs();
+            ck_assert_msg(te_graph_run(g, (te_tensor *[]){ x }, out) == TE_OK, "%s", te_error());
+            runs[mode] = te_lowp_native_runs() - before;
+            loss[mode] = te_item(out[0]);
+            te_step_end();
+        }
+        gw[mode] = malloc((size_t)n_w * sizeof(float));
+        te_copy_to_f32(m.w->grad, gw[mode]);
+        te_graph_free(g);
+    }
+    ck_assert_msg(runs[0] == (have ? 2 : 0) && runs[1] == runs[0], "native runs: eager %lld, graph %lld",
+                  (long long)runs[0], (long long)runs[1]);
+    ck_assert_msg(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "loss: eager %.9g, graph %.9g", loss[0],
+                  loss[1]);
+    ck_assert_msg(memcmp(gw[0], gw[1], (size_t)n_w * sizeof(float)) == 0, "weight gradients differ");
+    free(gw[0]);
+    free(gw[1]);
+    te_tensor_free(x);
+}
+END_TEST
+
 /* The switch: te_lowp_native names the kernels or says NULL when turned off. */
 START_TEST(test_lowp_native_switch)
 {
@@ -254,6 +310,7 @@ Suite *suite_lowp_native(void)
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_loop_test(tc, test_lowp_native_vs_shadow, 0, (int)(sizeof lp_cases / sizeof lp_cases[0]));
     tcase_add_test(tc, test_lowp_native_not_f16);
+    tcase_add_test(tc, test_lowp_native_graph);
     tcase_add_test(tc, test_lowp_native_switch);
     suite_add_tcase(s, tc);
     return s;
