@@ -209,6 +209,16 @@ static void lp_free(lp_bufs *b)
         te_mem_free(b->p[i], b->bytes[i]);
 }
 
+/* A bf16 value as f32 (exact: its bits are the f32's upper half), inline
+ * so the loops below vectorise. */
+static inline float lp_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* ok: output 0 rounded from its f32 result. */
 static te_status lp_forward_done(te_node *n, lp_bufs *b, bool ok)
 {
@@ -234,7 +244,7 @@ static te_status lp_backward_done(te_node *n, lp_bufs *b, bool ok)
         if (acc) {
 #pragma omp parallel for simd if (x->numel >= TE_PAR_MIN)
             for (int64_t j = 0; j < x->numel; j++)
-                g[j] += te_bf16_to_f32(old[j]);
+                g[j] += lp_f32(old[j]);
         }
         te_round_f32(x->grad, g, &n->round[i]);
         n->rounded = true;
@@ -243,7 +253,7 @@ static te_status lp_backward_done(te_node *n, lp_bufs *b, bool ok)
     return ok ? TE_OK : TE_LOWP_DECLINED;
 }
 
-/* b's column sums of a rows x cols bf16 matrix, row by row in f32. */
+/* The column sums of a rows x cols bf16 matrix, row by row in f32. */
 static void lp_col_sums(const uint16_t *dy, int64_t rows, int64_t cols, float *db)
 {
     memset(db, 0, (size_t)cols * sizeof *db);
@@ -251,7 +261,7 @@ static void lp_col_sums(const uint16_t *dy, int64_t rows, int64_t cols, float *d
         const uint16_t *row = dy + i * cols;
 #pragma omp simd
         for (int64_t o = 0; o < cols; o++)
-            db[o] += te_bf16_to_f32(row[o]);
+            db[o] += lp_f32(row[o]);
     }
 }
 
