@@ -524,7 +524,8 @@ float *te_grad_buf(te_tensor *x, int *acc)
 /* ---- dispatch -------------------------------------------------------------
  * Kernels compute in f32. A node touching f16/bf16 tensors runs on a shadow
  * node whose half tensors are replaced by f32 copies; results are rounded
- * back into the real tensors afterwards.
+ * back into the real tensors afterwards. The backend's native low-precision
+ * kernel, where it has one and takes the node, runs instead (lowp_native.c).
  */
 
 static bool is_half(const te_tensor *t) { return t && (t->dtype == TE_F16 || t->dtype == TE_BF16); }
@@ -627,8 +628,10 @@ static void round_clear(te_node *n)
 te_status te_node_dispatch(te_node *n, bool backward)
 {
     round_clear(n);
-    if (needs_shadow(n))
-        return run_shadowed(n, backward);
+    if (needs_shadow(n)) {
+        te_status st = te_lowp_run_native(n, backward);
+        return st != TE_LOWP_DECLINED ? st : run_shadowed(n, backward);
+    }
     return backward ? eng.backend->backward[n->op](n) : eng.backend->forward[n->op](n);
 }
 

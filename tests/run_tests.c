@@ -28,6 +28,7 @@ int main(void)
     srunner_add_suite(sr, suite_graph());
     srunner_add_suite(sr, suite_fused_attention());
     srunner_add_suite(sr, suite_amp());
+    srunner_add_suite(sr, suite_lowp_native());
     srunner_add_suite(sr, suite_gpt());
     srunner_add_suite(sr, suite_examples());
     srunner_add_suite(sr, suite_gpt_example());
