@@ -8,6 +8,9 @@
 #include <hdf5.h>
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,12 @@
 #define FORMAT "tdbg-checkpoint"
 #define VERSION 1
 #define MAX_SLOTS 3 /* m, v, and the f32 master copies of f16/bf16 parameters (AMP O2) */
+
+/* The loss scaler's state as the file keeps it (/scaler's attributes). */
+typedef struct {
+    double scale;
+    int64_t growth_tracker, hysteresis_left, skipped;
+} scaler_saved;
 
 /* The parameter's name without "param:". */
 static const char *pname(const te_tensor *p)
@@ -78,11 +87,40 @@ static hid_t group(hid_t loc, const char *name)
     return H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
 }
 
+static bool attr_f64(hid_t loc, const char *name, double v)
+{
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = s < 0 ? -1 : H5Acreate2(loc, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    bool ok = a >= 0 && H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0;
+    if (a >= 0) H5Aclose(a);
+    if (s >= 0) H5Sclose(s);
+    return ok;
+}
+
+/* The AMP level and dtype as root attributes; /scaler with the loss
+ * scaler's options and state when one is on. */
+static bool write_amp(hid_t f)
+{
+    const te_amp_level level = te_amp_level_get();
+    bool ok = attr_str(f, "amp", te_amp_level_name(level)) &&
+              attr_str(f, "amp_dtype", te_dtype_name(level == TE_AMP_O0 ? TE_F32 : te_amp_dtype()));
+    te_scaler_state st;
+    if (!ok || !te_scaler_state_get(&st))
+        return ok;
+    hid_t g = group(f, "scaler");
+    ok = g >= 0 && attr_i64(g, "fixed", st.opts.fixed) && attr_f64(g, "scale", st.scale) &&
+         attr_i64(g, "growth_interval", st.opts.growth_interval) && attr_i64(g, "hysteresis", st.opts.hysteresis) &&
+         attr_i64(g, "growth_tracker", st.growth_tracker) && attr_i64(g, "hysteresis_left", st.hysteresis_left) &&
+         attr_i64(g, "skipped", st.skipped);
+    if (g >= 0) H5Gclose(g);
+    return ok;
+}
+
 /* Everything but the file itself; false at the first failure. */
 static bool write_all(hid_t f, const ckpt_info *info, const ckpt_attr *attrs, int n_attrs, const te_optim *opt,
                       const char *kind)
 {
-    bool ok = attr_str(f, "format", FORMAT) && attr_i64(f, "version", VERSION);
+    bool ok = attr_str(f, "format", FORMAT) && attr_i64(f, "version", VERSION) && write_amp(f);
     for (int i = 0; ok && i < n_attrs; i++)
         ok = attr_i64(f, attrs[i].name, attrs[i].value);
     ok = ok && write_scalar(f, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->step);
@@ -263,6 +301,21 @@ static bool read_attr_str(hid_t loc, const char *where, const char *name, char *
     return ok || fail(e, "attribute '%s' on %s is not a string", name, where);
 }
 
+/* A one-element float attribute of loc, as double. */
+static bool read_attr_f64(hid_t loc, const char *where, const char *name, double *v, child_err *e)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return fail(e, "no attribute '%s' on %s", name, where);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1,
+          s = a >= 0 ? H5Aget_space(a) : -1;
+    bool ok = t >= 0 && s >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Sget_simple_extent_npoints(s) == 1 &&
+              H5Aread(a, H5T_NATIVE_DOUBLE, v) >= 0;
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return ok || fail(e, "attribute '%s' on %s is not one number", name, where);
+}
+
 /* A one-element integer dataset at path, as int64 (uint64 for seeds). */
 static bool read_scalar(hid_t f, const char *path, hid_t mem_type, void *v, child_err *e)
 {
@@ -354,12 +407,80 @@ static bool parse_info(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
     return true;
 }
 
-/* Every parameter, then the optimizer's steps and each present buffer. */
+/* The checkpoint's AMP level and dtype against this run's (the engine's,
+ * set before the load: a file without them was made at O0), and its loss
+ * scaler against this run's: the options must be the same, and the state
+ * goes to out (a flag, then a scaler_saved). */
+static bool parse_amp(hid_t f, dump_blob *out, child_err *e)
+{
+    const te_amp_level level = te_amp_level_get();
+    const char *run_dt = te_dtype_name(level == TE_AMP_O0 ? TE_F32 : te_amp_dtype());
+    char amp[16] = "O0", dt[16] = "f32";
+    dump_contain_at("the attributes of /");
+    if ((H5Aexists(f, "amp") > 0 && !read_attr_str(f, "/", "amp", amp, sizeof amp, e)) ||
+        (H5Aexists(f, "amp_dtype") > 0 && !read_attr_str(f, "/", "amp_dtype", dt, sizeof dt, e)))
+        return false;
+    if (strcmp(amp, te_amp_level_name(level)) != 0 || strcmp(dt, run_dt) != 0) {
+        const bool low = strcmp(amp, "O0") != 0;
+        return fail(e, "made with --amp %s%s%s; this run has --amp %s%s%s (its parameters, master copies and "
+                    "loss scale belong to that precision: give the flags the checkpoint was made with)",
+                    amp, low ? " --amp-dtype " : "", low ? dt : "", te_amp_level_name(level),
+                    level != TE_AMP_O0 ? " --amp-dtype " : "", level != TE_AMP_O0 ? run_dt : "");
+    }
+
+    te_scaler_state st;
+    const bool run_has = te_scaler_state_get(&st);
+    dump_contain_at("/scaler");
+    const bool file_has = link_exists(f, "scaler");
+    if (file_has != run_has)
+        return fail(e, "made %s a loss scaler; this run has %s (give the --amp and --loss-scale flags the "
+                    "checkpoint was made with)", file_has ? "with" : "without", run_has ? "one" : "none");
+    dump_blob_int(out, file_has);
+    if (!file_has)
+        return true;
+    hid_t g = H5Oopen(f, "scaler", H5P_DEFAULT);
+    if (g < 0)
+        return fail(e, "cannot open /scaler");
+    int64_t fixed, interval, hyst;
+    scaler_saved sv;
+    bool ok = read_attr_i64(g, "/scaler", "fixed", &fixed, e) && read_attr_f64(g, "/scaler", "scale", &sv.scale, e) &&
+              read_attr_i64(g, "/scaler", "growth_interval", &interval, e) &&
+              read_attr_i64(g, "/scaler", "hysteresis", &hyst, e) &&
+              read_attr_i64(g, "/scaler", "growth_tracker", &sv.growth_tracker, e) &&
+              read_attr_i64(g, "/scaler", "hysteresis_left", &sv.hysteresis_left, e) &&
+              read_attr_i64(g, "/scaler", "skipped", &sv.skipped, e);
+    H5Oclose(g);
+    if (!ok)
+        return false;
+    if ((fixed != 0) != st.opts.fixed)
+        return fail(e, "made with a %s loss scale; this run's is %s", fixed ? "fixed" : "dynamic",
+                    st.opts.fixed ? "fixed" : "dynamic");
+    if (fixed && sv.scale != (double)st.scale)
+        return fail(e, "made with --loss-scale %g; this run has --loss-scale %g", sv.scale, (double)st.scale);
+    if (interval != st.opts.growth_interval)
+        return fail(e, "made with --scale-window %lld; this run has --scale-window %d", (long long)interval,
+                    st.opts.growth_interval);
+    if (hyst != st.opts.hysteresis)
+        return fail(e, "made with --scale-hysteresis %lld; this run has --scale-hysteresis %d", (long long)hyst,
+                    st.opts.hysteresis);
+    if (!(isfinite(sv.scale) && sv.scale > 0 && sv.scale <= FLT_MAX) || sv.growth_tracker < 0 ||
+        sv.growth_tracker > interval || sv.skipped < 0 || sv.hysteresis_left > hyst || sv.hysteresis_left < INT_MIN)
+        return fail(e, "/scaler's state is out of range (scale %g, growth_tracker %lld, hysteresis_left %lld, "
+                    "skipped %lld)", sv.scale, (long long)sv.growth_tracker, (long long)sv.hysteresis_left,
+                    (long long)sv.skipped);
+    dump_blob_put(out, &sv, sizeof sv);
+    return true;
+}
+
+/* The AMP state (parse_amp), every parameter, then the optimizer's steps
+ * and each present buffer. */
 static bool parse_tensors(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
 {
     te_optim *opt = a->opt;
     char kind[32], path[512];
     int64_t steps;
+    if (!parse_amp(f, out, e))
+        return false;
     dump_contain_at("/optim");
     if (!link_exists(f, "optim"))
         return fail(e, "missing group /optim");
@@ -480,7 +601,10 @@ bool ckpt_load(const char *path, te_optim *opt, const char *optim_kind, char *wh
         return false;
     /* the child checked every dataset: apply only a whole answer */
     ckpt_info skip;
+    scaler_saved sv;
     bool ok = dump_cur_get(&cur, &skip, sizeof skip);
+    const bool has_scaler = dump_cur_int(&cur) != 0;
+    ok = ok && (!has_scaler || dump_cur_get(&cur, &sv, sizeof sv));
     const int64_t steps = dump_cur_int(&cur);
     dump_cursor check = cur;
     for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
@@ -510,6 +634,21 @@ bool ckpt_load(const char *path, te_optim *opt, const char *optim_kind, char *wh
     }
     if (ok)
         te_optim_set_steps(opt, steps);
+    if (ok && has_scaler) {
+        te_scaler_state st;
+        te_scaler_state_get(&st);
+        st.scale = (float)sv.scale;
+        st.growth_tracker = sv.growth_tracker;
+        st.skipped = sv.skipped;
+        /* The rule leaves hysteresis_left below 0 after back-to-back
+         * non-finite steps (it decrements, then backs off at <= 0), and
+         * te_scaler_state_set takes 0 and up: 0 acts the same (the next
+         * non-finite step backs off, a growth restores it). */
+        st.hysteresis_left = sv.hysteresis_left < 0 ? 0 : (int)sv.hysteresis_left;
+        st.found_inf = false;
+        st.first_param[0] = '\0';
+        ok = te_scaler_state_set(&st) == TE_OK;
+    }
     dump_blob_free(&out);
     if (!ok)
         snprintf(why, n, "checkpoint %s: a short or malformed answer from its reader", path);
