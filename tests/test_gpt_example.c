@@ -107,6 +107,34 @@ START_TEST(test_gpt_learns)
 }
 END_TEST
 
+/* Every AMP level in f16 and bf16 ends within 2% of O0's held-out loss
+ * (the issue asks it of O2; O1 and O3 hold it too on this run:
+ * docs/amp.md, "What each level costs and keeps"). */
+START_TEST(test_gpt_amp_levels)
+{
+    const char *args = TINY " --steps 80 --lr 3e-3 --warmup 5 --eval-every 0";
+    gpt_run ref = run_gpt("%s", args);
+    assert_ok(&ref, "O0");
+    ck_assert_msg(ref.final_val < 0.7f * 5.545f, "O0's held-out loss %g did not fall from ln 256: nothing to "
+                  "compare with", ref.final_val);
+    static const char *const dts[2] = { "f16", "bf16" };
+    for (int d = 0; d < 2; d++)
+        for (int level = 1; level <= 3; level++) {
+            gpt_run r = run_gpt("%s --amp O%d --amp-dtype %s", args, level, dts[d]);
+            assert_ok(&r, "amp");
+            ck_assert_msg(fabsf(r.final_val - ref.final_val) <= 0.02f * ref.final_val,
+                          "O%d %s: held-out loss %.6f, O0 %.6f (more than 2%% apart):\n%s", level, dts[d],
+                          r.final_val, ref.final_val, r.s.out);
+            ck_assert_msg(r.final_val != ref.final_val, "O%d %s: O0's loss exactly: nothing was rounded", level,
+                          dts[d]);
+            ck_assert_msg((strstr(r.s.out, " scale=65536") != NULL) == (level == 2), "O%d %s: scale lines:\n%s",
+                          level, dts[d], r.s.out);
+            ts_free(&r.s);
+        }
+    ts_free(&ref.s);
+}
+END_TEST
+
 START_TEST(test_gpt_sampling_deterministic)
 {
     const char *args = TINY " --steps 12 --warmup 2 --eval-every 0 --sample-every 6 --sample-bytes 60";
@@ -198,6 +226,94 @@ START_TEST(test_gpt_checkpoint_resumes_bit_identical)
         ts_free(&full.s);
         ts_free(&first.s);
         ts_free(&rest.s);
+    }
+}
+END_TEST
+
+/* At O2 in f16 with a window of 3 the scale grows to 262144, where the
+ * gradients overflow, so skips come naturally (steps 6, 16, 20), and one is
+ * injected at step 9: stopped at step 11 and resumed, the scales, skips and
+ * losses are those of the run that never stopped, because the checkpoint
+ * keeps the scale, the growth count and the hysteresis (without them step
+ * 13 would not double). A run at another level, dtype or window is refused. */
+START_TEST(test_gpt_checkpoint_amp)
+{
+    char dir[512], ck[600];
+    tu_scratch_sub(scratch, dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck.h5", dir);
+    static const char *const modes[] = { "eager", "graph" };
+    const char *args = TINY " --steps 24 --warmup 2 --eval-every 8 --amp O2 --amp-dtype f16 --scale-window 3 "
+                            "--inject inf@op=grad/lm_head,step=9";
+    for (int m = 0; m < 2; m++) {
+        gpt_run full = run_gpt("%s --mode %s", args, modes[m]);
+        gpt_run first = run_gpt("%s --mode %s --stop-at 11 --save '%s'", args, modes[m], ck);
+        gpt_run rest = run_gpt("%s --mode %s --load '%s'", args, modes[m], ck);
+        assert_ok(&full, "uninterrupted");
+        assert_ok(&first, "first part");
+        assert_ok(&rest, "resumed");
+        ts_has(&full.s, "step=9 loss=");
+        ck_assert_msg(strstr(full.s.out, "scale=131072 skipped\nstep=10 ") != NULL,
+                      "%s: step 9 skipped at 131072:\n%s", modes[m], full.s.out);
+        ts_has(&rest.s, "step=13 loss=");
+        ck_assert_msg(strstr(rest.s.out, "scale=65536\nstep=13 ") && strstr(rest.s.out, "scale=131072\nstep=14 "),
+                      "%s: the resumed run doubles its scale at step 13:\n%s", modes[m], rest.s.out);
+        static char want[16384], got[16384], tail[16384];
+        lines_with(full.s.out, "step=", want, sizeof want);
+        lines_with(first.s.out, "step=", got, sizeof got);
+        lines_with(rest.s.out, "step=", tail, sizeof tail);
+        ck_assert(strlen(got) + strlen(tail) < sizeof got);
+        strcat(got, tail);
+        ck_assert_msg(strcmp(want, got) == 0, "%s: resumed steps differ from the uninterrupted run's:\n%s\n---\n%s",
+                      modes[m], want, got);
+        ck_assert_msg(full.final_val == rest.final_val, "final val_loss %.9g vs %.9g", full.final_val,
+                      rest.final_val);
+        ts_free(&full.s);
+        ts_free(&first.s);
+        ts_free(&rest.s);
+    }
+    /* what the file says, as h5py would read it */
+    hid_t f = H5Fopen(ck, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert(f >= 0);
+    char amp[8] = "", dt[8] = "";
+    hid_t a = H5Aopen(f, "amp", H5P_DEFAULT), t = H5Aget_type(a);
+    ck_assert(a >= 0 && H5Tget_size(t) < sizeof amp && H5Aread(a, t, amp) >= 0);
+    H5Tclose(t);
+    H5Aclose(a);
+    a = H5Aopen(f, "amp_dtype", H5P_DEFAULT);
+    t = H5Aget_type(a);
+    ck_assert(a >= 0 && H5Tget_size(t) < sizeof dt && H5Aread(a, t, dt) >= 0);
+    H5Tclose(t);
+    H5Aclose(a);
+    ck_assert_msg(strcmp(amp, "O2") == 0 && strcmp(dt, "f16") == 0, "amp '%s', amp_dtype '%s'", amp, dt);
+    double scale = 0;
+    int64_t tracker = -1, skipped = -1;
+    ck_assert(H5Aread(a = H5Aopen_by_name(f, "scaler", "scale", H5P_DEFAULT, H5P_DEFAULT), H5T_NATIVE_DOUBLE,
+                      &scale) >= 0 && H5Aclose(a) >= 0);
+    ck_assert(H5Aread(a = H5Aopen_by_name(f, "scaler", "growth_tracker", H5P_DEFAULT, H5P_DEFAULT),
+                      H5T_NATIVE_INT64, &tracker) >= 0 && H5Aclose(a) >= 0);
+    ck_assert(H5Aread(a = H5Aopen_by_name(f, "scaler", "skipped", H5P_DEFAULT, H5P_DEFAULT), H5T_NATIVE_INT64,
+                      &skipped) >= 0 && H5Aclose(a) >= 0);
+    H5Fclose(f);
+    /* steps 6 and 9 skipped; 10 clean since the back-off at 9 */
+    ck_assert_msg(scale == 65536 && tracker == 1 && skipped == 2, "/scaler: scale %g, growth_tracker %lld, "
+                  "skipped %lld; want 65536, 1, 2", scale, (long long)tracker, (long long)skipped);
+
+    static const struct {
+        const char *flags, *want;
+    } refused[] = {
+        { "", "made with --amp O2 --amp-dtype f16; this run has --amp O0 (" },
+        { "--amp O2 --amp-dtype bf16 --scale-window 3", "this run has --amp O2 --amp-dtype bf16" },
+        { "--amp O1 --amp-dtype f16", "made with --amp O2 --amp-dtype f16; this run has --amp O1 --amp-dtype f16" },
+        { "--amp O2 --amp-dtype f16", "made with --scale-window 3; this run has --scale-window 2000" },
+        { "--amp O2 --amp-dtype f16 --loss-scale 1024", "made with a dynamic loss scale; this run's is fixed" },
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        gpt_run b = run_gpt("%s --steps 24 --warmup 2 --eval-every 8 %s --load '%s'", TINY, refused[i].flags, ck);
+        ck_assert_msg(b.s.status == 2, "'%s': exit %d, want 2:\n%s", refused[i].flags, b.s.status, b.s.out);
+        ts_has(&b.s, "gpt: checkpoint ");
+        ts_has(&b.s, refused[i].want);
+        ck_assert_msg(!strstr(b.s.out, "loss="), "'%s': trained anyway:\n%s", refused[i].flags, b.s.out);
+        ts_free(&b.s);
     }
 }
 END_TEST
@@ -456,6 +572,7 @@ Suite *suite_gpt_example(void)
     tcase_add_test(tc, test_gpt_learns);
     tcase_add_test(tc, test_gpt_sampling_deterministic);
     tcase_add_test(tc, test_gpt_eager_graph_agree);
+    tcase_add_test(tc, test_gpt_amp_levels);
     suite_add_tcase(s, tc);
     tc = tcase_create("flags");
     tcase_set_timeout(tc, 60);
@@ -466,6 +583,7 @@ Suite *suite_gpt_example(void)
     tcase_add_unchecked_fixture(tc, scratch_up, scratch_down);
     tcase_add_test(tc, test_gpt_checkpoint_resumes_bit_identical);
     tcase_add_test(tc, test_gpt_checkpoint_damaged);
+    tcase_add_test(tc, test_gpt_checkpoint_amp);
     tcase_add_test(tc, test_gpt_checkpoint_h5py);
     suite_add_tcase(s, tc);
     tc = tcase_create("debugger");
