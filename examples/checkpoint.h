@@ -1,9 +1,13 @@
 /*
  * checkpoint.h — a training run's state in one HDF5 file, readable by h5py:
  *
- *   /                  attributes format "tdbg-checkpoint", version 1, and
- *                      the model's configuration (one int64 attribute each:
- *                      layers, heads, ...)
+ *   /                  attributes format "tdbg-checkpoint", version 1, amp
+ *                      ("O0".."O3") and amp_dtype ("f32" at O0, else "f16"
+ *                      or "bf16"), and the model's configuration (one int64
+ *                      attribute each: layers, heads, ...)
+ *   /scaler            with a loss scaler only: attributes fixed,
+ *                      growth_interval, hysteresis (its options), scale
+ *                      (f64), growth_tracker, hysteresis_left, skipped
  *   /params/NAME       each parameter, f32, its shape ("h0.ln_1.weight")
  *   /optim             attributes kind ("adamw", "adam", "sgd") and steps
  *                      (updates done, Adam's bias correction)
@@ -53,8 +57,11 @@ bool ckpt_read_info(const char *path, const ckpt_attr *attrs, int n_attrs, ckpt_
                     size_t n);
 
 /* Loads the parameters and opt's state (its kind must be optim_kind) from
- * path into the registered parameters and opt; false with the reason, and
- * nothing changed, when any is missing or of the wrong shape. */
+ * path into the registered parameters and opt, and the loss scaler's
+ * state; false with the reason, and nothing changed, when any is missing
+ * or of the wrong shape, or when the file's AMP level, dtype or scaler
+ * options are not the engine's (set before: ex_amp_start). A file without
+ * the amp attributes was made at O0. */
 bool ckpt_load(const char *path, te_optim *opt, const char *optim_kind, char *why, size_t n);
 
 #endif
