@@ -230,6 +230,14 @@ START_TEST(test_gpt_checkpoint_resumes_bit_identical)
 }
 END_TEST
 
+/* The attribute name of f's /scaler, read as type into dst. */
+static void scaler_attr(hid_t f, const char *name, hid_t type, void *dst)
+{
+    hid_t a = H5Aopen_by_name(f, "scaler", name, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert_msg(a >= 0 && H5Aread(a, type, dst) >= 0, "no /scaler attribute %s", name);
+    H5Aclose(a);
+}
+
 /* At O2 in f16 with a window of 3 the scale grows to 262144, where the
  * gradients overflow, so skips come naturally (steps 6, 16, 20), and one is
  * injected at step 9: stopped at step 11 and resumed, the scales, skips and
@@ -287,12 +295,9 @@ START_TEST(test_gpt_checkpoint_amp)
     ck_assert_msg(strcmp(amp, "O2") == 0 && strcmp(dt, "f16") == 0, "amp '%s', amp_dtype '%s'", amp, dt);
     double scale = 0;
     int64_t tracker = -1, skipped = -1;
-    ck_assert(H5Aread(a = H5Aopen_by_name(f, "scaler", "scale", H5P_DEFAULT, H5P_DEFAULT), H5T_NATIVE_DOUBLE,
-                      &scale) >= 0 && H5Aclose(a) >= 0);
-    ck_assert(H5Aread(a = H5Aopen_by_name(f, "scaler", "growth_tracker", H5P_DEFAULT, H5P_DEFAULT),
-                      H5T_NATIVE_INT64, &tracker) >= 0 && H5Aclose(a) >= 0);
-    ck_assert(H5Aread(a = H5Aopen_by_name(f, "scaler", "skipped", H5P_DEFAULT, H5P_DEFAULT), H5T_NATIVE_INT64,
-                      &skipped) >= 0 && H5Aclose(a) >= 0);
+    scaler_attr(f, "scale", H5T_NATIVE_DOUBLE, &scale);
+    scaler_attr(f, "growth_tracker", H5T_NATIVE_INT64, &tracker);
+    scaler_attr(f, "skipped", H5T_NATIVE_INT64, &skipped);
     H5Fclose(f);
     /* steps 6 and 9 skipped; 10 clean since the back-off at 9 */
     ck_assert_msg(scale == 65536 && tracker == 1 && skipped == 2, "/scaler: scale %g, growth_tracker %lld, "
