@@ -47,15 +47,31 @@ enum { DIFF_RC_SAME = 0, DIFF_RC_DIFFER = 1, DIFF_RC_TROUBLE = 2 };
 
 /* ---- tolerances and metrics (diff_metrics.c) ------------------------------------ */
 
-/* A pair passes when |b - a| <= atol + rtol * |a| for every element (A is
- * the reference), NaN matching NaN and an infinity the same infinity. */
+/* A pair passes when |b - a| <= atol + rtol * |a| + ulp * ulp_low(|a|) for
+ * every element (A is the reference), NaN matching NaN and an infinity the
+ * same infinity. ulp_low(x) is the spacing of ulp_dt's values at x (2^(e-10)
+ * for f16 with x in [2^e, 2^(e+1)), 2^(e-7) for bf16; f16's subnormal
+ * spacing 2^-24 below 2^-14); ulp is 0 for pairs of the same dtype. */
 typedef struct diff_tol {
     double atol, rtol;
+    double ulp;                 /* k: pairs across dtypes (f16/bf16 with f32) */
+    te_dtype ulp_dt;            /* the lower precision, whose ULPs count */
 } diff_tol;
 
+/* ULPs of the lower precision a pair across dtypes may differ by: each
+ * output is rounded once (0.5 ulp) from inputs that carry the rounding of
+ * every op before it; DIFF_ULP_K covers a few ops' worth of it on
+ * well-conditioned values (docs/diff.md, "Across precisions"). */
+#define DIFF_ULP_K 8.0
+
 /* The defaults of a pair: the lower precision of the two decides (i32 with
- * i32: exact). Negative fields of user (--atol, --rtol not given) take them. */
+ * i32: exact; f16 or bf16 with f32: atol + DIFF_ULP_K ulps of it). Negative
+ * fields of user (--atol, --rtol, --ulp not given) take them. */
 diff_tol diff_tol_for(te_dtype a, te_dtype b, diff_tol user);
+/* The spacing of dt's values (f16 or bf16) at magnitude x; 0 for f32. */
+double diff_ulp_low(te_dtype dt, double x);
+/* What the pair may differ by beyond atol at reference magnitude ax. */
+double diff_tol_slack(diff_tol t, double ax);
 
 /* Running sums over element pairs, merged in element order (so that the
  * result does not depend on the number of threads). */

@@ -638,6 +638,13 @@ TE_API void te_stats_want(bool on);
 /* Output i's full statistics: those the op computed, else te_stats_compute.
  * The same bits either way. */
 TE_API void te_op_output_stats(const te_op_record *r, int i, te_stats *s);
+/* A forward record's op attributes as "key=value ..." text into buf: the
+ * ones its type uses (MatMul "trans_a=0 trans_b=1", Conv2D "stride=1 pad=1",
+ * Softmax "axis=-1", LayerNorm "eps=9.99999975e-06", Dropout "p=0.1
+ * scale=1.11111116 training=1 seed=...", ...; "" for a type without any).
+ * Floats have 9 significant digits (they read back exactly). Returns the
+ * length snprintf would give; -1 (buf "") for a record of another phase. */
+TE_API int te_op_attrs(const te_op_record *r, char *buf, size_t size);
 /* Flat index -> "[3,17]" for t's shape; returns buf. */
 TE_API char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
 
