@@ -65,8 +65,9 @@ typedef struct diff_tol {
 #define DIFF_ULP_K 8.0
 
 /* The defaults of a pair: the lower precision of the two decides (i32 with
- * i32: exact; f16 or bf16 with f32: atol + DIFF_ULP_K ulps of it). Negative
- * fields of user (--atol, --rtol, --ulp not given) take them. */
+ * i32: exact; f16 or bf16 with f32: atol + DIFF_ULP_K ulps of it, rtol 0;
+ * user.ulp 0: its rtol instead). Negative fields of user (--atol, --rtol,
+ * --ulp not given) take them. */
 diff_tol diff_tol_for(te_dtype a, te_dtype b, diff_tol user);
 /* The spacing of dt's values (f16 or bf16) at magnitude x; 0 for f32. */
 double diff_ulp_low(te_dtype dt, double x);

@@ -23,14 +23,14 @@ diff_tol diff_tol_for(te_dtype a, te_dtype b, diff_tol user)
         t = (diff_tol){ 1e-5, 1e-3, 0, TE_F16 };
     else if (a == TE_I32 && b == TE_I32)
         t = (diff_tol){ 0, 0, 0, TE_F32 };
-    if (low(a) != low(b) && (a == TE_F32 || b == TE_F32))   /* across precisions: ULPs */
-        t.rtol = 0, t.ulp = DIFF_ULP_K;
+    /* Across precisions: ULPs of the lower one instead of its rtol
+     * (--ulp 0 brings the rtol back). */
+    if (low(a) != low(b) && (a == TE_F32 || b == TE_F32) && user.ulp != 0)
+        t.rtol = 0, t.ulp = user.ulp > 0 ? user.ulp : DIFF_ULP_K;
     if (user.atol >= 0)
         t.atol = user.atol;
     if (user.rtol >= 0)
         t.rtol = user.rtol;
-    if (user.ulp >= 0 && low(t.ulp_dt) && a != b)
-        t.ulp = user.ulp;
     return t;
 }
 

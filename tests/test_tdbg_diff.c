@@ -663,9 +663,15 @@ START_TEST(test_half_against_f32)
     add(w, meta("x", DUMP_OUT, 0, 0, "x:out0", TE_F16, te_shape(N)), h);
     add(w, meta("y", DUMP_OUT, 0, 1, "y:out0", TE_BF16, te_shape(N)), bf);
     commit(w);
-    tu_result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");   /* the default: 8 ulps of the lower one */
     ck_assert_msg(r.rc == 0, "rc %d: %s\n%s", r.rc, r.err, r.out);
     csv t = csv_parse(r.out);
+    ck_assert_str_eq(cell(&t, 0, "rtol"), "0");
+    csv_free(&t);
+    tu_result_free(&r);
+    r = RUN(a, b, "--format", "csv", "--ulp", "0");   /* --ulp 0: the per-dtype rtol */
+    ck_assert_msg(r.rc == 0, "rc %d: %s\n%s", r.rc, r.err, r.out);
+    t = csv_parse(r.out);
     ck_assert_int_eq(t.nrows, 2);
     expect eh = expect_of(dv, dh, NULL, NULL, N, 1e-5, 1e-3);
     expect eb = expect_of(dv, dbf, NULL, NULL, N, 1e-5, 1.6e-2);
@@ -678,7 +684,7 @@ START_TEST(test_half_against_f32)
     ck_assert_msg(eh.max_abs > 0 && eb.max_abs > eh.max_abs, "rounding errors were there");
     csv_free(&t);
     tu_result_free(&r);
-    r = RUN(a, b, "--rtol", "1e-5", "--summary");   /* tighter than f16's rounding */
+    r = RUN(a, b, "--ulp", "0", "--rtol", "1e-5", "--summary");   /* tighter than f16's rounding */
     ck_assert_msg(r.rc == 1 && strstr(r.out, "2 tensors compared in 1 step: 2 diverge here"),
                   "rc %d: %s", r.rc, r.out);
     tu_result_free(&r);
