@@ -696,6 +696,16 @@ TE_API void te_scaler_record(bool found_inf, const char *first_param);
  * scale becomes the next step's. Nothing without a scaler. */
 TE_API void te_scaler_update(void);
 
+/* The forward op of rec (a record a hook is handed, while it is being
+ * reported) run again in f32 (rerun.c): its inputs cast up to f32, its
+ * kernel run on copies without rounding; nothing of the program is written
+ * (in-place writes and saved state go to copies). out gets its outputs,
+ * f32 (i32 ones stay i32), as persistent tensors to free with
+ * te_tensor_free; max_out must hold them all. TE_ERR_ARG for a backward or
+ * update op, TE_ERR_STATE when an input is not in memory (graph mode
+ * keeps the tensors it is asked to observe), with a message naming it. */
+TE_API te_status te_rerun_f32(const te_op_record *rec, te_tensor **out, int max_out);
+
 /* ---- memory ------------------------------------------------------------ */
 
 typedef struct te_mem_stats {

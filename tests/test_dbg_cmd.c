@@ -97,7 +97,7 @@ START_TEST(test_break_errors)
     static const struct {
         const char *line, *want;
     } cases[] = {
-        { "break", "error: break: say where: OP_GLOB, type:TYPE, step N, nan, inf or nonfinite" },
+        { "break", "error: break: say where: OP_GLOB, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow or skip" },
         { "break step x", "error: break step N: expected a whole number >= 0, got 'x'" },
         { "break step -3", "error: break step N: expected a whole number >= 0, got '-3'" },
         { "break fc1 if", "error: condition: nothing after 'if'" },
@@ -110,7 +110,7 @@ START_TEST(test_break_errors)
         { "delete x", "error: breakpoint number: expected a whole number >= 1, got 'x'" },
         { "until 5", "error: until: expected 'until step N', got '5'" },
         { "continue 0", "error: continue N: expected a whole number >= 1, got '0'" },
-        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step or dump" },
+        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, dump or amp" },
         { "print fc1/linear:out0[0", "error: print: column 18: " },
         { "set x", "error: set: expected TENSOR[INDEX] = VALUE" },
         { "set param:w[0] = abc", "error: set: 'abc' is not a number (nan and inf are)" },
