@@ -158,13 +158,17 @@ static void ops_by_dtype(void)
         for (int i = 0; i < n; i++) {
             if (ops[i].phase != TE_PHASE_FORWARD || ops[i].dtype != (te_dtype)dt)
                 continue;
-            fprintf(dbg_out, "%s%s", count++ ? ", " : "  ", ops[i].name);
+            if (count++)
+                fprintf(dbg_out, ", ");
+            else
+                fprintf(dbg_out, "  %s: ", te_dtype_name((te_dtype)dt));
+            fprintf(dbg_out, "%s", ops[i].name);
             if (ops[i].overflow || ops[i].underflow)
                 fprintf(dbg_out, " (overflow %lld, underflow %lld)", (long long)ops[i].overflow,
                         (long long)ops[i].underflow);
         }
         if (count)
-            fprintf(dbg_out, "  : %s\n", te_dtype_name((te_dtype)dt));
+            fprintf(dbg_out, "\n");
     }
 }
 

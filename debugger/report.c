@@ -63,14 +63,16 @@ void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const db
         snprintf(s->type, sizeof s->type, "%s", rec->type);
         s->loc = rec->loc;
     }
+    if (rec && hit && hit->func[0]) { /* a condition on no tensor (scale) holds too */
+        snprintf(s->func, sizeof s->func, "%s", hit->func);
+        s->value = hit->value;
+    }
     if (rec && hit && hit->tensor) {
         s->t = hit->tensor;
         snprintf(s->tensor, sizeof s->tensor, "%s", hit->tensor->name);
         s->index = hit->index;
         if (hit->index >= 0)
             te_index_str(hit->tensor, hit->index, s->index_text, sizeof s->index_text);
-        snprintf(s->func, sizeof s->func, "%s", hit->func);
-        s->value = hit->value;
         dbg_origin_of(rec, hit->tensor, &s->origin);
         if (hit->is_output && rec->round && hit->slot >= 0 && hit->slot < rec->n_outputs)
             s->round = rec->round[hit->slot];
