@@ -52,8 +52,9 @@ START_TEST(test_every_command_refuses_extra_words)
             ck_assert(!dbg.started);
             checked++;
         }
-    /* run continue step next finish until quit, ignore, info stats hist trend help, focus scroll jump keys refresh */
-    ck_assert_int_eq(checked, 18);
+    /* run continue step next finish until quit, ignore, info stats hist trend help, compare, focus scroll jump keys
+     * refresh */
+    ck_assert_int_eq(checked, 19);
     /* break tbreak delete disable enable condition, print set, dump, view search */
     ck_assert_int_eq(free_text, 11);
     ck_assert(!ts_exec("step 1 2"));
