@@ -107,11 +107,8 @@ static void teardown(void)
     tu_teardown();
 }
 
-static te_tensor *forward(const float *x8)
+static te_tensor *model(te_tensor *x)
 {
-    te_tensor *x = te_tensor_from(TE_F32, te_shape(2, 4), x8);
-    ck_assert(x != NULL);
-    snprintf(x->name, sizeof x->name, "data:x");
     te_scope_push("in");
     te_tensor *h = te_cast(x, TE_F16);
     te_scope_pop();
@@ -126,6 +123,14 @@ static te_tensor *forward(const float *x8)
     te_scope_pop();
     ck_assert_msg(h != NULL, "%s", te_error());
     return h;
+}
+
+static te_tensor *forward(const float *x8)
+{
+    te_tensor *x = te_tensor_from(TE_F32, te_shape(2, 4), x8);
+    ck_assert(x != NULL);
+    snprintf(x->name, sizeof x->name, "data:x");
+    return model(x);
 }
 
 /* One forward-only step on x, every element `v` (or rows of their own). */
@@ -408,6 +413,42 @@ START_TEST(test_break_skip)
 }
 END_TEST
 
+static te_status graph_fn(void *ctx, te_tensor *const *in, te_tensor **res)
+{
+    (void)ctx;
+    res[0] = model(in[0]);
+    return res[0] ? TE_OK : TE_ERR_STATE;
+}
+
+/* Graph mode stops at the same op, and compare f32 re-runs the node the
+ * compiled kernel ran, from the inputs kept in memory for the debugger. */
+START_TEST(test_graph_mode)
+{
+    ck_assert(!dbg_execute("break overflow"));
+    fe_lines = (const char *const[]){ "compare f32", NULL };
+    te_graph *g = te_graph_new(graph_fn, NULL, &(te_graph_opts){ .mode = TE_MODE_GRAPH, .n_inputs = 1,
+                                                                 .n_outputs = 1 });
+    ck_assert(g != NULL);
+    te_tensor *x = te_tensor_persistent(TE_F32, te_shape(2, 4)), *y;
+    snprintf(x->name, sizeof x->name, "data:x");
+    for (int step = 0; step < 3; step++) {
+        te_fill(x, step == 1 ? 2e4f : 100.0f);
+        te_step_begin();
+        ck_assert_msg(te_graph_run(g, &x, &y) == TE_OK, "%s", te_error());
+        te_step_end();
+    }
+    fflush(out_f);
+    ck_assert_int_eq(n_shown, 1);
+    has("stopped: step=1 phase=forward op=fc1/linear type=Linear reason=overflow tensor=fc1/linear:out0 "
+        "index=[0,0] origin=created\n");
+    has("  before rounding: |x| up to 80000; f16's max is 65504 (1.22x beyond it)\n");
+    has("    6 of 6 elements are the f32 result rounded to nearest even\n");
+    has("    verdict: f16's range is the cause: 6 results beyond its max 65504\n");
+    te_graph_free(g);
+    te_tensor_free(x);
+}
+END_TEST
+
 Suite *suite_dbg_amp(void)
 {
     Suite *s = suite_create("dbg_amp");
@@ -419,6 +460,7 @@ Suite *suite_dbg_amp(void)
     tcase_add_test(tc, test_break_underflow);
     tcase_add_test(tc, test_conditions);
     tcase_add_test(tc, test_break_skip);
+    tcase_add_test(tc, test_graph_mode);
     suite_add_tcase(s, tc);
     return s;
 }
