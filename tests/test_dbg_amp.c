@@ -384,10 +384,12 @@ START_TEST(test_break_skip)
     ck_assert_str_eq(shown.skip_param, "fc1.weight");
     ck_assert_str_eq(shown.skip_op, "grad/head/cast");
     ck_assert_msg(shown.scale == 65536, "scale %g", (double)shown.scale);
-    has("stopped: step=0 phase=update op=amp/unscale type=Unscale reason=skip tensor=grad:fc1.weight");
+    has("stopped: step=0 phase=update op=amp/unscale type=Unscale reason=skip tensor=grad:fc1.weight index=- "
+        "origin=propagated:grad:fc1.weight\n");
     has("  the loss scaler skips step 0: scale 65536, a gradient is non-finite after unscaling\n");
     has("  first non-finite gradient: grad:fc1.weight (parameters in registration order)\n");
-    has("  first backward op creating a non-finite value: grad/head/cast, in ");
+    has("  first backward op creating a non-finite value: grad/head/cast, in grad:fc2/linear:out0 (its inputs were "
+        "finite)\n");
     /* info amp at the stop: the skip is not over yet */
     has("amp: level O0, low precision none (everything f32)\n");
     has("loss scaler: dynamic, scale 65536 (init 65536, x2 every 2 clean steps, x0.5 on a non-finite one, "
