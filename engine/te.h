@@ -459,7 +459,10 @@ TE_API void te_hook_remove(int handle);
  * noise, zero, segv, abort, fpe. After an op whose name matches GLOB runs
  * at step N, its output 0 is altered before any hook sees it: nan/inf set
  * element I (default 0), scale multiplies by X (default 1000), noise adds
- * N(0, X^2) (default X 0.01), zero clears it. segv, abort and fpe crash the
+ * N(0, X^2) (default X 0.01), zero clears it; on an f16/bf16 output, scale
+ * and noise compute in f32 and round once, as the op's results are (a value
+ * beyond the dtype becomes +-Inf), and the record the hooks see carries
+ * what that rounding did (te_op_record.round). segv, abort and fpe crash the
  * program instead, as the op starts its kernel (after the op_begin hooks):
  * a store through a NULL pointer (SIGSEGV), abort() (SIGABRT), an integer
  * division by zero (SIGFPE); forward, backward and update ops alike, in
