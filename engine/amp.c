@@ -1,12 +1,78 @@
 /*
- * amp.c — the mixed-precision level and its low dtype.
+ * amp.c — the mixed-precision level, its low dtype, and what they mean for
+ * each op (the amp column of TE_OP_LIST; docs/amp.md "Levels").
+ *
+ * Autocast happens when an op is made (tape.c te_node_begin): an input
+ * whose dtype te_amp_input_dtype() changes gets a Cast op of its own before
+ * the op, named "<op name>/cast_in<i>". The casts are ordinary ops, so the
+ * rounding they do is visible to hooks, breakpoints, dumps and graph mode.
  */
 #include "te_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 static struct {
     te_amp_level level;
     te_dtype low;
 } amp = { TE_AMP_O0, TE_F32 };
+
+static bool is_half(te_dtype dt) { return dt == TE_F16 || dt == TE_BF16; }
+
+/* Gives parameter p the dtype dt, its values rounded once to nearest even
+ * (through f32, which holds f16 and bf16 exactly). Its gradient is dropped:
+ * the next backward makes one of the new dtype. */
+static te_status param_to(te_tensor *p, te_dtype dt)
+{
+    float *tmp = malloc((size_t)p->numel * sizeof *tmp);
+    void *data = te_mem_alloc((size_t)p->numel * te_dtype_size(dt));
+    if (!tmp || !data) {
+        free(tmp);
+        if (data)
+            te_mem_free(data, (size_t)p->numel * te_dtype_size(dt));
+        te_set_error(TE_ERR_NOMEM, "amp: out of memory converting %s to %s", p->name, te_dtype_name(dt));
+        return TE_ERR_NOMEM;
+    }
+    te_copy_to_f32(p, tmp);
+    te_mem_free(p->data, p->nbytes);
+    p->data = data;
+    p->dtype = dt;
+    p->nbytes = (size_t)p->numel * te_dtype_size(dt);
+    te_copy_from_f32(p, tmp);
+    free(tmp);
+    if (p->grad) {
+        te_tensor_free(p->grad);
+        p->grad = NULL;
+        p->grad_valid = false;
+    }
+    return TE_OK;
+}
+
+/* O2/O3: every f32 parameter (and any converted before) becomes low,
+ * marked as converted; O0/O1: the converted ones go back to f32. Parameters
+ * made in a low dtype by the program are its own and stay as they are. */
+static te_status convert_params(te_amp_level level, te_dtype low)
+{
+    te_tensor **ps = te_params();
+    const bool lower = level >= TE_AMP_O2;
+    for (int i = 0; i < te_param_count(); i++) {
+        te_tensor *p = ps[i];
+        const bool converted = p->flags & TE_TENSOR_AMP_LOWERED;
+        te_dtype want = p->dtype;
+        if (lower && (p->dtype == TE_F32 || converted))
+            want = low;
+        else if (!lower && converted)
+            want = TE_F32;
+        if (want == p->dtype)
+            continue;
+        te_status st = param_to(p, want);
+        if (st != TE_OK)
+            return st;
+        p->flags = want == TE_F32 ? p->flags & ~(unsigned)TE_TENSOR_AMP_LOWERED
+                                  : p->flags | TE_TENSOR_AMP_LOWERED;
+    }
+    return TE_OK;
+}
 
 te_status te_amp_set(te_amp_level level, te_dtype low)
 {
@@ -18,9 +84,23 @@ te_status te_amp_set(te_amp_level level, te_dtype low)
         te_set_error(TE_ERR_ARG, "amp: the low precision must be f16 or bf16, not %s", te_dtype_name(low));
         return TE_ERR_ARG;
     }
+    if (te_in_step()) {
+        te_set_error(TE_ERR_STATE, "amp: te_amp_set(%s) inside a step: call it between steps",
+                     te_amp_level_name(level));
+        return TE_ERR_STATE;
+    }
+    te_status st = convert_params(level, low);
+    if (st != TE_OK)
+        return st;
     amp.level = level;
     amp.low = level == TE_AMP_O0 ? TE_F32 : low;
     return TE_OK;
+}
+
+void te_amp_reset(void)
+{
+    amp.level = TE_AMP_O0;
+    amp.low = TE_F32;
 }
 
 te_amp_level te_amp_level_get(void) { return amp.level; }
@@ -31,4 +111,40 @@ const char *te_amp_level_name(te_amp_level level)
 {
     static const char *const names[TE_AMP_LEVEL_COUNT] = { "O0", "O1", "O2", "O3" };
     return (unsigned)level < TE_AMP_LEVEL_COUNT ? names[level] : NULL;
+}
+
+/* The dtype op computes in at the current level for float inputs, or
+ * TE_DTYPE_COUNT when it follows its inputs (no cast). */
+static te_dtype compute_dtype(te_amp_class c)
+{
+    if (amp.level == TE_AMP_O0 || c == TE_AMPC_NONE)
+        return TE_DTYPE_COUNT;
+    if (amp.level == TE_AMP_O3 || c == TE_AMPC_LOWP)
+        return amp.low;
+    if (c == TE_AMPC_F32)
+        return TE_F32;
+    return amp.level == TE_AMP_O2 ? amp.low : TE_DTYPE_COUNT; /* FOLLOW */
+}
+
+te_dtype te_amp_input_dtype(te_op op, te_dtype dt)
+{
+    if (!te_dtype_is_float(dt))
+        return dt;
+    const te_dtype want = compute_dtype(te_op_info_of(op)->amp);
+    return want == TE_DTYPE_COUNT ? dt : want;
+}
+
+const char *te_amp_op_precision(const char *type)
+{
+    if (!type)
+        return NULL;
+    for (int op = 0; op < TE_OP_COUNT; op++) {
+        if (strcmp(type, te_op_type_name(op)) != 0 && strcmp(type, te_op_grad_type_name(op)) != 0)
+            continue;
+        const te_dtype dt = compute_dtype(te_op_info_of(op)->amp);
+        if (amp.level == TE_AMP_O0)
+            return "f32";
+        return dt == TE_DTYPE_COUNT ? "follows" : is_half(dt) ? "low" : "f32";
+    }
+    return NULL;
 }

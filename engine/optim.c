@@ -1,7 +1,12 @@
 /*
  * optim.c — SGD (momentum, Nesterov, weight decay), Adam and AdamW, and
  * gradient clipping, with PyTorch's update rules. Optimizer state is f32;
- * f16/bf16 parameters are updated in f32 and rounded back.
+ * f16/bf16 parameters are updated in f32 and rounded back. At AMP level
+ * O2 an f16/bf16 parameter has an f32 master copy that the updates
+ * accumulate in (one more state slot, "master"), rounded into the
+ * parameter after each; elsewhere (O3) the rounded parameter is all there
+ * is. With a loss scaler, a step whose unscale found a non-finite gradient
+ * is skipped whole, then the scaler's rule runs (te_scaler_update).
  */
 #include "te_internal.h"
 #include "graph/graph.h"
@@ -20,6 +25,7 @@ struct te_optim {
     int n;
     te_tensor **params;
     float **m, **v;   /* momentum buffer / Adam moments, per parameter */
+    float **master;   /* f32 master copies of f16/bf16 parameters (O2) */
     int64_t t;        /* updates done */
 };
 
@@ -33,7 +39,8 @@ static te_optim *optim_new(opt_kind kind, te_tensor **params, int n)
     o->params = calloc((size_t)n, sizeof *o->params);
     o->m = calloc((size_t)n, sizeof *o->m);
     o->v = calloc((size_t)n, sizeof *o->v);
-    if (!o->params || !o->m || !o->v)
+    o->master = calloc((size_t)n, sizeof *o->master);
+    if (!o->params || !o->m || !o->v || !o->master)
         goto nomem;
     for (int i = 0; i < n; i++) {
         if (!params[i] || !te_dtype_is_float(params[i]->dtype)) {
@@ -92,10 +99,12 @@ void te_optim_free(te_optim *o)
     for (int i = 0; i < o->n; i++) {
         if (o->m) free(o->m[i]);
         if (o->v) free(o->v[i]);
+        if (o->master) free(o->master[i]);
     }
     free(o->params);
     free(o->m);
     free(o->v);
+    free(o->master);
     free(o);
 }
 
@@ -244,6 +253,68 @@ static void record_update(const te_optim *o, te_tensor *p, const te_stats *stats
     te_op_done(&rec);
 }
 
+/* Does parameter i keep an f32 master copy? At O2, or once it has one (a
+ * checkpoint's). */
+static bool has_master(const te_optim *o, int i)
+{
+    return o->params[i]->dtype != TE_F32 && (o->master[i] || te_amp_level_get() == TE_AMP_O2);
+}
+
+/* The skipped step: no parameter, state or step count touched; the
+ * gradients are used up as an update would (the next backward overwrites
+ * them) and the updates' execution indices taken, so later ops keep theirs. */
+static void skip_step(te_optim *o)
+{
+    for (int i = 0; i < o->n; i++)
+        if (o->params[i]->grad && o->params[i]->grad_valid) {
+            te_next_exec_index();
+            o->params[i]->grad_valid = false;
+        }
+}
+
+/* Parameter i's values to update in f32 (*pf) and its gradient in f32
+ * (*gf): in place for f32, else the master copy or a temporary (*tmp,
+ * freed by the caller) and the unscaled master gradient or a copy. */
+static te_status update_buffers(te_optim *o, int i, float **pf, const float **gf, float **tmp)
+{
+    te_tensor *p = o->params[i];
+    const int64_t n = p->numel;
+    *tmp = NULL;
+    *pf = p->data;
+    *gf = p->grad->data;
+    if (p->dtype == TE_F32 && p->grad->dtype == TE_F32)
+        return TE_OK;
+    const float *unscaled = te_scaler_master_grad(p);
+    const bool master = has_master(o, i);
+    if (!master || !unscaled) {
+        if (!(*tmp = malloc(2 * (size_t)n * sizeof **tmp)))
+            goto nomem;
+    }
+    if (master) {
+        if (!o->master[i]) { /* from the parameter's values, as Apex's O2 does */
+            if (!(o->master[i] = malloc((size_t)n * sizeof *o->master[i])))
+                goto nomem;
+            te_copy_to_f32(p, o->master[i]);
+        }
+        *pf = o->master[i];
+    } else {
+        *pf = *tmp;
+        te_copy_to_f32(p, *pf);
+    }
+    if (unscaled) {
+        *gf = unscaled;
+    } else {
+        te_copy_to_f32(p->grad, *tmp + n);
+        *gf = *tmp + n;
+    }
+    return TE_OK;
+nomem:
+    free(*tmp);
+    *tmp = NULL;
+    te_set_error(TE_ERR_NOMEM, "optimizer: out of memory updating %s", p->name);
+    return TE_ERR_NOMEM;
+}
+
 te_status te_optim_step(te_optim *o)
 {
     te_set_phase(TE_PHASE_UPDATE);
@@ -256,24 +327,22 @@ te_status te_optim_step(te_optim *o)
             }
         return TE_OK;
     }
+    if (te_scaler_skip_step()) {
+        skip_step(o);
+        te_scaler_update();
+        return TE_OK;
+    }
     o->t++;
     for (int i = 0; i < o->n; i++) {
         te_tensor *p = o->params[i];
         if (!p->grad || !p->grad_valid)
             continue; /* unused this step: PyTorch skips p.grad None too */
         int64_t n = p->numel;
-        float *pf = p->data, *gf = p->grad->data, *tmp = NULL;
-        if (p->dtype != TE_F32) {
-            tmp = malloc(2 * (size_t)n * sizeof *tmp);
-            if (!tmp) {
-                te_set_error(TE_ERR_NOMEM, "optimizer: out of memory updating %s", p->name);
-                return TE_ERR_NOMEM;
-            }
-            pf = tmp;
-            gf = tmp + n;
-            te_copy_to_f32(p, pf);
-            te_copy_to_f32(p->grad, gf);
-        }
+        float *pf, *tmp;
+        const float *gf;
+        te_status st = update_buffers(o, i, &pf, &gf, &tmp);
+        if (st != TE_OK)
+            return st;
         float *m = NULL, *v = NULL;
         bool first = o->m[i] == NULL;
         if (o->kind == OPT_ADAM || o->sgd.momentum > 0)
@@ -289,30 +358,33 @@ te_status te_optim_step(te_optim *o)
             begin_update(o, p);
         const update u = { pf, gf, m, v, first };
         te_stats stats;
-        const bool with_stats = te_stats_wanted && te_hook_count && !tmp;
+        const bool with_stats = te_stats_wanted && te_hook_count && pf == p->data;
         if (with_stats)
             update_with_stats(o, &u, n, &stats);
         else
             update_all(o, &u, n);
-        if (tmp) {
+        if (pf != p->data)
             te_copy_from_f32(p, pf);
-            free(tmp);
-        }
+        free(tmp);
         if (te_hook_count || te_inject_count)
             record_update(o, p, with_stats ? &stats : NULL);
         else
             te_next_exec_index();
         p->grad_valid = false;
     }
+    te_scaler_update();
     return TE_OK;
 }
 
-/* Sum of squares of one gradient, in double so the norm is order-stable. */
-static double grad_sq(const te_tensor *g)
+/* Sum of squares of p's gradient (its unscaled f32 copy when the scaler
+ * made one), in double so the norm is order-stable. */
+static double grad_sq(const te_tensor *p)
 {
+    const te_tensor *g = p->grad;
+    const float *unscaled = te_scaler_master_grad(p);
     double sq = 0;
-    if (g->dtype == TE_F32) {
-        const float *x = g->data;
+    if (unscaled || g->dtype == TE_F32) {
+        const float *x = unscaled ? unscaled : g->data;
         for (int64_t j = 0; j < g->numel; j++)
             sq += (double)x[j] * x[j];
     } else {
@@ -322,10 +394,12 @@ static double grad_sq(const te_tensor *g)
     return sq;
 }
 
-static void grad_scale(te_tensor *g, float c)
+static void grad_scale(te_tensor *p, float c)
 {
-    if (g->dtype == TE_F32) {
-        float *x = g->data;
+    te_tensor *g = p->grad;
+    float *unscaled = te_scaler_master_grad(p);
+    if (unscaled || g->dtype == TE_F32) {
+        float *x = unscaled ? unscaled : g->data;
         for (int64_t j = 0; j < g->numel; j++)
             x[j] *= c;
     } else {
@@ -343,13 +417,13 @@ float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
     double sq = 0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad && params[i]->grad_valid)
-            sq += grad_sq(params[i]->grad);
+            sq += grad_sq(params[i]);
     float norm = (float)sqrt(sq);
     if (norm > max_norm) {
         float c = max_norm / (norm + 1e-6f);
         for (int i = 0; i < n; i++)
             if (params[i]->grad && params[i]->grad_valid)
-                grad_scale(params[i]->grad, c);
+                grad_scale(params[i], c);
     }
     return norm;
 }
@@ -360,11 +434,39 @@ int te_optim_param_count(const te_optim *o) { return o->n; }
 
 te_tensor *te_optim_param(const te_optim *o, int i) { return i >= 0 && i < o->n ? o->params[i] : NULL; }
 
-int te_optim_slots(const te_optim *o)
+/* The moment slots, before the master copies' slot. */
+static int moment_slots(const te_optim *o)
 {
     if (o->kind == OPT_ADAM)
         return 2;
     return o->sgd.momentum > 0 ? 1 : 0;
+}
+
+/* Does any parameter keep a master copy (the "master" slot exists)? */
+static bool any_master(const te_optim *o)
+{
+    for (int i = 0; i < o->n; i++)
+        if (has_master(o, i))
+            return true;
+    return false;
+}
+
+int te_optim_slots(const te_optim *o) { return moment_slots(o) + any_master(o); }
+
+const char *te_optim_slot_name(const te_optim *o, int slot)
+{
+    static const char *const moments[] = { "m", "v" };
+    if (slot < 0 || slot >= te_optim_slots(o))
+        return NULL;
+    return slot < moment_slots(o) ? moments[slot] : "master";
+}
+
+/* The buffer behind parameter i's slot (a slot in range). */
+static float **slot_buf(te_optim *o, int i, int slot)
+{
+    if (slot == moment_slots(o))
+        return &o->master[i];
+    return slot == 0 ? &o->m[i] : &o->v[i];
 }
 
 int64_t te_optim_steps(const te_optim *o) { return o->t; }
@@ -375,7 +477,7 @@ const float *te_optim_state(const te_optim *o, int i, int slot)
 {
     if (i < 0 || i >= o->n || slot < 0 || slot >= te_optim_slots(o))
         return NULL;
-    return slot == 0 ? o->m[i] : o->v[i];
+    return *slot_buf((te_optim *)o, i, slot);
 }
 
 te_status te_optim_state_set(te_optim *o, int i, int slot, const float *values)
@@ -385,7 +487,12 @@ te_status te_optim_state_set(te_optim *o, int i, int slot, const float *values)
                      i, slot, o->n, te_optim_slots(o));
         return TE_ERR_ARG;
     }
-    float *buf = state_buf(slot == 0 ? &o->m[i] : &o->v[i], o->params[i]->numel);
+    if (slot == moment_slots(o) && !has_master(o, i)) {
+        te_set_error(TE_ERR_ARG, "optimizer state: %s is %s and keeps no master copy", o->params[i]->name,
+                     te_dtype_name(o->params[i]->dtype));
+        return TE_ERR_ARG;
+    }
+    float *buf = state_buf(slot_buf(o, i, slot), o->params[i]->numel);
     if (!buf) {
         te_set_error(TE_ERR_NOMEM, "optimizer state: out of memory for %s", o->params[i]->name);
         return TE_ERR_NOMEM;

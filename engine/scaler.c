@@ -10,12 +10,35 @@
  * keeps the old scale, as GradScaler does.
  */
 #include "te_internal.h"
+#include "graph/graph.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static te_scaler_state sc;
+
+/* The scale as a persistent 1-element f32 tensor: amp/loss_scale reads it
+ * when it runs, so a compiled step sees each step's scale (a constant
+ * would be folded in when the step is compiled). */
+static te_tensor *scale_t;
+
+/* This step's unscale has recorded (found_inf is then this step's): the
+ * optimizer skips on it, te_scaler_update applies the rule to it. */
+static bool pending;
+
+/* The unscaled f32 gradients of f16/bf16 parameters ("master gradients"),
+ * one per parameter seen, valid for the step that unscaled them: dividing
+ * a low-precision gradient by the scale in its own dtype would undo what
+ * the scaling was for (small gradients flushing to zero). */
+typedef struct {
+    te_tensor *p, *g;
+    bool valid;
+} master_grad;
+static master_grad *mg;
+static int n_mg, cap_mg;
 
 te_status te_scaler_enable(const te_scaler_opts *o)
 {
@@ -42,15 +65,53 @@ te_status te_scaler_enable(const te_scaler_opts *o)
                      d.growth_interval, d.hysteresis);
         return TE_ERR_ARG;
     }
-    memset(&sc, 0, sizeof sc);
+    te_scaler_disable();
+    if (!(scale_t = te_tensor_persistent(TE_F32, 0, NULL)))
+        return te_error_code();
+    snprintf(scale_t->name, sizeof scale_t->name, "amp:scale");
     sc.enabled = true;
     sc.opts = d;
     sc.scale = d.init_scale;
     sc.hysteresis_left = d.hysteresis;
+    *(float *)scale_t->data = sc.scale;
     return TE_OK;
 }
 
-void te_scaler_disable(void) { memset(&sc, 0, sizeof sc); }
+void te_scaler_disable(void)
+{
+    te_tensor_free(scale_t);
+    scale_t = NULL;
+    for (int i = 0; i < n_mg; i++)
+        te_tensor_free(mg[i].g);
+    free(mg);
+    mg = NULL;
+    n_mg = cap_mg = 0;
+    pending = false;
+    memset(&sc, 0, sizeof sc);
+}
+
+te_status te_scaler_state_set(const te_scaler_state *s)
+{
+    if (!sc.enabled) {
+        te_set_error(TE_ERR_STATE, "loss scaler: none is enabled (te_scaler_enable first)");
+        return TE_ERR_STATE;
+    }
+    if (!(isfinite(s->scale) && s->scale > 0.0f) || s->growth_tracker < 0 || s->skipped < 0 ||
+        s->hysteresis_left < 0 || s->hysteresis_left > sc.opts.hysteresis) {
+        te_set_error(TE_ERR_ARG, "loss scaler: state out of range (scale %g, growth tracker %lld, skipped %lld, "
+                     "hysteresis left %d of %d)", (double)s->scale, (long long)s->growth_tracker,
+                     (long long)s->skipped, s->hysteresis_left, sc.opts.hysteresis);
+        return TE_ERR_ARG;
+    }
+    sc.scale = s->scale;
+    sc.growth_tracker = s->growth_tracker;
+    sc.skipped = s->skipped;
+    sc.hysteresis_left = s->hysteresis_left;
+    sc.found_inf = s->found_inf;
+    snprintf(sc.first_param, sizeof sc.first_param, "%s", s->first_param);
+    *(float *)scale_t->data = sc.scale;
+    return TE_OK;
+}
 
 bool te_scaler_state_get(te_scaler_state *s)
 {
@@ -64,12 +125,159 @@ void te_scaler_record(bool found_inf, const char *first_param)
         return;
     sc.found_inf = found_inf;
     snprintf(sc.first_param, sizeof sc.first_param, "%s", found_inf && first_param ? first_param : "");
+    pending = true;
 }
+
+/* GradScaler's _amp_update_scale_ with Megatron's hysteresis. */
+static void rule(void);
+
+/* ---- the loss and the gradients ------------------------------------------ */
+
+te_tensor *te_scaler_scale_loss_at(te_loc loc, te_tensor *loss)
+{
+    if (!loss || !sc.enabled)
+        return loss;
+    te_name_next("amp/loss_scale");
+    return te_mul_at(loc, loss, scale_t);
+}
+
+/* The f32 gradient slot of the low-precision parameter p, made on first use. */
+static master_grad *master_slot(te_tensor *p)
+{
+    for (int i = 0; i < n_mg; i++)
+        if (mg[i].p == p)
+            return &mg[i];
+    if (n_mg == cap_mg) {
+        int cap = cap_mg ? 2 * cap_mg : 16;
+        master_grad *m = realloc(mg, (size_t)cap * sizeof *m);
+        if (!m)
+            return NULL;
+        mg = m;
+        cap_mg = cap;
+    }
+    te_tensor *g = te_tensor_persistent(TE_F32, p->ndim, p->shape);
+    if (!g)
+        return NULL;
+    snprintf(g->name, sizeof g->name, "master_grad:%.100s", strncmp(p->name, "param:", 6) ? p->name : p->name + 6);
+    mg[n_mg] = (master_grad){ .p = p, .g = g };
+    return &mg[n_mg++];
+}
+
+float *te_scaler_master_grad(const te_tensor *p)
+{
+    for (int i = 0; i < n_mg; i++)
+        if (mg[i].p == p)
+            return mg[i].valid ? (float *)mg[i].g->data : NULL;
+    return NULL;
+}
+
+/* dst = src * inv in one pass, non-finite values of src counted: PyTorch's
+ * _amp_foreach_non_finite_check_and_unscale_ (it tests the value before
+ * multiplying). src may be dst (f32) or a f16/bf16 buffer. */
+static bool unscale_block(const void *src, te_dtype dt, float *dst, int64_t n, float inv)
+{
+    int bad = 0;
+    if (dt == TE_F32) {
+        const float *x = src;
+#pragma omp parallel for simd reduction(| : bad) schedule(static) if (n > TE_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            bad |= !(fabsf(x[i]) <= FLT_MAX);
+            dst[i] = x[i] * inv;
+        }
+    } else {
+        const uint16_t *h = src;
+        const bool f16 = dt == TE_F16;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > TE_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = f16 ? te_f16_to_f32(h[i]) : te_bf16_to_f32(h[i]);
+            bad |= !(fabsf(v) <= FLT_MAX);
+            dst[i] = v * inv;
+        }
+    }
+    return bad != 0;
+}
+
+/* The parameter's name as registered, without "param:". */
+static const char *param_name(const te_tensor *p) { return strncmp(p->name, "param:", 6) ? p->name : p->name + 6; }
+
+te_status te_scaler_unscale(te_tensor **params, int n)
+{
+    if (!sc.enabled)
+        return TE_OK;
+    te_set_phase(TE_PHASE_UPDATE);
+    if (te_tracing) { /* no gradient has a value yet: the compiled step unscales */
+        te_trace_unscale(params, n);
+        te_next_exec_index();
+        return TE_OK;
+    }
+    te_tensor **io = malloc(2 * (size_t)(n ? n : 1) * sizeof *io);
+    if (!io) {
+        te_set_error(TE_ERR_NOMEM, "amp/unscale: out of memory");
+        return TE_ERR_NOMEM;
+    }
+    te_tensor **in = io, **out = io + n;
+    const bool report = te_hook_count || te_inject_count;
+    te_op_record rec = {
+        .step = te_step(), .phase = TE_PHASE_UPDATE, .op_id = -1, .exec_index = te_exec_index(),
+        .name = "amp/unscale", .type = "Unscale", .loc = { __FILE__, __LINE__ },
+    };
+    if (report)
+        te_op_begin(&rec);
+    const float inv = (float)(1.0 / (double)sc.scale); /* GradScaler: scale.double().reciprocal().float() */
+    const char *first = NULL;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        te_tensor *p = params[i];
+        if (!p->grad || !p->grad_valid)
+            continue;
+        float *dst = p->grad->data;
+        te_tensor *o = p->grad;
+        if (p->grad->dtype != TE_F32) {
+            master_grad *m = master_slot(p);
+            if (!m) {
+                free(io);
+                te_set_error(TE_ERR_NOMEM, "amp/unscale: out of memory for the f32 gradient of %s", p->name);
+                return TE_ERR_NOMEM;
+            }
+            m->valid = true;
+            o = m->g;
+            dst = o->data;
+        }
+        if (unscale_block(p->grad->data, p->grad->dtype, dst, p->numel, inv) && !first)
+            first = param_name(p);
+        in[k] = p->grad;
+        out[k++] = o;
+    }
+    te_scaler_record(first != NULL, first);
+    if (report) { /* after the record: a stop here sees this step's found_inf */
+        rec.exec_index = te_next_exec_index();
+        rec.inputs = in;
+        rec.n_inputs = k;
+        rec.outputs = out;
+        rec.n_outputs = k;
+        te_op_done(&rec);
+    } else {
+        te_next_exec_index();
+    }
+    free(io);
+    return TE_OK;
+}
+
+bool te_scaler_skip_step(void) { return sc.enabled && pending && sc.found_inf; }
 
 void te_scaler_update(void)
 {
-    if (!sc.enabled)
-        return;
+    if (!sc.enabled || !pending)
+        return; /* no unscale this step: nothing to judge */
+    pending = false;
+    for (int i = 0; i < n_mg; i++)
+        mg[i].valid = false;
+    rule();
+    *(float *)scale_t->data = sc.scale;
+}
+
+static void rule(void)
+{
     if (sc.found_inf) {
         sc.skipped++;
         sc.growth_tracker = 0;

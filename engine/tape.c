@@ -110,6 +110,8 @@ void te_shutdown(void)
     eng.names = NULL;
     eng.n_nodes = eng.cap_nodes = eng.n_tensors = eng.cap_tensors = 0;
     te_params_shutdown();
+    te_amp_reset();
+    te_scaler_disable(); /* its tensors are the allocator's */
     te_inject_clear();
     te_names_reset();
     te_observe_clear();
@@ -244,12 +246,13 @@ void te_name_next(const char *name)
 }
 
 /* Scoped name (own, from te_name_next, or the op's default), with "_K"
- * appended for the K-th repeat in a step. */
-static void name_node(te_node *n, const char *own)
+ * appended for the K-th repeat in a step; eng.last_name is the slot it
+ * counted in. */
+static void name_op(te_op op, const char *own, char name[TE_NAME_MAX])
 {
     char base[TE_NAME_MAX];
     snprintf(base, sizeof base, "%.100s%s%s", eng.scope, eng.scope[0] ? "/" : "",
-             own[0] ? own : te_op_default_name(n->op));
+             own[0] ? own : te_op_default_name(op));
     uint32_t h = hash_name(base);
     int count = 0;
     eng.last_name = NULL;
@@ -269,10 +272,9 @@ static void name_node(te_node *n, const char *own)
         }
     }
     if (count)
-        snprintf(n->name, sizeof n->name, "%.100s_%d", base, count);
+        snprintf(name, TE_NAME_MAX, "%.100s_%d", base, count);
     else
-        snprintf(n->name, sizeof n->name, "%s", base);
-    snprintf(n->grad_name, sizeof n->grad_name, "grad/%.122s", n->name);
+        snprintf(name, TE_NAME_MAX, "%s", base);
 }
 
 static te_node *new_node(void)
@@ -305,6 +307,44 @@ static const char *dtypes_text(unsigned dtypes)
     return te_dtype_name((te_dtype)__builtin_ctz(dtypes));
 }
 
+/* Autocast (amp.c): each float input of op that the AMP level wants in
+ * another dtype is replaced in args by the output of a Cast op named
+ * "NAME/cast_in<i>" (NAME: the op's own name), made before the op, so that
+ * the tape runs it first and its backward after the op's. A tensor in two
+ * slots is cast once. The casts are ordinary ops that ran: should the op
+ * then fail its checks, they stay on the tape. False when a cast failed. */
+static bool autocast(te_op op, te_loc loc, const char *name, te_tensor *const *in, te_tensor **args)
+{
+    const te_op_info *info = &te_op_table[op];
+    name_slot *mine = eng.last_name;
+    bool ok = true;
+    for (int i = 0; ok && i < info->n_in; i++) {
+        te_tensor *x = args[i];
+        if (!x || (info->in[i].dtypes & TE_DT_FLOAT) != TE_DT_FLOAT)
+            continue; /* absent, or a slot of one dtype (f32 masks and statistics, i32 indices) */
+        const te_dtype want = te_amp_input_dtype(op, x->dtype);
+        if (want == x->dtype)
+            continue;
+        int j = 0;
+        while (j < i && in[j] != x)
+            j++;
+        if (j < i) {
+            args[i] = args[j];
+            continue;
+        }
+        /* the cast's name is NAME/cast_in<i> whatever the scope: NAME has it */
+        char cast_name[TE_NAME_MAX], scope0 = eng.scope[0];
+        snprintf(cast_name, sizeof cast_name, "%.110s/cast_in%d", name, i);
+        eng.scope[0] = '\0';
+        te_name_next(cast_name);
+        args[i] = te_cast_at(loc, x, want);
+        eng.scope[0] = scope0;
+        ok = args[i] != NULL;
+    }
+    eng.last_name = mine; /* dropping the op gives back its name, not a cast's */
+    return ok;
+}
+
 te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
 {
     const te_op_info *info = &te_op_table[op];
@@ -326,8 +366,24 @@ te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
     /* A forward op after a backward (next micro-batch, evaluation) starts a
      * forward phase again. */
     te_set_phase(TE_PHASE_FORWARD);
+    char name[TE_NAME_MAX];
+    name_op(op, own, name);
+    te_tensor *args[TE_MAX_IN];
+    bool dtypes_ok = true;
+    for (int i = 0; i < info->n_in; i++) {
+        args[i] = in[i];
+        dtypes_ok &= !in[i] || (info->in[i].dtypes & 1u << in[i]->dtype) != 0;
+    }
+    /* A wrong dtype is reported as given, not after a cast. */
+    if (dtypes_ok && te_amp_level_get() != TE_AMP_O0 && !autocast(op, loc, name, in, args)) {
+        if (eng.last_name)
+            eng.last_name->count--;
+        return NULL;
+    }
     te_node *n = new_node();
     if (!n) {
+        if (eng.last_name)
+            eng.last_name->count--;
         te_set_error(TE_ERR_NOMEM, "%s at %s:%d: out of memory", info->type, loc.file, loc.line);
         return NULL;
     }
@@ -336,8 +392,9 @@ te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
     n->loc = loc;
     n->n_in = info->n_in;
     for (int i = 0; i < info->n_in; i++)
-        n->in[i] = in[i];
-    name_node(n, own);
+        n->in[i] = args[i];
+    memcpy(n->name, name, sizeof n->name);
+    snprintf(n->grad_name, sizeof n->grad_name, "grad/%.122s", n->name);
     for (int i = 0; i < info->n_in; i++) {
         const te_tensor *x = in[i];
         if (!x || info->in[i].dtypes & 1u << x->dtype)

@@ -365,11 +365,16 @@ TE_API float te_clip_grad_norm(te_tensor **params, int n, float max_norm);
  * SGD's momentum buffer or Adam's first moment m, slot 1 Adam's second
  * moment v; each is numel f32 values of its parameter, and absent until the
  * parameter's first update (when SGD starts its buffer from the gradient).
+ * At AMP level O2 (or once one was set) an f16/bf16 parameter's f32 master
+ * copy is one more slot, the last ("master"; absent for f32 parameters).
  */
 TE_API int te_optim_param_count(const te_optim *opt);
 TE_API te_tensor *te_optim_param(const te_optim *opt, int i);
-/* Buffers per parameter: 2 for Adam/AdamW, 1 for SGD with momentum, else 0. */
+/* Buffers per parameter: 2 for Adam/AdamW, 1 for SGD with momentum, else
+ * 0; one more when a parameter keeps a master copy. */
 TE_API int te_optim_slots(const te_optim *opt);
+/* "m", "v" or "master"; NULL out of range. */
+TE_API const char *te_optim_slot_name(const te_optim *opt, int slot);
 /* Updates done (Adam's bias correction counts them). */
 TE_API int64_t te_optim_steps(const te_optim *opt);
 TE_API void te_optim_set_steps(te_optim *opt, int64_t steps);
@@ -649,11 +654,20 @@ TE_API char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n)
 typedef enum { TE_AMP_O0, TE_AMP_O1, TE_AMP_O2, TE_AMP_O3, TE_AMP_LEVEL_COUNT } te_amp_level;
 
 /* The level and the low dtype (TE_F16 or TE_BF16) for the ops made from now
- * on; TE_ERR_ARG for anything else. */
+ * on; TE_ERR_ARG for anything else, TE_ERR_STATE inside a step. Ops cast
+ * their inputs as their class says (docs/amp.md "Levels"), each cast an op
+ * named "<op name>/cast_in<i>". O2 and O3 convert the registered f32
+ * parameters to the low dtype in place (rounded, gradients dropped); O0 and
+ * O1 bring those back to f32. */
 TE_API te_status te_amp_set(te_amp_level level, te_dtype low);
 TE_API te_amp_level te_amp_level_get(void);
 TE_API te_dtype te_amp_dtype(void);               /* the low dtype; TE_F32 at O0 */
 TE_API const char *te_amp_level_name(te_amp_level level); /* "O2"; NULL when out of range */
+/* The precision an op type ("MatMul" or its "MatMulGrad") runs in at the
+ * current level: "low" (the low dtype), "f32", or "follows" (its inputs'
+ * dtype; Cast: its target); NULL for an unknown type. At O0 every op is
+ * "f32". The table is docs/amp.md's "Levels". */
+TE_API const char *te_amp_op_precision(const char *type);
 
 /* Dynamic loss scaling, PyTorch GradScaler's rule with Megatron's
  * hysteresis: a step whose unscaled gradients hold a non-finite value is
@@ -696,8 +710,37 @@ TE_API bool te_scaler_state_get(te_scaler_state *s);
 TE_API void te_scaler_record(bool found_inf, const char *first_param);
 /* The end of the step: a step recorded non-finite counts as skipped and
  * backs off (per the hysteresis); a clean one counts towards growth; the
- * scale becomes the next step's. Nothing without a scaler. */
+ * scale becomes the next step's. Nothing without a scaler, or when no
+ * record was made since the last update (no unscale this step).
+ * te_optim_step calls it after its update (or its skip). */
 TE_API void te_scaler_update(void);
+/* Restores a state (scale, growth_tracker, hysteresis_left, skipped,
+ * found_inf, first_param; the options stay): checkpoints, replay, and
+ * scripted tests. TE_ERR_STATE without a scaler, TE_ERR_ARG for a scale
+ * not finite and > 0 or counts out of range. */
+TE_API te_status te_scaler_state_set(const te_scaler_state *s);
+
+/* The training step with a scaler (a no-op for each call without one):
+ *
+ *     te_backward(te_scaler_scale_loss(loss));
+ *     te_scaler_unscale(te_params(), te_param_count());
+ *     te_clip_grad_norm(te_params(), te_param_count(), 1.0f);  // optional
+ *     te_optim_step(opt);   // skips the update when found_inf, then te_scaler_update()
+ *
+ * te_scaler_scale_loss: loss times the scale, an f32 op named
+ * "amp/loss_scale" that reads the scale from the tensor "amp:scale" when
+ * it runs (graph mode sees each step's scale). Without a scaler: loss. */
+#define te_scaler_scale_loss(loss) te_scaler_scale_loss_at(TE_HERE, loss)
+TE_API te_tensor *te_scaler_scale_loss_at(te_loc loc, te_tensor *loss);
+/* One pass over each valid gradient: multiplies it by 1/scale and looks
+ * for non-finite values (the values before unscaling, as GradScaler);
+ * an f16/bf16 gradient is unscaled into an f32 copy ("master_grad:NAME")
+ * that clipping and the optimizer read instead. Then te_scaler_record
+ * (found, the first such parameter in params' order, its registered name
+ * without "param:"), then the op "amp/unscale" (type "Unscale", phase
+ * update, inputs the gradients, outputs the unscaled ones) is reported to
+ * the hooks. In graph mode a kernel of the compiled step does this. */
+TE_API te_status te_scaler_unscale(te_tensor **params, int n);
 
 /* The forward op of rec (a record a hook is handed, while it is being
  * reported) run again in f32 (rerun.c): its inputs cast up to f32, its

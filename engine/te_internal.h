@@ -40,47 +40,53 @@
  *   sees     the dtypes its kernels are handed: F32 (f16/bf16 tensors reach
  *            them as f32 copies, rounded back afterwards) or NATIVE (every
  *            dtype as it is: Cast, whose whole job is the conversion)
+ *   amp      its precision under mixed precision (amp.c, docs/amp.md):
+ *            LOWP runs in the low dtype from O1 on (its float inputs cast
+ *            down), F32 stays f32 at O1 and O2 (low inputs cast up), FOLLOW
+ *            computes in its inputs' dtype at O1 and in the low dtype from
+ *            O2 on; at O3 all of them run in the low dtype. NONE: never
+ *            cast (Cast itself)
  *   outs     number of outputs
  *   inputs   INk(...): the k inputs in order, each the dtypes it takes and
  *            its name in messages: F (f32, f16, bf16), F32, I32 (indices),
  *            ANY, F_OPT and F32_OPT (may be NULL)
  */
-/*    enum            type             name             reads                       ew      fuse      writes           rng            finite  loss    sees    outs inputs */
+/*    enum            type             name             reads                       ew      fuse      writes           rng            finite  loss    sees    amp     outs inputs */
 #define TE_OP_LIST(X)                                                                                                                                                                                                 \
-    X(MATMUL,         "MatMul",        "matmul",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
-    X(LINEAR,         "Linear",        "linear",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN3(F(x), F(w), F_OPT(b)))                        \
-    X(ADD,            "Add",           "add",           TE_NONE,                    BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
-    X(SUB,            "Sub",           "sub",           TE_NONE,                    BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
-    X(MUL,            "Mul",           "mul",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
-    X(DIV,            "Div",           "div",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(a), F(b)))                                  \
-    X(SCALE,          "Scale",         "scale",         TE_NONE,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(RELU,           "Relu",          "relu",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(GELU,           "Gelu",          "gelu",          TE_IN0,                     UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(TANH,           "Tanh",          "tanh",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(SIGMOID,        "Sigmoid",       "sigmoid",       TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(EXP,            "Exp",           "exp",           TE_OUT0,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(LOG,            "Log",           "log",           TE_IN0,                     UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(SQRT,           "Sqrt",          "sqrt",          TE_OUT0,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(SOFTMAX,        "Softmax",       "softmax",       TE_OUT0,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(LOG_SOFTMAX,    "LogSoftmax",    "log_softmax",   TE_OUT0,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(CROSS_ENTROPY,  "CrossEntropy",  "cross_entropy", TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, LOSS,   F32,    1,    IN2(F(logits), I32(labels)))                      \
-    X(MSE,            "MSE",           "mse",           TE_IN0 | TE_IN1,            NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, LOSS,   F32,    1,    IN2(F(pred), F(target)))                          \
-    X(CONV2D,         "Conv2D",        "conv",          TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN3(F(x), F(w), F_OPT(b)))                        \
-    X(MAXPOOL2D,      "MaxPool2D",     "maxpool",       TE_SAVED,                   NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(AVGPOOL2D,      "AvgPool2D",     "avgpool",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap",           TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(BATCHNORM,      "BatchNorm",     "bn",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   PRODUCER, TE_IN3 | TE_IN4, DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN5(F(x), F_OPT(gamma), F_OPT(beta),              \
+    X(MATMUL,         "MatMul",        "matmul",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, LOWP,      1,    IN2(F(a), F(b)))                                  \
+    X(LINEAR,         "Linear",        "linear",        TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, LOWP,      1,    IN3(F(x), F(w), F_OPT(b)))                        \
+    X(ADD,            "Add",           "add",           TE_NONE,                    BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN2(F(a), F(b)))                                  \
+    X(SUB,            "Sub",           "sub",           TE_NONE,                    BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN2(F(a), F(b)))                                  \
+    X(MUL,            "Mul",           "mul",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN2(F(a), F(b)))                                  \
+    X(DIV,            "Div",           "div",           TE_IN0 | TE_IN1,            BINARY, NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN2(F(a), F(b)))                                  \
+    X(SCALE,          "Scale",         "scale",         TE_NONE,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(RELU,           "Relu",          "relu",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(GELU,           "Gelu",          "gelu",          TE_IN0,                     UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(TANH,           "Tanh",          "tanh",          TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(SIGMOID,        "Sigmoid",       "sigmoid",       TE_OUT0,                    UNARY,  ACT,      TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(EXP,            "Exp",           "exp",           TE_OUT0,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN1(F(x)))                                        \
+    X(LOG,            "Log",           "log",           TE_IN0,                     UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN1(F(x)))                                        \
+    X(SQRT,           "Sqrt",          "sqrt",          TE_OUT0,                    UNARY,  NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(SOFTMAX,        "Softmax",       "softmax",       TE_OUT0,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN1(F(x)))                                        \
+    X(LOG_SOFTMAX,    "LogSoftmax",    "log_softmax",   TE_OUT0,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN1(F(x)))                                        \
+    X(CROSS_ENTROPY,  "CrossEntropy",  "cross_entropy", TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, LOSS,   F32, F32,       1,    IN2(F(logits), I32(labels)))                      \
+    X(MSE,            "MSE",           "mse",           TE_IN0 | TE_IN1,            NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, LOSS,   F32, F32,       1,    IN2(F(pred), F(target)))                          \
+    X(CONV2D,         "Conv2D",        "conv",          TE_IN0 | TE_IN1,            NONE,   PRODUCER, TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, LOWP,      1,    IN3(F(x), F(w), F_OPT(b)))                        \
+    X(MAXPOOL2D,      "MaxPool2D",     "maxpool",       TE_SAVED,                   NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(AVGPOOL2D,      "AvgPool2D",     "avgpool",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap",           TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(BATCHNORM,      "BatchNorm",     "bn",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   PRODUCER, TE_IN3 | TE_IN4, DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN5(F(x), F_OPT(gamma), F_OPT(beta),              \
                                                                                                                                                                         F32_OPT(running_mean), F32_OPT(running_var))) \
-    X(LAYERNORM,      "LayerNorm",     "ln",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN3(F(x), F_OPT(gamma), F_OPT(beta)))             \
-    X(DROPOUT,        "Dropout",       "dropout",       TE_NONE,                    NONE,   NONE,     TE_NONE,         RANDOM,        FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(RESHAPE,        "Reshape",       "reshape",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(ANY(x)))                                      \
-    X(FLATTEN,        "Flatten",       "flatten",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(ANY(x)))                                      \
-    X(TRANSPOSE,      "Transpose",     "transpose",     TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(ANY(x)))                                      \
-    X(SUM,            "Sum",           "sum",           TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(MEAN,           "Mean",          "mean",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN1(F(x)))                                        \
-    X(EMBEDDING,      "Embedding",     "embedding",     TE_IN1,                     NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32,    1,    IN2(F(weight), I32(idx)))                         \
-    X(CAST,           "Cast",          "cast",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, NATIVE, 1,    IN1(ANY(x)))                                      \
-    X(MASKED_FILL,    "MaskedFill",    "masked_fill",   TE_IN1,                     NONE,   NONE,     TE_NONE,         DETERMINISTIC, NONFINITE_OK, NOLOSS, F32, 1,  IN2(F(x), F32(mask)))
+    X(LAYERNORM,      "LayerNorm",     "ln",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN3(F(x), F_OPT(gamma), F_OPT(beta)))             \
+    X(DROPOUT,        "Dropout",       "dropout",       TE_NONE,                    NONE,   NONE,     TE_NONE,         RANDOM,        FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
+    X(RESHAPE,        "Reshape",       "reshape",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(ANY(x)))                                      \
+    X(FLATTEN,        "Flatten",       "flatten",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(ANY(x)))                                      \
+    X(TRANSPOSE,      "Transpose",     "transpose",     TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(ANY(x)))                                      \
+    X(SUM,            "Sum",           "sum",           TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN1(F(x)))                                        \
+    X(MEAN,           "Mean",          "mean",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN1(F(x)))                                        \
+    X(EMBEDDING,      "Embedding",     "embedding",     TE_IN1,                     NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN2(F(weight), I32(idx)))                         \
+    X(CAST,           "Cast",          "cast",          TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, NATIVE, NONE,   1,    IN1(ANY(x)))                                      \
+    X(MASKED_FILL,    "MaskedFill",    "masked_fill",   TE_IN1,                     NONE,   NONE,     TE_NONE,         DETERMINISTIC, NONFINITE_OK, NOLOSS, F32, FOLLOW, 1,  IN2(F(x), F32(mask)))
 
 typedef enum {
 #define TE_OP_ENUM(e, ...) TE_OP_##e,
@@ -106,6 +112,7 @@ typedef enum { TE_EW_NONE, TE_EW_UNARY, TE_EW_BINARY } te_ew_class;
 typedef enum { TE_FUSE_NONE, TE_FUSE_ACT, TE_FUSE_PRODUCER } te_fuse_role;
 typedef enum { TE_RNG_DETERMINISTIC, TE_RNG_RANDOM } te_rng_use;
 typedef enum { TE_SEES_F32, TE_SEES_NATIVE } te_kernel_dtypes;
+typedef enum { TE_AMPC_LOWP, TE_AMPC_F32, TE_AMPC_FOLLOW, TE_AMPC_NONE } te_amp_class;
 
 typedef struct te_op_input {
     unsigned dtypes; /* bit d: dtype d is accepted */
@@ -123,6 +130,7 @@ typedef struct te_op_info {
     unsigned writes; /* in training mode, those of these inputs that are given */
     te_rng_use rng;
     te_kernel_dtypes sees;
+    te_amp_class amp;
     unsigned traits; /* TE_TRAIT_*: loss, elementwise, non-finite on purpose */
 } te_op_info;
 
@@ -130,11 +138,11 @@ typedef struct te_op_info {
  * expression that is a syntax error when the column is empty, and the
  * word columns are pasted onto their own prefix, so a word from another
  * column (or a typo) is an undeclared identifier. */
-#define TE_OP_ROW(e, type_, name_, reads, ew_, fuse_, writes_, rng_, finite, loss, sees_, outs, ins) \
+#define TE_OP_ROW(e, type_, name_, reads, ew_, fuse_, writes_, rng_, finite, loss, sees_, amp_, outs, ins) \
     [TE_OP_##e] = { .type = type_, .grad_type = type_ "Grad", .name = name_, TE_OPROW_##ins,     \
                     .n_out = (outs), .bwd_reads = (reads), .ew = TE_EW_##ew_,                    \
                     .fuse = TE_FUSE_##fuse_, .writes = (writes_), .rng = TE_RNG_##rng_,          \
-                    .sees = TE_SEES_##sees_,                                                     \
+                    .sees = TE_SEES_##sees_, .amp = TE_AMPC_##amp_,                              \
                     .traits = TE_OPROW_##finite | TE_OPROW_##loss |                              \
                               (TE_EW_##ew_ != TE_EW_NONE ? TE_TRAIT_ELEMENTWISE : 0) },
 #define TE_OPROW_IN1(a) .n_in = 1, .in = { TE_OPROW_##a }
@@ -322,6 +330,7 @@ void te_mem_shutdown(void);
 enum {
     TE_TENSOR_ABSTRACT = 1u << 4, /* traced: shape only, no data */
     TE_TENSOR_GRAPH = 1u << 5,    /* owned by a compiled graph */
+    TE_TENSOR_AMP_LOWERED = 1u << 6, /* a parameter te_amp_set converted from f32 */
 };
 
 /* Registers a tape tensor so te_tape_reset() frees it. */
@@ -329,6 +338,11 @@ void te_tape_track(te_tensor *t);
 te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
 
 void te_params_shutdown(void);
+/* The loss scaler (scaler.c), for the optimizer: this step's unscale found
+ * a non-finite gradient (skip the update); the unscaled f32 gradient of
+ * the f16/bf16 parameter p this step, or NULL. */
+bool te_scaler_skip_step(void);
+float *te_scaler_master_grad(const te_tensor *p);
 /* With TDBG set, loads the debugger once per process (plugin.c). */
 void te_plugin_load(void);
 
@@ -368,6 +382,12 @@ int te_next_exec_index(void);
 int te_exec_index(void);
 void te_set_exec_index(int i);
 bool te_in_step(void);
+
+/* amp.c: the dtype an input of dtype dt is cast to before op runs at the
+ * current AMP level (dt itself: no cast; non-float dtypes are never cast). */
+te_dtype te_amp_input_dtype(te_op op, te_dtype dt);
+/* te_shutdown: back to O0 (the parameters are gone). */
+void te_amp_reset(void);
 
 /* n's forward again in f32 (rerun.c): its inputs copied and cast up, the
  * kernel run on the copies without rounding, nothing of the program

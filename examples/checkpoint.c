@@ -15,9 +15,7 @@
 
 #define FORMAT "tdbg-checkpoint"
 #define VERSION 1
-#define MAX_SLOTS 2
-
-static const char *const slot_groups[MAX_SLOTS] = { "m", "v" };
+#define MAX_SLOTS 3 /* m, v, and the f32 master copies of f16/bf16 parameters (AMP O2) */
 
 /* The parameter's name without "param:". */
 static const char *pname(const te_tensor *p)
@@ -96,11 +94,11 @@ static bool write_all(hid_t f, const ckpt_info *info, const ckpt_attr *attrs, in
     if (data >= 0) H5Gclose(data);
 
     hid_t params = ok ? group(f, "params") : -1, og = ok ? group(f, "optim") : -1;
-    hid_t slots[MAX_SLOTS] = { -1, -1 };
+    hid_t slots[MAX_SLOTS] = { -1, -1, -1 };
     const int n_slots = te_optim_slots(opt);
     ok = params >= 0 && og >= 0 && attr_str(og, "kind", kind) && attr_i64(og, "steps", te_optim_steps(opt));
     for (int s = 0; ok && s < n_slots; s++)
-        ok = (slots[s] = group(og, slot_groups[s])) >= 0;
+        ok = (slots[s] = group(og, te_optim_slot_name(opt, s))) >= 0;
     float *buf = NULL;
     for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
         const te_tensor *p = te_optim_param(opt, i);
@@ -396,7 +394,7 @@ static bool parse_tensors(hid_t f, const load_arg *a, dump_blob *out, child_err 
             break;
         dump_blob_put(out, buf, (size_t)p->numel * sizeof *buf);
         for (int s = 0; ok && s < te_optim_slots(opt); s++) {
-            snprintf(path, sizeof path, "optim/%s/%s", slot_groups[s], pname(p));
+            snprintf(path, sizeof path, "optim/%s/%s", te_optim_slot_name(opt, s), pname(p));
             bool present = link_exists(f, path);
             dump_blob_int(out, present);
             if (present && (ok = read_f32(f, path, p, buf, e)))

@@ -23,7 +23,7 @@ static const char *prog_name = "example";
 typedef enum {
     F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
     F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH, F_DUMP,
-    F_HELP,
+    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_HELP,
 } flag_id;
 
 typedef struct {
@@ -52,6 +52,14 @@ static const common_flag common_flags[] = {
     { F_INJECT, "--inject", "SPEC", "KIND@op=GLOB,step=N[,value=X][,index=I], KIND nan, inf,\n"
       "                         scale, noise or zero: alter that op's output; segv, abort\n"
       "                         or fpe: crash in that op (repeatable)" },
+    { F_AMP, "--amp", "LEVEL", "mixed precision: O0 f32, O1 matmuls/convs low, O2 weights and\n"
+      "                         activations low with f32 master weights and loss scaling, O3 all low\n"
+      "                         (docs/amp.md)" },
+    { F_AMP_DTYPE, "--amp-dtype", "DT", "the low precision of --amp: f16 or bf16" },
+    { F_LOSS_SCALE, "--loss-scale", "S", "dynamic, or a fixed scale N (skips non-finite steps); on at O2" },
+    { F_SCALE_INIT, "--scale-init", "X", "the dynamic loss scale's first value (65536)" },
+    { F_SCALE_WINDOW, "--scale-window", "N", "clean steps before the scale doubles (2000)" },
+    { F_SCALE_HYSTERESIS, "--scale-hysteresis", "N", "non-finite steps before the scale halves (1)" },
     { F_TIME, "--time", NULL, "print ms per step (median, min, max) after warm-up" },
     { F_HELP, "--help", NULL, "this text" },
 };
@@ -78,7 +86,10 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     case F_MODE: snprintf(buf, n, "%s", te_mode_name(d->mode)); break;
     case F_SAVE_GRAPH: case F_DUMP: buf[0] = '\0'; break;
     case F_LOG_EVERY: snprintf(buf, n, "%d", d->log_every); break;
-    case F_INJECT: case F_TIME: case F_HELP: buf[0] = '\0'; break;
+    case F_AMP: snprintf(buf, n, "%s", te_amp_level_name(d->amp)); break;
+    case F_AMP_DTYPE: snprintf(buf, n, "%s", d->amp_bf16 ? "bf16" : "f16"); break;
+    case F_INJECT: case F_TIME: case F_HELP: case F_LOSS_SCALE: case F_SCALE_INIT: case F_SCALE_WINDOW:
+    case F_SCALE_HYSTERESIS: buf[0] = '\0'; break;
     }
     return buf;
 }
@@ -254,6 +265,37 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
             return false;
         o->inject[o->n_inject++] = v;
         return true;
+    case F_AMP:
+        *why = "unknown level; expected O0, O1, O2 or O3";
+        for (int k = 0; k < TE_AMP_LEVEL_COUNT; k++)
+            if (strcmp(v, te_amp_level_name((te_amp_level)k)) == 0) {
+                o->amp = (te_amp_level)k;
+                return true;
+            }
+        return false;
+    case F_AMP_DTYPE:
+        *why = "unknown dtype; expected f16 or bf16";
+        if (strcmp(v, "f16") != 0 && strcmp(v, "bf16") != 0)
+            return false;
+        o->amp_bf16 = v[0] == 'b';
+        return true;
+    case F_LOSS_SCALE:
+        *why = "expected dynamic or a fixed scale, a finite number > 0, e.g. 1024";
+        if (strcmp(v, "dynamic") == 0) {
+            o->scale_mode = EX_SCALE_DYNAMIC;
+            return true;
+        }
+        o->scale_mode = EX_SCALE_FIXED;
+        return parse_float(v, 0.0f, &o->loss_scale) && o->loss_scale > 0.0f;
+    case F_SCALE_INIT:
+        *why = "expected a finite number > 0, e.g. 65536";
+        return parse_float(v, 0.0f, &o->scale_init) && o->scale_init > 0.0f;
+    case F_SCALE_WINDOW:
+        *why = "expected a whole number >= 1, e.g. 2000";
+        return set_int(v, 1, INT_MAX, &o->scale_window);
+    case F_SCALE_HYSTERESIS:
+        *why = "expected a whole number >= 1, e.g. 2";
+        return set_int(v, 1, INT_MAX, &o->scale_hysteresis);
     case F_TIME:
     case F_HELP:
         break;
@@ -316,6 +358,40 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
         if (c ? !set_common(c, value, o, &why) : !x->set(value, p->cfg, own, sizeof own))
             bad_flag(p, &def, name, value, c ? why : own);
     }
+    /* the scaler's options without a dynamic scaler to take them */
+    const char *lonely = o->scale_init > 0 ? "--scale-init" : o->scale_window ? "--scale-window"
+                         : o->scale_hysteresis ? "--scale-hysteresis" : NULL;
+    if (lonely && !(ex_scaler_on(o) && o->scale_mode != EX_SCALE_FIXED))
+        bad_flag(p, &def, lonely, NULL,
+                 o->scale_mode == EX_SCALE_FIXED ? "is for a dynamic scale, and --loss-scale sets a fixed one"
+                                                 : "needs a dynamic loss scaler: --amp O2 or --loss-scale dynamic");
+}
+
+bool ex_scaler_on(const ex_opts *o) { return o->scale_mode != EX_SCALE_DEFAULT || o->amp == TE_AMP_O2; }
+
+te_status ex_amp_start(const ex_opts *o)
+{
+    te_status st = te_amp_set(o->amp, o->amp_bf16 ? TE_BF16 : TE_F16);
+    if (st != TE_OK || !ex_scaler_on(o))
+        return st;
+    const bool fixed = o->scale_mode == EX_SCALE_FIXED;
+    return te_scaler_enable(&(te_scaler_opts){ .fixed = fixed, .init_scale = fixed ? o->loss_scale : o->scale_init,
+                                               .growth_interval = o->scale_window,
+                                               .hysteresis = o->scale_hysteresis });
+}
+
+float ex_scale_now(void)
+{
+    te_scaler_state s;
+    return te_scaler_state_get(&s) ? s.scale : 0.0f;
+}
+
+void ex_print_scale(float used)
+{
+    te_scaler_state s;
+    if (!te_scaler_state_get(&s))
+        return;
+    printf(" scale=%.9g%s", (double)used, s.found_inf ? " skipped" : "");
 }
 
 static dump_session *dumping;
@@ -483,13 +559,16 @@ te_status ex_train_step(const ex_opts *o, ex_forward_fn forward, const void *mod
         te_tensor *l = te_cross_entropy(logits, in[2 * m + 1]);
         if (accum > 1)
             l = te_scale(l, 1.0f / (float)accum);
-        te_status st = te_backward(l);
+        te_status st = te_backward(te_scaler_scale_loss(l));
         if (st != TE_OK)
             return st;
         out[per * m] = l;
         if (with_logits)
             out[per * m + 1] = logits;
     }
+    te_status st = te_scaler_unscale(te_params(), te_param_count()); /* before clipping: true norms */
+    if (st != TE_OK)
+        return st;
     if (o->clip > 0)
         te_clip_grad_norm(te_params(), te_param_count(), o->clip);
     return te_optim_step(opt);
@@ -609,7 +688,7 @@ int ex_train(const ex_opts *o, const ex_task *t)
                                                                .drop_remainder = true,
                                                                .workers = o->workers,
                                                                .seed = o->seed });
-    te_optim *opt = ld ? ex_optim_new(o) : NULL;
+    te_optim *opt = ld && ex_amp_start(o) == TE_OK ? ex_optim_new(o) : NULL;
     step_ctx c = { .o = o, .t = t, .opt = opt };
     te_graph *g = opt ? ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, 2 * o->accum, false) : NULL;
     double *ms = g ? malloc((size_t)o->steps * sizeof *ms) : NULL;
@@ -625,6 +704,7 @@ int ex_train(const ex_opts *o, const ex_task *t)
         float loss;
         int correct;
         double load_ms, t0 = ex_now_ms();
+        const float scale = ex_scale_now();
         if (train_step(o, ld, g, &loss, &correct, &load_ms) != TE_OK) {
             char what[64];
             snprintf(what, sizeof what, "step %d failed", step);
@@ -633,9 +713,11 @@ int ex_train(const ex_opts *o, const ex_task *t)
             break;
         }
         ms[step] = ex_now_ms() - t0 - load_ms;
-        if (step % o->log_every == 0 || step == o->steps - 1)
-            printf("step=%d loss=%.6f acc=%.4f\n", step, loss,
-                   (float)correct / (float)(o->batch * o->accum));
+        if (step % o->log_every == 0 || step == o->steps - 1) {
+            printf("step=%d loss=%.6f acc=%.4f", step, loss, (float)correct / (float)(o->batch * o->accum));
+            ex_print_scale(scale);
+            printf("\n");
+        }
     }
     float loss = 0.0f, acc = 0.0f;
     if (rc == 0 && o->time) {

@@ -40,6 +40,15 @@ typedef struct ex_opts {
     const char *dump;       /* dump spec (--dump), else TDBG_DUMP's */
     const char *inject[EX_MAX_INJECT];
     int n_inject;
+    te_amp_level amp;   /* --amp: O0 (default) .. O3 */
+    bool amp_bf16;      /* --amp-dtype bf16; f16 by default */
+    /* --loss-scale: not given (dynamic at O2, none elsewhere), dynamic,
+     * or a fixed scale; --scale-init, --scale-window and
+     * --scale-hysteresis, 0: the scaler's defaults (2^16, 2000, 1). */
+    enum { EX_SCALE_DEFAULT, EX_SCALE_DYNAMIC, EX_SCALE_FIXED } scale_mode;
+    float loss_scale; /* EX_SCALE_FIXED's */
+    float scale_init;
+    int scale_window, scale_hysteresis;
 } ex_opts;
 
 /* A flag of one program, beside the common ones. set() returns false when
@@ -74,6 +83,17 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o);
 /* Starts the engine with o's seed and threads and adds o's injections.
  * A bad injection spec prints te_error() and exits 2. */
 void ex_start(const ex_opts *o);
+/* The AMP level and the loss scaler of o's flags, once the model's
+ * parameters are registered (O2/O3 convert them); TE_OK, or te_error(). */
+te_status ex_amp_start(const ex_opts *o);
+/* Does o run with a loss scaler (--loss-scale, or --amp O2)? */
+bool ex_scaler_on(const ex_opts *o);
+/* The scale the next step's loss is scaled by; 0 without a scaler. */
+float ex_scale_now(void);
+/* A step line's end for a step whose loss was scaled by `used`:
+ * " scale=65536", then " skipped" when the step was skipped; nothing
+ * without a scaler. */
+void ex_print_scale(float used);
 
 /* A classifier: logits [N, classes] of a batch x, or NULL with te_error() set. */
 typedef te_tensor *(*ex_forward_fn)(const void *model, te_tensor *x);
@@ -102,7 +122,9 @@ te_optim *ex_optim_new(const ex_opts *o);
 /* One training step, for a te_graph step function: o->accum micro-batches
  * (inputs x0, y0, x1, y1, ...) of forward and cross-entropy, each loss
  * scaled by 1/accum so the summed gradients are those of the mean over all
- * of them, and backward; then clipping and opt's update. Outputs loss0,
+ * of them, and by the loss scale (te_scaler_scale_loss), and backward;
+ * then the gradients unscaled (te_scaler_unscale), clipped, and opt's
+ * update (skipped on a non-finite gradient). Outputs loss0,
  * loss1, ..., or with_logits loss0, logits0, loss1, logits1, ... */
 te_status ex_train_step(const ex_opts *o, ex_forward_fn forward, const void *model, te_optim *opt,
                         te_tensor *const *in, te_tensor **out, bool with_logits);

@@ -299,6 +299,8 @@ typedef struct {
 
 static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const text_corpus *text, run_state rs)
 {
+    if (ex_amp_start(o) != TE_OK)
+        return ex_fail("cannot set up mixed precision");
     te_optim *opt = ex_optim_new(o);
     step_ctx c = { .o = o, .m = m, .opt = opt };
     char why[1536];
@@ -325,6 +327,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         const float lr = lr_at(g, o, step);
         te_optim_set_lr(opt, lr);
         const double t0 = ex_now_ms();
+        const float scale = ex_scale_now();
         te_step_begin();
         te_status st = TE_OK;
         for (int k = 0; k < o->accum && st == TE_OK; k++) {
@@ -344,8 +347,11 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
             break;
         }
         ms[timed++] = ex_now_ms() - t0;
-        if (step % o->log_every == 0 || step == last - 1)
-            printf("step=%d loss=%.6f lr=%.6g\n", step, loss, lr);
+        if (step % o->log_every == 0 || step == last - 1) {
+            printf("step=%d loss=%.6f lr=%.6g", step, loss, lr);
+            ex_print_scale(scale);
+            printf("\n");
+        }
         float val;
         if (g->eval_every && (step + 1) % g->eval_every == 0 && step != last - 1) {
             if (evaluate(o, eg, m, text, &val) != TE_OK)

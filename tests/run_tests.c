@@ -22,10 +22,12 @@ int main(void)
     srunner_add_suite(sr, suite_shape());
     srunner_add_suite(sr, suite_attention_ops());
     srunner_add_suite(sr, suite_optim());
+    srunner_add_suite(sr, suite_scaler());
     srunner_add_suite(sr, suite_data());
     srunner_add_suite(sr, suite_plan());
     srunner_add_suite(sr, suite_graph());
     srunner_add_suite(sr, suite_fused_attention());
+    srunner_add_suite(sr, suite_amp());
     srunner_add_suite(sr, suite_gpt());
     srunner_add_suite(sr, suite_examples());
     srunner_add_suite(sr, suite_gpt_example());

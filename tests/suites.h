@@ -14,6 +14,7 @@ Suite *suite_norm(void);        /* batchnorm, layernorm */
 Suite *suite_attention_ops(void); /* batched matmul, masked fill, masked softmax, causal attention */
 Suite *suite_shape(void);       /* reshape, flatten, transpose, cast, embedding, dropout */
 Suite *suite_optim(void);       /* SGD, Adam, AdamW, clipping, accumulation, determinism */
+Suite *suite_scaler(void);      /* loss scaling: GradScaler's sequence, hysteresis, unscale, skips, master weights */
 Suite *suite_data(void);        /* datasets and the loader */
 Suite *suite_plan(void);        /* the static memory planner of graph mode */
 Suite *suite_graph(void);       /* graph mode: passes, plans, shapes, observation, parity */
@@ -37,6 +38,7 @@ Suite *suite_examples(void);    /* the example programs: flags, convergence, inj
 Suite *suite_gpt_example(void); /* examples/gpt: learning, samples, checkpoints, modes, a NaN in attention */
 Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
+Suite *suite_amp(void);         /* mixed precision: levels, autocast, rounding against PyTorch, eager/graph parity */
 Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits, loss, gradients, training losses */
 
 #endif

@@ -602,11 +602,11 @@ END_TEST
 static const char op_row_probe[] =
     "#include \"te_internal.h\"\n"
     "#if defined(ROW_COMPLETE)\n"
-    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", TE_OUT0, UNARY, ACT, TE_NONE, DETERMINISTIC, FINITE, NOLOSS, F32, 1, IN1(F(x)))\n"
+    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", TE_OUT0, UNARY, ACT, TE_NONE, DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW, 1, IN1(F(x)))\n"
     "#elif defined(ROW_NO_READS)\n"
-    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", UNARY, ACT, TE_NONE, DETERMINISTIC, FINITE, NOLOSS, F32, 1, IN1(F(x)))\n"
+    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", UNARY, ACT, TE_NONE, DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW, 1, IN1(F(x)))\n"
     "#else\n"
-    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", , UNARY, ACT, TE_NONE, DETERMINISTIC, FINITE, NOLOSS, F32, 1, IN1(F(x)))\n"
+    "#define ROWS(X) X(RELU, \"Relu\", \"relu\", , UNARY, ACT, TE_NONE, DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW, 1, IN1(F(x)))\n"
     "#endif\n"
     "const te_op_info probe[TE_OP_COUNT] = { ROWS(TE_OP_ROW) };\n";
 

@@ -104,6 +104,9 @@ static te_status run_kernel(const tg_kernel *k, int base)
     case TG_K_OPTIM: /* it reports its updates itself, numbered from here */
         te_set_exec_index(base + k->exec);
         return te_optim_step(k->optim);
+    case TG_K_UNSCALE: /* it reports amp/unscale itself, at its place in the order */
+        te_set_exec_index(base + k->exec);
+        return te_scaler_unscale(k->params, k->n_params);
     case TG_K_CLIP: te_clip_grad_norm(k->params, k->n_params, k->max_norm); return TE_OK;
     case TG_K_ZERO_GRAD: te_zero_grad(); return TE_OK;
     }

@@ -77,7 +77,8 @@ static int by_str(const void *a, const void *b)
 }
 
 /* The observed set and the injected ops as text, the same for the same set
- * in any order: the part of a variant's key that says what stays visible. */
+ * in any order: the part of a variant's key that says what stays visible;
+ * and the AMP level and dtype, which decide the casts a trace records. */
 static char *observe_key(void)
 {
     const char *sorted[MAX_OBSERVED];
@@ -90,7 +91,8 @@ static char *observe_key(void)
         return NULL;
     for (int i = 0; i < n_observed; i++)
         len += (size_t)snprintf(key + len, cap - len, "%s\n", sorted[i]);
-    len += (size_t)snprintf(key + len, cap - len, "|");
+    len += (size_t)snprintf(key + len, cap - len, "|amp %s %s|", te_amp_level_name(te_amp_level_get()),
+                            te_dtype_name(te_amp_dtype()));
     te_inject_key(key + len, cap - len);
     return key;
 }

@@ -53,6 +53,7 @@ typedef enum {
     TG_K_SEED,      /* d(output) = given values: the start of a backward */
     TG_K_OPTIM,     /* te_optim_step() */
     TG_K_CLIP,      /* te_clip_grad_norm() */
+    TG_K_UNSCALE,   /* te_scaler_unscale() */
     TG_K_ZERO_GRAD, /* te_zero_grad() */
     TG_K_ACT,       /* matmul / linear / conv / batch norm, then its activation in place */
     TG_K_ACT_BWD,   /* ReLU's backward inside batch norm's: node the batch norm, act the ReLU */
@@ -113,8 +114,8 @@ typedef struct tg_kernel {
     te_tensor *seed_y;      /* SEED: the tensor whose gradient is seeded */
     float *seed_dy;         /* SEED: its values (f32, numel of seed_y) */
     te_optim *optim;        /* OPTIM */
-    int exec;               /* OPTIM: the step's execution index at its first update */
-    te_tensor **params;     /* CLIP */
+    int exec;               /* OPTIM, UNSCALE: the step's execution index at its first record */
+    te_tensor **params;     /* CLIP, UNSCALE */
     int n_params;
     float max_norm;
     tg_ew *ew;              /* EW */
@@ -166,6 +167,7 @@ void te_trace_bwd(te_node *n, int exec);
 void te_trace_seed(te_tensor *y, const te_tensor *dy);
 void te_trace_optim(te_optim *o);
 void te_trace_clip(te_tensor **params, int n, float max_norm);
+void te_trace_unscale(te_tensor **params, int n);
 void te_trace_zero_grad(void);
 /* The step function did something a trace cannot hold: the trace fails with why. */
 void te_trace_misuse(const char *what);

@@ -276,7 +276,7 @@ int tg_kernel_reads(const tg_plan *p, const tg_kernel *k, int *ids)
         add_id(p, k->attn->o, ids, &c);
         add_id(p, k->attn->lse, ids, &c);
         break;
-    case TG_K_SEED: case TG_K_OPTIM: case TG_K_CLIP: case TG_K_ZERO_GRAD:
+    case TG_K_SEED: case TG_K_OPTIM: case TG_K_CLIP: case TG_K_UNSCALE: case TG_K_ZERO_GRAD:
         break;
     }
     /* A value inside the kernel is not read from memory. */
@@ -336,7 +336,7 @@ int tg_kernel_writes(const tg_plan *p, const tg_kernel *k, int *ids)
         add_id(p, te_needs_grad(k->attn->scores->in[1]) ? k->attn->scores->in[1]->grad : NULL, ids, &c);
         add_id(p, te_needs_grad(k->attn->out->in[1]) ? k->attn->out->in[1]->grad : NULL, ids, &c);
         break;
-    case TG_K_OPTIM: case TG_K_CLIP: case TG_K_ZERO_GRAD:
+    case TG_K_OPTIM: case TG_K_CLIP: case TG_K_UNSCALE: case TG_K_ZERO_GRAD:
         break;
     }
     return c;

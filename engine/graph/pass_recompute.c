@@ -34,7 +34,7 @@ static bool read_from(const tg_plan *p, int from, int v)
     int ids[TG_IO_MAX];
     for (int i = from; i < p->n_kernels; i++) {
         tg_kkind kind = p->kernels[i].kind;
-        if (kind == TG_K_OPTIM || kind == TG_K_ZERO_GRAD || kind == TG_K_CLIP)
+        if (kind == TG_K_OPTIM || kind == TG_K_ZERO_GRAD || kind == TG_K_CLIP || kind == TG_K_UNSCALE)
             return false;
         int n = tg_kernel_reads(p, &p->kernels[i], ids);
         for (int j = 0; j < n; j++)
@@ -50,7 +50,7 @@ static bool inputs_live_at(const tg_plan *p, const te_node *n, int at, int r)
 {
     for (int i = at + 1; i < r; i++)
         if (p->kernels[i].kind == TG_K_OPTIM || p->kernels[i].kind == TG_K_ZERO_GRAD ||
-            p->kernels[i].kind == TG_K_CLIP)
+            p->kernels[i].kind == TG_K_CLIP || p->kernels[i].kind == TG_K_UNSCALE)
             return false;
     for (int i = 0; i < n->n_in + n->n_saved; i++) {
         const te_tensor *t = i < n->n_in ? n->in[i] : n->saved[i - n->n_in];

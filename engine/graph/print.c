@@ -9,7 +9,7 @@ const char *tg_kernel_kind_name(tg_kkind k)
 {
     static const char *const names[] = { "fwd", "bwd", "seed", "optim", "clip", "zero_grad",
                                          "fused-act", "fused-act-grad", "fused-ew", "bn-fold",
-                                         "fused-attention", "fused-attention-grad", "recompute" };
+                                         "fused-attention", "fused-attention-grad", "recompute", "unscale" };
     return names[k];
 }
 
@@ -51,6 +51,9 @@ void tg_print(const tg_plan *p, FILE *f, const char *title)
         fprintf(f, "k%-4d %-9s %-8s", i, tg_kernel_kind_name(k->kind), te_phase_name(k->phase));
         if (k->kind == TG_K_OPTIM)
             fprintf(f, " update/* of every parameter with a gradient");
+        if (k->kind == TG_K_UNSCALE)
+            fprintf(f, " amp/unscale: the gradients of %d parameters by 1/scale, non-finite ones found",
+                    k->n_params);
         if (k->kind == TG_K_CLIP)
             fprintf(f, " clip the global gradient norm of %d parameters to %g", k->n_params,
                     (double)k->max_norm);

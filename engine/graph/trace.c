@@ -242,6 +242,16 @@ void te_trace_clip(te_tensor **params, int n, float max_norm)
     k->max_norm = max_norm;
 }
 
+void te_trace_unscale(te_tensor **params, int n)
+{
+    tg_kernel *k = tg_kernel_add(te_tracing->p, TG_K_UNSCALE, TE_PHASE_UPDATE);
+    if (!(k->params = malloc((size_t)(n ? n : 1) * sizeof *k->params)))
+        abort();
+    memcpy(k->params, params, (size_t)n * sizeof *params);
+    k->n_params = n;
+    k->exec = te_exec_index() - te_tracing->exec_base;
+}
+
 void te_trace_zero_grad(void) { tg_kernel_add(te_tracing->p, TG_K_ZERO_GRAD, te_current_phase()); }
 
 tg_plan *tg_trace_step(te_step_fn fn, void *ctx, te_tensor *const *inputs, int n_inputs,

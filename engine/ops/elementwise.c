@@ -37,7 +37,7 @@ static te_tensor *unary(te_op op, te_loc l, te_tensor *x, float scale)
     if (!n)
         return NULL;
     n->a.scale = scale;
-    te_node_output(n, te_result_dtype(1, &x), x->ndim, x->shape);
+    te_node_output(n, te_result_dtype(1, n->in), x->ndim, x->shape);
     return te_node_run(n);
 }
 
@@ -76,6 +76,6 @@ te_tensor *te_masked_fill_at(te_loc l, te_tensor *x, te_tensor *mask, float valu
     if (!fits)
         return te_node_fail(n, TE_ERR_SHAPE, "mask %s does not broadcast to x %s", sm, sx);
     n->a.value = value;
-    te_node_output(n, x->dtype, x->ndim, x->shape);
+    te_node_output(n, n->in[0]->dtype, x->ndim, x->shape);
     return te_node_run(n);
 }

@@ -19,7 +19,7 @@ te_tensor *te_cross_entropy_at(te_loc l, te_tensor *logits, te_tensor *labels)
                             sy);
     /* The kernel checks the labels' range: it sees them on every step, in
      * graph mode too, where this front-end runs only while tracing. */
-    te_node_output(n, te_result_dtype(1, &logits), te_shape(1));
+    te_node_output(n, te_result_dtype(1, n->in), te_shape(1));
     te_node_save(n, 0, TE_F32, te_shape(logits->shape[0])); /* log-sum-exp per row */
     return te_node_run(n);
 }

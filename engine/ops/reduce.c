@@ -44,7 +44,7 @@ static te_tensor *reduction(te_op op, te_loc l, te_tensor *x, int axis, bool kee
         shape[nd++] = 1;
     n->a.axis = axis;
     n->a.keepdim = keepdim;
-    te_node_output(n, te_result_dtype(1, &x), nd, shape);
+    te_node_output(n, te_result_dtype(1, n->in), nd, shape);
     return te_node_run(n);
 }
 
@@ -71,7 +71,7 @@ static te_tensor *softmax(te_op op, te_loc l, te_tensor *x, int axis)
         return te_node_fail(n, TE_ERR_ARG, "axis %d is out of range for x %s (%d dims)", axis, sx,
                             x->ndim);
     n->a.axis = ax;
-    te_node_output(n, te_result_dtype(1, &x), x->ndim, x->shape);
+    te_node_output(n, te_result_dtype(1, n->in), x->ndim, x->shape);
     return te_node_run(n);
 }
 

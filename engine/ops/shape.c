@@ -46,7 +46,7 @@ te_tensor *te_reshape_at(te_loc l, te_tensor *x, int ndim, const int64_t *shape)
                             "x %s (%lld elements) cannot be reshaped to %s (%lld elements)", sx,
                             (long long)x->numel, ss, (long long)known);
     }
-    te_node_output(n, x->dtype, ndim, out);
+    te_node_output(n, n->in[0]->dtype, ndim, out);
     return te_node_run(n);
 }
 
@@ -65,7 +65,7 @@ te_tensor *te_flatten_at(te_loc l, te_tensor *x)
     int64_t rest = 1;
     for (int i = 1; i < x->ndim; i++)
         rest *= x->shape[i];
-    te_node_output(n, x->dtype, 2, (const int64_t[]){ x->shape[0], rest });
+    te_node_output(n, n->in[0]->dtype, 2, (const int64_t[]){ x->shape[0], rest });
     return te_node_run(n);
 }
 
@@ -89,7 +89,7 @@ te_tensor *te_transpose_at(te_loc l, te_tensor *x, int d0, int d1)
     /* the kernel wants dim0 < dim1; swapping is symmetric */
     n->a.dim0 = a < b ? a : b;
     n->a.dim1 = a < b ? b : a;
-    te_node_output(n, x->dtype, x->ndim, out);
+    te_node_output(n, n->in[0]->dtype, x->ndim, out);
     return te_node_run(n);
 }
 
@@ -148,7 +148,7 @@ te_tensor *te_embedding_at(te_loc l, te_tensor *weight, te_tensor *idx)
     for (int d = 0; d < idx->ndim; d++)
         out[d] = idx->shape[d];
     out[idx->ndim] = weight->shape[1];
-    te_node_output(n, weight->dtype, idx->ndim + 1, out);
+    te_node_output(n, n->in[0]->dtype, idx->ndim + 1, out);
     return te_node_run(n);
 }
 
@@ -185,6 +185,6 @@ te_tensor *te_dropout_at(te_loc l, te_tensor *x, float p)
     n->a.p = p;
     n->a.scale = 1.0f / (1.0f - p);
     n->a.seed = te_dropout_seed(n->name, te_step());
-    te_node_output(n, x->dtype, x->ndim, x->shape);
+    te_node_output(n, n->in[0]->dtype, x->ndim, x->shape);
     return te_node_run(n);
 }
