@@ -142,9 +142,11 @@ static bool cmd_compare(const char *args)
     return false;
 }
 
-/* The ops of the step (this one, else the last) by the precision their
- * output 0 is in. */
-static void ops_by_dtype(void)
+/* The forward ops of the step (this one, else the last) by the precision
+ * the op table gives their type at this level (te_amp_op_precision: low,
+ * f32, follows its inputs), each with the dtype its output was in and what
+ * rounding did to it. */
+static void ops_by_precision(void)
 {
     const dbg_op *ops = dbg.n_ops ? dbg.ops : dbg.last_ops;
     const int n = dbg.n_ops ? dbg.n_ops : dbg.n_last_ops;
@@ -152,17 +154,20 @@ static void ops_by_dtype(void)
         fprintf(dbg_out, "ops: none has run yet\n");
         return;
     }
-    fprintf(dbg_out, "ops by the precision of their output (step %lld's forward ops):\n", (long long)dbg.step);
-    for (int dt = 0; dt < TE_DTYPE_COUNT; dt++) {
+    fprintf(dbg_out, "ops of step %lld by precision (the op table's class at this level; each op's output dtype):\n",
+            (long long)dbg.step);
+    static const char *const classes[] = { "low", "f32", "follows" };
+    for (int c = 0; c < 3; c++) {
         int count = 0;
         for (int i = 0; i < n; i++) {
-            if (ops[i].phase != TE_PHASE_FORWARD || ops[i].dtype != (te_dtype)dt)
+            const char *p = ops[i].phase == TE_PHASE_FORWARD ? te_amp_op_precision(ops[i].type) : NULL;
+            if (!p || strcmp(p, classes[c]) != 0)
                 continue;
-            if (count++)
-                fprintf(dbg_out, ", ");
+            if (!count++)
+                fprintf(dbg_out, "  %s: ", classes[c]);
             else
-                fprintf(dbg_out, "  %s: ", te_dtype_name((te_dtype)dt));
-            fprintf(dbg_out, "%s", ops[i].name);
+                fprintf(dbg_out, ", ");
+            fprintf(dbg_out, "%s %s", ops[i].name, te_dtype_name(ops[i].dtype));
             if (ops[i].overflow || ops[i].underflow)
                 fprintf(dbg_out, " (overflow %lld, underflow %lld)", (long long)ops[i].overflow,
                         (long long)ops[i].underflow);
@@ -178,7 +183,7 @@ void dbg_info_amp(void)
     te_amp_level level = te_amp_level_get();
     fprintf(dbg_out, "amp: level %s, low precision %s\n", te_amp_level_name(level),
             level == TE_AMP_O0 ? "none (everything f32)" : te_dtype_name(te_amp_dtype()));
-    ops_by_dtype();
+    ops_by_precision();
     te_scaler_state st;
     if (!te_scaler_state_get(&st)) {
         fprintf(dbg_out, "loss scaler: off\n");
@@ -202,7 +207,8 @@ void dbg_info_amp(void)
         fprintf(dbg_out, "  step %lld: scale %g, grad:%s non-finite first", (long long)s[i].step, (double)s[i].scale,
                 s[i].param);
         if (s[i].op[0])
-            fprintf(dbg_out, "; created in the backward by %s (%s)", s[i].op, s[i].tensor);
+            fprintf(dbg_out, "; created in the %s by %s (%s)", s[i].backward ? "backward" : "forward", s[i].op,
+                    s[i].tensor);
         fprintf(dbg_out, "\n");
     }
 }

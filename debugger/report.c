@@ -84,9 +84,13 @@ void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const db
             s->scale = st.scale;
             snprintf(s->skip_param, sizeof s->skip_param, "%s", st.first_param);
         }
-        if (dbg_amp_first_bad(&op, &tensor)) {
+        if (dbg_amp_first_bad(true, &op, &tensor)) {
             snprintf(s->skip_op, sizeof s->skip_op, "%s", op);
             snprintf(s->skip_tensor, sizeof s->skip_tensor, "%s", tensor);
+        }
+        if (dbg_amp_first_bad(false, &op, &tensor)) {
+            snprintf(s->skip_fwd_op, sizeof s->skip_fwd_op, "%s", op);
+            snprintf(s->skip_fwd_tensor, sizeof s->skip_fwd_tensor, "%s", tensor);
         }
     }
 }
@@ -117,9 +121,12 @@ static void describe_skip(const dbg_stop *s)
     if (s->skip_op[0])
         fprintf(dbg_out, "  first backward op creating a non-finite value: %s, in %s (its inputs were finite)\n",
                 s->skip_op, s->skip_tensor);
+    else if (s->skip_fwd_op[0])
+        fprintf(dbg_out, "  no backward op created one: the gradients inherit it from the forward pass, where %s "
+                "created it first, in %s\n", s->skip_fwd_op, s->skip_fwd_tensor);
     else
-        fprintf(dbg_out, "  first backward op creating a non-finite value: not seen (the backward ran before "
-                "`break skip` was set)\n");
+        fprintf(dbg_out, "  the op that created the first non-finite value was not seen (`break skip` was set after "
+                "the passes ran)\n");
 }
 
 static const char *or_dash(const char *s) { return s[0] ? s : "-"; }
@@ -137,7 +144,7 @@ void dbg_stop_report(const dbg_stop *s)
     if (s->op[0])
         fprintf(dbg_out, ", %s (%s) at %s:%d", s->op, s->type, dbg_short_path(s->loc.file), s->loc.line);
     fprintf(dbg_out, "\n");
-    if (s->t) {
+    if (s->t && strcmp(s->reason, "skip") != 0) { /* a skip's tensor is described below */
         const te_tensor *t = s->t;
         char sh[96];
         te_shape_str(t->ndim, t->shape, sh, sizeof sh);

@@ -141,13 +141,16 @@ typedef struct dbg_stop {
      * rounding the hit output did, round.dtype TE_F32 when nothing. */
     te_round_stats round;
     /* skip: the scale of the step, the parameter whose gradient was
-     * non-finite first, and the first backward op of the step that created
-     * (not inherited) a non-finite value and the tensor it is in ("" when
-     * none was seen: `break skip` was armed after the backward began). */
+     * non-finite first, the first backward op of the step that created
+     * (not inherited) a non-finite value and the tensor it is in, and the
+     * same of the forward pass ("" where none was seen: none created one
+     * there, or `break skip` was set after that pass ran). */
     float scale;
     char skip_param[TE_NAME_MAX];
     char skip_op[TE_NAME_MAX];
     char skip_tensor[TE_NAME_MAX];
+    char skip_fwd_op[TE_NAME_MAX];
+    char skip_fwd_tensor[TE_NAME_MAX];
 } dbg_stop;
 
 /* The last stop, NULL before the first: the one record of where training
@@ -220,7 +223,9 @@ typedef struct dbg_amp_skip {
     int64_t step;
     float scale;                    /* the scale of that step's loss */
     char param[TE_NAME_MAX];        /* whose gradient went non-finite first */
-    char op[TE_NAME_MAX];           /* the first backward op creating a non-finite value; "" unknown */
+    char op[TE_NAME_MAX];           /* the first backward op creating a non-finite value, else the
+                                     * forward one; "" unknown */
+    bool backward;                  /* op is the backward's */
     char tensor[TE_NAME_MAX];       /* the tensor it is in */
 } dbg_amp_skip;
 typedef struct dbg_amp_change {
@@ -229,11 +234,13 @@ typedef struct dbg_amp_change {
 } dbg_amp_change;
 void dbg_amp_step_begin(int64_t step);
 void dbg_amp_step_end(int64_t step);
-/* Every op record: the first backward op of the step creating a
- * non-finite value is noted while track is set (`break skip` armed). */
+/* Every op record: the first forward and the first backward op of the
+ * step creating a non-finite value are noted while track is set (`break
+ * skip` armed). */
 void dbg_amp_op(const te_op_record *r, bool track);
-/* That op of this step and its tensor; false when none was seen. */
-bool dbg_amp_first_bad(const char **op, const char **tensor);
+/* That op of this step's backward (else forward) pass and its tensor;
+ * false when none was seen. */
+bool dbg_amp_first_bad(bool backward, const char **op, const char **tensor);
 /* The history, oldest first; returns how many (*total: ever, when more
  * were than are kept). */
 int dbg_amp_changes(const dbg_amp_change **c, int64_t *total);
