@@ -454,6 +454,17 @@ START_TEST(test_example_o2)
                    "(fc2/linear:out0)\n");
         ts_has(&s, "  low: fc1/linear f16, fc1/relu f16, fc2/linear f16 (overflow 1973, underflow 0), ");
         ts_free(&s);
+        /* a natural one: O3 (everything f16, no scaler) with a learning rate of 1 */
+        s = ts_tdbg("--batch", "break overflow;run;compare f32", "mlp",
+                    "--hidden 64,64 --batch 32 --threads 2 --log-every 1 --steps 4 --mode %s --amp O3 --lr 1",
+                    modes[m]);
+        ts_stop_is(&s, 0, "stopped: step=2 phase=forward op=fc3/linear type=Linear reason=overflow "
+                          "tensor=fc3/linear:out0 index=[30,1] origin=created");
+        ts_has(&s, "  before rounding: |x| up to 76279.2; f16's max is 65504 (1.16x beyond it)\n");
+        ts_has(&s, "    320 of 320 elements are the f32 result rounded to nearest even\n"
+                   "    overflowed to +-Inf: 1 of 320: [30,1] f32 -76279.2\n");
+        ts_has(&s, "    verdict: f16's range is the cause: 1 results beyond its max 65504\n");
+        ts_free(&s);
     }
 }
 END_TEST
