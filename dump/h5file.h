@@ -89,6 +89,8 @@ typedef struct dump_run_meta {
     char engine_version[32];      /* TE_VERSION */
     te_mode mode;
     char amp[32];                 /* "none", "f16", "bf16" */
+    char amp_level[8];            /* "O0".."O3"; "" in files from before it was kept */
+    char amp_dtype[8];            /* the low dtype: "f16", "bf16"; "f32" at O0; "" as above */
     char backend[32];             /* "cpu" */
     uint64_t seed;
     char command_line[4096];
@@ -98,6 +100,18 @@ typedef struct dump_run_meta {
     bool lists_reads;             /* read only: /ops has the reads column (older files do
                                    * not say what a backward op reads of its forward op) */
 } dump_run_meta;
+
+/* A step's loss scaler (step files' optional root attributes loss_scale,
+ * skipped, skip_param): written when a scaler was on in the step. */
+typedef struct dump_step_scaler {
+    bool present;                 /* the step had a scaler (false: no attributes) */
+    float scale;                  /* the scale of the step's loss */
+    int skipped;                  /* 1: the update was skipped (a non-finite gradient),
+                                   * 0: not, -1: not known (a part of a step, written
+                                   * at a stop before its end) */
+    char skip_param[TE_NAME_MAX]; /* skipped: the first parameter whose gradient was
+                                   * non-finite ("" when the engine did not say) */
+} dump_step_scaler;
 
 /* One row of run.h5's /ops table, in execution order. */
 typedef struct dump_op_row {
@@ -147,6 +161,8 @@ bool dump_step_add_copy(dump_step_writer *w, const dump_tensor_info *ti, void *d
 /* Appends rows to the step's /stats table (written at commit). */
 bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int count,
                          char *err, size_t n);
+/* The step's loss scaler, written as root attributes when it is sealed. */
+void dump_step_set_scaler(dump_step_writer *w, const dump_step_scaler *s);
 /* Marks the step complete, writes the rest of the file, fsyncs it and
  * renames it to DIR/step-NNNNNNNN.h5 (then fsyncs DIR). Frees w in every case; on failure
  * (a disk error, say) the tmp file is removed and false returned. */
@@ -209,6 +225,8 @@ bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t
  * none, -1 on error. */
 int dump_step_stats(dump_step_reader *r, dump_stats_row **rows, char *err, size_t n);
 
+/* The step's loss scaler as its file says (present false when it has none). */
+const dump_step_scaler *dump_step_scaler_of(const dump_step_reader *r);
 /* The step file's path, as opened. */
 const char *dump_step_path(const dump_step_reader *r);
 /* Elements [first, first + count) of tensor i's flat C-order values, as

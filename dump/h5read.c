@@ -571,6 +571,7 @@ static bool tensor_scan(scan *s, hid_t ds, const char *path, int64_t step, dump_
 /* The tensors of a step file, as the child parses them. */
 typedef struct step_parse {
     int64_t step;
+    dump_step_scaler scaler;
     int n, cap;
     dump_tensor_info *t;
 } step_parse;
@@ -645,6 +646,54 @@ static int64_t name_step(const char *name, bool *complete)
     return strtoll(p, NULL, 10);
 }
 
+/* Is there a root attribute name? (Those added after the first files are
+ * optional: their absence is no problem.) */
+static bool attr_there(scan *s, const char *name)
+{
+    dump_contain_at("/: attribute '%s'", name);
+    return H5Aexists(s->file, name) > 0;
+}
+
+/* A float32 attribute read into *v. */
+static bool attr_f32(scan *s, hid_t obj, const char *where, const char *name, float *v)
+{
+    hid_t a = attr_open(s, obj, where, name);
+    if (a < 0)
+        return false;
+    hid_t t = H5Aget_type(a);
+    bool ok = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 4;
+    if (t >= 0 && !ok) {
+        char d[48];
+        problem(s->p, "%s: %s: attribute '%s' is %s, expected float32", s->path, where, name,
+                type_desc(t, d, sizeof d));
+    } else if (ok && H5Aread(a, H5T_NATIVE_FLOAT, v) < 0) {
+        char what[96];
+        snprintf(what, sizeof what, "cannot read attribute '%s'", name);
+        ok = h5_problem(s, where, what);
+    }
+    if (t >= 0)
+        H5Tclose(t);
+    H5Aclose(a);
+    return ok;
+}
+
+/* The loss scaler's attributes, when the step had one. */
+static void scaler_scan(scan *s, dump_step_scaler *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->skipped = -1;
+    if (!attr_there(s, "loss_scale"))
+        return;
+    sc->present = attr_f32(s, s->file, "/", "loss_scale", &sc->scale);
+    if (attr_there(s, "skipped") && attr_i32(s, s->file, "/", "skipped", &sc->skipped) &&
+        sc->skipped != 0 && sc->skipped != 1) {
+        problem(s->p, "%s: /: attribute 'skipped' is %d, expected 0 or 1", s->path, sc->skipped);
+        sc->skipped = -1;
+    }
+    if (attr_there(s, "skip_param"))
+        attr_text(s, s->file, "/", "skip_param", sc->skip_param, sizeof sc->skip_param);
+}
+
 /* Checks the root attributes and every dataset of a step file into r. */
 static void step_scan(scan *s, step_parse *r, int *n_tensors, bool *stats)
 {
@@ -655,6 +704,7 @@ static void step_scan(scan *s, step_parse *r, int *n_tensors, bool *stats)
         problem(s->p, "%s: /: attribute 'complete' is %d, expected 1 (the step was not "
                 "finished)", s->path, complete);
     attr_i32(s, s->file, "/", "n_tensors", n_tensors);
+    scaler_scan(s, &r->scaler);
     const char *base = strrchr(s->path, '/');
     bool named_complete;
     int64_t named = name_step(base ? base + 1 : s->path, &named_complete);
@@ -852,6 +902,10 @@ static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
     if (attr_enum(s, s->file, "/", "mode", mode_name, 2, &mode))
         m->mode = (te_mode)mode;
     attr_text(s, s->file, "/", "amp", m->amp, sizeof m->amp);
+    if (attr_there(s, "amp_level"))
+        attr_text(s, s->file, "/", "amp_level", m->amp_level, sizeof m->amp_level);
+    if (attr_there(s, "amp_dtype"))
+        attr_text(s, s->file, "/", "amp_dtype", m->amp_dtype, sizeof m->amp_dtype);
     attr_text(s, s->file, "/", "backend", m->backend, sizeof m->backend);
     if (attr_int(s, s->file, "/", "seed", K_U64, &seed))
         m->seed = (uint64_t)seed;
@@ -902,6 +956,7 @@ static void step_child(void *arg, dump_blob *o)
     dump_blob_int(o, (long long)s.size);
     dump_blob_int(o, r.step);
     dump_blob_int(o, n_tensors);
+    dump_blob_put(o, &r.scaler, sizeof r.scaler);
     put_problems(o, &p);
     dump_blob_int(o, r.n);
     dump_blob_put(o, r.t, (size_t)r.n * sizeof *r.t);
@@ -1042,6 +1097,7 @@ struct dump_step_reader {
     uint64_t size;          /* its size when parsed */
     int64_t step;
     int n, n_tensors;       /* n_tensors: the root attribute, -1 unread */
+    dump_step_scaler scaler;
     dump_tensor_info *t;
     tensor_store *st;
     bool has_stats;
@@ -1145,6 +1201,10 @@ static dump_step_reader *step_decode(const char *path, const dump_blob *b, dump_
     r->size = (uint64_t)dump_cur_int(&c);
     r->step = dump_cur_int(&c);
     r->n_tensors = (int)dump_cur_int(&c);
+    dump_cur_get(&c, &r->scaler, sizeof r->scaler);
+    TEXT_END(r->scaler.skip_param);
+    if (r->scaler.skipped < -1 || r->scaler.skipped > 1)
+        c.bad = true;
     get_problems(&c, p);
     long long n = dump_cur_int(&c);
     r->t = get_array(&c, n, sizeof *r->t);
@@ -1237,6 +1297,7 @@ void dump_step_close(dump_step_reader *r)
 int64_t dump_step_number(const dump_step_reader *r) { return r->step; }
 int dump_step_count(const dump_step_reader *r) { return r->n; }
 const char *dump_step_path(const dump_step_reader *r) { return r->path; }
+const dump_step_scaler *dump_step_scaler_of(const dump_step_reader *r) { return &r->scaler; }
 
 const dump_tensor_info *dump_step_tensor(const dump_step_reader *r, int i)
 {
@@ -1422,6 +1483,8 @@ static bool run_load(const char *path, dump_run_meta *m, dump_op_row **ops, int 
     dump_cur_get(&c, m, sizeof *m);
     TEXT_END(m->engine_version);
     TEXT_END(m->amp);
+    TEXT_END(m->amp_level);
+    TEXT_END(m->amp_dtype);
     TEXT_END(m->backend);
     TEXT_END(m->command_line);
     TEXT_END(m->created);

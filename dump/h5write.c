@@ -436,6 +436,7 @@ struct dump_step_writer {
     int n_stats, cap_stats;
     bool failed;
     char why[1024];   /* the failure commit reports */
+    dump_step_scaler scaler;
 };
 
 static void writer_free(dump_step_writer *w)
@@ -799,6 +800,24 @@ static bool write_stats(dump_step_writer *w)
     return ok;
 }
 
+void dump_step_set_scaler(dump_step_writer *w, const dump_step_scaler *s)
+{
+    if (w && s)
+        w->scaler = *s;
+}
+
+/* The loss scaler's root attributes: none without a scaler, skipped only
+ * once known, skip_param only on a skipped step. */
+static bool scaler_attrs(hid_t f, const dump_step_scaler *s)
+{
+    if (!s->present)
+        return true;
+    float scale = s->scale;
+    return attr_write(f, "loss_scale", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &scale) &&
+           (s->skipped < 0 || attr_i32(f, "skipped", s->skipped)) &&
+           (s->skipped != 1 || attr_str(f, "skip_param", s->skip_param));
+}
+
 bool dump_step_seal(dump_step_writer *w, char *err, size_t n)
 {
     if (!w)
@@ -810,7 +829,8 @@ bool dump_step_seal(dump_step_writer *w, char *err, size_t n)
     if (ok && w->n_stats > 0 && !write_stats(w))
         ok = writer_failed(w, "/stats", "cannot write the table", 0, err, n);
     /* complete goes last: a file without it was not finished. */
-    if (ok && !(attr_i32(w->file, "n_tensors", w->n_tensors + w->n_stats) &&
+    if (ok && !(scaler_attrs(w->file, &w->scaler) &&
+                attr_i32(w->file, "n_tensors", w->n_tensors + w->n_stats) &&
                 attr_i32(w->file, "complete", 1)))
         ok = writer_failed(w, "/", "cannot write the attributes", 0, err, n);
     ok = close_file(w->file, &w->image, w->tmp, ok, err, n) && ok;
@@ -916,6 +936,7 @@ static bool meta_attrs(hid_t f, const dump_run_meta *m)
     return attr_i32(f, "tdbg_format", DUMP_FORMAT) &&
            attr_str(f, "engine_version", m->engine_version) &&
            attr_str(f, "mode", te_mode_name(m->mode)) && attr_str(f, "amp", m->amp) &&
+           attr_str(f, "amp_level", m->amp_level) && attr_str(f, "amp_dtype", m->amp_dtype) &&
            attr_str(f, "backend", m->backend) &&
            attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed) &&
            attr_str(f, "command_line", m->command_line) && attr_str(f, "created", created);
@@ -945,7 +966,8 @@ static bool run_valid(const char *path, const dump_run_meta *m, const dump_op_ro
                       int n_ops, char *err, size_t n)
 {
     if (!terminated(m->engine_version, sizeof m->engine_version) ||
-        !terminated(m->amp, sizeof m->amp) || !terminated(m->backend, sizeof m->backend) ||
+        !terminated(m->amp, sizeof m->amp) || !terminated(m->amp_level, sizeof m->amp_level) ||
+        !terminated(m->amp_dtype, sizeof m->amp_dtype) || !terminated(m->backend, sizeof m->backend) ||
         !terminated(m->command_line, sizeof m->command_line) ||
         !terminated(m->created, sizeof m->created) ||
         (m->mode != TE_MODE_EAGER && m->mode != TE_MODE_GRAPH))

@@ -195,7 +195,23 @@ static void ls_run(ctx *c)
     fprintf(c->out, "run: mode %s, backend %s, amp %s, seed %llu, engine %s, created %s\n",
             te_mode_name(m.mode), m.backend, m.amp, (unsigned long long)m.seed, m.engine_version,
             m.created);
+    if (m.amp_level[0])   /* files from before it was kept have none */
+        fprintf(c->out, "precision: %s, low dtype %s\n", m.amp_level, m.amp_dtype);
     fprintf(c->out, "command: %s\n", m.command_line);
+}
+
+/* ", loss scale 65536" and ", skipped (grad of fc2.weight non-finite)" when
+ * the step had a loss scaler; "" otherwise. */
+static const char *scaler_str(const dump_step_scaler *s, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    if (!s->present)
+        return buf;
+    int len = snprintf(buf, n, ", loss scale %g", (double)s->scale);
+    if (s->skipped == 1 && len >= 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, s->skip_param[0] ? ", skipped (the gradient of %s "
+                 "non-finite)" : ", skipped%s", s->skip_param);
+    return buf;
 }
 
 static int max_int(int a, int b) { return a > b ? a : b; }
@@ -224,7 +240,9 @@ static bool ls_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, void 
     }
     for (int i = 0; i < n_rows; i++)
         w[0] = max_int(w[0], (int)strlen(rows[i].path));
-    fprintf(c->out, "step %lld:\n", (long long)e->step);
+    char sc[TE_NAME_MAX + 96];
+    fprintf(c->out, "step %lld%s:\n", (long long)e->step,
+            scaler_str(dump_step_scaler_of(r), sc, sizeof sc));
     for (int i = 0; i < n; i++) {
         const dump_tensor_info *ti = dump_step_tensor(r, i);
         te_shape_str(ti->ndim, ti->shape, shape, sizeof shape);
@@ -517,10 +535,10 @@ typedef struct show_req {
 static void show_tensor(ctx *c, dump_step_reader *r, int i, const show_req *q)
 {
     const dump_tensor_info *ti = dump_step_tensor(r, i);
-    char why[WHY_MAX], shape[96];
+    char why[WHY_MAX], shape[96], sc[TE_NAME_MAX + 96];
     te_shape_str(ti->ndim, ti->shape, shape, sizeof shape);
-    fprintf(c->out, "%s  %s  step %lld  %s %s\n", ti->tensor, ti->path, (long long)ti->step,
-            te_dtype_name(ti->dtype), shape);
+    fprintf(c->out, "%s  %s  step %lld  %s %s%s\n", ti->tensor, ti->path, (long long)ti->step,
+            te_dtype_name(ti->dtype), shape, scaler_str(dump_step_scaler_of(r), sc, sizeof sc));
     fprintf(c->out, "op %s (%s), %s, %s%d", ti->op, ti->op_type, te_phase_name(ti->phase),
             ti->io == DUMP_IN ? "in" : "out", ti->slot);
     if (ti->exec_index >= 0)   /* parameters have none, nor a source line */

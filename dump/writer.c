@@ -62,6 +62,7 @@ typedef struct item {
     dump_op_row *ops;     /* ITEM_COMMIT: the op table for run.h5, when it grew */
     int n_ops;
     bool again;           /* BEGIN, COMMIT: replaces the step's file written before */
+    dump_step_scaler scaler; /* COMMIT: the step's loss scaler */
     int64_t was_tensors;  /* ... which held this many tensors */
     uint64_t was_bytes;   /* ... of this many bytes */
     struct item *next;
@@ -84,6 +85,7 @@ struct dump_session {
     int hook;
     bool step_selected;
     int64_t step;
+    te_scaler_state scaler_begin; /* the scaler as the step began (enabled false: none) */
     /* queue */
     pthread_t thread, syncer;
     pthread_mutex_t mu;
@@ -392,6 +394,7 @@ static void write_item(dump_session *d, dump_step_writer **w, step_counts *c, it
             c->bytes -= (int64_t)it->was_bytes;
         }
         if (*w && !d->failed) {
+            dump_step_set_scaler(*w, &it->scaler);
             if (dump_step_seal(*w, err, sizeof err))
                 hand_over(d, *w, *c);
             else
@@ -531,6 +534,23 @@ static void drop_oldest(dump_session *d)
     d->ring_n--;
 }
 
+/* The step's loss scaler for its file: the scale its loss had, and once
+ * it ended whether its update was skipped (te_scaler_update counted it). */
+static dump_step_scaler step_scaler(const dump_session *d, bool ended)
+{
+    dump_step_scaler s = { .present = d->scaler_begin.enabled, .skipped = -1 };
+    te_scaler_state now;
+    if (!s.present)
+        return s;
+    s.scale = d->scaler_begin.scale;
+    if (ended && te_scaler_state_get(&now)) {
+        s.skipped = now.skipped > d->scaler_begin.skipped;
+        if (s.skipped)
+            snprintf(s.skip_param, sizeof s.skip_param, "%s", now.first_param);
+    }
+    return s;
+}
+
 /* The current step as far as it went, copied (the step stays held), and a
  * commit; the file it makes replaces one written at an earlier stop in
  * this step. */
@@ -563,6 +583,7 @@ static void write_current_part(dump_session *d)
     item *commit = new_item(ITEM_COMMIT, d->step);
     if (!commit)
         return;
+    commit->scaler = step_scaler(d, false);
     commit->again = d->cur_on_disk;
     commit->was_tensors = d->cur_disk_tensors;
     commit->was_bytes = d->cur_disk_bytes;
@@ -726,11 +747,26 @@ static unsigned phase_bit(te_phase p)
                                                                                : DUMP_PHASE_UPDATE;
 }
 
+/* run.h5's precision, as the engine has it when the first selected step
+ * begins (before run.h5 is handed to the syncer, which reads d->meta). */
+static void amp_meta(dump_session *d)
+{
+    te_amp_level level = te_amp_level_get();
+    const char *name = te_amp_level_name(level);
+    snprintf(d->meta.amp_level, sizeof d->meta.amp_level, "%s", name ? name : "O0");
+    snprintf(d->meta.amp_dtype, sizeof d->meta.amp_dtype, "%s", te_dtype_name(te_amp_dtype()));
+    if (level != TE_AMP_O0 && strcmp(d->meta.amp, "none") == 0)
+        snprintf(d->meta.amp, sizeof d->meta.amp, "%s", te_dtype_name(te_amp_dtype()));
+}
+
 static void on_step_begin(int64_t step, void *user)
 {
     dump_session *d = user;
     d->step = step;
     d->step_selected = !failed(d) && dump_spec_step(&d->spec, step);
+    te_scaler_state_get(&d->scaler_begin);
+    if (d->step_selected && d->run_sent == 0)
+        amp_meta(d);
     d->seen = NULL;
     if (d->step_selected && d->recording && d->ring_n == d->ring_cap)
         drop_oldest(d); /* keep-1 of them and this one are the last `keep` now */
@@ -830,8 +866,10 @@ static void on_step_end(int64_t step, void *user)
         dump_params(d);
     d->ops_done = true; /* the first selected step's op table is run.h5's */
     item *it = new_item(ITEM_COMMIT, step);
-    if (it)
+    if (it) {
+        it->scaler = step_scaler(d, true);
         put(d, it);
+    }
     if (d->recording && it) {
         recorder_step_end(d);
     } else if (d->recording) { /* out of memory: the step cannot be committed */
@@ -883,6 +921,7 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
     snprintf(d->meta.engine_version, sizeof d->meta.engine_version, "%s", TE_VERSION);
     d->meta.mode = info ? info->mode : TE_MODE_EAGER;
     snprintf(d->meta.amp, sizeof d->meta.amp, "%s", info && info->amp ? info->amp : "none");
+    amp_meta(d);
     snprintf(d->meta.backend, sizeof d->meta.backend, "cpu");
     d->meta.seed = te_seed();
     snprintf(d->meta.command_line, sizeof d->meta.command_line, "%s", info && info->command_line ? info->command_line : "");

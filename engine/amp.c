@@ -123,14 +123,20 @@ static te_dtype compute_dtype(te_amp_class c)
         return amp.low;
     if (c == TE_AMPC_F32)
         return TE_F32;
-    return amp.level == TE_AMP_O2 ? amp.low : TE_DTYPE_COUNT; /* FOLLOW */
+    return TE_DTYPE_COUNT; /* FOLLOW */
 }
 
-te_dtype te_amp_input_dtype(te_op op, te_dtype dt)
+te_dtype te_amp_input_dtype(te_op op, te_dtype dt, bool any_low)
 {
     if (!te_dtype_is_float(dt))
         return dt;
-    const te_dtype want = compute_dtype(te_op_info_of(op)->amp);
+    const te_amp_class c = te_op_info_of(op)->amp;
+    /* O2: a FOLLOW op on the activations (low) runs low, its f32 inputs cast
+     * down; on f32 tensors only (the loss, its scaling, what follows the
+     * loss) it stays f32 */
+    if (amp.level == TE_AMP_O2 && c == TE_AMPC_FOLLOW)
+        return any_low ? amp.low : dt;
+    const te_dtype want = compute_dtype(c);
     return want == TE_DTYPE_COUNT ? dt : want;
 }
 

@@ -317,12 +317,14 @@ static bool autocast(te_op op, te_loc loc, const char *name, te_tensor *const *i
 {
     const te_op_info *info = &te_op_table[op];
     name_slot *mine = eng.last_name;
-    bool ok = true;
+    bool ok = true, any_low = false;
+    for (int i = 0; i < info->n_in; i++)
+        any_low |= args[i] && args[i]->dtype == te_amp_dtype() && te_amp_dtype() != TE_F32;
     for (int i = 0; ok && i < info->n_in; i++) {
         te_tensor *x = args[i];
         if (!x || (info->in[i].dtypes & TE_DT_FLOAT) != TE_DT_FLOAT)
             continue; /* absent, or a slot of one dtype (f32 masks and statistics, i32 indices) */
-        const te_dtype want = te_amp_input_dtype(op, x->dtype);
+        const te_dtype want = te_amp_input_dtype(op, x->dtype, any_low);
         if (want == x->dtype)
             continue;
         int j = 0;
@@ -522,7 +524,8 @@ float *te_grad_buf(te_tensor *x, int *acc)
 /* ---- dispatch -------------------------------------------------------------
  * Kernels compute in f32. A node touching f16/bf16 tensors runs on a shadow
  * node whose half tensors are replaced by f32 copies; results are rounded
- * back into the real tensors afterwards.
+ * back into the real tensors afterwards. The backend's native low-precision
+ * kernel, where it has one and takes the node, runs instead (lowp_native.c).
  */
 
 static bool is_half(const te_tensor *t) { return t && (t->dtype == TE_F16 || t->dtype == TE_BF16); }
@@ -625,8 +628,10 @@ static void round_clear(te_node *n)
 te_status te_node_dispatch(te_node *n, bool backward)
 {
     round_clear(n);
-    if (needs_shadow(n))
-        return run_shadowed(n, backward);
+    if (needs_shadow(n)) {
+        te_status st = te_lowp_run_native(n, backward);
+        return st != TE_LOWP_DECLINED ? st : run_shadowed(n, backward);
+    }
     return backward ? eng.backend->backward[n->op](n) : eng.backend->forward[n->op](n);
 }
 

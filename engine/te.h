@@ -668,6 +668,11 @@ TE_API const char *te_amp_level_name(te_amp_level level); /* "O2"; NULL when out
  * dtype; Cast: its target); NULL for an unknown type. At O0 every op is
  * "f32". The table is docs/amp.md's "Levels". */
 TE_API const char *te_amp_op_precision(const char *type);
+/* What runs bf16 MatMul, Linear and Conv2D natively (bf16 inputs, f32
+ * accumulation, outputs rounded once), e.g. "oneDNN bf16 (avx512_bf16)";
+ * NULL when they run on f32 copies instead: built without oneDNN, a CPU
+ * without AVX512-BF16, or TDBG_NO_NATIVE_LOWP=1 in the environment. */
+TE_API const char *te_lowp_native(void);
 
 /* Dynamic loss scaling, PyTorch GradScaler's rule with Megatron's
  * hysteresis: a step whose unscaled gradients hold a non-finite value is

@@ -312,7 +312,29 @@ typedef struct te_backend {
     void (*free)(void *p);
     te_kernel_fn forward[TE_OP_COUNT];  /* one kernel per op and direction */
     te_kernel_fn backward[TE_OP_COUNT];
+    /* Native low-precision kernels, NULL where none: see te_lowp_run_native. */
+    te_kernel_fn forward_lowp[TE_OP_COUNT];
+    te_kernel_fn backward_lowp[TE_OP_COUNT];
+    /* Names what runs them, or NULL when this machine cannot (NULL: never). */
+    const char *(*lowp_native)(void);
 } te_backend;
+
+/* ---- native low-precision kernels (lowp_native.c) ----------------------
+ * te_node_dispatch offers a node that would run on f32 shadows to the
+ * backend's forward_lowp/backward_lowp kernel first. Such a kernel takes
+ * the node when it can compute it natively (for cpu_lowp.c: every float
+ * tensor bf16), reads the real low-precision tensors, accumulates in f32
+ * and rounds through te_round_f32/te_round_block into n->round[] and
+ * n->rounded exactly as the shadow path does: forward per output, backward
+ * per input gradient (an accumulated gradient: the old one added in f32,
+ * then the sum rounded once). It returns TE_LOWP_DECLINED, having written
+ * nothing, for a node it does not take; the shadow path runs it then. */
+#define TE_LOWP_DECLINED ((te_status)1)
+te_status te_lowp_run_native(te_node *n, bool backward);
+/* Tests: turn the native kernels off and on (the environment's
+ * TDBG_NO_NATIVE_LOWP is read once otherwise), and count the nodes they ran. */
+void te_lowp_native_allow(bool on);
+int64_t te_lowp_native_runs(void);
 
 extern const te_backend te_backend_cpu;
 const te_backend *te_backend_current(void);
@@ -384,8 +406,9 @@ void te_set_exec_index(int i);
 bool te_in_step(void);
 
 /* amp.c: the dtype an input of dtype dt is cast to before op runs at the
- * current AMP level (dt itself: no cast; non-float dtypes are never cast). */
-te_dtype te_amp_input_dtype(te_op op, te_dtype dt);
+ * current AMP level (dt itself: no cast; non-float dtypes are never cast);
+ * any_low: some input of the op is already in the low dtype. */
+te_dtype te_amp_input_dtype(te_op op, te_dtype dt, bool any_low);
 /* te_shutdown: back to O0 (the parameters are gone). */
 void te_amp_reset(void);
 

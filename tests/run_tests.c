@@ -28,6 +28,7 @@ int main(void)
     srunner_add_suite(sr, suite_graph());
     srunner_add_suite(sr, suite_fused_attention());
     srunner_add_suite(sr, suite_amp());
+    srunner_add_suite(sr, suite_lowp_native());
     srunner_add_suite(sr, suite_gpt());
     srunner_add_suite(sr, suite_examples());
     srunner_add_suite(sr, suite_gpt_example());
@@ -48,6 +49,7 @@ int main(void)
     srunner_add_suite(sr, suite_tdbg_dump());
     srunner_add_suite(sr, suite_dump_damage());
     srunner_add_suite(sr, suite_tdbg_diff());
+    srunner_add_suite(sr, suite_dump_amp());
     /* Skips: the tests (forked by Check) append to this file; the count
      * follows Check's closing line, and TDBG_REQUIRE_ALL=1 (CI) fails the
      * run on any, so that a missing tool cannot pass there unseen. */

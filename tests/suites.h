@@ -18,6 +18,7 @@ Suite *suite_scaler(void);      /* loss scaling: GradScaler's sequence, hysteres
 Suite *suite_data(void);        /* datasets and the loader */
 Suite *suite_plan(void);        /* the static memory planner of graph mode */
 Suite *suite_graph(void);       /* graph mode: passes, plans, shapes, observation, parity */
+Suite *suite_lowp_native(void);   /* native bf16 kernels (oneDNN) against the shadow path */
 Suite *suite_fused_attention(void); /* the fused causal attention kernel and graph mode's pass */
 Suite *suite_dbg_cmd(void);     /* the command layer: lookup, breakpoint commands, bad input */
 Suite *suite_dbg_cond(void);    /* tensor statistics and the breakpoint condition language */
@@ -28,6 +29,7 @@ Suite *suite_dump(void);        /* dump sessions: round trips, selection, stats,
 Suite *suite_tdbg_dump(void);   /* the tdbg-dump inspector: ls, show, stats, export, verify */
 Suite *suite_dump_damage(void);  /* every dump reader on damaged, truncated, hostile files */
 Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, formats, damaged dumps */
+Suite *suite_dump_amp(void);    /* mixed precision in dumps (amp level, loss scale, skips) and the TUI's tracking */
 Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the whole op table */
 Suite *suite_cmd_args(void);    /* command arguments refused or meant, step N, quit's status, the launcher's truth */
 Suite *suite_dbg_amp(void);     /* the debugger on mixed precision: overflow, underflow, skip, compare f32, info amp */

@@ -72,7 +72,7 @@ START_TEST(test_precision_table)
     static const char *want[TE_AMP_LEVEL_COUNT][10] = {
         { "f32", "f32", "f32", "f32", "f32", "f32", "f32", "f32", "f32", "f32" },
         { "low", "low", "f32", "f32", "f32", "follows", "follows", "follows", "low", "f32" },
-        { "low", "low", "f32", "f32", "f32", "low", "low", "follows", "low", "f32" },
+        { "low", "low", "f32", "f32", "f32", "follows", "follows", "follows", "low", "f32" },
         { "low", "low", "low", "low", "low", "low", "low", "follows", "low", "low" },
     };
     for (int l = 0; l < TE_AMP_LEVEL_COUNT; l++) {
@@ -134,9 +134,10 @@ START_TEST(test_o1_autocast)
 }
 END_TEST
 
-/* O2: the parameters become f16 (rounded once), FOLLOW ops run in f16 (an
- * f32 input is cast down), norms and the loss in f32; O0 brings the
- * parameters back to f32 with the rounded values. */
+/* O2: the parameters become f16 (rounded once); a FOLLOW op runs in f16
+ * when an input is f16 (an f32 input cast down) and stays f32 on f32
+ * inputs; norms and the loss in f32; O1 brings the parameters back to f32
+ * with the rounded values. */
 START_TEST(test_o2_params_and_classes)
 {
     te_tensor *w = te_param_new("w", TE_F32, te_shape(2, 3));
@@ -156,14 +157,16 @@ START_TEST(test_o2_params_and_classes)
                       i, te_get(w, i), want[i]);
     te_tensor *x = filled(TE_F32, te_shape(4, 3), 2);
     int h = watch();
-    te_tensor *a = te_tanh(x);
+    te_tensor *a = te_tanh(x); /* FOLLOW on f32 only: f32 */
     te_tensor *n = te_layernorm(a, g, NULL, 1e-5f);
     te_tensor *l = te_matmul(n, te_transpose(w, 0, 1));
-    static const char *names[] = { "tanh/cast_in0", "tanh", "ln/cast_in0", "ln/cast_in1", "ln",
-                                   "transpose", "matmul/cast_in0", "matmul" };
-    static const te_dtype dts[] = { TE_F16, TE_F16, TE_F32, TE_F32, TE_F32, TE_F16, TE_F16, TE_F16 };
+    te_tensor *r = te_add(l, filled(TE_F32, te_shape(4, 2), 5)); /* FOLLOW on low and f32: low */
+    static const char *names[] = { "tanh",   "ln/cast_in1", "ln",          "transpose",
+                                   "matmul/cast_in0", "matmul", "add/cast_in1", "add" };
+    static const te_dtype dts[] = { TE_F32, TE_F32, TE_F32, TE_F16, TE_F16, TE_F16, TE_F16, TE_F16 };
     assert_seen(names, dts, 8);
     ck_assert_int_eq(l->dtype, TE_F16);
+    ck_assert_int_eq(r->dtype, TE_F16);
     te_hook_remove(h);
     te_tape_reset();
     ck_assert_int_eq(te_amp_set(TE_AMP_O1, TE_F16), TE_OK);

@@ -1,7 +1,9 @@
 /*
  * pane_chart.c — the chart pane: the loss per training step as bars (all
  * steps so far, averaged into the columns there are; the loss scale in the
- * title when the step scales its loss), and below it the selected tensor's
+ * title when the step scales its loss; with the engine's loss scaler on, a
+ * line of the scale per step, log2, under the loss, and an 'x' over the
+ * steps whose update was skipped on both), and below it the selected tensor's
  * abs_max over the steps the session recorded (log scale: what explodes
  * shows), from the same history `trend` prints.
  */
@@ -76,6 +78,38 @@ static int trend_values(float *out, int max, const dbg_trend **tr)
     return n;
 }
 
+/* An 'x' over each skipped column on row y. */
+static void skips(WINDOW *w, int y, int x, const bool *skipped, int n)
+{
+    wattrset(w, tui_attr(TUI_C_NAN));
+    for (int c = 0; c < n; c++)
+        if (skipped[c])
+            mvwaddstr(w, y, x + c, "x");
+    wattrset(w, A_NORMAL);
+}
+
+/* The loss scale per column as log2 bars on rows [y - h + 1, y]. */
+static void scale_line(WINDOW *w, int y, int h, const float *scale, const bool *skipped, int n)
+{
+    float v[MAX_COLS];
+    for (int c = 0; c < n; c++)
+        v[c] = scale[c] > 0 ? (float)log2(scale[c]) : NAN;
+    double lo, hi;
+    range(v, n, &lo, &hi);
+    char buf[32];
+    wattrset(w, tui_attr(TUI_C_DIM));
+    mvwaddnstr(w, y - h + 1, 0, "scale", LABEL_W - 1);
+    snprintf(buf, sizeof buf, "2^%.0f", hi);
+    if (h > 1)
+        mvwaddnstr(w, y - h + 2, 0, buf, LABEL_W - 1);
+    wattrset(w, A_NORMAL);
+    for (int c = 0; c < n; c++)
+        if (!isfinite(v[c]))
+            v[c] = (float)lo; /* a step without a scaler: the floor, not a NaN mark */
+    bars(w, y, LABEL_W, h, v, n, lo, hi, TUI_C_TREND);
+    skips(w, y - h + 1, LABEL_W, skipped, n);
+}
+
 static void draw(tui_pane *p)
 {
     WINDOW *w = p->win;
@@ -102,9 +136,13 @@ static void draw(tui_pane *p)
     int trend_h = rows >= 3 ? (rows >= 7 ? rows / 3 : 1) : 0;
     int loss_h = rows - trend_h;
 
-    float v[MAX_COLS];
+    float v[MAX_COLS], sc[MAX_COLS];
+    bool skipped[MAX_COLS];
     int64_t s0, s1;
     int n = tui_track_loss(v, cols, &s0, &s1);
+    bool scaler = n && tui_track_amp(sc, skipped, cols);
+    int scale_h = scaler && loss_h >= 4 ? (loss_h >= 8 ? 2 : 1) : 0;
+    loss_h -= scale_h;
     if (!n) {
         wattrset(w, tui_attr(TUI_C_DIM));
         mvwaddnstr(w, 1, 1, "no loss yet: CrossEntropy and MSE outputs, per step", p->r.w - 2);
@@ -114,7 +152,12 @@ static void draw(tui_pane *p)
         range(v, n, &lo, &hi);
         labels(w, 1, loss_h, hi, lo);
         bars(w, loss_h, LABEL_W, loss_h, v, n, lo, hi, TUI_C_LOSS);
+        if (scaler)
+            skips(w, 1, LABEL_W, skipped, n);
+        if (scale_h)
+            scale_line(w, loss_h + scale_h, scale_h, sc, skipped, n);
     }
+    loss_h += scale_h;
     if (!trend_h)
         return;
     int y = loss_h + 1;

@@ -2,8 +2,11 @@
  * pane_ops.c — the ops pane: the step's ops in execution order (this
  * step's so far, then, dimmed, the rest of the last step's), each with its
  * exec index, name, type and, as the pane widens, output shape, dtype and
- * last statistics. Marks: > the op training is at, ! an op whose output
- * holds NaN/Inf, a dot for a breakpoint that matches it. Moving the
+ * last statistics. The dtype column is the op's precision (its output's
+ * dtype, also for the last step's rows). Marks: > the op training is at,
+ * ! an op whose output holds NaN/Inf, a dot for a breakpoint that matches
+ * it, then ^ an op whose rounding to f16/bf16 overflowed to +-Inf, v one
+ * whose rounding underflowed finite values to zero (te_op_record.round). Moving the
  * selection shows the op's first output in the tensor pane.
  */
 #include "tui_internal.h"
@@ -122,8 +125,8 @@ static void draw(tui_pane *p)
     /* in view: the selection; while training runs, the op it is at (unless
      * the pane has the focus, where the user moves) */
     tui_list_show(l, tui.state == TUI_RUNNING && tui.focus != TUI_OPS && cur >= 0 ? cur : l->sel);
-    /* columns: marks(3) exec(5) name type shape dtype stats */
-    int rest = width - 8;
+    /* columns: marks(4) exec(5) name type shape dtype stats */
+    int rest = width - 9;
     int type_w = rest >= 28 ? 13 : 0, shape_w = rest >= 46 ? 16 : 0, dtype_w = rest >= 50 ? 5 : 0;
     int stats_w = rest >= 68 ? 22 : 0;
     int name_w = rest - type_w - shape_w - dtype_w - stats_w;
@@ -145,6 +148,10 @@ static void draw(tui_pane *p)
         waddstr(w, bad ? "!" : " ");
         wattrset(w, b ? tui_attr(b->enabled ? TUI_C_BREAK : TUI_C_DIM) : base);
         waddstr(w, b ? (tui.utf8 ? (b->enabled ? "\u25cf" : "\u25cb") : (b->enabled ? "*" : "o")) : " ");
+        const tui_op_round *rd = tui_track_round(o->exec, later);
+        bool over = rd && rd->overflow, under = rd && rd->underflow;
+        wattrset(w, over ? tui_attr(TUI_C_NAN) : under ? tui_attr(TUI_C_THRESH) : base);
+        waddstr(w, over ? "^" : under ? "v" : " ");
         wattrset(w, base);
         char buf[512], shape[64] = "-", st[64] = "";
         const te_tensor *t = !later && o->n_out ? o->out[0] : NULL;
@@ -155,13 +162,13 @@ static void draw(tui_pane *p)
         /* each column of width W: a space, then W-1 characters */
         size_t len = (size_t)snprintf(buf, sizeof buf, "%4d %-*.*s", o->exec, name_w - 1, name_w - 1, o->name);
         const struct { int w; const char *s; } cols[] = {
-            { type_w, o->type }, { shape_w, shape }, { dtype_w, t ? te_dtype_name(t->dtype) : "" }, { stats_w, st },
+            { type_w, o->type }, { shape_w, shape }, { dtype_w, t ? te_dtype_name(t->dtype) : rd ? te_dtype_name(rd->dtype) : "" }, { stats_w, st },
         };
         for (size_t c = 0; c < sizeof cols / sizeof cols[0] && len < sizeof buf; c++)
             if (cols[c].w)
                 len += (size_t)snprintf(buf + len, sizeof buf - len, " %-*.*s", cols[c].w - 1, cols[c].w - 1,
                                         cols[c].s);
-        tui_put(w, buf, width - 3);
+        tui_put(w, buf, width - 4);
         wattrset(w, A_NORMAL);
     }
 }

@@ -215,6 +215,19 @@ void tui_track_step_end(int64_t step);
 int tui_track_loss(float *out, int cols, int64_t *s0, int64_t *s1);
 /* The last loss, its step, and the loss scale (1 when none). false: none yet. */
 bool tui_track_last(float *loss, int64_t *step, float *scale);
+/* With the engine's loss scaler on in some step: true, and per column of
+ * tui_track_loss (same cols) the least loss scale (0: none that step) and
+ * whether a step in it was skipped (a non-finite gradient). */
+bool tui_track_amp(float *scale, bool *skipped, int cols);
+/* An op's output precision and what rounding to it did, by exec index, in
+ * this step or the last; NULL when not seen. */
+#define TUI_ROUND_OPS 4096
+typedef struct tui_op_round {
+    bool seen;
+    te_dtype dtype;              /* its first output's */
+    int64_t overflow, underflow; /* over its outputs (te_op_record.round) */
+} tui_op_round;
+const tui_op_round *tui_track_round(int exec, bool last);
 void tui_track_free(void);
 
 /* ---- layout.c -------------------------------------------------------------------- */

@@ -39,4 +39,11 @@ const te_backend te_backend_cpu = {
     .free = cpu_free,
     .forward = { CPU_KERNELS(CPU_FWD) },
     .backward = { CPU_KERNELS(CPU_BWD) },
+#ifdef HAVE_DNNL
+    .forward_lowp = { [TE_OP_MATMUL] = cpu_matmul_forward_lowp, [TE_OP_LINEAR] = cpu_linear_forward_lowp,
+                      [TE_OP_CONV2D] = cpu_conv2d_forward_lowp },
+    .backward_lowp = { [TE_OP_MATMUL] = cpu_matmul_backward_lowp, [TE_OP_LINEAR] = cpu_linear_backward_lowp,
+                       [TE_OP_CONV2D] = cpu_conv2d_backward_lowp },
+    .lowp_native = cpu_lowp_native,
+#endif
 };

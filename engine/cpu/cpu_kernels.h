@@ -12,6 +12,17 @@
 void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, float beta, float *C, int ldc);
 
+#ifdef HAVE_DNNL
+/* bf16 through oneDNN (cpu_lowp.c): the backend's forward_lowp/backward_lowp. */
+const char *cpu_lowp_native(void);
+te_status cpu_matmul_forward_lowp(te_node *n);
+te_status cpu_matmul_backward_lowp(te_node *n);
+te_status cpu_linear_forward_lowp(te_node *n);
+te_status cpu_linear_backward_lowp(te_node *n);
+te_status cpu_conv2d_forward_lowp(te_node *n);
+te_status cpu_conv2d_backward_lowp(te_node *n);
+#endif
+
 te_status cpu_matmul_forward(te_node *n);
 te_status cpu_matmul_backward(te_node *n);
 te_status cpu_linear_forward(te_node *n);

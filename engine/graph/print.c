@@ -7,9 +7,14 @@
 
 const char *tg_kernel_kind_name(tg_kkind k)
 {
-    static const char *const names[] = { "fwd", "bwd", "seed", "optim", "clip", "zero_grad",
-                                         "fused-act", "fused-act-grad", "fused-ew", "bn-fold",
-                                         "fused-attention", "fused-attention-grad", "recompute", "unscale" };
+    /* designated: a kind added anywhere in the enum keeps every name right */
+    static const char *const names[] = {
+        [TG_K_FWD] = "fwd", [TG_K_BWD] = "bwd", [TG_K_SEED] = "seed", [TG_K_OPTIM] = "optim",
+        [TG_K_CLIP] = "clip", [TG_K_UNSCALE] = "unscale", [TG_K_ZERO_GRAD] = "zero_grad",
+        [TG_K_ACT] = "fused-act", [TG_K_ACT_BWD] = "fused-act-grad", [TG_K_EW] = "fused-ew",
+        [TG_K_BN_FOLD] = "bn-fold", [TG_K_ATTN] = "fused-attention", [TG_K_ATTN_BWD] = "fused-attention-grad",
+        [TG_K_RECOMPUTE] = "recompute",
+    };
     return names[k];
 }
 

@@ -1,0 +1,89 @@
+/*
+ * lowp_linear.c — one bf16 Linear, forward and backward, through the
+ * engine: the native kernels (oneDNN) or, with TDBG_NO_NATIVE_LOWP=1 in
+ * the environment, the shadow path (f32 copies, OpenBLAS, rounding).
+ *
+ *   usage: lowp_linear [N K O [THREADS [REPS]]]      (128 1024 1024, 1, 20)
+ *
+ * Prints one line, `lowp_linear path=NAME n=N k=K o=O threads=T ms
+ * median=X min=X max=X`, over REPS timed steps after two untimed ones. A
+ * step is y = x @ w^T + b and its backward (dx, dw, db) onto gradients
+ * that keep accumulating, as in gradient accumulation.
+ */
+#include "te.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int arg(int argc, char **argv, int i, int def)
+{
+    if (argc <= i)
+        return def;
+    char *end;
+    long v = strtol(argv[i], &end, 10);
+    if (*end || v < 1 || v > 1 << 16) {
+        fprintf(stderr, "lowp_linear: bad argument '%s'\nusage: lowp_linear [N K O [THREADS [REPS]]]\n",
+                argv[i]);
+        exit(2);
+    }
+    return (int)v;
+}
+
+/* A persistent bf16 tensor of small varied values. */
+static te_tensor *filled(int ndim, const int64_t *shape, bool grad)
+{
+    te_tensor *t = te_tensor_persistent(TE_BF16, ndim, shape);
+    for (int64_t i = 0; i < t->numel; i++)
+        te_set(t, i, (float)((i * 7919) % 201 - 100) * 0.001f);
+    t->requires_grad = grad;
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    int n = arg(argc, argv, 1, 128), k = arg(argc, argv, 2, 1024), o = arg(argc, argv, 3, 1024);
+    int threads = arg(argc, argv, 4, 1), reps = arg(argc, argv, 5, 20);
+    if (te_init(&(te_config){ .seed = 1, .threads = threads }) != TE_OK) {
+        fprintf(stderr, "lowp_linear: %s\n", te_error());
+        return 1;
+    }
+    te_tensor *x = filled(te_shape(n, k), true), *w = filled(te_shape(o, k), true);
+    te_tensor *b = filled(te_shape(o), true), *dy = filled(te_shape(n, o), false);
+    double *ms = malloc((size_t)reps * sizeof *ms);
+    for (int r = -2; r < reps; r++) {
+        double t0 = now_ms();
+        te_tensor *y = te_linear(x, w, b);
+        if (!y || te_backward_with(y, dy) != TE_OK) {
+            fprintf(stderr, "lowp_linear: %s\n", te_error());
+            return 1;
+        }
+        te_tape_reset();
+        if (r >= 0) /* the first two compile oneDNN's kernels and warm the caches */
+            ms[r] = now_ms() - t0;
+    }
+    qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
+    double median = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+    const char *path = te_lowp_native() ? "native" : "shadow";
+    printf("lowp_linear path=%s n=%d k=%d o=%d threads=%d ms median=%.3f min=%.3f max=%.3f\n", path, n, k,
+           o, te_threads(), median, ms[0], ms[reps - 1]);
+    te_tensor *t[] = { x, w, b, dy };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        te_tensor_free(t[i]);
+    free(ms);
+    te_shutdown();
+    return 0;
+}
