@@ -17,6 +17,7 @@ static dbg_cmd_group builtin[] = {
     { "breakpoints", dbg_cmds_break, NULL },
     { "looking around", dbg_cmds_inspect, NULL },
     { "dumps", dbg_cmds_dump, NULL },
+    { "precision", dbg_cmds_amp, NULL },
 };
 static dbg_cmd_group *groups = builtin;
 static int n_groups = sizeof builtin / sizeof builtin[0];

@@ -90,6 +90,7 @@ extern const dbg_cmd dbg_cmds_exec[];
 extern const dbg_cmd dbg_cmds_break[];
 extern const dbg_cmd dbg_cmds_inspect[];
 extern const dbg_cmd dbg_cmds_dump[];
+extern const dbg_cmd dbg_cmds_amp[];
 
 /* The command named (or abbreviated) by word; NULL after printing why. */
 const dbg_cmd *dbg_cmd_lookup(const char *word);

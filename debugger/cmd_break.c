@@ -7,6 +7,7 @@
 #include "session.h"
 
 #include <fnmatch.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,12 +130,33 @@ static void expect_cond_names(const dbg_cond *c, int id)
     }
 }
 
+/* `break underflow if fraction > X` (or >=): X in [0, 1). */
+static bool parse_fraction(const char *text, double *out)
+{
+    const char *p = dbg_skip_space(text + 8);
+    bool ge = strncmp(p, ">=", 2) == 0;
+    if (*p != '>') {
+        dbg_error("break underflow: expected 'fraction > X' (X between 0 and 1), got '%s'", text);
+        return false;
+    }
+    p = dbg_skip_space(p + (ge ? 2 : 1));
+    char *end;
+    double x = strtod(p, &end);
+    if (end == p || *dbg_skip_space(end) || !(x >= 0 && x < 1)) {
+        dbg_error("break underflow: the fraction must be a number in [0, 1), got '%s'", p);
+        return false;
+    }
+    /* rounds_to_zero asks for more than the fraction: >= X is > just below it */
+    *out = ge ? nextafter(x, -1.0) : x;
+    return true;
+}
+
 static bool add_break(const char *args, bool temporary)
 {
     char what[TE_NAME_MAX];
     const char *cond_text = split_if(args, what, sizeof what);
     if (!what[0]) {
-        dbg_error("break: say where: OP_GLOB, type:TYPE, step N, nan, inf or nonfinite");
+        dbg_error("break: say where: OP_GLOB, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow or skip");
         return false;
     }
     if (dbg.n_breaks == DBG_MAX_BREAKS) {
@@ -152,6 +174,12 @@ static bool add_break(const char *args, bool temporary)
         b.kind = BK_INF;
     else if (strcmp(what, "nonfinite") == 0)
         b.kind = BK_NONFINITE;
+    else if (strcmp(what, "overflow") == 0)
+        b.kind = BK_OVERFLOW;
+    else if (strcmp(what, "underflow") == 0)
+        b.kind = BK_UNDERFLOW;
+    else if (strcmp(what, "skip") == 0)
+        b.kind = BK_SKIP;
     else if (strcmp(w, "step") == 0) {
         long long s;
         if (!dbg_parse_int(rest, "break step N", 0, &s))
@@ -167,13 +195,19 @@ static bool add_break(const char *args, bool temporary)
             return false;
         }
     } else if (strchr(what, ' ')) {
-        dbg_error("break: '%s' is not an op name, type:TYPE, step N, nan, inf or nonfinite", what);
+        dbg_error("break: '%s' is not an op name, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow or skip",
+                  what);
         return false;
     } else {
         if (!known_ops(what, &is_pending))
             return false;
         b.kind = BK_OP;
     }
+    if (cond_text && b.kind == BK_UNDERFLOW && strncmp(cond_text, "fraction", 8) == 0 &&
+        !parse_fraction(cond_text, &b.fraction))
+        return false;
+    if (b.kind == BK_UNDERFLOW && strncmp(cond_text ? cond_text : "", "fraction", 8) == 0)
+        cond_text = NULL;
     if (cond_text) {
         if (b.kind == BK_STEP) {
             dbg_error("break step N takes no condition (conditions look at an op's tensors)");
@@ -208,6 +242,17 @@ static bool add_break(const char *args, bool temporary)
     case BK_NAN: fprintf(dbg_out, "%s %d: the first op creating a NaN", label, b.id); break;
     case BK_INF: fprintf(dbg_out, "%s %d: the first op creating an Inf", label, b.id); break;
     case BK_NONFINITE: fprintf(dbg_out, "%s %d: the first op creating a NaN or Inf", label, b.id); break;
+    case BK_OVERFLOW:
+        fprintf(dbg_out, "%s %d: an op whose f16/bf16 output overflows to +-Inf from finite inputs", label, b.id);
+        break;
+    case BK_UNDERFLOW:
+        if (b.fraction > 0)
+            fprintf(dbg_out, "%s %d: an op rounding more than %g of its non-zero results to zero", label, b.id,
+                    b.fraction);
+        else
+            fprintf(dbg_out, "%s %d: an op rounding non-zero results to zero", label, b.id);
+        break;
+    case BK_SKIP: fprintf(dbg_out, "%s %d: the loss scaler about to skip a step", label, b.id); break;
     case BK_STEP: fprintf(dbg_out, "%s %d: the start of step %lld", label, b.id, (long long)b.step); break;
     case BK_TYPE: fprintf(dbg_out, "%s %d: ops of type %s", label, b.id, b.what); break;
     case BK_OP: fprintf(dbg_out, "%s %d: ops matching '%s'", label, b.id, b.what); break;
@@ -316,12 +361,16 @@ void dbg_info_breakpoints(void)
         return;
     }
     fprintf(dbg_out, "%-4s %-10s %-5s %-4s %-6s %s\n", "Num", "Type", "Disp", "Enb", "Hits", "What");
-    static const char *const kinds[] = { "op", "type", "step", "nan", "inf", "nonfinite" };
+    static const char *const kinds[] = { "op", "type", "step", "nan", "inf", "nonfinite", "overflow", "underflow",
+                                         "skip" };
+    _Static_assert(sizeof kinds / sizeof kinds[0] == BK_SKIP + 1, "a name for every kind");
     for (int i = 0; i < dbg.n_breaks; i++) {
         const dbg_break *b = &dbg.breaks[i];
         fprintf(dbg_out, "%-4d %-10s %-5s %-4s %-6lld %s%s%s", b->id, kinds[b->kind], b->temporary ? "del" : "keep",
                 b->enabled ? "y" : "n", (long long)b->hits, b->what, b->cond ? " if " : "",
                 b->cond ? dbg_cond_text(b->cond) : "");
+        if (b->kind == BK_UNDERFLOW && b->fraction > 0)
+            fprintf(dbg_out, " (fraction > %g)", b->fraction);
         if (b->ignore)
             fprintf(dbg_out, " (ignore next %lld)", (long long)b->ignore);
         if (pending_find(b->id, false))
@@ -332,16 +381,19 @@ void dbg_info_breakpoints(void)
 
 /* WHAT: an op, a type or a keyword; then "if" and a condition. */
 #define BREAK_ARGS                                                                                             \
-    { { DBG_ARG_OP | DBG_ARG_TYPE, DBG_WORDS("nan", "inf", "nonfinite", "step") },                            \
+    { { DBG_ARG_OP | DBG_ARG_TYPE, DBG_WORDS("nan", "inf", "nonfinite", "overflow", "underflow", "skip", "step") }, \
       { DBG_ARG_COND, DBG_WORDS("if") } }
 
 const dbg_cmd dbg_cmds_break[] = {
     { .name = "break", .alias = "b", .usage = "break WHAT [if COND]",
       .help = "stop at ops, a step, or where values go non-finite\n"
       "WHAT: an op name glob (fc*/linear), type:TYPE (type:MatMul), step N, nan, inf or\n"
-      "nonfinite (the first op creating one: not the ops that pass it on).\n"
+      "nonfinite (the first op creating one: not the ops that pass it on), overflow (an\n"
+      "f16/bf16 output rounded to +-Inf from finite inputs), underflow [if fraction > X]\n"
+      "(non-zero results rounded to zero), skip (the loss scaler about to skip the step).\n"
       "COND: has_nan, has_inf, comparisons on max, min, mean, std, abs_max, abs_mean,\n"
-      "l2norm, zero_frac, fp16_overflow, rel_change (vs the previous step), with and,\n"
+      "l2norm, zero_frac, fp16_overflow, rel_change (vs the previous step), overflow and\n"
+      "underflow (what rounding the outputs did: a count, a fraction), scale, with and,\n"
       "or, not and parentheses; scopes inputs., outputs. (default), params., grads.,\n"
       "in0., out1.; phase == forward|backward|update. e.g. break fc* if abs_max > 1e4",
       .args = BREAK_ARGS, .max_words = DBG_WORDS_ANY, .run = cmd_break },

@@ -13,6 +13,7 @@
 
 void dbg_info_breakpoints(void);
 void dbg_info_dump(void);
+void dbg_info_amp(void);
 
 static const dbg_op *ops_shown(int *n, const char **which)
 {
@@ -138,18 +139,20 @@ static bool cmd_info(const char *args)
                       : strncmp(w, "breakpoints", n) == 0 ? "breakpoints"
                       : strcmp(w, "ops") == 0             ? "ops"
                       : strcmp(w, "dump") == 0            ? "dump"
+                      : strcmp(w, "amp") == 0             ? "amp"
                       : strcmp(w, "op") == 0              ? "op"
                       : n >= 2 && strncmp(w, "step", n) == 0 ? "step"
                                                              : NULL;
     if (!sub) {
-        dbg_error("info: expected breakpoints, ops, op [NAME], step or dump%s%s%s", n ? ", got '" : "", w,
+        dbg_error("info: expected breakpoints, ops, op [NAME], step, dump or amp%s%s%s", n ? ", got '" : "", w,
                   n ? "'" : "");
         return false;
     }
     if (rest[0] && strcmp(sub, "op") != 0) { /* only `info op` takes a word more */
         char extra[64];
         dbg_word(rest, extra, sizeof extra);
-        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump)", sub, extra);
+        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump|amp)", sub,
+                  extra);
         return false;
     }
     if (strcmp(sub, "breakpoints") == 0)
@@ -158,6 +161,8 @@ static bool cmd_info(const char *args)
         info_ops();
     else if (strcmp(sub, "dump") == 0)
         dbg_info_dump();
+    else if (strcmp(sub, "amp") == 0)
+        dbg_info_amp();
     else if (strcmp(sub, "op") == 0 && rest[0])
         info_op(rest);
     else if (strcmp(sub, "op") == 0)
@@ -339,9 +344,10 @@ static bool cmd_set(const char *args)
 }
 
 const dbg_cmd dbg_cmds_inspect[] = {
-    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump",
-      .help = "the breakpoints, the step's ops, one op (the one stopped at without NAME), the step, the dump",
-      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump") }, { DBG_ARG_OP } },
+    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump|amp",
+      .help = "the breakpoints, the step's ops, one op (the one stopped at without NAME), the step, the dump,\n"
+      "mixed precision (level, dtype, each op's precision, the loss scale's history and skipped steps)",
+      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump", "amp") }, { DBG_ARG_OP } },
       .max_words = 2, .run = cmd_info },
     { .name = "print", .alias = "p", .usage = "print TENSOR[SLICES]", .help = "a tensor's values, numpy-style\n"
       "TENSOR: OP:out0, OP:in1, param:NAME, grad:NAME or a name from 'info op';\n"

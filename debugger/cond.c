@@ -20,12 +20,18 @@
 
 static const char *const func_names[] = {
     "has_nan", "has_inf", "max", "min", "mean", "std", "abs_max", "abs_mean",
-    "l2norm", "zero_frac", "fp16_overflow", "rel_change",
+    "l2norm", "zero_frac", "fp16_overflow", "rel_change", "overflow", "underflow", "scale",
 };
 _Static_assert(sizeof func_names / sizeof *func_names == DBG_FN_COUNT, "a name for every function");
 
 /* Counts hold without a comparison ("count > 0"); the rest need one. */
-static bool func_is_count(dbg_func f) { return f == DBG_FN_HAS_NAN || f == DBG_FN_HAS_INF || f == DBG_FN_FP16_OVERFLOW; }
+static bool func_is_count(dbg_func f)
+{
+    return f == DBG_FN_HAS_NAN || f == DBG_FN_HAS_INF || f == DBG_FN_FP16_OVERFLOW || f == DBG_FN_OVERFLOW ||
+           f == DBG_FN_UNDERFLOW;
+}
+/* Functions of the op's rounding (te_op_record.round), not of tensor values. */
+static bool func_is_rounding(dbg_func f) { return f == DBG_FN_OVERFLOW || f == DBG_FN_UNDERFLOW; }
 /* Functions te_stats_quick serves. */
 static bool func_is_quick(dbg_func f)
 {
@@ -364,7 +370,7 @@ static void fail_func(parser *ps, const tok *t, bool scoped)
     else
         fail(ps, t,
              "unknown function %s (functions: has_nan, has_inf, max, min, mean, std, abs_max, "
-             "abs_mean, l2norm, zero_frac, fp16_overflow, rel_change)",
+             "abs_mean, l2norm, zero_frac, fp16_overflow, rel_change, overflow, underflow, scale)",
              tok_desc(t, d, sizeof d));
 }
 
@@ -426,6 +432,15 @@ static node *parse_pred(parser *ps)
         fn++;
     if (fn == DBG_FN_COUNT) {
         fail_func(ps, &name, scoped);
+        return NULL;
+    }
+    if (func_is_rounding((dbg_func)fn) && scoped && scopes[scope].kind != DBG_SCOPE_OUTPUTS) {
+        fail(ps, &name, "%s is what rounding the op's outputs did: its scopes are outputs and out0..out4, not %s",
+             func_names[fn], scopes[scope].name);
+        return NULL;
+    }
+    if (fn == DBG_FN_SCALE && scoped) {
+        fail(ps, &name, "scale is the loss scaler's, not a tensor's: it takes no scope");
         return NULL;
     }
     node *n = node_new(ps, N_PRED, NULL, NULL);
@@ -862,7 +877,7 @@ static bool func_value(evaluator *ev, dbg_func f, const te_tensor *t, double *v)
     case DBG_FN_L2NORM: *v = s->l2norm; break;
     case DBG_FN_ZERO_FRAC: *v = s->n ? (double)s->zero / (double)s->n : 0.0; break;
     case DBG_FN_FP16_OVERFLOW: *v = (double)s->fp16_overflow; break;
-    case DBG_FN_REL_CHANGE:
+    case DBG_FN_REL_CHANGE: case DBG_FN_OVERFLOW: case DBG_FN_UNDERFLOW: case DBG_FN_SCALE:
     case DBG_FN_COUNT: abort();
     }
     return true;
@@ -909,10 +924,40 @@ static bool in_scope(const node *n, const te_tensor *t, int slot, bool is_output
     return false;
 }
 
+/* overflow, underflow: any rounded output in scope whose count (fraction)
+ * compares true; the output is the hit, whether in memory or not. */
+static bool eval_rounding(const dbg_eval_ctx *ctx, const node *n, dbg_hit *hit)
+{
+    const te_op_record *r = ctx->rec;
+    for (int k = 0; r->round && k < r->n_outputs; k++) {
+        const te_round_stats *st = &r->round[k];
+        if (!r->outputs[k] || st->dtype == TE_F32 || (scopes[n->scope].slot >= 0 && scopes[n->scope].slot != k))
+            continue;
+        double v = n->fn == DBG_FN_OVERFLOW ? (double)st->overflow
+                   : st->nonzero ? (double)st->underflow / (double)st->nonzero : 0.0;
+        if (!compare(n->op, v, n->num))
+            continue;
+        *hit = (dbg_hit){ .tensor = r->outputs[k], .slot = k, .is_output = true, .index = -1, .value = v };
+        snprintf(hit->func, sizeof hit->func, "%s", func_names[n->fn]);
+        return true;
+    }
+    return false;
+}
+
 /* Any tensor of the scope, inputs first; the first that holds is the hit. */
 static bool eval_pred(evaluator *ev, const node *n, dbg_hit *hit)
 {
     const te_op_record *r = ev->ctx->rec;
+    if (func_is_rounding(n->fn))
+        return eval_rounding(ev->ctx, n, hit);
+    if (n->fn == DBG_FN_SCALE) {
+        te_scaler_state st;
+        if (!te_scaler_state_get(&st) || !compare(n->op, st.scale, n->num))
+            return false;
+        *hit = (dbg_hit){ .slot = -1, .index = -1, .value = st.scale };
+        snprintf(hit->func, sizeof hit->func, "scale");
+        return true;
+    }
     for (int side = 0; side < 2; side++) {
         te_tensor *const *ts = side ? r->outputs : r->inputs;
         int count = ts ? (side ? r->n_outputs : r->n_inputs) : 0;

@@ -32,6 +32,7 @@
  *   SCOPE   := inputs | outputs | params | grads | in0..in4 | out0..out4
  *   FUNC    := has_nan | has_inf | max | min | mean | std | abs_max | abs_mean
  *            | l2norm | zero_frac | fp16_overflow | rel_change
+ *            | overflow | underflow | scale
  *   CMP     := > | >= | < | <= | == | !=
  *   PHASE   := forward | backward | update
  *   NUMBER  := a C float (1e3, -0.5, inf)
@@ -49,6 +50,15 @@
  * rel_change = ||x - x_prev||_2 / max(||x_prev||_2, 1e-12) where x_prev is
  * the same tensor (by name) at the previous step, supplied by the caller;
  * a tensor without a previous value makes rel_change false.
+ * overflow and underflow read what rounding an output to f16/bf16 did
+ * (te_op_record.round), not the tensor's values: overflow is the count of
+ * finite results that became +-Inf, underflow the fraction of finite
+ * non-zero results that became zero; bare, each means "> 0"; they take
+ * the scopes outputs and out0..out4 only (inputs were not rounded by this
+ * op), and never hold for an output that was not rounded. scale is the
+ * loss scaler's scale of this step (false without a scaler); it takes no
+ * scope and needs a comparison: `break type:Linear if underflow > 0.01`,
+ * `break amp/unscale if scale < 1`.
  * Keywords are case-sensitive, whitespace free-form.
  */
 typedef struct dbg_cond dbg_cond;
@@ -58,7 +68,8 @@ typedef enum { DBG_SCOPE_INPUTS, DBG_SCOPE_OUTPUTS, DBG_SCOPE_PARAMS, DBG_SCOPE_
 /* FUNC and CMP of the grammar, as the condition module knows them. */
 typedef enum {
     DBG_FN_HAS_NAN, DBG_FN_HAS_INF, DBG_FN_MAX, DBG_FN_MIN, DBG_FN_MEAN, DBG_FN_STD, DBG_FN_ABS_MAX,
-    DBG_FN_ABS_MEAN, DBG_FN_L2NORM, DBG_FN_ZERO_FRAC, DBG_FN_FP16_OVERFLOW, DBG_FN_REL_CHANGE, DBG_FN_COUNT
+    DBG_FN_ABS_MEAN, DBG_FN_L2NORM, DBG_FN_ZERO_FRAC, DBG_FN_FP16_OVERFLOW, DBG_FN_REL_CHANGE,
+    DBG_FN_OVERFLOW, DBG_FN_UNDERFLOW, DBG_FN_SCALE, DBG_FN_COUNT
 } dbg_func;
 typedef enum { DBG_CMP_NONE, DBG_CMP_GT, DBG_CMP_GE, DBG_CMP_LT, DBG_CMP_LE, DBG_CMP_EQ, DBG_CMP_NE } dbg_cmp;
 

@@ -50,7 +50,8 @@ void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const db
                    const te_op_record *rec)
 {
     dbg_cond_free(s->cond);
-    *s = (dbg_stop){ .step = dbg.step, .phase = rec ? rec->phase : dbg.phase, .rec = rec, .index = -1 };
+    *s = (dbg_stop){ .step = dbg.step, .phase = rec ? rec->phase : dbg.phase, .rec = rec, .index = -1,
+                     .round.dtype = TE_F32 };
     snprintf(s->reason, sizeof s->reason, "%s", reason);
     if (b) {
         s->break_id = b->id;
@@ -62,16 +63,70 @@ void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const db
         snprintf(s->type, sizeof s->type, "%s", rec->type);
         s->loc = rec->loc;
     }
+    if (rec && hit && hit->func[0]) { /* a condition on no tensor (scale) holds too */
+        snprintf(s->func, sizeof s->func, "%s", hit->func);
+        s->value = hit->value;
+    }
     if (rec && hit && hit->tensor) {
         s->t = hit->tensor;
         snprintf(s->tensor, sizeof s->tensor, "%s", hit->tensor->name);
         s->index = hit->index;
         if (hit->index >= 0)
             te_index_str(hit->tensor, hit->index, s->index_text, sizeof s->index_text);
-        snprintf(s->func, sizeof s->func, "%s", hit->func);
-        s->value = hit->value;
         dbg_origin_of(rec, hit->tensor, &s->origin);
+        if (hit->is_output && rec->round && hit->slot >= 0 && hit->slot < rec->n_outputs)
+            s->round = rec->round[hit->slot];
     }
+    if (strcmp(reason, "skip") == 0) {
+        te_scaler_state st;
+        const char *op, *tensor;
+        if (te_scaler_state_get(&st)) {
+            s->scale = st.scale;
+            snprintf(s->skip_param, sizeof s->skip_param, "%s", st.first_param);
+        }
+        if (dbg_amp_first_bad(true, &op, &tensor)) {
+            snprintf(s->skip_op, sizeof s->skip_op, "%s", op);
+            snprintf(s->skip_tensor, sizeof s->skip_tensor, "%s", tensor);
+        }
+        if (dbg_amp_first_bad(false, &op, &tensor)) {
+            snprintf(s->skip_fwd_op, sizeof s->skip_fwd_op, "%s", op);
+            snprintf(s->skip_fwd_tensor, sizeof s->skip_fwd_tensor, "%s", tensor);
+        }
+    }
+}
+
+/* What rounding the hit output to f16/bf16 did: the value before rounding
+ * beside the dtype's largest, so that the headroom shows. */
+static void describe_round(const dbg_stop *s)
+{
+    const te_round_stats *r = &s->round;
+    const char *dt = te_dtype_name(r->dtype);
+    const double max = te_dtype_max(r->dtype);
+    fprintf(dbg_out, "  rounding to %s: %lld of %lld finite non-zero results overflowed to +-Inf, %lld underflowed "
+            "to zero\n", dt, (long long)r->overflow, (long long)r->nonzero, (long long)r->underflow);
+    if (r->overflow)
+        fprintf(dbg_out, "  before rounding: |x| up to %.6g; %s's max is %g (%.3gx beyond it)\n", (double)r->absmax, dt,
+                max, (double)r->absmax / max);
+    else
+        fprintf(dbg_out, "  before rounding: |x| up to %.6g; %s's max is %g (headroom %.3gx)\n", (double)r->absmax, dt,
+                max, r->absmax > 0 ? max / (double)r->absmax : INFINITY);
+}
+
+static void describe_skip(const dbg_stop *s)
+{
+    fprintf(dbg_out, "  the loss scaler skips step %lld: scale %g, a gradient is non-finite after unscaling\n",
+            (long long)s->step, (double)s->scale);
+    if (s->skip_param[0])
+        fprintf(dbg_out, "  first non-finite gradient: grad:%s (parameters in registration order)\n", s->skip_param);
+    if (s->skip_op[0])
+        fprintf(dbg_out, "  first backward op creating a non-finite value: %s, in %s (its inputs were finite)\n",
+                s->skip_op, s->skip_tensor);
+    else if (s->skip_fwd_op[0])
+        fprintf(dbg_out, "  no backward op created one: the gradients inherit it from the forward pass, where %s "
+                "created it first, in %s\n", s->skip_fwd_op, s->skip_fwd_tensor);
+    else
+        fprintf(dbg_out, "  the op that created the first non-finite value was not seen (`break skip` was set after "
+                "the passes ran)\n");
 }
 
 static const char *or_dash(const char *s) { return s[0] ? s : "-"; }
@@ -89,7 +144,7 @@ void dbg_stop_report(const dbg_stop *s)
     if (s->op[0])
         fprintf(dbg_out, ", %s (%s) at %s:%d", s->op, s->type, dbg_short_path(s->loc.file), s->loc.line);
     fprintf(dbg_out, "\n");
-    if (s->t) {
+    if (s->t && strcmp(s->reason, "skip") != 0) { /* a skip's tensor is described below */
         const te_tensor *t = s->t;
         char sh[96];
         te_shape_str(t->ndim, t->shape, sh, sizeof sh);
@@ -103,6 +158,10 @@ void dbg_stop_report(const dbg_stop *s)
             fprintf(dbg_out, "  %s %s %s: %s = %g\n", s->tensor, sh, te_dtype_name(t->dtype), s->func, s->value);
         }
     }
+    if (s->round.dtype != TE_F32)
+        describe_round(s);
+    if (strcmp(s->reason, "skip") == 0)
+        describe_skip(s);
     if (rec && (s->break_id || strcmp(s->reason, "interrupt") == 0)) {
         describe_list("inputs:", rec->inputs, rec->n_inputs);
         describe_list("reads:", rec->reads, rec->n_reads); /* backward: what it reads of the forward pass */

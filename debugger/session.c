@@ -114,6 +114,11 @@ static void remember_op(const te_op_record *r)
     }
     if (r->kernel)
         snprintf(o->kernel, sizeof o->kernel, "%s", r->kernel);
+    o->dtype = o->n_out && r->outputs[0] ? r->outputs[0]->dtype : TE_F32;
+    for (int k = 0; r->round && k < r->n_outputs; k++) {
+        o->overflow += r->round[k].overflow;
+        o->underflow += r->round[k].underflow;
+    }
 }
 
 /* `trend` names: their statistics every step. */
@@ -134,8 +139,8 @@ static void record_watched(const te_op_record *r)
 
 void dbg_on_step_end(int64_t step, void *user)
 {
-    (void)step;
     (void)user;
+    dbg_amp_step_end(step);
     /* The tensors go with the step: keep names and statistics only. */
     dbg_op *t = dbg.last_ops;
     dbg.last_ops = dbg.ops;
@@ -192,6 +197,7 @@ void dbg_on_step_begin(int64_t step, void *user)
     dbg.phase = TE_PHASE_FORWARD;
     dbg.n_ops = 0;
     dbg_verdict_reset();
+    dbg_amp_step_begin(step);
     for (int i = 0; i < dbg.n_breaks; i++) {
         dbg_break *b = &dbg.breaks[i];
         if (b->enabled && b->kind == BK_STEP && b->step == step) {
@@ -357,8 +363,94 @@ static bool op_matches(const dbg_break *b, const te_op_record *r)
     case BK_OP: return fnmatch(b->what, r->name, 0) == 0;
     case BK_TYPE: return strcmp(b->what, r->type) == 0;
     case BK_NAN: case BK_INF: case BK_NONFINITE: return true;
+    case BK_OVERFLOW: case BK_UNDERFLOW: return r->round != NULL;
+    case BK_SKIP: return strcmp(r->name, DBG_AMP_OP) == 0;
     case BK_STEP: return false;
     }
+    return false;
+}
+
+/* Are all of the op's inputs (and, backward, the forward tensors it
+ * reads) finite? Those not in memory are taken as they are reported. */
+static bool inputs_finite(const te_op_record *r)
+{
+    for (int i = 0; i < r->n_inputs; i++) {
+        const te_tensor *t = r->inputs[i];
+        if (t && t->data && te_dtype_is_float(t->dtype) && te_has_nonfinite(t))
+            return false;
+    }
+    for (int i = 0; i < r->n_reads; i++) {
+        const te_tensor *t = r->reads[i];
+        if (t && t->data && te_dtype_is_float(t->dtype) && te_has_nonfinite(t))
+            return false;
+    }
+    return true;
+}
+
+/* `break overflow`: an output rounded to +-Inf from finite results while
+ * every input is finite (the op saturated the dtype, it did not inherit
+ * an Inf). The hit is the output, at its first +-Inf. */
+static bool rounds_to_inf(const te_op_record *r, dbg_hit *hit)
+{
+    for (int k = 0; k < r->n_outputs; k++) {
+        if (r->round[k].dtype == TE_F32 || r->round[k].overflow == 0)
+            continue;
+        if (!inputs_finite(r))
+            return false;
+        const te_tensor *t = r->outputs[k];
+        int64_t at = -1;
+        for (int64_t i = 0; t && t->data && i < t->numel && at < 0; i++)
+            if (isinf(te_get(t, i)))
+                at = i;
+        *hit = (dbg_hit){ .tensor = t, .slot = k, .is_output = true, .index = at,
+                          .value = (double)r->round[k].overflow };
+        snprintf(hit->func, sizeof hit->func, "overflow");
+        return t != NULL;
+    }
+    return false;
+}
+
+/* `break underflow [if fraction > X]`: finite non-zero results rounded to
+ * zero, more than X of them (any without X). */
+static bool rounds_to_zero(const te_op_record *r, double fraction, dbg_hit *hit)
+{
+    for (int k = 0; k < r->n_outputs; k++) {
+        const te_round_stats *st = &r->round[k];
+        if (st->dtype == TE_F32 || st->underflow == 0 || !r->outputs[k])
+            continue;
+        double f = (double)st->underflow / (double)st->nonzero;
+        if (f <= fraction)
+            continue;
+        *hit = (dbg_hit){ .tensor = r->outputs[k], .slot = k, .is_output = true, .index = -1, .value = f };
+        snprintf(hit->func, sizeof hit->func, "underflow");
+        return true;
+    }
+    return false;
+}
+
+/* `break skip`: the scaler found a non-finite gradient this step. The hit
+ * is that parameter's gradient among the unscale's inputs, when listed. */
+static bool scaler_skips(const te_op_record *r, dbg_hit *hit)
+{
+    te_scaler_state st;
+    if (!te_scaler_state_get(&st) || !st.found_inf)
+        return false;
+    char grad[TE_NAME_MAX + 8];
+    snprintf(grad, sizeof grad, "grad:%s", st.first_param);
+    for (int i = 0; i < r->n_inputs; i++)
+        if (r->inputs[i] && strcmp(r->inputs[i]->name, grad) == 0) {
+            *hit = (dbg_hit){ .tensor = r->inputs[i], .slot = i, .index = -1, .value = st.scale };
+            break;
+        }
+    snprintf(hit->func, sizeof hit->func, "skip");
+    return true;
+}
+
+static bool skip_armed(void)
+{
+    for (int i = 0; i < dbg.n_breaks; i++)
+        if (dbg.breaks[i].enabled && dbg.breaks[i].kind == BK_SKIP)
+            return true;
     return false;
 }
 
@@ -370,6 +462,7 @@ void dbg_on_op_end(const te_op_record *r, void *user)
     dbg_op *o = &dbg.ops[dbg.n_ops - 1];
     if (dbg.n_watch)
         record_watched(r);
+    dbg_amp_op(r, skip_armed());
     for (int i = 0; i < dbg.n_breaks; i++) {
         dbg_break *b = &dbg.breaks[i];
         if (!b->enabled || !op_matches(b, r))
@@ -378,6 +471,12 @@ void dbg_on_op_end(const te_op_record *r, void *user)
         bool fire;
         if (b->kind == BK_NAN || b->kind == BK_INF || b->kind == BK_NONFINITE)
             fire = creates_nonfinite(r, b->kind, &hit, o);
+        else if (b->kind == BK_OVERFLOW)
+            fire = rounds_to_inf(r, &hit);
+        else if (b->kind == BK_UNDERFLOW)
+            fire = rounds_to_zero(r, b->fraction, &hit);
+        else if (b->kind == BK_SKIP)
+            fire = scaler_skips(r, &hit);
         else
             fire = true;
         if (fire && b->cond) {
@@ -389,7 +488,7 @@ void dbg_on_op_end(const te_op_record *r, void *user)
         }
         if (b->cond && dbg_cond_uses_rel_change(b->cond))
             keep_previous(r);
-        if (fire && hit.tensor && hit.is_output && hit.slot == 0) {
+        if (fire && hit.tensor && hit.tensor->data && hit.is_output && hit.slot == 0) {
             te_stats s;
             te_stats_quick(hit.tensor, &s);
             dbg_trend_add(hit.tensor->name, dbg.step, &s);
@@ -403,6 +502,8 @@ void dbg_on_op_end(const te_op_record *r, void *user)
         }
         const char *reason = b->kind == BK_NAN ? "nan" : b->kind == BK_INF ? "inf"
                              : b->kind == BK_NONFINITE ? (strcmp(hit.func, "has_inf") == 0 ? "inf" : "nan")
+                             : b->kind == BK_OVERFLOW ? "overflow" : b->kind == BK_UNDERFLOW ? "underflow"
+                             : b->kind == BK_SKIP ? "skip"
                              : b->cond ? "condition" : "breakpoint";
         stop(b, reason, &hit, r);
         return;

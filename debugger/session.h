@@ -33,6 +33,9 @@ typedef enum {
     BK_TYPE,      /* type:TYPE */
     BK_STEP,      /* the start of step N */
     BK_NAN, BK_INF, BK_NONFINITE, /* the first op creating such a value */
+    BK_OVERFLOW,  /* an op whose low-precision output rounded to +-Inf from finite inputs */
+    BK_UNDERFLOW, /* an op whose finite non-zero results rounded to zero (more than `fraction` of them) */
+    BK_SKIP,      /* the loss scaler is about to skip the step (the amp/unscale op found a non-finite gradient) */
 } dbg_break_kind;
 
 typedef struct dbg_break {
@@ -40,6 +43,7 @@ typedef struct dbg_break {
     dbg_break_kind kind;
     char what[TE_NAME_MAX]; /* glob, type or step as typed */
     int64_t step;           /* BK_STEP */
+    double fraction;        /* BK_UNDERFLOW: of the nonzero results; 0: any */
     dbg_cond *cond;         /* NULL: none */
     bool enabled, temporary;
     int64_t hits, ignore;
@@ -62,6 +66,8 @@ typedef struct dbg_op {
     te_stats out_stats;     /* of output 0, when a check computed them */
     bool bad;                /* produced NaN/Inf this step */
     char kernel[128];        /* graph mode: the kernel that ran it */
+    te_dtype dtype;          /* output 0's: the precision it ran in */
+    int64_t overflow, underflow; /* what rounding its outputs did (te_op_record.round) */
 } dbg_op;
 
 typedef struct dbg_trend {
@@ -131,6 +137,20 @@ typedef struct dbg_stop {
     char func[16];               /* the condition's statistic that held, "abs_max" */
     double value;                /* its value for the tensor */
     dbg_origin origin;           /* created here or propagated (non-finite stops) */
+    /* Precision stops (overflow, underflow) and conditions on them: what
+     * rounding the hit output did, round.dtype TE_F32 when nothing. */
+    te_round_stats round;
+    /* skip: the scale of the step, the parameter whose gradient was
+     * non-finite first, the first backward op of the step that created
+     * (not inherited) a non-finite value and the tensor it is in, and the
+     * same of the forward pass ("" where none was seen: none created one
+     * there, or `break skip` was set after that pass ran). */
+    float scale;
+    char skip_param[TE_NAME_MAX];
+    char skip_op[TE_NAME_MAX];
+    char skip_tensor[TE_NAME_MAX];
+    char skip_fwd_op[TE_NAME_MAX];
+    char skip_fwd_tensor[TE_NAME_MAX];
 } dbg_stop;
 
 /* The last stop, NULL before the first: the one record of where training
@@ -191,6 +211,41 @@ extern const dbg_frontend *dbg_frontend_active;
 /* Catches the fatal signals: the active front end's fatal_signal runs,
  * then the signal's old action (the program still dies of it). */
 void dbg_fatal_handlers_install(void);
+
+/* ---- mixed precision (amp.c) ------------------------------------------------
+ * What the debugger keeps of the loss scaler across steps, for `info amp`
+ * and `break skip`: the scale's changes and every skipped step with its
+ * reason. Fed from the session's hooks. */
+#define DBG_AMP_OP "amp/unscale"   /* the scaler's op record: found_inf is known there */
+#define DBG_AMP_MAX_HISTORY 256    /* scale changes kept (the newest) */
+#define DBG_AMP_MAX_SKIPS 256      /* skipped steps kept (the newest) */
+typedef struct dbg_amp_skip {
+    int64_t step;
+    float scale;                    /* the scale of that step's loss */
+    char param[TE_NAME_MAX];        /* whose gradient went non-finite first */
+    char op[TE_NAME_MAX];           /* the first backward op creating a non-finite value, else the
+                                     * forward one; "" unknown */
+    bool backward;                  /* op is the backward's */
+    char tensor[TE_NAME_MAX];       /* the tensor it is in */
+} dbg_amp_skip;
+typedef struct dbg_amp_change {
+    int64_t step;                   /* the first step with this scale */
+    float scale;
+} dbg_amp_change;
+void dbg_amp_step_begin(int64_t step);
+void dbg_amp_step_end(int64_t step);
+/* Every op record: the first forward and the first backward op of the
+ * step creating a non-finite value are noted while track is set (`break
+ * skip` armed). */
+void dbg_amp_op(const te_op_record *r, bool track);
+/* That op of this step's backward (else forward) pass and its tensor;
+ * false when none was seen. */
+bool dbg_amp_first_bad(bool backward, const char **op, const char **tensor);
+/* The history, oldest first; returns how many (*total: ever, when more
+ * were than are kept). */
+int dbg_amp_changes(const dbg_amp_change **c, int64_t *total);
+int dbg_amp_skips(const dbg_amp_skip **s, int64_t *total);
+void dbg_amp_reset(void);
 
 /* The hooks plugin.c attaches, and its SIGINT handler. */
 void dbg_on_step_begin(int64_t step, void *user);

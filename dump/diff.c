@@ -115,7 +115,7 @@ static void open_next(void *arg)
 /* Compares the steps; the report goes out step by step. Step k + 1 is
  * opened (HDF5, on one thread) while step k is compared (the others). */
 static void run(diff_ctx *c, const diff_side *a, const diff_side *b, diff_graph *g,
-                const diff_step *steps, int n_steps, diff_summary *s)
+                diff_lowp *lp, const diff_step *steps, int n_steps, diff_summary *s)
 {
     bool begun = false, found = false, differs = false;
     stage cur, next = { .n = -1 };
@@ -131,6 +131,7 @@ static void run(diff_ctx *c, const diff_side *a, const diff_side *b, diff_graph 
             diff_plan_finish(c, cur.plan);
             cur.plan = NULL;
             diff_graph_step(g, cur.rows, cur.n);
+            diff_lowp_step(c, lp, cur.ra, cur.rb, cur.rows, cur.n);
             diff_mark_fused(cur.rows, cur.n, a, b, cur.ra, cur.rb);
             int shown = mark_first(c, cur.rows, cur.n, &found, &s->stopped);
             if (!begun) {
@@ -191,8 +192,12 @@ int tdbg_diff_main(int argc, char **argv, FILE *out, FILE *err)
     }
     if (n_steps > 0 && !(g = diff_graph_new(a.ops, a.n_ops, a.meta.lists_inplace, a.meta.lists_reads)))
         diff_complain(&c, DIFF_RC_TROUBLE, "out of memory");
+    diff_lowp lp;
     if (g) {
-        run(&c, &a, &b, g, steps, n_steps, &s);
+        diff_lowp_init(&lp, &a, &b);
+        s.lowp = lp.low >= 0 ? &lp : NULL;
+        run(&c, &a, &b, g, &lp, steps, n_steps, &s);
+        diff_lowp_end(&lp);
         if (s.tensors == 0 && s.unreadable == 0)
             diff_complain(&c, DIFF_RC_TROUBLE, "%s and %s have no tensor in common%s", c.o.a,
                           c.o.b, c.o.has_ops || c.o.io != DUMP_IO_BOTH ? " among those selected"

@@ -47,15 +47,32 @@ enum { DIFF_RC_SAME = 0, DIFF_RC_DIFFER = 1, DIFF_RC_TROUBLE = 2 };
 
 /* ---- tolerances and metrics (diff_metrics.c) ------------------------------------ */
 
-/* A pair passes when |b - a| <= atol + rtol * |a| for every element (A is
- * the reference), NaN matching NaN and an infinity the same infinity. */
+/* A pair passes when |b - a| <= atol + rtol * |a| + ulp * ulp_low(|a|) for
+ * every element (A is the reference), NaN matching NaN and an infinity the
+ * same infinity. ulp_low(x) is the spacing of ulp_dt's values at x (2^(e-10)
+ * for f16 with x in [2^e, 2^(e+1)), 2^(e-7) for bf16; f16's subnormal
+ * spacing 2^-24 below 2^-14); ulp is 0 for pairs of the same dtype. */
 typedef struct diff_tol {
     double atol, rtol;
+    double ulp;                 /* k: pairs across dtypes (f16/bf16 with f32) */
+    te_dtype ulp_dt;            /* the lower precision, whose ULPs count */
 } diff_tol;
 
+/* ULPs of the lower precision a pair across dtypes may differ by: each
+ * output is rounded once (0.5 ulp) from inputs that carry the rounding of
+ * every op before it; DIFF_ULP_K covers a few ops' worth of it on
+ * well-conditioned values (docs/diff.md, "Across precisions"). */
+#define DIFF_ULP_K 8.0
+
 /* The defaults of a pair: the lower precision of the two decides (i32 with
- * i32: exact). Negative fields of user (--atol, --rtol not given) take them. */
+ * i32: exact; f16 or bf16 with f32: atol + DIFF_ULP_K ulps of it, rtol 0;
+ * user.ulp 0: its rtol instead). Negative fields of user (--atol, --rtol,
+ * --ulp not given) take them. */
 diff_tol diff_tol_for(te_dtype a, te_dtype b, diff_tol user);
+/* The spacing of dt's values (f16 or bf16) at magnitude x; 0 for f32. */
+double diff_ulp_low(te_dtype dt, double x);
+/* What the pair may differ by beyond atol at reference magnitude ax. */
+double diff_tol_slack(diff_tol t, double ax);
 
 /* Running sums over element pairs, merged in element order (so that the
  * result does not depend on the number of threads). */
@@ -210,6 +227,8 @@ typedef struct diff_row {
     diff_verdict verdict;
     bool unchecked_inputs;      /* a root cause none of whose inputs was compared */
     bool first;                 /* the first divergent tensor of the run */
+    int lowp;                   /* diff_lowp_state of its op's recomputation (diff_lowp.c) */
+    double lowp_ulp;            /* DIFF_LOWP_OVER: the largest distance from it in ulps */
     const char *fused_in;       /* one-sided: the other side's fused kernel that never
                                  * materialised it ("k4 fused-attention: h0/attn/scores,
                                  * ..."), or NULL; lives as long as the step's readers */
@@ -266,6 +285,48 @@ void diff_graph_free(diff_graph *g);
  * parameters), else the op diverges here. Steps go in order. */
 void diff_graph_step(diff_graph *g, diff_row *rows, int n_rows);
 
+/* ---- across precisions (diff_lowp.c) ------------------------------------------------ */
+
+/* An op of the low-precision run recomputed in f32 from its own dumped
+ * inputs: its output may differ from that by one rounding of its dtype (0.5
+ * ulp; nothing for an f32 output) plus DIFF_LOWP_SLACK times the largest
+ * |value| of the recomputed tensor: f32 accumulation in another order (a
+ * native bf16 GEMM's blocks against the f32 kernel's; 2^-16 covers sums of
+ * 65536 terms at 2^-24 each, relative to the largest output). */
+#define DIFF_LOWP_SLACK 0x1p-16
+
+enum diff_lowp_state { DIFF_LOWP_NONE, DIFF_LOWP_OK, DIFF_LOWP_OVER, DIFF_LOWP_SKIP };
+
+typedef struct diff_lowp_op {
+    int64_t step;
+    char op[TE_NAME_MAX], type[TE_NAME_MAX];
+    te_dtype dtype;             /* its output's */
+    int state;                  /* enum diff_lowp_state */
+    double ulp;                 /* OVER: the largest distance in ulps of dtype (inf: overflow, NaN) */
+    int64_t n_over;             /* elements beyond the bound */
+    char skip[TE_NAME_MAX + 48]; /* SKIP: "Dropout: random", "Foo" (a type not rebuilt) */
+} diff_lowp_op;
+
+typedef struct diff_lowp {
+    int low;                    /* the low-precision side: 0 A, 1 B; -1 none (no analysis) */
+    const diff_side *side;
+    char level[24];             /* "O2 f16" */
+    bool engine;                /* te_init was called */
+    int recomputed, over, n_skipped;
+    char skipped[512];          /* the kinds not recomputed, "Dropout: random, ..." */
+    bool has_first;
+    diff_lowp_op first;         /* the first op beyond rounding: diverges here */
+} diff_lowp;
+
+/* The side whose run.h5 says O1-O3 while the other's does not; none else. */
+void diff_lowp_init(diff_lowp *lp, const diff_side *a, const diff_side *b);
+/* Recomputes the step's forward ops of the low side (after the verdicts of
+ * diff_graph_step): rows of an op beyond rounding become DIFF_ROOT, divergent
+ * rows of an op within it DIFF_INHERITED. */
+void diff_lowp_step(diff_ctx *c, diff_lowp *lp, dump_step_reader *ra, dump_step_reader *rb,
+                    diff_row *rows, int n_rows);
+void diff_lowp_end(diff_lowp *lp);
+
 /* ---- output (diff_output.c) ------------------------------------------------------- */
 
 /* What the summary tells; kept over the whole run. */
@@ -294,6 +355,7 @@ typedef struct diff_summary {
     double need_atol, need_rtol;   /* the least tolerances that would pass everything */
     char only_a_steps[512], only_b_steps[512];
     bool stopped;               /* --first stopped the run */
+    const diff_lowp *lowp;      /* the analysis across precisions, or NULL */
 } diff_summary;
 
 /* Opens the report: the table's header (c->op_width and step_width set),

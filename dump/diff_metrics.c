@@ -11,21 +11,52 @@
 
 #define LANE 256   /* elements widened at a time */
 
+static bool low(te_dtype t) { return t == TE_F16 || t == TE_BF16; }
+
 diff_tol diff_tol_for(te_dtype a, te_dtype b, diff_tol user)
 {
     /* PyTorch's torch.testing.assert_close defaults for the lower precision. */
-    diff_tol t = { 1e-5, 1.3e-6 };
+    diff_tol t = { 1e-5, 1.3e-6, 0, TE_F32 };
     if (a == TE_BF16 || b == TE_BF16)
-        t = (diff_tol){ 1e-5, 1.6e-2 };
+        t = (diff_tol){ 1e-5, 1.6e-2, 0, TE_BF16 };
     else if (a == TE_F16 || b == TE_F16)
-        t = (diff_tol){ 1e-5, 1e-3 };
+        t = (diff_tol){ 1e-5, 1e-3, 0, TE_F16 };
     else if (a == TE_I32 && b == TE_I32)
-        t = (diff_tol){ 0, 0 };
+        t = (diff_tol){ 0, 0, 0, TE_F32 };
+    /* Across precisions: ULPs of the lower one instead of its rtol
+     * (--ulp 0 brings the rtol back). */
+    if (low(a) != low(b) && (a == TE_F32 || b == TE_F32) && user.ulp != 0)
+        t.rtol = 0, t.ulp = user.ulp > 0 ? user.ulp : DIFF_ULP_K;
     if (user.atol >= 0)
         t.atol = user.atol;
     if (user.rtol >= 0)
         t.rtol = user.rtol;
     return t;
+}
+
+/* Mantissa bits of dt and its least spacing (f16's subnormals). */
+static void ulp_params(te_dtype dt, double *scale, double *least)
+{
+    *scale = dt == TE_F16 ? 0x1p-10 : dt == TE_BF16 ? 0x1p-7 : 0;
+    *least = dt == TE_F16 ? 0x1p-24 : dt == TE_BF16 ? 0x1p-133 : 0;
+}
+
+double diff_ulp_low(te_dtype dt, double x)
+{
+    double scale, least;
+    ulp_params(dt, &scale, &least);
+    int e;
+    x = fabs(x);
+    if (scale == 0 || !isfinite(x))
+        return 0;
+    frexp(x, &e);   /* x in [2^(e-1), 2^e) */
+    const double u = x > 0 ? ldexp(scale, e - 1) : 0;
+    return u > least ? u : least;
+}
+
+double diff_tol_slack(diff_tol t, double ax)
+{
+    return t.rtol * ax + (t.ulp > 0 ? t.ulp * diff_ulp_low(t.ulp_dt, ax) : 0);
 }
 
 void diff_acc_init(diff_acc *acc, bool same_dtype)
@@ -147,14 +178,15 @@ static void add_exact(diff_acc *s, const double *va, const double *vb, const dou
         const double den = ax > DIFF_REL_EPS ? ax : DIFF_REL_EPS;
         s->n_rel_low += d > DIFF_REL_LOW * den;   /* rel > DIFF_REL_LOW, as the lanes count */
         s->n_rel_high += d > DIFF_REL_HIGH * den;
-        if (d > tol.atol + tol.rtol * ax) {
+        const double ulps = tol.ulp * diff_ulp_low(tol.ulp_dt, ax);
+        if (d > tol.atol + tol.rtol * ax + ulps) {
             s->n_fail++;
             if (s->first_fail < 0)
                 s->first_fail = base + i;
         }
-        s->min_atol = fmax(s->min_atol, d - tol.rtol * ax);
-        if (d > tol.atol)
-            s->min_rtol = fmax(s->min_rtol, ax > 0 ? (d - tol.atol) / ax : INFINITY);
+        s->min_atol = fmax(s->min_atol, d - tol.rtol * ax - ulps);
+        if (d > tol.atol + ulps)
+            s->min_rtol = fmax(s->min_rtol, ax > 0 ? (d - tol.atol - ulps) / ax : INFINITY);
         if (ka && fabs(ka[i] - kb[i]) > (double)s->max_ulp)
             s->max_ulp = (int64_t)fabs(ka[i] - kb[i]);
     }
@@ -175,6 +207,8 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 #define VABS(x) ((v4d)((v4l)(x) & ABS_MASK))
 #define VMAX(a, b) PICK((v4l)((a) > (b)), (a), (b))
 #define ABS_MASK ((v4l){ INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX })
+#define EXP_BITS 0x7ff0000000000000LL
+#define EXP_MASK ((v4l){ EXP_BITS, EXP_BITS, EXP_BITS, EXP_BITS })
 
 /* The lanes' running values over a block. The largest relative error and
  * the least passing rtol are ratios, kept as numerator and denominator and
@@ -203,10 +237,12 @@ typedef struct lanes {
         (L).rel_den = PICK(more_, den_, (L).rel_den);                                        \
         (L).low -= (v4l)(d_ > lo * den_);                                                    \
         (L).high -= (v4l)(d_ > hi * den_);                                                   \
-        (L).fail -= (v4l)(d_ > atol + rtol * ax_);                                           \
-        (L).min_atol = VMAX(d_ - rtol * ax_, (L).min_atol);                                  \
-        const v4l over_ = (v4l)(d_ > atol);                                                  \
-        const v4d num_ = PICK(over_, d_ - atol, zero), dn_ = PICK(over_, ax_, one);          \
+        /* k ulps of the lower precision at |x|: its exponent's power of two, scaled */    \
+        const v4d u_ = uk * VMAX((v4d)((v4l)ax_ & EXP_MASK) * us, ul);                       \
+        (L).fail -= (v4l)(d_ > atol + rtol * ax_ + u_);                                      \
+        (L).min_atol = VMAX(d_ - rtol * ax_ - u_, (L).min_atol);                             \
+        const v4l over_ = (v4l)(d_ > atol + u_);                                             \
+        const v4d num_ = PICK(over_, d_ - atol - u_, zero), dn_ = PICK(over_, ax_, one);     \
         const v4l wider_ = (v4l)(num_ * (L).rtol_den > (L).rtol_num * dn_);                   \
         (L).rtol_num = PICK(wider_, num_, (L).rtol_num);                                     \
         (L).rtol_den = PICK(wider_, dn_, (L).rtol_den);                                      \
@@ -217,6 +253,9 @@ typedef struct lanes {
     const v4d atol = SPLAT((tol).atol), rtol = SPLAT((tol).rtol), zero = SPLAT(0),           \
               one = SPLAT(1), eps = SPLAT(DIFF_REL_EPS), lo = SPLAT(DIFF_REL_LOW),           \
               hi = SPLAT(DIFF_REL_HIGH);                                                     \
+    double us_, ul_;                                                                         \
+    ulp_params((tol).ulp_dt, &us_, &ul_);                                                    \
+    const v4d uk = SPLAT((tol).ulp), us = SPLAT(us_), ul = SPLAT(ul_);                       \
     lanes L = { .sum_abs = zero, .sum_sq = zero, .dot = zero, .sq_a = zero, .sq_b = zero,    \
                 .mx = zero, .min_atol = zero, .ulp = zero, .rel_num = zero, .rel_den = one,  \
                 .rtol_num = zero, .rtol_den = one }
@@ -343,7 +382,7 @@ static bool lanes_add(diff_acc *s, const lanes *L, const double *va, const doubl
             }
     }
     for (int i = 0; fail > 0 && s->first_fail < 0 && i < n_real; i++)
-        if (fabs(vb[i] - va[i]) > tol.atol + tol.rtol * fabs(va[i]))
+        if (fabs(vb[i] - va[i]) > tol.atol + diff_tol_slack(tol, fabs(va[i])))
             s->first_fail = base + i;
     s->n_fail += fail;
     s->n += n_real;

@@ -34,7 +34,10 @@ static const char usage_text[] =
     "execution order, and names the ops where they part. A is the reference.\n"
     "  --atol X, --rtol X      a tensor passes when |b - a| <= atol + rtol * |a| everywhere;\n"
     "                          defaults by the lower precision of the pair: f32 1e-05 and\n"
-    "                          1.3e-06, f16 1e-05 and 1e-03, bf16 1e-05 and 1.6e-02, i32 exact\n"
+    "                          1.3e-06, f16 1e-05 and 1e-03, bf16 1e-05 and 1.6e-02, i32 exact;\n"
+    "                          f16/bf16 with f32: atol 1e-05 plus 8 ulps of the lower one\n"
+    "  --ulp K                 across precisions: |b - a| <= atol + K * ulp_low(|a|);\n"
+    "                          0: the lower precision's rtol instead\n"
     "  --ops GLOB,...          only these ops (globs on op names; type:TYPE on op types)\n"
     "                          or tensors (conv2/bn:in0, /conv2/bn/in0, param:NAME)\n"
     "  --steps SPEC            only these steps: N, A-B, every:N, A-B:every:N, joined by | or ,\n"
@@ -204,17 +207,18 @@ static int parse_metrics(diff_opts *o, const char *v, FILE *err)
 }
 
 /* The options that take a value. */
-static const char *const valued[] = { "--atol", "--rtol", "--ops", "--steps", "--io", "--metrics",
+static const char *const valued[] = { "--atol", "--rtol", "--ulp", "--ops", "--steps", "--io", "--metrics",
                                       "--map", "--format", "--color", NULL };
 
 static int option(diff_opts *o, const char *name, const char *v, FILE *err)
 {
     char why[1024];
-    if (strcmp(name, "--atol") == 0 || strcmp(name, "--rtol") == 0) {
+    if (strcmp(name, "--atol") == 0 || strcmp(name, "--rtol") == 0 || strcmp(name, "--ulp") == 0) {
         double x;
         if (!parse_tol(v, &x))
-            return usage(err, "bad %s '%s' (a number >= 0, e.g. 1e-5)", name, v);
-        *(name[2] == 'a' ? &o->tol.atol : &o->tol.rtol) = x;
+            return usage(err, "bad %s '%s' (a number >= 0, e.g. %s)", name, v,
+                         name[2] == 'u' ? "8" : "1e-5");
+        *(name[2] == 'a' ? &o->tol.atol : name[2] == 'r' ? &o->tol.rtol : &o->tol.ulp) = x;
     } else if (strcmp(name, "--ops") == 0) {
         dump_spec s;
         if (!spec_item("ops", v, &s, why, sizeof why))
@@ -270,7 +274,7 @@ int diff_opts_parse(int argc, char **argv, diff_opts *o, bool *done, FILE *out, 
     memset(o, 0, sizeof *o);
     char why[512];
     dump_spec_parse("", &o->sel, why, sizeof why);   /* the defaults: every op, every step */
-    o->tol = (diff_tol){ -1, -1 };
+    o->tol = (diff_tol){ -1, -1, -1, TE_F32 };
     o->io = DUMP_IO_BOTH;
     o->color = -1;
     o->metric[DIFF_M_MAX_ABS] = o->metric[DIFF_M_MAX_REL] = o->metric[DIFF_M_COSINE] = true;

@@ -344,6 +344,10 @@ static void table_note(FILE *f, const diff_row *r)
                 (long long)r->m.nan_b, (long long)r->m.inf_a, (long long)r->m.inf_b);
         sep = "; ";
     }
+    if (r->lowp == DIFF_LOWP_OVER && r->info->io == DUMP_OUT) {
+        fprintf(f, "%sbeyond rounding: %.3g ulp from its f32 recomputation", sep, r->lowp_ulp);
+        sep = "; ";
+    }
     if (r->verdict == DIFF_ROOT && r->info->file[0]) {
         fprintf(f, "%s%s:%d", sep, short_file(r->info->file), r->info->line);
         sep = "; ";
@@ -363,6 +367,7 @@ static void table_row(diff_ctx *c, const diff_row *r)
     const char *v = verdict_text(r);
     fprintf(c->out, "  %s%s%s", c->color ? color_of(r) : "", v, c->color ? RESET : "");
     if (r->first || r->status == DIFF_SHAPE || r->verdict == DIFF_ROOT ||
+        (r->lowp == DIFF_LOWP_OVER && r->info->io == DUMP_OUT) ||
         (r->status == DIFF_COMPARED && r->m.n_nonfinite > 0)) {
         fprintf(c->out, "%*s  ", VERDICT_WIDTH - (int)strlen(v), "");
         table_note(c->out, r);
@@ -578,6 +583,25 @@ void diff_summary_add(diff_summary *s, const diff_row *rows, int n_rows)
     }
 }
 
+/* The recomputation of the low-precision run's ops: how many, the first
+ * beyond rounding (diverges here), the kinds not recomputed. */
+static void lowp_summary(FILE *f, const diff_lowp *lp)
+{
+    fprintf(f, "across precisions: %s (%s) recomputed in f32 from its own inputs: %d op%s, %d "
+            "beyond rounding (0.5 ulp + %g of the largest |value|)\n", lp->low == 0 ? "A" : "B",
+            lp->level, lp->recomputed, lp->recomputed == 1 ? "" : "s", lp->over, DIFF_LOWP_SLACK);
+    if (lp->has_first)
+        fprintf(f, "  diverges here: step %lld, %s (%s) out0: %.3g ulp of %s from its "
+                "recomputation, %lld element%s beyond rounding\n", (long long)lp->first.step,
+                lp->first.op, lp->first.type, lp->first.ulp, te_dtype_name(lp->first.dtype),
+                (long long)lp->first.n_over, lp->first.n_over == 1 ? "" : "s");
+    else if (lp->recomputed)
+        fprintf(f, "  no op beyond rounding: the differences are rounding carried forward\n");
+    if (lp->n_skipped)
+        fprintf(f, "  not recomputed (%s): %d op%s\n", lp->skipped, lp->n_skipped,
+                lp->n_skipped == 1 ? "" : "s");
+}
+
 static void text_summary(diff_ctx *c, const diff_summary *s)
 {
     FILE *f = c->out;
@@ -607,6 +631,8 @@ static void text_summary(diff_ctx *c, const diff_summary *s)
             fprintf(f, "  ... and %d more (--format json lists them all)\n",
                     s->n_causes - CAUSES_SHOWN);
     }
+    if (s->lowp)
+        lowp_summary(f, s->lowp);
     if (s->has_first)
         fprintf(f, "first divergence: step %lld, %s (%s) %s %s%s\n", (long long)s->first.step,
                 s->first.op, s->first.op_type, s->first_io, s->first_tensor,

@@ -99,6 +99,8 @@ typedef struct dump_run_meta {
                                    * do not say which inputs an op writes in place) */
     bool lists_reads;             /* read only: /ops has the reads column (older files do
                                    * not say what a backward op reads of its forward op) */
+    bool lists_attrs;             /* read only: /ops has the attrs column (older files do
+                                   * not keep the ops' attributes) */
 } dump_run_meta;
 
 /* A step's loss scaler (step files' optional root attributes loss_scale,
@@ -128,6 +130,8 @@ typedef struct dump_op_row {
                                    * statistics in training */
     char reads[DUMP_TEXT_MAX];    /* backward: the forward tensors it reads besides the
                                    * gradients (te_op_record.reads), joined by ',' */
+    char attrs[DUMP_TEXT_MAX];    /* forward: its attributes, te_op_attrs's "key=value ..."
+                                   * ("" for a type without any, and in older files) */
 } dump_op_row;
 
 /* The dataset path of an op's tensor: ("fc1/linear", DUMP_IN, 1) gives

@@ -417,7 +417,7 @@ static const col op_cols[] = {
     COL(dump_op_row, file, C_STR),   COL(dump_op_row, line, C_I32),
     COL(dump_op_row, inputs, C_STR), COL(dump_op_row, outputs, C_STR),
     COL(dump_op_row, kernel, C_STR), COL_OPTIONAL(dump_op_row, inplace, C_STR),
-    COL_OPTIONAL(dump_op_row, reads, C_STR),
+    COL_OPTIONAL(dump_op_row, reads, C_STR), COL_OPTIONAL(dump_op_row, attrs, C_STR),
 };
 
 #define NCOLS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -916,6 +916,7 @@ static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
     hid_t ft = ds >= 0 ? H5Dget_type(ds) : -1;
     m->lists_inplace = ft >= 0 && H5Tget_member_index(ft, "inplace") >= 0;
     m->lists_reads = ft >= 0 && H5Tget_member_index(ft, "reads") >= 0;
+    m->lists_attrs = ft >= 0 && H5Tget_member_index(ft, "attrs") >= 0;
     if (ft >= 0)
         H5Tclose(ft);
     if (ds >= 0)
@@ -1499,6 +1500,7 @@ static bool run_load(const char *path, dump_run_meta *m, dump_op_row **ops, int 
         TEXT_END(o[i].kernel);
         TEXT_END(o[i].inplace);
         TEXT_END(o[i].reads);
+        TEXT_END(o[i].attrs);
         c.bad = (unsigned)o[i].phase >= TE_PHASE_COUNT;
     }
     if (c.bad || c.left != 0 || (unsigned)m->mode > TE_MODE_GRAPH)

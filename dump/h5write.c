@@ -899,7 +899,7 @@ typedef struct op_mem {
     int32_t exec;
     const char *name, *type, *phase, *file;
     int32_t line;
-    const char *inputs, *outputs, *kernel, *inplace, *reads;
+    const char *inputs, *outputs, *kernel, *inplace, *reads, *attrs;
 } op_mem;
 
 static hid_t ops_type(hid_t str)
@@ -915,7 +915,8 @@ static hid_t ops_type(hid_t str)
                    H5Tinsert(t, "outputs", HOFFSET(op_mem, outputs), str) < 0 ||
                    H5Tinsert(t, "kernel", HOFFSET(op_mem, kernel), str) < 0 ||
                    H5Tinsert(t, "inplace", HOFFSET(op_mem, inplace), str) < 0 ||
-                   H5Tinsert(t, "reads", HOFFSET(op_mem, reads), str) < 0)) {
+                   H5Tinsert(t, "reads", HOFFSET(op_mem, reads), str) < 0 ||
+                   H5Tinsert(t, "attrs", HOFFSET(op_mem, attrs), str) < 0)) {
         H5Tclose(t);
         return -1;
     }
@@ -951,7 +952,7 @@ static bool write_ops(hid_t f, const dump_op_row *ops, int n_ops)
     for (int i = 0; ok && i < n_ops; i++) {
         const dump_op_row *r = &ops[i];
         m[i] = (op_mem){ r->exec, r->name, r->type, te_phase_name(r->phase), r->file, r->line, r->inputs,
-                         r->outputs, r->kernel, r->inplace, r->reads };
+                         r->outputs, r->kernel, r->inplace, r->reads, r->attrs };
     }
     ok = ok && write_table(f, "/ops", t, sizeof *m, n_ops, m);
     if (t >= 0)
@@ -981,7 +982,8 @@ static bool run_valid(const char *path, const dump_run_meta *m, const dump_op_ro
             !terminated(r->file, sizeof r->file) || !terminated(r->inputs, sizeof r->inputs) ||
             !terminated(r->outputs, sizeof r->outputs) ||
             !terminated(r->kernel, sizeof r->kernel) || !terminated(r->inplace, sizeof r->inplace) ||
-            !terminated(r->reads, sizeof r->reads) || (unsigned)r->phase >= TE_PHASE_COUNT)
+            !terminated(r->reads, sizeof r->reads) || !terminated(r->attrs, sizeof r->attrs) ||
+            (unsigned)r->phase >= TE_PHASE_COUNT)
             return dump_h5_fail(err, n, "%s: /ops: row %d: unterminated text or bad phase %d", path, i,
                         (int)r->phase);
     }

@@ -738,6 +738,7 @@ static void remember_op(dump_session *d, const te_op_record *r)
             inplace[n_inplace++] = r->inputs[i];
     join_names(o->inplace, sizeof o->inplace, inplace, n_inplace);
     join_names(o->reads, sizeof o->reads, r->reads, r->n_reads);
+    te_op_attrs(r, o->attrs, sizeof o->attrs);
     snprintf(o->kernel, sizeof o->kernel, "%s", r->kernel ? r->kernel : "");
 }
 

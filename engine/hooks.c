@@ -74,10 +74,21 @@ void te_op_done(const te_op_record *rec)
 {
     te_op_record altered;
     te_names_seen(rec);
-    if (te_inject_count && te_inject_apply(rec) && rec->out_stats) {
-        altered = *rec; /* the statistics the op computed are of the value before */
-        altered.out_stats = NULL;
-        rec = &altered;
+    if (te_inject_count) {
+        /* An injection changes the values after the op: the statistics it
+         * computed are of the value before, and its rounding counts are
+         * what rounding the injected values did. */
+        static _Thread_local te_round_stats round[TE_MAX_IN];
+        const int n = rec->n_outputs < TE_MAX_IN ? rec->n_outputs : TE_MAX_IN;
+        bool rounded = rec->round != NULL;
+        for (int k = 0; k < n; k++)
+            round[k] = rec->round ? rec->round[k] : (te_round_stats){ .dtype = TE_F32 };
+        if (te_inject_apply(rec, round, &rounded)) {
+            altered = *rec;
+            altered.out_stats = NULL;
+            altered.round = rounded ? round : NULL;
+            rec = &altered;
+        }
     }
     if (te_hook_count)
         hooks_op_end(rec);

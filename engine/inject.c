@@ -129,7 +129,19 @@ static void check_index(const injection *in, const te_op_record *rec, const te_t
     exit(2);
 }
 
-static void alter(const injection *in, te_tensor *t, uint64_t stream)
+/* scale and noise compute new values: on an f16/bf16 tensor they are
+ * computed in f32 and rounded once, as an op's result is, so that a value
+ * beyond the dtype's range overflows to +-Inf and *st counts it (the
+ * altered record's round: `break overflow` sees the injected overflow). */
+static bool computes(inject_kind k) { return k == INJ_SCALE || k == INJ_NOISE; }
+
+static float altered_value(const injection *in, float x, uint64_t stream, int64_t i)
+{
+    return in->kind == INJ_SCALE ? x * in->value
+                                 : x + in->value * te_rand_normal(te_seed(), stream, (uint64_t)i);
+}
+
+static void alter(const injection *in, te_tensor *t, uint64_t stream, te_round_stats *st)
 {
     switch (in->kind) {
     case INJ_NAN:
@@ -137,12 +149,22 @@ static void alter(const injection *in, te_tensor *t, uint64_t stream)
         te_set(t, in->index, in->kind == INJ_NAN ? NAN : INFINITY);
         break;
     case INJ_SCALE:
-        for (int64_t i = 0; i < t->numel; i++)
-            te_set(t, i, te_get(t, i) * in->value);
-        break;
     case INJ_NOISE:
-        for (int64_t i = 0; i < t->numel; i++)
-            te_set(t, i, te_get(t, i) + in->value * te_rand_normal(te_seed(), stream, (uint64_t)i));
+        if (t->dtype == TE_F16 || t->dtype == TE_BF16) {
+            float *v = malloc((size_t)t->numel * sizeof *v);
+            if (!v) {
+                fprintf(stderr, "error: --inject '%s': out of memory altering %s\n", in->spec, t->name);
+                exit(2);
+            }
+            te_copy_to_f32(t, v);
+            for (int64_t i = 0; i < t->numel; i++)
+                v[i] = altered_value(in, v[i], stream, i);
+            te_round_f32(t, v, st);
+            free(v);
+        } else {
+            for (int64_t i = 0; i < t->numel; i++)
+                te_set(t, i, altered_value(in, te_get(t, i), stream, i));
+        }
         break;
     case INJ_ZERO:
         te_fill(t, 0.0f);
@@ -152,16 +174,17 @@ static void alter(const injection *in, te_tensor *t, uint64_t stream)
     }
 }
 
-bool te_inject_apply(const te_op_record *rec)
+bool te_inject_apply(const te_op_record *rec, te_round_stats *round, bool *rounded)
 {
     bool altered = false;
     for (int i = 0; i < te_inject_count; i++) {
         const injection *in = &injections[i];
         if (is_crash(in->kind) || in->step != rec->step || fnmatch(in->glob, rec->name, 0) != 0)
             continue;
-        te_tensor *t = NULL;
-        for (int k = 0; k < rec->n_outputs && !t; k++)
-            t = rec->outputs[k];
+        int slot = 0;
+        while (slot < rec->n_outputs && !rec->outputs[slot])
+            slot++;
+        te_tensor *t = slot < rec->n_outputs ? rec->outputs[slot] : NULL;
         /* Noise drawn from (op name, step): the same in eager and graph mode. */
         uint64_t stream = (uint64_t)rec->step;
         for (const char *c = rec->name; *c; c++)
@@ -169,7 +192,12 @@ bool te_inject_apply(const te_op_record *rec)
         if (t && te_dtype_is_float(t->dtype)) {
             if (in->kind == INJ_NAN || in->kind == INJ_INF)
                 check_index(in, rec, t);
-            alter(in, t, stream);
+            te_round_stats st = { .dtype = TE_F32 };
+            alter(in, t, stream, &st);
+            if (computes(in->kind) && st.dtype != TE_F32) {
+                round[slot] = st;
+                *rounded = true;
+            }
             altered = true;
         }
     }

@@ -464,7 +464,10 @@ TE_API void te_hook_remove(int handle);
  * noise, zero, segv, abort, fpe. After an op whose name matches GLOB runs
  * at step N, its output 0 is altered before any hook sees it: nan/inf set
  * element I (default 0), scale multiplies by X (default 1000), noise adds
- * N(0, X^2) (default X 0.01), zero clears it. segv, abort and fpe crash the
+ * N(0, X^2) (default X 0.01), zero clears it; on an f16/bf16 output, scale
+ * and noise compute in f32 and round once, as the op's results are (a value
+ * beyond the dtype becomes +-Inf), and the record the hooks see carries
+ * what that rounding did (te_op_record.round). segv, abort and fpe crash the
  * program instead, as the op starts its kernel (after the op_begin hooks):
  * a store through a NULL pointer (SIGSEGV), abort() (SIGABRT), an integer
  * division by zero (SIGFPE); forward, backward and update ops alike, in
@@ -638,6 +641,13 @@ TE_API void te_stats_want(bool on);
 /* Output i's full statistics: those the op computed, else te_stats_compute.
  * The same bits either way. */
 TE_API void te_op_output_stats(const te_op_record *r, int i, te_stats *s);
+/* A forward record's op attributes as "key=value ..." text into buf: the
+ * ones its type uses (MatMul "trans_a=0 trans_b=1", Conv2D "stride=1 pad=1",
+ * Softmax "axis=-1", LayerNorm "eps=9.99999975e-06", Dropout "p=0.1
+ * scale=1.11111116 training=1 seed=...", ...; "" for a type without any).
+ * Floats have 9 significant digits (they read back exactly). Returns the
+ * length snprintf would give; -1 (buf "") for a record of another phase. */
+TE_API int te_op_attrs(const te_op_record *r, char *buf, size_t size);
 /* Flat index -> "[3,17]" for t's shape; returns buf. */
 TE_API char *te_index_str(const te_tensor *t, int64_t flat, char *buf, size_t n);
 
@@ -743,6 +753,16 @@ TE_API te_tensor *te_scaler_scale_loss_at(te_loc loc, te_tensor *loss);
  * update, inputs the gradients, outputs the unscaled ones) is reported to
  * the hooks. In graph mode a kernel of the compiled step does this. */
 TE_API te_status te_scaler_unscale(te_tensor **params, int n);
+
+/* The forward op of rec (a record a hook is handed, while it is being
+ * reported) run again in f32 (rerun.c): its inputs cast up to f32, its
+ * kernel run on copies without rounding; nothing of the program is written
+ * (in-place writes and saved state go to copies). out gets its outputs,
+ * f32 (i32 ones stay i32), as persistent tensors to free with
+ * te_tensor_free; max_out must hold them all. TE_ERR_ARG for a backward or
+ * update op, TE_ERR_STATE when an input is not in memory (graph mode
+ * keeps the tensors it is asked to observe), with a message naming it. */
+TE_API te_status te_rerun_f32(const te_op_record *rec, te_tensor **out, int max_out);
 
 /* ---- memory ------------------------------------------------------------ */
 

@@ -373,8 +373,11 @@ extern int te_hook_count;
 extern int te_inject_count;
 void te_hooks_step(int64_t step, bool begin);
 void te_hooks_phase(int64_t step, te_phase p);
-/* True when it altered the op's output. */
-bool te_inject_apply(const te_op_record *rec);
+/* True when it altered the op's output. round holds rec->n_outputs
+ * entries (rec->round's, or TE_F32 ones): an f16/bf16 output that scale or
+ * noise altered is rounded again and its entry replaced by what that
+ * rounding did (*rounded set). */
+bool te_inject_apply(const te_op_record *rec, te_round_stats *round, bool *rounded);
 /* Does an injection target this op? Graph mode keeps its output visible. */
 bool te_inject_targets(const char *op_name);
 /* The injected op globs as text, for the key of a compiled graph variant. */
@@ -409,6 +412,12 @@ te_dtype te_amp_input_dtype(te_op op, te_dtype dt, bool any_low);
 /* te_shutdown: back to O0 (the parameters are gone). */
 void te_amp_reset(void);
 
+/* n's forward again in f32 (rerun.c): its inputs copied and cast up, the
+ * kernel run on the copies without rounding, nothing of the program
+ * written (inputs, saved state: copies). out gets n->n_out persistent
+ * tensors (f32; i32 outputs stay i32) the caller frees. TE_ERR_STATE when
+ * an input is not in memory. */
+te_status te_node_rerun_f32(const te_node *n, te_tensor **out);
 /* Runs n's kernel (through f32 shadows for f16/bf16 tensors). */
 te_status te_node_dispatch(te_node *n, bool backward);
 bool te_node_needs_shadow(const te_node *n);

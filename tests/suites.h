@@ -32,6 +32,7 @@ Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, format
 Suite *suite_dump_amp(void);    /* mixed precision in dumps (amp level, loss scale, skips) and the TUI's tracking */
 Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the whole op table */
 Suite *suite_cmd_args(void);    /* command arguments refused or meant, step N, quit's status, the launcher's truth */
+Suite *suite_dbg_amp(void);     /* the debugger on mixed precision: overflow, underflow, skip, compare f32, info amp */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_crash(void);       /* crash reports: injected and natural crashes, exit() mid-step, CLI and TUI */
 Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */

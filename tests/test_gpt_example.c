@@ -569,6 +569,33 @@ START_TEST(test_gpt_diff_eager_fused_same)
 }
 END_TEST
 
+/* At --amp O2 graph mode fuses the attention of both layers too (q, k, v
+ * in f16: docs/amp.md "Rounding"), the casts around softmax inside the
+ * fused kernel, and trains as eager mode does. */
+START_TEST(test_gpt_amp_fused_attention)
+{
+    const char *args = TINY " --steps 3 --warmup 1 --eval-every 0 --amp O2 --dump 'dir=%s/%s;ops=h*/attn/out'";
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s --mode graph", args);
+    gpt_run g = run_gpt(spec, scratch, "graph");
+    snprintf(spec, sizeof spec, "%s --mode eager", args);
+    gpt_run e = run_gpt(spec, scratch, "eager");
+    assert_ok(&g, "graph");
+    assert_ok(&e, "eager");
+    ts_session k = ts_sh("h5dump -d /ops '%s/graph/run.h5' | grep -c 'fused-attention: h1/attn/scores, "
+                         "h1/attn/scale, h1/attn/mask, h1/attn/softmax/cast_in0, h1/attn/softmax, "
+                         "h1/attn/dropout, h1/attn/out/cast_in0, h1/attn/out'",
+                         scratch);
+    ck_assert_msg(atoi(k.out) > 0, "graph mode at O2 did not fuse attention:\n%s", k.out);
+    for (int s = 0; s < 3; s++)
+        ck_assert_msg(g.logged[s] && fabsf(g.loss[s] - e.loss[s]) <= 1e-4f * fabsf(e.loss[s]),
+                      "step %d: loss %g graph, %g eager", s, (double)g.loss[s], (double)e.loss[s]);
+    ts_free(&k);
+    ts_free(&e.s);
+    ts_free(&g.s);
+}
+END_TEST
+
 Suite *suite_gpt_example(void)
 {
     Suite *s = suite_create("gpt_example");
@@ -601,6 +628,7 @@ Suite *suite_gpt_example(void)
     tcase_add_unchecked_fixture(tc, scratch_up, scratch_down);
     tcase_add_test(tc, test_gpt_debug_across_layers);
     tcase_add_test(tc, test_gpt_diff_eager_fused_same);
+    tcase_add_test(tc, test_gpt_amp_fused_attention);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -663,9 +663,15 @@ START_TEST(test_half_against_f32)
     add(w, meta("x", DUMP_OUT, 0, 0, "x:out0", TE_F16, te_shape(N)), h);
     add(w, meta("y", DUMP_OUT, 0, 1, "y:out0", TE_BF16, te_shape(N)), bf);
     commit(w);
-    tu_result r = RUN(a, b, "--format", "csv");
+    tu_result r = RUN(a, b, "--format", "csv");   /* the default: 8 ulps of the lower one */
     ck_assert_msg(r.rc == 0, "rc %d: %s\n%s", r.rc, r.err, r.out);
     csv t = csv_parse(r.out);
+    ck_assert_str_eq(cell(&t, 0, "rtol"), "0");
+    csv_free(&t);
+    tu_result_free(&r);
+    r = RUN(a, b, "--format", "csv", "--ulp", "0");   /* --ulp 0: the per-dtype rtol */
+    ck_assert_msg(r.rc == 0, "rc %d: %s\n%s", r.rc, r.err, r.out);
+    t = csv_parse(r.out);
     ck_assert_int_eq(t.nrows, 2);
     expect eh = expect_of(dv, dh, NULL, NULL, N, 1e-5, 1e-3);
     expect eb = expect_of(dv, dbf, NULL, NULL, N, 1e-5, 1.6e-2);
@@ -678,7 +684,7 @@ START_TEST(test_half_against_f32)
     ck_assert_msg(eh.max_abs > 0 && eb.max_abs > eh.max_abs, "rounding errors were there");
     csv_free(&t);
     tu_result_free(&r);
-    r = RUN(a, b, "--rtol", "1e-5", "--summary");   /* tighter than f16's rounding */
+    r = RUN(a, b, "--ulp", "0", "--rtol", "1e-5", "--summary");   /* tighter than f16's rounding */
     ck_assert_msg(r.rc == 1 && strstr(r.out, "2 tensors compared in 1 step: 2 diverge here"),
                   "rc %d: %s", r.rc, r.out);
     tu_result_free(&r);
@@ -1476,6 +1482,101 @@ START_TEST(test_program_exit_status)
 }
 END_TEST
 
+/* ---- across precisions ------------------------------------------------------ */
+
+/* Trains the example MLP once (1 step) with flags, dumping inputs and outputs into dir. */
+static void mlp_amp_dump(const char *dir, const char *flags)
+{
+    int st = tu_shell(shell_out, sizeof shell_out,
+                      "'%s/examples/mlp' --hidden 32,32 --batch 8 --steps 1 --train-size 64 "
+                      "--threads 1 --log-every 100 %s --dump 'dir=%s;io=both' 2>&1",
+                      TDBG_BUILDDIR, flags, dir);
+    ck_assert_msg(st == 0, "mlp: exit %d:\n%s", st, shell_out);
+}
+
+/* O2 f16 with a fault planted in fc2/linear's output against O0: the
+ * recomputation of the O2 run's own ops names fc2/linear, and only it. */
+START_TEST(test_amp_diverges_here)
+{
+    char d[256], a[300], b[300];
+    test_dir(d, sizeof d);
+    snprintf(a, sizeof a, "%s/o0", d);
+    snprintf(b, sizeof b, "%s/o2", d);
+    mlp_amp_dump(a, "--amp O0");
+    mlp_amp_dump(b, "--amp O2 --amp-dtype f16 --loss-scale 1 --inject scale@op=fc2/linear,step=0,value=2");
+    tu_result r = RUN("--io", "outputs", a, b);
+    ck_assert_msg(r.rc == DIFF_RC_DIFFER, "rc %d\n%s%s", r.rc, r.out, r.err);
+    ck_assert_msg(strstr(r.out, "across precisions: B (O2 f16) recomputed in f32 from its own inputs"),
+                  "%s", r.out);
+    ck_assert_msg(strstr(r.out, "diverges here: step 0, fc2/linear (Linear) out0"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, ", 1 beyond rounding"), "%s", r.out);
+    const char *row = strstr(r.out, "\n0     fc2/linear ");
+    ck_assert_msg(row && strstr(row, "DIVERGES HERE  beyond rounding") < strchr(row + 1, '\n') &&
+                      strstr(row, "DIVERGES HERE  beyond rounding"), "%s", r.out);
+    /* fc1 before it and fc2/relu after it only carry rounding or the fault forward */
+    const char *fc1 = strstr(r.out, "\n0     fc1/linear "), *relu = strstr(r.out, "\n0     fc2/relu ");
+    ck_assert_msg(fc1 && strstr(fc1, "inherited") < strchr(fc1 + 1, '\n'), "%s", r.out);
+    ck_assert_msg(relu && strstr(relu, "inherited") < strchr(relu + 1, '\n'), "%s", r.out);
+    tu_result_free(&r);
+}
+END_TEST
+
+/* A clean O2 f16 run against O0: no op beyond its rounding, nothing diverges here. */
+START_TEST(test_amp_clean_rounding_only)
+{
+    char d[256], a[300], b[300];
+    test_dir(d, sizeof d);
+    snprintf(a, sizeof a, "%s/o0", d);
+    snprintf(b, sizeof b, "%s/o2", d);
+    mlp_amp_dump(a, "--amp O0");
+    mlp_amp_dump(b, "--amp O2 --amp-dtype f16 --loss-scale 1");
+    tu_result r = RUN("--io", "outputs", a, b);
+    ck_assert_msg(r.rc == DIFF_RC_SAME || r.rc == DIFF_RC_DIFFER, "rc %d\n%s%s", r.rc, r.out, r.err);
+    ck_assert_msg(strstr(r.out, ", 0 beyond rounding"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "no op beyond rounding: the differences are rounding carried forward"),
+                  "%s", r.out);
+    ck_assert_msg(strstr(r.out, ": 0 diverge here,"), "%s", r.out);
+    ck_assert_msg(!strstr(r.out, "DIVERGES HERE"), "%s", r.out);
+    tu_result_free(&r);
+}
+END_TEST
+
+/* The tolerance across dtypes at its edge: k ulps of the lower precision
+ * (plus atol) pass, k + 1 fail; the lanes (4 at a time) and the tail agree. */
+START_TEST(test_amp_ulp_tolerance_edge)
+{
+    static const struct { te_dtype dt; float ref; uint16_t at_k, past_k; } c[] = {
+        { TE_F16, 1.0f, 0x3C00 + 8, 0x3C00 + 9 },      /* ulp at 1: 2^-10 */
+        { TE_BF16, 3.0f, 0x4040 + 8, 0x4040 + 9 },     /* ulp at 3: 2^-6 */
+        { TE_F16, -0.25f, 0xB400 + 8, 0xB400 + 9 },    /* ulp at 0.25: 2^-12 */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        diff_tol t = diff_tol_for(TE_F32, c[i].dt, (diff_tol){ 0, -1, -1, TE_F32 });
+        ck_assert(t.ulp == DIFF_ULP_K && t.rtol == 0 && t.ulp_dt == c[i].dt);
+        ck_assert(DIFF_ULP_K == 8);
+        float a[5];
+        uint16_t in[5], out[5];
+        for (int k = 0; k < 5; k++) {
+            a[k] = c[i].ref;
+            in[k] = c[i].at_k;
+            out[k] = c[i].past_k;
+        }
+        diff_acc acc;
+        diff_acc_init(&acc, false);
+        diff_acc_add(&acc, a, TE_F32, in, c[i].dt, 0, 5, t);
+        ck_assert_msg(acc.n_fail == 0, "case %zu: %lld fail at k ulp", i, (long long)acc.n_fail);
+        diff_acc_init(&acc, false);
+        diff_acc_add(&acc, a, TE_F32, out, c[i].dt, 0, 5, t);
+        ck_assert_msg(acc.n_fail == 5, "case %zu: %lld fail at k+1 ulp", i, (long long)acc.n_fail);
+        /* same-dtype pairs keep their tolerances: no ULP term */
+        ck_assert(diff_tol_for(c[i].dt, c[i].dt, (diff_tol){ -1, -1, -1, TE_F32 }).ulp == 0);
+    }
+    ck_assert(diff_tol_for(TE_F32, TE_F32, (diff_tol){ -1, -1, -1, TE_F32 }).rtol == 1.3e-6);
+    ck_assert(diff_ulp_low(TE_F16, 1.0) == 0x1p-10 && diff_ulp_low(TE_F16, 1e-6) == 0x1p-24);
+    ck_assert(diff_ulp_low(TE_BF16, 1.5) == 0x1p-7);
+}
+END_TEST
+
 Suite *suite_tdbg_diff(void)
 {
     Suite *s = suite_create("tdbg_diff");
@@ -1490,6 +1591,14 @@ Suite *suite_tdbg_diff(void)
     tcase_add_test(tc, test_injected_accumulation);
     tcase_add_test(tc, test_injected_outputs_only);
     tcase_add_test(tc, test_injected_fused_kernel);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("amp");   /* no engine fixture: the recomputation starts its own */
+    tcase_set_timeout(tc, 120);
+    tcase_add_unchecked_fixture(tc, suite_dir_make, suite_dir_remove);
+    tcase_add_test(tc, test_amp_diverges_here);
+    tcase_add_test(tc, test_amp_clean_rounding_only);
+    tcase_add_test(tc, test_amp_ulp_tolerance_edge);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("files");

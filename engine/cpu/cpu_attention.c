@@ -34,6 +34,14 @@
  * A (b,h) slice is one thread's: dq gathers over key tiles with no atomics,
  * in a fixed order, and the result does not depend on the thread count.
  *
+ * Under AMP q, k, v (and o, dout) are f16 or bf16: each tile is converted
+ * to f32 as it is loaded, everything inside is f32 as above (the scores,
+ * the probabilities, their sums: as flash attention keeps them on GPUs),
+ * and o (in the backward dq, dk, dv, added to in f32 when they accumulate)
+ * is rounded once to nearest even through te_round_block, its counts added
+ * per thread and summed at the end (integers and a max: the same for any
+ * thread count).
+ *
  * The tile functions are cloned for AVX-512, AVX2 and the baseline
  * (CPU_CLONES); without FMA contraction (-std=c11) every clone gives the
  * same bits.
@@ -94,29 +102,64 @@ static inline __attribute__((always_inline)) void mm(float *restrict C, int ldc,
     }
 }
 
+/* Element i of x, of dtype dt (f32, f16 or bf16), as f32. */
+static inline float ld1(const void *x, te_dtype dt, size_t i)
+{
+    if (dt == TE_F32)
+        return ((const float *)x)[i];
+    const uint16_t h = ((const uint16_t *)x)[i];
+    return dt == TE_F16 ? te_f16_to_f32(h) : te_bf16_to_f32(h);
+}
+
+/* x advanced by i elements of dtype dt. */
+static inline const void *off(const void *x, te_dtype dt, size_t i)
+{
+    return (const char *)x + i * (dt == TE_F32 ? sizeof(float) : sizeof(uint16_t));
+}
+
+/* dst[0..n) = src's elements from i, as f32. */
+static inline void row_f32(const void *restrict src, te_dtype dt, size_t i, int n, float *restrict dst)
+{
+    if (dt == TE_F32) {
+        memcpy(dst, (const float *)src + i, (size_t)n * sizeof *dst);
+        return;
+    }
+    for (int c = 0; c < n; c++)
+        dst[c] = ld1(src, dt, i + (size_t)c);
+}
+
+static void stats_add(te_round_stats *dst, const te_round_stats *src)
+{
+    dst->overflow += src->overflow;
+    dst->underflow += src->underflow;
+    dst->nonzero += src->nonzero;
+    dst->absmax = src->absmax > dst->absmax ? src->absmax : dst->absmax;
+}
+
 /* The padded row length: D up to a multiple of NR. */
 static int pad_d(int D)
 {
     return (D + NR - 1) / NR * NR;
 }
 
-/* dst[TB][DP] = src rows r0 .. r0+TB, ld floats apart (rows >= T and
- * columns >= D: 0). */
-static inline void load_rows(const float *restrict src, size_t ld, int r0, int T, int D, int DP,
+/* dst[TB][DP] = src rows r0 .. r0+TB (of dtype dt), ld elements apart, as
+ * f32 (rows >= T and columns >= D: 0). */
+static inline void load_rows(const void *restrict src, te_dtype dt, size_t ld, int r0, int T, int D, int DP,
                              float *restrict dst)
 {
     memset(dst, 0, (size_t)TB * DP * sizeof *dst);
     for (int r = 0; r < TB && r0 + r < T; r++)
-        memcpy(dst + (size_t)r * DP, src + (size_t)(r0 + r) * ld, (size_t)D * sizeof *dst);
+        row_f32(src, dt, (size_t)(r0 + r) * ld, D, dst + (size_t)r * DP);
 }
 
-/* dst[DP][TB] = the same rows transposed. */
-static inline void load_cols(const float *restrict src, int r0, int T, int D, float *restrict dst, int DP)
+/* dst[DP][TB] = the same rows transposed (rows D elements apart). */
+static inline void load_cols(const void *restrict src, te_dtype dt, int r0, int T, int D, float *restrict dst,
+                             int DP)
 {
     memset(dst, 0, (size_t)DP * TB * sizeof *dst);
     for (int r = 0; r < TB && r0 + r < T; r++)
         for (int d = 0; d < D; d++)
-            dst[(size_t)d * TB + r] = src[(size_t)(r0 + r) * D + d];
+            dst[(size_t)d * TB + r] = ld1(src, dt, (size_t)(r0 + r) * D + d);
 }
 
 /* Per-thread scratch, 64-byte aligned: the float counts of each part. */
@@ -141,9 +184,10 @@ static inline float sum_tile(const float *x)
 }
 
 /* Query tile it of slice bh (q, k, v, o, lse point at the slice; o's rows
- * ldo floats apart): o and lse of its rows. ws holds 4 TB*DP + TB*TB floats. */
-CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *k, const float *v, float *o,
-                                size_t ldo, float *lse, int64_t bh, int it, float *ws)
+ * ldo elements apart): o and lse of its rows, o's rounding counted in st.
+ * ws holds 4 TB*DP + TB*TB floats. */
+CPU_CLONES static void fwd_tile(const cpu_attn *a, const void *q, const void *k, const void *v, void *o,
+                                size_t ldo, float *lse, int64_t bh, int it, float *ws, te_round_stats *st)
 {
     const int T = a->T, D = a->D, DP = pad_d(D), i0 = it * TB;
     float *qb = ws, *kt = qb + (size_t)TB * DP, *vb = kt + (size_t)DP * TB, *ob = vb + (size_t)TB * DP,
@@ -152,7 +196,7 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
     const bool drop = a->p > 0.0f;
     const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f;
     const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
-    load_rows(q, (size_t)D, i0, T, D, DP, qb);
+    load_rows(q, a->dt, (size_t)D, i0, T, D, DP, qb);
     memset(ob, 0, (size_t)TB * DP * sizeof *ob);
     for (int r = 0; r < TB; r++) {
         m[r] = -INFINITY;
@@ -160,8 +204,8 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
     }
     const int nrow = i0 + TB < T ? TB : T - i0;
     for (int j0 = 0; j0 <= i0; j0 += TB) {
-        load_cols(k, j0, T, D, kt, DP);
-        load_rows(v, (size_t)D, j0, T, D, DP, vb);
+        load_cols(k, a->dt, j0, T, D, kt, DP);
+        load_rows(v, a->dt, (size_t)D, j0, T, D, DP, vb);
         const bool diag = j0 == i0;
         mm(s, TB, qb, DP, false, kt, TB, TB, TB, DP, false, diag ? MM_LOWER_C : MM_ALL);
         for (int r = 0; r < nrow; r++) {
@@ -193,36 +237,45 @@ CPU_CLONES static void fwd_tile(const cpu_attn *a, const float *q, const float *
     }
     for (int r = 0; r < nrow; r++) {
         const float inv = 1.0f / l[r];
+        float *orow = ob + (size_t)r * DP;
         for (int d = 0; d < D; d++)
-            o[(size_t)(i0 + r) * ldo + d] = ob[(size_t)r * DP + d] * inv;
+            orow[d] *= inv;
+        if (a->dt == TE_F32)
+            memcpy((float *)o + (size_t)(i0 + r) * ldo, orow, (size_t)D * sizeof *orow);
+        else
+            te_round_block(orow, (uint16_t *)o + (size_t)(i0 + r) * ldo, a->dt, D, st);
         lse[i0 + r] = m[r] + logf(l[r]);
     }
 }
 
-/* dst[0..n) = src, or += src when acc */
-static void store(float *restrict dst, const float *restrict src, size_t n, bool acc)
+/* dst rows r0 .. r0+n (row length D, dtype dt) from the padded src[n][DP],
+ * set or added; low rows added in f32 (src is overwritten by the sum) and
+ * rounded once, counted in st. */
+static void store_rows(void *restrict dst, te_dtype dt, float *restrict src, int r0, int n, int D, int DP,
+                       bool acc, te_round_stats *st)
 {
-    if (!acc) {
-        memcpy(dst, src, n * sizeof *dst);
-        return;
+    for (int r = 0; r < n; r++) {
+        const size_t at = (size_t)(r0 + r) * D;
+        float *s = src + (size_t)r * DP;
+        if (dt == TE_F32) {
+            float *d = (float *)dst + at;
+            for (int c = 0; c < D; c++)
+                d[c] = acc ? d[c] + s[c] : s[c];
+            continue;
+        }
+        for (int c = 0; c < D && acc; c++)
+            s[c] += ld1(dst, dt, at + (size_t)c);
+        te_round_block(s, (uint16_t *)dst + at, dt, D, st);
     }
-    for (size_t i = 0; i < n; i++)
-        dst[i] += src[i];
-}
-
-/* dst rows r0 .. r0+n (row length D) from the padded src[n][DP], set or added. */
-static void store_rows(float *restrict dst, const float *restrict src, int r0, int n, int D, int DP, bool acc)
-{
-    for (int r = 0; r < n; r++)
-        store(dst + (size_t)(r0 + r) * D, src + (size_t)r * DP, (size_t)D, acc);
 }
 
 /* The backward of slice bh (every pointer at the slice; o's and dout's
- * rows ldo floats apart). ws holds 3 T'*DP + T' + 5 TB*DP + 3 TB*TB floats,
- * T' = T up to a multiple of TB. */
-CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float *k, const float *v,
-                                 const float *o, size_t ldo, const float *lse, const float *dout, float *dq,
-                                 float *dk, float *dv, const cpu_attn_grads *g, int64_t bh, float *ws)
+ * rows ldo elements apart), the rounding of dq, dk, dv counted in st[0..3).
+ * ws holds 3 T'*DP + T' + 5 TB*DP + 3 TB*TB floats, T' = T up to a multiple
+ * of TB. */
+CPU_CLONES static void bwd_slice(const cpu_attn *a, const void *q, const void *k, const void *v, const void *o,
+                                 size_t ldo, const float *lse, const void *dout, void *dq, void *dk, void *dv,
+                                 const cpu_attn_grads *g, int64_t bh, float *ws, te_round_stats *st)
 {
     const int T = a->T, D = a->D, DP = pad_d(D), nt = (T + TB - 1) / TB, TP = nt * TB;
     const size_t td = (size_t)TB * DP, tt = (size_t)TB * TB;
@@ -233,21 +286,21 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float 
     const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f, scale = a->scale;
     const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
     for (int t = 0; t < nt; t++) {
-        load_rows(q, (size_t)D, t * TB, T, D, DP, qp + (size_t)t * td);
-        load_rows(dout, ldo, t * TB, T, D, DP, dop + (size_t)t * td);
+        load_rows(q, a->dt, (size_t)D, t * TB, T, D, DP, qp + (size_t)t * td);
+        load_rows(dout, a->dt, ldo, t * TB, T, D, DP, dop + (size_t)t * td);
     }
     for (int i = 0; i < TP; i++) {
         float d = 0.0f;
         for (int c = 0; c < D && i < T; c++)
-            d += dout[(size_t)i * ldo + c] * o[(size_t)i * ldo + c];
+            d += ld1(dout, a->dt, (size_t)i * ldo + c) * ld1(o, a->dt, (size_t)i * ldo + c);
         drow[i] = d;
     }
     memset(dqp, 0, (size_t)TP * DP * sizeof *dqp);
     for (int jt = 0; jt < nt; jt++) {
         const int j0 = jt * TB, nk = j0 + TB < T ? TB : T - j0;
-        load_cols(k, j0, T, D, kt, DP);
-        load_cols(v, j0, T, D, vt, DP);
-        load_rows(k, (size_t)D, j0, T, D, DP, kb);
+        load_cols(k, a->dt, j0, T, D, kt, DP);
+        load_cols(v, a->dt, j0, T, D, vt, DP);
+        load_rows(k, a->dt, (size_t)D, j0, T, D, DP, kb);
         memset(dkb, 0, td * sizeof *dkb);
         memset(dvb, 0, td * sizeof *dvb);
         for (int it = jt; it < nt; it++) {
@@ -286,12 +339,12 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const float *q, const float 
             mm(dqp + (size_t)it * td, DP, s, TB, false, kb, DP, TB, DP, TB, true, diag ? MM_LOWER_X : MM_ALL);
         }
         if (dk)
-            store_rows(dk, dkb, j0, nk, D, DP, g->acc_k);
+            store_rows(dk, a->dt, dkb, j0, nk, D, DP, g->acc_k, &st[1]);
         if (dv)
-            store_rows(dv, dvb, j0, nk, D, DP, g->acc_v);
+            store_rows(dv, a->dt, dvb, j0, nk, D, DP, g->acc_v, &st[2]);
     }
     if (dq)
-        store_rows(dq, dqp, 0, T, D, DP, g->acc_q);
+        store_rows(dq, a->dt, dqp, 0, T, D, DP, g->acc_q, &st[0]);
 }
 
 /* Where slice bh of o starts, and its row stride. */
@@ -302,13 +355,13 @@ static size_t o_base(const cpu_attn *a, int64_t bh, size_t *ldo)
     return a->merged ? ((size_t)b * a->T * a->H + (size_t)h) * a->D : (size_t)bh * a->T * a->D;
 }
 
-void cpu_attention_forward(const cpu_attn *a, const float *q, const float *k, const float *v, float *o,
-                           float *lse)
+void cpu_attention_forward(const cpu_attn *a, const void *q, const void *k, const void *v, void *o, float *lse)
 {
     const int BH = a->B * a->H, T = a->T, DP = pad_d(a->D), nt = (T + TB - 1) / TB;
 #pragma omp parallel
     {
         float *ws = scratch(4 * (size_t)TB * DP + (size_t)TB * TB);
+        te_round_stats st = { .dtype = a->dt };
 #pragma omp for schedule(dynamic)
         for (int64_t item = 0; item < (int64_t)BH * nt; item++) {
             const int64_t bh = item / nt;
@@ -317,29 +370,41 @@ void cpu_attention_forward(const cpu_attn *a, const float *q, const float *k, co
             const int it = nt - 1 - (int)(item % nt);
             size_t ldo;
             const size_t ob = o_base(a, bh, &ldo);
-            fwd_tile(a, q + base, k + base, v + base, o + ob, ldo, lse + (size_t)bh * T, bh, it, ws);
+            fwd_tile(a, off(q, a->dt, base), off(k, a->dt, base), off(v, a->dt, base), (void *)off(o, a->dt, ob),
+                     ldo, lse + (size_t)bh * T, bh, it, ws, &st);
         }
         free(ws);
+        if (a->round_o)
+#pragma omp critical
+            stats_add(a->round_o, &st);
     }
 }
 
-void cpu_attention_backward(const cpu_attn *a, const float *q, const float *k, const float *v,
-                            const float *o, const float *lse, const float *dout, const cpu_attn_grads *g)
+void cpu_attention_backward(const cpu_attn *a, const void *q, const void *k, const void *v, const void *o,
+                            const float *lse, const void *dout, const cpu_attn_grads *g)
 {
     const int BH = a->B * a->H, T = a->T, D = a->D, DP = pad_d(D), TP = (T + TB - 1) / TB * TB;
+    te_round_stats *const sum[3] = { g->round_q, g->round_k, g->round_v };
 #pragma omp parallel
     {
         float *ws = scratch(3 * (size_t)TP * DP + TP + 5 * (size_t)TB * DP + 3 * (size_t)TB * TB);
+        te_round_stats st[3] = { { .dtype = a->dt }, { .dtype = a->dt }, { .dtype = a->dt } };
 #pragma omp for schedule(dynamic)
         for (int bh = 0; bh < BH; bh++) {
             const size_t base = (size_t)bh * T * D;
             size_t ldo;
             const size_t ob = o_base(a, bh, &ldo);
-            bwd_slice(a, q + base, k + base, v + base, o + ob, ldo, lse + (size_t)bh * T, dout + ob,
-                      g->dq ? g->dq + base : NULL, g->dk ? g->dk + base : NULL, g->dv ? g->dv + base : NULL, g,
-                      bh, ws);
+            const te_dtype dt = a->dt;
+            bwd_slice(a, off(q, dt, base), off(k, dt, base), off(v, dt, base), off(o, dt, ob), ldo,
+                      lse + (size_t)bh * T, off(dout, dt, ob), g->dq ? (void *)off(g->dq, dt, base) : NULL,
+                      g->dk ? (void *)off(g->dk, dt, base) : NULL, g->dv ? (void *)off(g->dv, dt, base) : NULL, g,
+                      bh, ws, st);
         }
         free(ws);
+        for (int i = 0; i < 3; i++)
+            if (sum[i])
+#pragma omp critical
+                stats_add(sum[i], &st[i]);
     }
 }
 
@@ -352,7 +417,19 @@ static cpu_attn attn_args(const tg_attn *t)
     const bool drop = dr && dr->a.training && dr->a.p > 0.0f;
     return (cpu_attn){ .B = (int)q->shape[0], .H = (int)q->shape[1], .T = (int)q->shape[2],
                        .D = (int)q->shape[3], .scale = t->scale->a.scale, .p = drop ? dr->a.p : 0.0f,
-                       .seed = drop ? dr->a.seed : 0, .merged = t->merged };
+                       .seed = drop ? dr->a.seed : 0, .merged = t->merged, .dt = q->dtype };
+}
+
+/* Nothing of the chain's ops rounded yet: the fused kernel rounds only
+ * what leaves it, and reports that on the ops whose results those are. */
+static void round_clear(const tg_attn *t)
+{
+    te_node *const ns[] = { t->scores, t->scale, t->mask, t->cast_up, t->softmax, t->dropout, t->cast_down, t->out };
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        if (ns[i]) {
+            memset(ns[i]->round, 0, sizeof ns[i]->round);
+            ns[i]->rounded = false;
+        }
 }
 
 te_status tg_attn_forward(const tg_attn *t)
@@ -360,9 +437,16 @@ te_status tg_attn_forward(const tg_attn *t)
     /* The Dropout op's key for this step, as its own kernel would draw it. */
     if (t->dropout)
         t->dropout->a.seed = te_dropout_seed(t->dropout->name, te_step());
-    const cpu_attn a = attn_args(t);
-    cpu_attention_forward(&a, te_f32(t->scores->in[0]), te_f32(t->scores->in[1]), te_f32(t->out->in[1]),
-                          te_f32(t->o), te_f32(t->lse));
+    cpu_attn a = attn_args(t);
+    round_clear(t);
+    const bool low = a.dt != TE_F32;
+    if (low) { /* o's rounding is out's (the merge's copies round nothing) */
+        t->out->round[0].dtype = a.dt;
+        t->out->rounded = true;
+        a.round_o = &t->out->round[0];
+    }
+    cpu_attention_forward(&a, t->scores->in[0]->data, t->scores->in[1]->data, t->out->in[1]->data, t->o->data,
+                          te_f32(t->lse));
     return TE_OK;
 }
 
@@ -372,19 +456,28 @@ te_status tg_attn_backward(const tg_attn *t)
     const cpu_attn a = attn_args(t);
     cpu_attn_grads g = { 0 };
     int acc;
+    round_clear(t);
+    const bool low = a.dt != TE_F32;
+    /* dq, dk are the scores' input gradients, dv out's second */
+    te_round_stats *rs[3] = { &t->scores->round[0], &t->scores->round[1], &t->out->round[1] };
     if (te_needs_grad(q)) {
         g.dq = te_grad_buf(q, &acc);
         g.acc_q = acc;
+        g.round_q = low ? rs[0] : NULL;
     }
     if (te_needs_grad(k)) {
         g.dk = te_grad_buf(k, &acc);
         g.acc_k = acc;
+        g.round_k = low ? rs[1] : NULL;
     }
     if (te_needs_grad(v)) {
         g.dv = te_grad_buf(v, &acc);
         g.acc_v = acc;
+        g.round_v = low ? rs[2] : NULL;
     }
-    cpu_attention_backward(&a, te_f32(q), te_f32(k), te_f32(v), te_f32(t->o), te_f32(t->lse),
-                           te_f32(t->o->grad), &g);
+    for (int i = 0; i < 3 && low; i++)
+        rs[i]->dtype = a.dt;
+    t->scores->rounded = t->out->rounded = low;
+    cpu_attention_backward(&a, q->data, k->data, v->data, t->o->data, te_f32(t->lse), t->o->grad->data, &g);
     return TE_OK;
 }

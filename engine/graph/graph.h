@@ -89,13 +89,15 @@ typedef struct tg_ew {
 } tg_ew;
 
 /* A causal attention chain fused (pass_fuse_attn.c): its ops, dropout
- * NULL when it has none, and the per-row log-sum-exp [B,H,T] that the
+ * NULL when it has none (the casts too), and the per-row log-sum-exp
+ * [B,H,T] that the
  * forward keeps for the backward in place of the T x T probabilities.
  * The forward writes o: out's output [B,H,T,D], or, merged, the tensor the
  * heads' merge after it makes (transpose(1, 2), then reshapes), [B,T,H,D]
  * in memory; the backward reads o and its gradient. */
 typedef struct tg_attn {
     te_node *scores, *scale, *mask, *softmax, *dropout, *out;
+    te_node *cast_up, *cast_down; /* AMP's Casts around softmax (softmax/cast_in0, out/cast_in0), or NULL */
     te_tensor *lse, *o;
     bool merged;
 } tg_attn;

@@ -28,7 +28,26 @@
  * or is read by any kernel outside the chain; when an injection targets
  * one of its ops; or when the chain is not exactly causal attention (the
  * mask not a constant upper triangle, softmax not over the last axis, q, k
- * or v shared, f16/bf16). Other layers fuse all the same.
+ * or v shared or of different dtypes). Other layers fuse all the same.
+ *
+ * Under AMP q, k, v are f16 or bf16 (at O1 the outputs of casts named
+ * scores/cast_in0, scores/cast_in1 and out/cast_in1 when they were f32:
+ * those stay outside, ordinary kernels before the chain), and the chain
+ * holds casts of its own at O1 and O2: softmax is an F32 op, so
+ *
+ *   scores  scale  mask  softmax/cast_in0 (up)  softmax  [dropout]
+ *   out/cast_in0 (down)  out
+ *
+ * while at O3 every op of it is low and there are none. Those two casts
+ * join the chain (their T x T outputs are never in memory either) and are
+ * reported in their places. The fused kernel stands for the chain with
+ * every intermediate in f32 (the scores, the probabilities: flash
+ * attention's precision), q, k, v read as f32 and only o rounded, once
+ * (in the backward dq, dk, dv); composed, the chain rounds the scores and
+ * the probabilities too. The two agree within the ULP bound of docs/amp.md.
+ * The chain's backward runs where its last backward kernel ran, or where
+ * its first did when a kernel in between reads dv (at O1 the backward of
+ * v's cast, out/cast_in1): it is whole there already.
  */
 #include "graph/graph.h"
 
@@ -37,7 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHAIN_MAX 9 /* scores .. out, and the merge: a transpose and up to two reshapes */
+#define CHAIN_MAX 11 /* scores .. out (two casts), and the merge: a transpose and up to two reshapes */
 
 typedef struct chain {
     tg_attn a;
@@ -87,25 +106,31 @@ static bool match(const tg_plan *p, te_node *out, chain *c)
     memset(c, 0, sizeof *c);
     if (out->op != TE_OP_MATMUL || out->a.trans_a || out->a.trans_b)
         return false;
-    te_node *drop = made_by(p, out->in[0], TE_OP_DROPOUT);
-    te_node *soft = made_by(p, drop ? drop->in[0] : out->in[0], TE_OP_SOFTMAX);
-    te_node *mask = soft ? made_by(p, soft->in[0], TE_OP_MASKED_FILL) : NULL;
+    te_node *down = made_by(p, out->in[0], TE_OP_CAST);
+    te_node *drop = made_by(p, down ? down->in[0] : out->in[0], TE_OP_DROPOUT);
+    te_node *soft = made_by(p, drop ? drop->in[0] : down ? down->in[0] : out->in[0], TE_OP_SOFTMAX);
+    te_node *up = soft ? made_by(p, soft->in[0], TE_OP_CAST) : NULL;
+    te_node *mask = soft ? made_by(p, up ? up->in[0] : soft->in[0], TE_OP_MASKED_FILL) : NULL;
     te_node *scale = mask ? made_by(p, mask->in[0], TE_OP_SCALE) : NULL;
     te_node *scores = scale ? made_by(p, scale->in[0], TE_OP_MATMUL) : NULL;
     if (!scores || scores->a.trans_a || !scores->a.trans_b)
         return false;
     const te_tensor *q = scores->in[0], *k = scores->in[1], *v = out->in[1];
-    if (q->dtype != TE_F32 || q->ndim != 4 || !te_same_shape(q, k) || !te_same_shape(q, v) ||
-        k->dtype != TE_F32 || v->dtype != TE_F32 || q == k || q == v || k == v)
+    const te_dtype dt = q->dtype; /* the chain's: f32, or the low dtype at every level of AMP */
+    if ((dt != TE_F32 && dt != TE_F16 && dt != TE_BF16) || q->ndim != 4 || !te_same_shape(q, k) ||
+        !te_same_shape(q, v) || k->dtype != dt || v->dtype != dt || out->in[0]->dtype != dt ||
+        out->out[0]->dtype != dt || scores->out[0]->dtype != dt || mask->out[0]->dtype != dt || q == k ||
+        q == v || k == v)
         return false;
     if (soft->a.axis != soft->out[0]->ndim - 1 || !(isinf(mask->a.value) && mask->a.value < 0) ||
         !causal_mask(p, mask->in[1], q->shape[2]))
         return false;
-    c->a = (tg_attn){ .scores = scores, .scale = scale, .mask = mask, .softmax = soft, .dropout = drop,
-                      .out = out, .o = out->out[0] };
-    te_node *order[CHAIN_MAX] = { scores, scale, mask, soft, drop ? drop : out, out };
-    c->n_nodes = drop ? 6 : 5;
-    memcpy(c->n, order, (size_t)c->n_nodes * sizeof *order);
+    c->a = (tg_attn){ .scores = scores, .scale = scale, .mask = mask, .cast_up = up, .softmax = soft,
+                      .dropout = drop, .cast_down = down, .out = out, .o = out->out[0] };
+    te_node *order[] = { scores, scale, mask, up, soft, drop, down, out };
+    for (size_t j = 0; j < sizeof order / sizeof order[0]; j++)
+        if (order[j])
+            c->n[c->n_nodes++] = order[j];
     return true;
 }
 
@@ -124,7 +149,7 @@ static te_node *read_by(const tg_plan *p, const te_tensor *t, te_op op)
 static bool add_merge(const tg_plan *p, chain *c)
 {
     te_node *t = read_by(p, c->a.out->out[0], TE_OP_TRANSPOSE);
-    if (!t || t->a.dim0 != 1 || t->a.dim1 != 2 || t->out[0]->dtype != TE_F32)
+    if (!t || t->a.dim0 != 1 || t->a.dim1 != 2 || t->out[0]->dtype != c->a.o->dtype)
         return false;
     c->n[c->n_nodes++] = t;
     for (te_node *r; c->n_nodes < CHAIN_MAX && (r = read_by(p, c->n[c->n_nodes - 1]->out[0], TE_OP_RESHAPE));)
@@ -160,8 +185,7 @@ static bool only_chain_needs(const tg_plan *p, chain *c)
         c->fwd[j] = kernel_of(p, n, TG_K_FWD);
         c->bwd[j] = kernel_of(p, n, TG_K_BWD);
         n_bwd += c->bwd[j] >= 0;
-        if (c->fwd[j] < 0 || p->kernels[c->fwd[j]].shadow || (c->bwd[j] >= 0 && p->kernels[c->bwd[j]].shadow) ||
-            te_inject_targets(n->name))
+        if (c->fwd[j] < 0 || te_inject_targets(n->name))
             return false;
     }
     if (n_bwd != 0 && n_bwd != c->n_nodes) /* a backward through part of the chain */
@@ -195,24 +219,33 @@ static bool only_chain_needs(const tg_plan *p, chain *c)
     return true;
 }
 
-/* The backward runs where the chain's last backward kernel ran: no kernel
- * between its first and last may touch the gradients of q, k or v. (The
- * gradient of o is whole before the first: its readers' backwards ran.) */
-static bool backward_movable(const tg_plan *p, const chain *c, int lo, int hi)
+/* Where the backward runs: where the chain's last backward kernel ran
+ * (hi), or where its first did (lo) when a kernel between them reads the
+ * gradient of v, which the chain's first backward (out's) made; -1 when a
+ * kernel between them touches the gradients of q or k or writes v's. (The
+ * gradient of o is whole before lo: its readers' backwards ran.) */
+static int backward_at(const tg_plan *p, const chain *c, int lo, int hi)
 {
     const te_tensor *in[3] = { c->a.scores->in[0], c->a.scores->in[1], c->a.out->in[1] };
+    int g[3];
+    for (int x = 0; x < 3; x++)
+        g[x] = in[x]->grad ? tg_value_of(p, in[x]->grad) : -1;
     int ids[2 * TG_IO_MAX]; /* reads, then writes */
+    bool early = false;
     for (int i = lo + 1; i < hi; i++) {
         if (p->kernels[i].removed || in_chain(c, i))
             continue;
-        int n = tg_kernel_reads(p, &p->kernels[i], ids);
-        n += tg_kernel_writes(p, &p->kernels[i], ids + n);
-        for (int j = 0; j < n; j++)
-            for (int x = 0; x < 3; x++)
-                if (in[x]->grad && ids[j] == tg_value_of(p, in[x]->grad))
-                    return false;
+        const int n_reads = tg_kernel_reads(p, &p->kernels[i], ids);
+        const int n = n_reads + tg_kernel_writes(p, &p->kernels[i], ids + n_reads);
+        for (int j = 0; j < n; j++) {
+            if (ids[j] < 0)
+                continue;
+            if (ids[j] == g[0] || ids[j] == g[1] || (ids[j] == g[2] && j >= n_reads))
+                return -1;
+            early |= ids[j] == g[2];
+        }
     }
-    return true;
+    return early ? lo : hi;
 }
 
 /* The [B,H,T] log-sum-exp of the scores' rows: a temporary of the plan,
@@ -269,12 +302,13 @@ int tg_pass_fuse_attention(tg_plan *p)
                 lo = c.bwd[j] < lo ? c.bwd[j] : lo;
                 hi = c.bwd[j] > hi ? c.bwd[j] : hi;
             }
-        if (hi >= 0 && !backward_movable(p, &c, lo, hi))
+        const int at = hi >= 0 ? backward_at(p, &c, lo, hi) : -1;
+        if (hi >= 0 && at < 0)
             continue;
         c.a.lse = lse_value(p, &c);
         fuse(p, &c, c.fwd, i, TG_K_ATTN, TE_PHASE_FORWARD);
         if (hi >= 0)
-            fuse(p, &c, c.bwd, hi, TG_K_ATTN_BWD, TE_PHASE_BACKWARD);
+            fuse(p, &c, c.bwd, at, TG_K_ATTN_BWD, TE_PHASE_BACKWARD);
         for (int j = 0; j < c.n_mids; j++) /* the T x T tensors: never in memory */
             p->values[c.mids[j]].materialized = false;
         fused++;
