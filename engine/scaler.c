@@ -281,7 +281,11 @@ static void rule(void)
     if (sc.found_inf) {
         sc.skipped++;
         sc.growth_tracker = 0;
-        if (!sc.opts.fixed && --sc.hysteresis_left <= 0)
+        /* Megatron decrements without a floor; at 0 it acts the same, and
+         * the state stays one te_scaler_state_set takes back */
+        if (sc.hysteresis_left > 0)
+            sc.hysteresis_left--;
+        if (!sc.opts.fixed && sc.hysteresis_left == 0)
             sc.scale *= sc.opts.backoff_factor;
         return;
     }

@@ -464,7 +464,7 @@ static bool parse_amp(hid_t f, dump_blob *out, child_err *e)
         return fail(e, "made with --scale-hysteresis %lld; this run has --scale-hysteresis %d", (long long)hyst,
                     st.opts.hysteresis);
     if (!(isfinite(sv.scale) && sv.scale > 0 && sv.scale <= FLT_MAX) || sv.growth_tracker < 0 ||
-        sv.growth_tracker > interval || sv.skipped < 0 || sv.hysteresis_left > hyst || sv.hysteresis_left < INT_MIN)
+        sv.growth_tracker > interval || sv.skipped < 0 || sv.hysteresis_left > hyst || sv.hysteresis_left < 0)
         return fail(e, "/scaler's state is out of range (scale %g, growth_tracker %lld, hysteresis_left %lld, "
                     "skipped %lld)", sv.scale, (long long)sv.growth_tracker, (long long)sv.hysteresis_left,
                     (long long)sv.skipped);
@@ -640,11 +640,7 @@ bool ckpt_load(const char *path, te_optim *opt, const char *optim_kind, char *wh
         st.scale = (float)sv.scale;
         st.growth_tracker = sv.growth_tracker;
         st.skipped = sv.skipped;
-        /* The rule leaves hysteresis_left below 0 after back-to-back
-         * non-finite steps (it decrements, then backs off at <= 0), and
-         * te_scaler_state_set takes 0 and up: 0 acts the same (the next
-         * non-finite step backs off, a growth restores it). */
-        st.hysteresis_left = sv.hysteresis_left < 0 ? 0 : (int)sv.hysteresis_left;
+        st.hysteresis_left = (int)sv.hysteresis_left;
         st.found_inf = false;
         st.first_param[0] = '\0';
         ok = te_scaler_state_set(&st) == TE_OK;
