@@ -33,27 +33,209 @@ static void stats_clear(te_round_stats *st, te_dtype dt)
     st->dtype = dt;
 }
 
+/* ---- fast conversions ------------------------------------------------------
+ * The shadow path widens every f16/bf16 input to f32 and rounds every result
+ * back, so these loops are what low precision costs. They give the same bits
+ * and counts as the scalar te_f16_to_f32/te_f32_to_f16/te_f32_to_bf16 and the
+ * per-element counting (tests/test_shape.c checks every half pattern and
+ * f32 edge cases): bf16 by integer bit tricks in plain C that vectorises,
+ * f16 by F16C where the CPU has it (picked at run time: the machines
+ * differ), the scalar functions elsewhere. F16C quiets a signalling NaN that
+ * it widens, so NaN and Inf lanes take the scalar function's bits instead.
+ */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LOWP_X86 1
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LOWP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define LOWP_CLONES
+#endif
+
+bool te_lowp_no_f16c;
+
+static bool use_f16c(void)
+{
+#ifdef LOWP_X86
+    return !te_lowp_no_f16c && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+#else
+    return false;
+#endif
+}
+
+/* Counts kept in 32 bits per element run of at most LOWP_RUN, so that the
+ * counting loops vectorise; absmax as the bits of a finite |x| (non-negative
+ * floats order as their bits do). */
+#define LOWP_RUN 65536
+
+typedef struct {
+    int64_t over, under, nonzero;
+    uint32_t amax;
+} lowp_counts;
+
+static float bits_to_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* What rounding x (bits) to r did; infb: the dtype's Inf without its sign. */
+#define LOWP_COUNT(x, r, infb, over, under, nz, amax)                                             \
+    do {                                                                                          \
+        const uint32_t ax_ = (x) & 0x7fffffffu, fin_ = ax_ < 0x7f800000u;                         \
+        const uint32_t nzf_ = fin_ & (ax_ != 0), rm_ = (uint32_t)(r) & 0x7fffu;                   \
+        nz += nzf_;                                                                               \
+        over += nzf_ & (rm_ == (infb));                                                           \
+        under += nzf_ & (rm_ == 0);                                                               \
+        const uint32_t a_ = fin_ ? ax_ : 0;                                                       \
+        amax = a_ > amax ? a_ : amax;                                                             \
+    } while (0)
+
+/* bf16: round to nearest even by adding 0x7fff plus the kept lsb; a NaN
+ * keeps its top bits with the quiet bit set, as te_f32_to_bf16. */
+LOWP_CLONES static void round_bf16(const float *src, uint16_t *dst, int64_t n, lowp_counts *c)
+{
+    for (int64_t i0 = 0; i0 < n; i0 += LOWP_RUN) {
+        const int64_t m = n - i0 < LOWP_RUN ? n - i0 : LOWP_RUN;
+        uint32_t over = 0, under = 0, nz = 0, amax = c->amax;
+        for (int64_t i = i0; i < i0 + m; i++) {
+            uint32_t x;
+            memcpy(&x, src + i, 4);
+            const uint32_t rne = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+            const uint32_t r = (x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : rne;
+            dst[i] = (uint16_t)r;
+            LOWP_COUNT(x, r, 0x7f80u, over, under, nz, amax);
+        }
+        c->over += over;
+        c->under += under;
+        c->nonzero += nz;
+        c->amax = amax;
+    }
+}
+
+/* f16 without F16C: the scalar rounding, counted without branches. */
+static void round_f16_scalar(const float *src, uint16_t *dst, int64_t n, lowp_counts *c)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t x;
+        memcpy(&x, src + i, 4);
+        const uint16_t r = te_f32_to_f16(src[i]);
+        dst[i] = r;
+        LOWP_COUNT(x, r, 0x7c00u, c->over, c->under, c->nonzero, c->amax);
+    }
+}
+
+#ifdef LOWP_X86
+__attribute__((target("avx2"))) static int64_t hsum_epi32(__m256i v)
+{
+    uint32_t l[8];
+    int64_t s = 0;
+    _mm256_storeu_si256((__m256i *)l, v);
+    for (int k = 0; k < 8; k++)
+        s += l[k];
+    return s;
+}
+
+/* F16C's vcvtps2ph rounds to nearest even, overflows to Inf, keeps f16
+ * subnormals and quiets a NaN keeping its top payload bits: te_f32_to_f16's
+ * bits exactly. The counts alongside, 8 lanes at a time. */
+__attribute__((target("avx2,f16c"))) static void round_f16_f16c(const float *src, uint16_t *dst, int64_t n,
+                                                                 lowp_counts *c)
+{
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf32 = _mm256_set1_epi32(0x7f800000);
+    const __m256i halfm = _mm256_set1_epi32(0x7fff), inf16 = _mm256_set1_epi32(0x7c00);
+    const __m256i zero = _mm256_setzero_si256();
+    int64_t i = 0;
+    while (n - i >= 8) {
+        const int64_t m = (n - i < LOWP_RUN ? n - i : LOWP_RUN) & ~(int64_t)7;
+        __m256i over = zero, under = zero, nz = zero, amax = _mm256_set1_epi32((int)c->amax);
+        for (const int64_t end = i + m; i < end; i += 8) {
+            const __m256 f = _mm256_loadu_ps(src + i);
+            const __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT);
+            _mm_storeu_si128((__m128i *)(dst + i), h);
+            const __m256i ax = _mm256_and_si256(_mm256_castps_si256(f), absm);
+            const __m256i fin = _mm256_cmpgt_epi32(inf32, ax);
+            const __m256i nzf = _mm256_andnot_si256(_mm256_cmpeq_epi32(ax, zero), fin);
+            const __m256i rm = _mm256_and_si256(_mm256_cvtepu16_epi32(h), halfm);
+            nz = _mm256_sub_epi32(nz, nzf); /* a true mask is -1 */
+            over = _mm256_sub_epi32(over, _mm256_and_si256(nzf, _mm256_cmpeq_epi32(rm, inf16)));
+            under = _mm256_sub_epi32(under, _mm256_and_si256(nzf, _mm256_cmpeq_epi32(rm, zero)));
+            amax = _mm256_max_epu32(amax, _mm256_and_si256(ax, fin));
+        }
+        c->over += hsum_epi32(over);
+        c->under += hsum_epi32(under);
+        c->nonzero += hsum_epi32(nz);
+        uint32_t l[8];
+        _mm256_storeu_si256((__m256i *)l, amax);
+        for (int k = 0; k < 8; k++)
+            c->amax = l[k] > c->amax ? l[k] : c->amax;
+    }
+    round_f16_scalar(src + i, dst + i, n - i, c);
+}
+
+__attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(const uint16_t *src, float *dst, int64_t n)
+{
+    const __m256i expm = _mm256_set1_epi32(0x7c00), sgn = _mm256_set1_epi32(0x8000);
+    const __m256i man = _mm256_set1_epi32(0x3ff), inf32 = _mm256_set1_epi32(0x7f800000);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        const __m256i h32 = _mm256_cvtepu16_epi32(h);
+        const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(h32, expm), expm);
+        /* Inf or NaN: sign | Inf | payload << 13, a signalling NaN unquieted */
+        const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, sgn), 16),
+                                             _mm256_or_si256(inf32, _mm256_slli_epi32(_mm256_and_si256(h32, man), 13)));
+        const __m256 f = _mm256_blendv_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(bits), _mm256_castsi256_ps(special));
+        _mm256_storeu_ps(dst + i, f);
+    }
+    for (; i < n; i++)
+        dst[i] = te_f16_to_f32(src[i]);
+}
+#endif
+
+LOWP_CLONES static void bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, 4);
+    }
+}
+
+void te_half_to_f32(const uint16_t *src, float *dst, te_dtype dt, int64_t n)
+{
+    if (dt == TE_BF16) {
+        bf16_to_f32(src, dst, n);
+        return;
+    }
+#ifdef LOWP_X86
+    if (use_f16c()) {
+        f16_to_f32_f16c(src, dst, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = te_f16_to_f32(src[i]);
+}
+
 void te_round_block(const float *src, void *dst, te_dtype dt, int64_t n, te_round_stats *st)
 {
-    int64_t over = 0, under = 0, nonzero = 0;
-    float amax = 0.0f;
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) {
-        const float x = src[i];
-        const uint16_t r = dt == TE_F16 ? te_f32_to_f16(x) : te_f32_to_bf16(x);
-        h[i] = r;
-        if (!isfinite(x) || x == 0.0f)
-            continue;
-        const float a = fabsf(x);
-        amax = a > amax ? a : amax;
-        nonzero++;
-        over += (r & 0x7fffu) == (dt == TE_F16 ? 0x7c00u : 0x7f80u); /* became +-Inf */
-        under += (r & 0x7fffu) == 0;                                  /* became +-0 */
-    }
+    lowp_counts c = {0, 0, 0, 0};
+    if (dt == TE_BF16)
+        round_bf16(src, dst, n, &c);
+#ifdef LOWP_X86
+    else if (use_f16c())
+        round_f16_f16c(src, dst, n, &c);
+#endif
+    else
+        round_f16_scalar(src, dst, n, &c);
     if (st) {
-        st->overflow += over;
-        st->underflow += under;
-        st->nonzero += nonzero;
+        st->overflow += c.over;
+        st->underflow += c.under;
+        st->nonzero += c.nonzero;
+        const float amax = bits_to_f32(c.amax);
         st->absmax = amax > st->absmax ? amax : st->absmax;
     }
 }

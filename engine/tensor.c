@@ -237,6 +237,16 @@ void te_copy_to_f32(const te_tensor *t, float *dst)
         memcpy(dst, t->data, t->nbytes);
         return;
     }
+    if (t->dtype == TE_F16 || t->dtype == TE_BF16) {
+        const int64_t n = t->numel, chunks = (n + TE_PAR_MIN - 1) / TE_PAR_MIN;
+#pragma omp parallel for if (chunks > 1)
+        for (int64_t c = 0; c < chunks; c++) {
+            const int64_t i0 = c * TE_PAR_MIN;
+            te_half_to_f32((const uint16_t *)t->data + i0, dst + i0, t->dtype,
+                           n - i0 < TE_PAR_MIN ? n - i0 : TE_PAR_MIN);
+        }
+        return;
+    }
     for (int64_t i = 0; i < t->numel; i++)
         dst[i] = te_get(t, i);
 }
@@ -245,6 +255,10 @@ void te_copy_from_f32(te_tensor *t, const float *src)
 {
     if (t->dtype == TE_F32) {
         memcpy(t->data, src, t->nbytes);
+        return;
+    }
+    if (t->dtype == TE_F16 || t->dtype == TE_BF16) {
+        te_round_f32(t, src, NULL); /* the same bits as te_set's, in vector loops */
         return;
     }
     for (int64_t i = 0; i < t->numel; i++)

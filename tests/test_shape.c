@@ -4,6 +4,7 @@
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "te_internal.h"
 #include "testutil.h"
 
 #include <check.h>
@@ -290,6 +291,169 @@ START_TEST(test_cast_errors)
 }
 END_TEST
 
+/* ---- the vector conversions (lowp.c) against the scalar ones ----------------
+ * te_half_to_f32, te_round_block and the tensor copies run vector loops (F16C
+ * for f16 where the CPU has it, te_lowp_no_f16c: the portable paths); they
+ * must give the scalar functions' bits and the per-element counts exactly. */
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+START_TEST(test_half_widen_all_patterns)
+{
+    enum { N = 65536 };
+    uint16_t *h = malloc(N * sizeof *h);
+    float *f = malloc(N * sizeof *f);
+    for (int i = 0; i < N; i++)
+        h[i] = (uint16_t)i;
+    for (int portable = 0; portable < 2; portable++) {
+        te_lowp_no_f16c = portable;
+        for (int d = 0; d < 2; d++) {
+            const te_dtype dt = d ? TE_BF16 : TE_F16;
+            /* whole, then from an odd offset with an odd length (the tails) */
+            for (int off = 0; off < 2; off++) {
+                const int n = N - 3 * off;
+                memset(f, 0xa5, N * sizeof *f);
+                te_half_to_f32(h + off, f + off, dt, n);
+                for (int i = off; i < off + n; i++) {
+                    const float want = d ? te_bf16_to_f32(h[i]) : te_f16_to_f32(h[i]);
+                    ck_assert_msg(fbits(f[i]) == fbits(want), "%s 0x%04x: 0x%08x, scalar 0x%08x (portable %d)",
+                                  te_dtype_name(dt), h[i], fbits(f[i]), fbits(want), portable);
+                }
+            }
+            /* te_copy_to_f32, in parallel chunks */
+            te_tensor *t = te_tensor_from(dt, te_shape(N), h);
+            memset(f, 0, N * sizeof *f);
+            te_copy_to_f32(t, f);
+            for (int i = 0; i < N; i++)
+                ck_assert_uint_eq(fbits(f[i]), fbits(te_get(t, i)));
+        }
+    }
+    te_lowp_no_f16c = false;
+    free(h);
+    free(f);
+}
+END_TEST
+
+/* Every exponent, both signs, with the mantissas that decide rounding: single
+ * bits, runs of ones and ties at every position (so every f16 subnormal
+ * shift and the bf16 and f16 normal cuts), random ones, and named values. */
+static int64_t edge_f32(float *v, int64_t cap)
+{
+    int64_t n = 0;
+    uint32_t seed = 12345;
+    for (uint32_t e = 0; e < 256; e++)
+        for (uint32_t sg = 0; sg < 2; sg++) {
+            const uint32_t base = sg << 31 | e << 23;
+            uint32_t m[4 * 24 + 2 + 24];
+            int k = 0;
+            m[k++] = 0;
+            m[k++] = 0x7fffff;
+            for (int j = 0; j < 24; j++) {
+                m[k++] = (1u << j) & 0x7fffff;
+                m[k++] = ((1u << j) - 1) & 0x7fffff;
+                m[k++] = (3u << j) & 0x7fffff;
+                m[k++] = ((1u << j) + 1) & 0x7fffff;
+            }
+            for (int j = 0; j < 24; j++) {
+                seed = seed * 1664525u + 1013904223u;
+                m[k++] = seed >> 9;
+            }
+            for (int j = 0; j < k && n < cap; j++)
+                v[n++] = bitsf(base | m[j]);
+        }
+    const float named[] = { 65504.0f, 65519.0f, 65519.996f, 65520.0f, 65520.004f, 65536.0f, 131008.0f,
+                            5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 2.980232e-8f, 8.940697e-8f,
+                            6.097555e-5f, 6.1035156e-5f, 3.3895314e38f, 3.4028235e38f, 1.0f + 1.0f / 2048,
+                            1.0f + 3.0f / 2048, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, INFINITY, NAN,
+                            bitsf(0x7f800001u), bitsf(0x7fa00000u), bitsf(0x7fc00001u), bitsf(0xff800fffu),
+                            bitsf(0x7f801000u), bitsf(0xffffffffu) };
+    for (size_t j = 0; j < sizeof named / sizeof *named && n + 1 < cap; j++) {
+        v[n++] = named[j];
+        v[n++] = -named[j];
+    }
+    return n;
+}
+
+/* te_round_block's counts recounted one element at a time, with branches. */
+static void recount(const float *x, const uint16_t *r, int64_t n, te_dtype dt, te_round_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i]) || x[i] == 0.0f)
+            continue;
+        st->nonzero++;
+        st->absmax = fabsf(x[i]) > st->absmax ? fabsf(x[i]) : st->absmax;
+        if ((r[i] & 0x7fff) == (dt == TE_F16 ? 0x7c00 : 0x7f80))
+            st->overflow++;
+        if ((r[i] & 0x7fff) == 0)
+            st->underflow++;
+    }
+}
+
+START_TEST(test_round_block_exact)
+{
+    enum { CAP = 1 << 17 };
+    float *x = malloc(CAP * sizeof *x);
+    uint16_t *r = malloc(CAP * sizeof *r);
+    const int64_t n = edge_f32(x, CAP);
+    ck_assert_int_gt(n, 60000);
+    for (int portable = 0; portable < 2; portable++) {
+        te_lowp_no_f16c = portable;
+        for (int d = 0; d < 2; d++) {
+            const te_dtype dt = d ? TE_BF16 : TE_F16;
+            for (int off = 0; off < 2; off++) {
+                const int64_t m = n - 5 * off;
+                te_round_stats st = { .dtype = dt }, want;
+                te_round_block(x + off, r + off, dt, m, &st);
+                int64_t infs = 0, zeros = 0;
+                for (int64_t i = off; i < off + m; i++) {
+                    const uint16_t s = d ? te_f32_to_bf16(x[i]) : te_f32_to_f16(x[i]);
+                    ck_assert_msg(r[i] == s, "%s of 0x%08x: 0x%04x, scalar 0x%04x (portable %d)", te_dtype_name(dt),
+                                  fbits(x[i]), r[i], s, portable);
+                    infs += isfinite(x[i]) && (r[i] & 0x7fff) == (d ? 0x7f80 : 0x7c00);
+                    zeros += x[i] != 0.0f && (r[i] & 0x7fff) == 0;
+                }
+                ck_assert_int_gt(infs, 0); /* the set does overflow and underflow */
+                ck_assert_int_gt(zeros, 0);
+                recount(x + off, r + off, m, dt, &want);
+                ck_assert_int_eq(st.overflow, want.overflow);
+                ck_assert_int_eq(st.underflow, want.underflow);
+                ck_assert_int_eq(st.nonzero, want.nonzero);
+                ck_assert_uint_eq(fbits(st.absmax), fbits(want.absmax));
+            }
+            /* te_round_f32 over a tensor, in parallel chunks, and te_copy_from_f32 */
+            te_tensor *t = te_tensor_new(dt, te_shape(n));
+            te_round_stats st, want;
+            te_round_f32(t, x, &st);
+            recount(x, t->data, n, dt, &want);
+            ck_assert_int_eq(st.overflow, want.overflow);
+            ck_assert_int_eq(st.underflow, want.underflow);
+            ck_assert_int_eq(st.nonzero, want.nonzero);
+            ck_assert_uint_eq(fbits(st.absmax), fbits(want.absmax));
+            memset(t->data, 0, t->nbytes);
+            te_copy_from_f32(t, x);
+            for (int64_t i = 0; i < n; i++)
+                ck_assert_uint_eq(((uint16_t *)t->data)[i], d ? te_f32_to_bf16(x[i]) : te_f32_to_f16(x[i]));
+        }
+    }
+    te_lowp_no_f16c = false;
+    free(x);
+    free(r);
+}
+END_TEST
+
 /* ---- embedding -------------------------------------------------------------- */
 
 START_TEST(test_embedding_golden)
@@ -549,6 +713,8 @@ Suite *suite_shape(void)
     tcase_add_test(tc, test_cast_gradient);
     tcase_add_test(tc, test_cast_errors);
     tcase_add_test(tc, test_round_stats);
+    tcase_add_test(tc, test_half_widen_all_patterns);
+    tcase_add_test(tc, test_round_block_exact);
     tcase_add_test(tc, test_embedding_golden);
     tcase_add_test(tc, test_embedding_gradcheck);
     tcase_add_test(tc, test_embedding_errors);

@@ -117,13 +117,7 @@ static void to_f32(const void *src, te_dtype dt, float *dst, int64_t n)
     switch (dt) {
     case TE_F32: memcpy(dst, src, (size_t)n * sizeof *dst); break;
     case TE_F16:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = te_f16_to_f32(((const uint16_t *)src)[i]);
-        break;
-    case TE_BF16:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = te_bf16_to_f32(((const uint16_t *)src)[i]);
-        break;
+    case TE_BF16: te_half_to_f32(src, dst, dt, n); break;
     case TE_I32:
         for (int64_t i = 0; i < n; i++)
             dst[i] = (float)((const int32_t *)src)[i];
