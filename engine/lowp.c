@@ -12,7 +12,6 @@
  */
 #include "te_internal.h"
 
-#include <math.h>
 #include <string.h>
 
 float te_dtype_max(te_dtype dt)
@@ -56,14 +55,6 @@ static void stats_clear(te_round_stats *st, te_dtype dt)
 
 bool te_lowp_no_f16c;
 
-static bool use_f16c(void)
-{
-#ifdef LOWP_X86
-    return !te_lowp_no_f16c && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
-#else
-    return false;
-#endif
-}
 
 /* Counts kept in 32 bits per element run of at most LOWP_RUN, so that the
  * counting loops vectorise; absmax as the bits of a finite |x| (non-negative
@@ -129,6 +120,11 @@ static void round_f16_scalar(const float *src, uint16_t *dst, int64_t n, lowp_co
 }
 
 #ifdef LOWP_X86
+static bool use_f16c(void)
+{
+    return !te_lowp_no_f16c && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+}
+
 __attribute__((target("avx2"))) static int64_t hsum_epi32(__m256i v)
 {
     uint32_t l[8];
