@@ -10,38 +10,11 @@
  * step is y = x @ w^T + b and its backward (dx, dw, db) onto gradients
  * that keep accumulating, as in gradient accumulation.
  */
+#include "bench_util.h"
 #include "te.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int arg(int argc, char **argv, int i, int def)
-{
-    if (argc <= i)
-        return def;
-    char *end;
-    long v = strtol(argv[i], &end, 10);
-    if (*end || v < 1 || v > 1 << 16) {
-        fprintf(stderr, "lowp_linear: bad argument '%s'\nusage: lowp_linear [N K O [THREADS [REPS]]]\n",
-                argv[i]);
-        exit(2);
-    }
-    return (int)v;
-}
 
 /* A persistent bf16 tensor of small varied values. */
 static te_tensor *filled(int ndim, const int64_t *shape, bool grad)
@@ -55,8 +28,10 @@ static te_tensor *filled(int ndim, const int64_t *shape, bool grad)
 
 int main(int argc, char **argv)
 {
-    int n = arg(argc, argv, 1, 128), k = arg(argc, argv, 2, 1024), o = arg(argc, argv, 3, 1024);
-    int threads = arg(argc, argv, 4, 1), reps = arg(argc, argv, 5, 20);
+    static const char usage[] = "lowp_linear [N K O [THREADS [REPS]]]";
+    int n = bench_arg(argc, argv, 1, 128, usage), k = bench_arg(argc, argv, 2, 1024, usage);
+    int o = bench_arg(argc, argv, 3, 1024, usage);
+    int threads = bench_arg(argc, argv, 4, 1, usage), reps = bench_arg(argc, argv, 5, 20, usage);
     if (te_init(&(te_config){ .seed = 1, .threads = threads }) != TE_OK) {
         fprintf(stderr, "lowp_linear: %s\n", te_error());
         return 1;
@@ -65,7 +40,7 @@ int main(int argc, char **argv)
     te_tensor *b = filled(te_shape(o), true), *dy = filled(te_shape(n, o), false);
     double *ms = malloc((size_t)reps * sizeof *ms);
     for (int r = -2; r < reps; r++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         te_tensor *y = te_linear(x, w, b);
         if (!y || te_backward_with(y, dy) != TE_OK) {
             fprintf(stderr, "lowp_linear: %s\n", te_error());
@@ -73,9 +48,9 @@ int main(int argc, char **argv)
         }
         te_tape_reset();
         if (r >= 0) /* the first two compile oneDNN's kernels and warm the caches */
-            ms[r] = now_ms() - t0;
+            ms[r] = bench_now_ms() - t0;
     }
-    qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
+    qsort(ms, (size_t)reps, sizeof *ms, bench_cmp_double);
     double median = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
     const char *path = te_lowp_native() ? "native" : "shadow";
     printf("lowp_linear path=%s n=%d k=%d o=%d threads=%d ms median=%.3f min=%.3f max=%.3f\n", path, n, k,

@@ -7,43 +7,19 @@
  * REPS timed calls after one untimed call. A training step's achieved
  * GFLOP/s is read against this figure.
  */
+#include "bench_util.h"
+
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int arg(int argc, char **argv, int i, int def)
-{
-    if (argc <= i)
-        return def;
-    char *end;
-    long v = strtol(argv[i], &end, 10);
-    if (*end || v < 1 || v > 1 << 16) {
-        fprintf(stderr, "sgemm: bad argument '%s'\nusage: sgemm [N [THREADS [REPS]]]\n", argv[i]);
-        exit(2);
-    }
-    return (int)v;
-}
 
 int main(int argc, char **argv)
 {
-    int n = arg(argc, argv, 1, 1024);
-    int threads = arg(argc, argv, 2, (int)sysconf(_SC_NPROCESSORS_ONLN));
-    int reps = arg(argc, argv, 3, 10);
+    static const char usage[] = "sgemm [N [THREADS [REPS]]]";
+    int n = bench_arg(argc, argv, 1, 1024, usage);
+    int threads = bench_arg(argc, argv, 2, (int)sysconf(_SC_NPROCESSORS_ONLN), usage);
+    int reps = bench_arg(argc, argv, 3, 10, usage);
     openblas_set_num_threads(threads);
 
     size_t nn = (size_t)n * (size_t)n;
@@ -58,13 +34,13 @@ int main(int argc, char **argv)
         b[i] = (float)(i % 13) * 0.01f;
     }
     for (int r = -1; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_ms() / 1e3;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double dt = now_s() - t0;
+        double dt = bench_now_ms() / 1e3 - t0;
         if (r >= 0) /* the first call warms caches and starts the threads */
             gflops[r] = 2.0 * n * n * (double)n / dt * 1e-9;
     }
-    qsort(gflops, (size_t)reps, sizeof *gflops, cmp_double);
+    qsort(gflops, (size_t)reps, sizeof *gflops, bench_cmp_double);
     double median = reps % 2 ? gflops[reps / 2] : 0.5 * (gflops[reps / 2 - 1] + gflops[reps / 2]);
     printf("sgemm n=%d threads=%d gflops median=%.1f min=%.1f max=%.1f\n", n, threads, median,
            gflops[0], gflops[reps - 1]);
