@@ -44,6 +44,7 @@ static void stats_clear(te_round_stats *st, te_dtype dt)
  */
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define LOWP_X86 1
 #endif
@@ -120,9 +121,13 @@ static void round_f16_scalar(const float *src, uint16_t *dst, int64_t n, lowp_co
 }
 
 #ifdef LOWP_X86
+/* F16C from CPUID leaf 1 (clang 14's __builtin_cpu_supports does not know
+ * "f16c"); AVX2 implies the OS saves the YMM registers. */
 static bool use_f16c(void)
 {
-    return !te_lowp_no_f16c && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+    unsigned a, b, c, d;
+    return !te_lowp_no_f16c && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) &&
+           __builtin_cpu_supports("avx2");
 }
 
 __attribute__((target("avx2"))) static int64_t hsum_epi32(__m256i v)
