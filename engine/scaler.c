@@ -171,28 +171,22 @@ float *te_scaler_master_grad(const te_tensor *p)
     return NULL;
 }
 
-/* dst = src * inv in one pass, non-finite values of src counted: PyTorch's
+/* dst = src * inv, non-finite values of src counted: PyTorch's
  * _amp_foreach_non_finite_check_and_unscale_ (it tests the value before
- * multiplying). src may be dst (f32) or a f16/bf16 buffer. */
+ * multiplying). src may be dst (f32) or a f16/bf16 buffer, widened into dst
+ * first (exactly: every half value is an f32) by the vector conversion. */
 static bool unscale_block(const void *src, te_dtype dt, float *dst, int64_t n, float inv)
 {
+    if (dt != TE_F32) {
+        te_half_to_f32(src, dst, dt, n);
+        src = dst;
+    }
+    const float *x = src;
     int bad = 0;
-    if (dt == TE_F32) {
-        const float *x = src;
 #pragma omp parallel for simd reduction(| : bad) schedule(static) if (n > TE_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            bad |= !(fabsf(x[i]) <= FLT_MAX);
-            dst[i] = x[i] * inv;
-        }
-    } else {
-        const uint16_t *h = src;
-        const bool f16 = dt == TE_F16;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n > TE_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            const float v = f16 ? te_f16_to_f32(h[i]) : te_bf16_to_f32(h[i]);
-            bad |= !(fabsf(v) <= FLT_MAX);
-            dst[i] = v * inv;
-        }
+    for (int64_t i = 0; i < n; i++) {
+        bad |= !(fabsf(x[i]) <= FLT_MAX);
+        dst[i] = x[i] * inv;
     }
     return bad != 0;
 }

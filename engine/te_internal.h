@@ -272,9 +272,9 @@ void te_round_block(const float *src, void *dst, te_dtype dt, int64_t n, te_roun
 /* n f16 or bf16 values (dt) widened exactly to f32, as te_f16_to_f32 and
  * te_bf16_to_f32 do, in vector loops: lowp.c. */
 void te_half_to_f32(const uint16_t *src, float *dst, te_dtype dt, int64_t n);
-/* Tests: true makes the f16 conversions take the portable paths on a CPU
- * with F16C too, so both are checked against the scalar functions. */
-extern bool te_lowp_no_f16c;
+/* Tests: true makes the conversions take the portable paths on a CPU with
+ * AVX2 and F16C too, so both are checked against the scalar functions. */
+extern bool te_lowp_portable;
 
 /* ---- statistics where a tensor is written (stats.c) ------------------------
  * The optimizer computes a parameter's statistics inside its update loop,

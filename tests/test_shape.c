@@ -293,7 +293,8 @@ END_TEST
 
 /* ---- the vector conversions (lowp.c) against the scalar ones ----------------
  * te_half_to_f32, te_round_block and the tensor copies run vector loops (F16C
- * for f16 where the CPU has it, te_lowp_no_f16c: the portable paths); they
+ * for f16 and AVX2 for bf16's rounding where the CPU has them,
+ * te_lowp_portable: the portable paths); they
  * must give the scalar functions' bits and the per-element counts exactly. */
 
 static uint32_t fbits(float f)
@@ -318,7 +319,7 @@ START_TEST(test_half_widen_all_patterns)
     for (int i = 0; i < N; i++)
         h[i] = (uint16_t)i;
     for (int portable = 0; portable < 2; portable++) {
-        te_lowp_no_f16c = portable;
+        te_lowp_portable = portable;
         for (int d = 0; d < 2; d++) {
             const te_dtype dt = d ? TE_BF16 : TE_F16;
             /* whole, then from an odd offset with an odd length (the tails) */
@@ -340,7 +341,7 @@ START_TEST(test_half_widen_all_patterns)
                 ck_assert_uint_eq(fbits(f[i]), fbits(te_get(t, i)));
         }
     }
-    te_lowp_no_f16c = false;
+    te_lowp_portable = false;
     free(h);
     free(f);
 }
@@ -410,7 +411,7 @@ START_TEST(test_round_block_exact)
     const int64_t n = edge_f32(x, CAP);
     ck_assert_int_gt(n, 60000);
     for (int portable = 0; portable < 2; portable++) {
-        te_lowp_no_f16c = portable;
+        te_lowp_portable = portable;
         for (int d = 0; d < 2; d++) {
             const te_dtype dt = d ? TE_BF16 : TE_F16;
             for (int off = 0; off < 2; off++) {
@@ -448,7 +449,7 @@ START_TEST(test_round_block_exact)
                 ck_assert_uint_eq(((uint16_t *)t->data)[i], d ? te_f32_to_bf16(x[i]) : te_f32_to_f16(x[i]));
         }
     }
-    te_lowp_no_f16c = false;
+    te_lowp_portable = false;
     free(x);
     free(r);
 }
