@@ -550,15 +550,23 @@ typedef struct {
     te_optim *opt;
 } step_ctx;
 
+/* The most bytes one eager forward (loss included) left allocated for its
+ * backward: what the tape keeps, the activations' memory. */
+static size_t activation_bytes;
+
 te_status ex_train_step(const ex_opts *o, ex_forward_fn forward, const void *model, te_optim *opt,
                         te_tensor *const *in, te_tensor **out, bool with_logits)
 {
     const int accum = o->accum, per = with_logits ? 2 : 1;
     for (int m = 0; m < accum; m++) {
+        const size_t before = te_mem_stats_get().requested;
         te_tensor *logits = forward(model, in[2 * m]);
         te_tensor *l = te_cross_entropy(logits, in[2 * m + 1]);
         if (accum > 1)
             l = te_scale(l, 1.0f / (float)accum);
+        const size_t after = te_mem_stats_get().requested;
+        if (after > before && after - before > activation_bytes)
+            activation_bytes = after - before;
         te_status st = te_backward(te_scaler_scale_loss(l));
         if (st != TE_OK)
             return st;
@@ -672,10 +680,13 @@ void ex_print_memory(const te_graph *g, const ex_opts *o)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const te_mem_stats m = te_mem_stats_get();
-    printf("memory: peak_alloc_bytes=%zu peak_tensor_bytes=%zu peak_rss_kb=%ld\n", m.peak, m.peak_requested,
+    printf("memory: peak_alloc_bytes=%zu peak_tensor_bytes=%zu peak_rss_kb=%ld", m.peak, m.peak_requested,
            ru.ru_maxrss);
-    if (o->mode != TE_MODE_GRAPH)
+    if (o->mode != TE_MODE_GRAPH) { /* a compiled step keeps its activations in its arena */
+        printf(" activation_bytes=%zu\n", activation_bytes);
         return;
+    }
+    printf("\n");
     te_graph_stats s = te_graph_stats_get(g);
     printf("graph: ops=%d kernels=%d fused=%d arena_bytes=%zu lower_bound=%zu unshared_bytes=%zu "
            "compile_ms=%.2f\n",
