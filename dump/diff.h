@@ -210,6 +210,26 @@ typedef enum {
 
 typedef enum { DIFF_NONE, DIFF_SAME, DIFF_ROOT, DIFF_INHERITED } diff_verdict;
 
+enum diff_lowp_state { DIFF_LOWP_NONE, DIFF_LOWP_OK, DIFF_LOWP_OVER, DIFF_LOWP_SKIP };
+
+/* What recomputing an op of the low-precision run in f32 said (diff_lowp.c):
+ * its out0 against the recomputation. The bound of an element is bound_ulp
+ * ulps of the output's dtype at the recomputed value plus slack. */
+typedef struct diff_lowp_res {
+    int state;                  /* enum diff_lowp_state */
+    double ulp;                 /* OVER: the largest distance in ulps of the dtype among the
+                                 * elements beyond the bound (inf: overflow, NaN) */
+    double max_abs;             /* OK, OVER: the largest |output - recomputation| (inf: a
+                                 * non-finite value where the other is finite) */
+    double max_ulp;             /* OK, OVER: the same in ulps of an f16/bf16 output, element
+                                 * by element (NaN for an f32 output) */
+    double bound_ulp;           /* 0.5 for an f16/bf16 output (one rounding), 0 for f32 */
+    double slack;               /* DIFF_LOWP_SLACK times the largest |recomputed value| */
+    int64_t n_over;             /* elements beyond the bound */
+    bool first;                 /* the run's first op beyond rounding: diverges here */
+    char skip[TE_NAME_MAX + 48]; /* SKIP: "Dropout: random", "Foo" (a type not rebuilt) */
+} diff_lowp_res;
+
 /* One tensor of a step: a pair, or a tensor one side lacks. The info
  * pointers live as long as the step's readers. */
 typedef struct diff_row {
@@ -227,8 +247,7 @@ typedef struct diff_row {
     diff_verdict verdict;
     bool unchecked_inputs;      /* a root cause none of whose inputs was compared */
     bool first;                 /* the first divergent tensor of the run */
-    int lowp;                   /* diff_lowp_state of its op's recomputation (diff_lowp.c) */
-    double lowp_ulp;            /* DIFF_LOWP_OVER: the largest distance from it in ulps */
+    diff_lowp_res lowp;         /* its op's recomputation (diff_lowp.c); state NONE: none */
     const char *fused_in;       /* one-sided: the other side's fused kernel that never
                                  * materialised it ("k4 fused-attention: h0/attn/scores,
                                  * ..."), or NULL; lives as long as the step's readers */
@@ -295,16 +314,11 @@ void diff_graph_step(diff_graph *g, diff_row *rows, int n_rows);
  * 65536 terms at 2^-24 each, relative to the largest output). */
 #define DIFF_LOWP_SLACK 0x1p-16
 
-enum diff_lowp_state { DIFF_LOWP_NONE, DIFF_LOWP_OK, DIFF_LOWP_OVER, DIFF_LOWP_SKIP };
-
 typedef struct diff_lowp_op {
     int64_t step;
     char op[TE_NAME_MAX], type[TE_NAME_MAX];
     te_dtype dtype;             /* its output's */
-    int state;                  /* enum diff_lowp_state */
-    double ulp;                 /* OVER: the largest distance in ulps of dtype (inf: overflow, NaN) */
-    int64_t n_over;             /* elements beyond the bound */
-    char skip[TE_NAME_MAX + 48]; /* SKIP: "Dropout: random", "Foo" (a type not rebuilt) */
+    diff_lowp_res res;
 } diff_lowp_op;
 
 typedef struct diff_lowp {

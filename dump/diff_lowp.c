@@ -47,15 +47,19 @@ static double attr(const char *attrs, const char *key, double def)
     return def;
 }
 
-/* Input slot k of op in the step file as an f32 tensor (i32 stays i32), or NULL. */
-static te_tensor *load(dump_step_reader *r, const char *op, int k, char *why, size_t n)
+/* Input slot k of op in the step file as an f32 tensor (i32 stays i32), or
+ * NULL; persistent (te_tensor_free it) when keep: batch norm's running
+ * statistics must outlive the tape. */
+static te_tensor *load(dump_step_reader *r, const char *op, int k, bool keep, char *why, size_t n)
 {
     char path[DUMP_PATH_MAX];
     int i = dump_tensor_path(op, DUMP_IN, k, path, sizeof path) ? dump_step_find(r, path) : -1;
     if (i < 0)
         return NULL;
     const dump_tensor_info *ti = dump_step_tensor(r, i);
-    te_tensor *t = te_tensor_new(ti->dtype == TE_I32 ? TE_I32 : TE_F32, ti->ndim, ti->shape);
+    const te_dtype dt = ti->dtype == TE_I32 ? TE_I32 : TE_F32;
+    te_tensor *t = keep ? te_tensor_persistent(dt, ti->ndim, ti->shape)
+                        : te_tensor_new(dt, ti->ndim, ti->shape);
     float *v = t ? malloc((size_t)(ti->numel ? ti->numel : 1) * sizeof *v) : NULL;
     bool ok = v && dump_step_read_f32(r, i, v, why, n);
     if (ok && ti->dtype == TE_I32)
@@ -64,6 +68,8 @@ static te_tensor *load(dump_step_reader *r, const char *op, int k, char *why, si
     else if (ok)
         memcpy(t->data, v, (size_t)ti->numel * sizeof *v);
     free(v);
+    if (!ok && keep)
+        te_tensor_free(t);
     return ok ? t : NULL;
 }
 
@@ -127,18 +133,21 @@ static te_tensor *rebuild(const char *type, const char *at, te_tensor **in, int 
     return NULL;
 }
 
-/* The dumped output o (dtype dt) against the recomputation ref: the largest
- * excess over the bound in ulps of dt (f32: of the slack), the elements over. */
-static void judge(const float *o, const float *ref, int64_t n, te_dtype dt, double *worst,
-                  int64_t *over)
+/* The dumped output o (dtype dt) against the recomputation ref, into res:
+ * the largest distance (absolute, and in ulps of dt element by element), the
+ * bound, the elements beyond it and the largest distance among them in ulps
+ * of dt (f32: of the slack). */
+static void judge(const float *o, const float *ref, int64_t n, te_dtype dt, diff_lowp_res *res)
 {
     double big = 0;
     for (int64_t i = 0; i < n; i++)
         if (isfinite(ref[i]))
             big = fmax(big, fabs(ref[i]));
-    const double slack = DIFF_LOWP_SLACK * big;
-    *worst = 0;
-    *over = 0;
+    res->slack = DIFF_LOWP_SLACK * big;
+    res->bound_ulp = is_low(dt) ? 0.5 : 0;
+    res->max_ulp = is_low(dt) ? 0 : NAN;
+    res->max_abs = res->ulp = 0;
+    res->n_over = 0;
     for (int64_t i = 0; i < n; i++) {
         const double a = ref[i], b = o[i];
         if ((isnan(a) && isnan(b)) || (isinf(a) && a == b))
@@ -146,27 +155,33 @@ static void judge(const float *o, const float *ref, int64_t n, te_dtype dt, doub
         const double u = is_low(dt) ? diff_ulp_low(dt, a) : 0;
         double d = fabs(b - a);
         if (!isfinite(d)) {   /* NaN or an overflow: no rounding makes these */
-            *over += 1;
-            *worst = INFINITY;
+            res->n_over += 1;
+            res->ulp = res->max_abs = INFINITY;
+            if (is_low(dt))
+                res->max_ulp = INFINITY;
             continue;
         }
-        if (d > 0.5 * u + slack) {
-            *over += 1;
-            *worst = fmax(*worst, d / (u > 0 ? u : fmax(slack, 1e-45)));
+        res->max_abs = fmax(res->max_abs, d);
+        if (u > 0)
+            res->max_ulp = fmax(res->max_ulp, d / u);
+        if (d > res->bound_ulp * u + res->slack) {
+            res->n_over += 1;
+            res->ulp = fmax(res->ulp, d / (u > 0 ? u : fmax(res->slack, 1e-45)));
         }
     }
 }
 
 /* Recomputes op (the low side's tensor infos in r) and judges its out0. */
 static void recompute(diff_ctx *c, diff_lowp *lp, dump_step_reader *r, const dump_tensor_info *out,
-                      diff_lowp_op *res)
+                      diff_lowp_res *res)
 {
     const dump_op_row *row = op_row(lp->side, out->op);
     const char *at = row ? row->attrs : "", *skip = NULL;
     char why[DIFF_WHY_MAX] = "";
     te_tensor *in[8] = { 0 };
+    const int first_kept = strcmp(out->op_type, "BatchNorm") == 0 ? 3 : 8;   /* running stats */
     int n_in = 0;
-    while (n_in < 8 && (in[n_in] = load(r, out->op, n_in, why, sizeof why)))
+    while (n_in < 8 && (in[n_in] = load(r, out->op, n_in, n_in >= first_kept, why, sizeof why)))
         n_in++;
     res->state = DIFF_LOWP_SKIP;
     if (why[0]) {
@@ -189,7 +204,7 @@ static void recompute(diff_ctx *c, diff_lowp *lp, dump_step_reader *r, const dum
             if (o && rf && idx >= 0 && dump_step_read_f32(r, idx, o, why, sizeof why)) {
                 te_tensor *r32 = ref->dtype == TE_F32 ? ref : te_cast_at((te_loc){ 0 }, ref, TE_F32);
                 memcpy(rf, r32->data, (size_t)ref->numel * sizeof *rf);
-                judge(o, rf, out->numel, out->dtype, &res->ulp, &res->n_over);
+                judge(o, rf, out->numel, out->dtype, res);
                 res->state = res->n_over ? DIFF_LOWP_OVER : DIFF_LOWP_OK;
             } else {
                 snprintf(res->skip, sizeof res->skip, "%s: output unreadable", out->op_type);
@@ -201,6 +216,8 @@ static void recompute(diff_ctx *c, diff_lowp *lp, dump_step_reader *r, const dum
     te_error_clear();
     te_set_training(true);
     te_tape_reset();
+    for (int k = first_kept; k < n_in; k++)
+        te_tensor_free(in[k]);
 }
 
 /* The low side's info of a row. */
@@ -223,21 +240,23 @@ void diff_lowp_step(diff_ctx *c, diff_lowp *lp, dump_step_reader *ra, dump_step_
         const dump_tensor_info *t = low_info(lp, &rows[i]);
         if (!t || t->io != DUMP_OUT || t->slot != 0 || t->phase != TE_PHASE_FORWARD)
             continue;
-        diff_lowp_op res = { .step = rows[i].step };
-        snprintf(res.op, sizeof res.op, "%s", t->op);
-        snprintf(res.type, sizeof res.type, "%s", t->op_type);
-        res.dtype = t->dtype;
-        recompute(c, lp, r, t, &res);
-        if (res.state == DIFF_LOWP_SKIP) {
+        diff_lowp_op op = { .step = rows[i].step };
+        diff_lowp_res *res = &op.res;
+        snprintf(op.op, sizeof op.op, "%s", t->op);
+        snprintf(op.type, sizeof op.type, "%s", t->op_type);
+        op.dtype = t->dtype;
+        recompute(c, lp, r, t, res);
+        if (res->state == DIFF_LOWP_SKIP) {
             lp->n_skipped++;
-            if (!strstr(lp->skipped, res.skip) && strlen(lp->skipped) + strlen(res.skip) + 3 < sizeof lp->skipped)
+            if (!strstr(lp->skipped, res->skip) && strlen(lp->skipped) + strlen(res->skip) + 3 < sizeof lp->skipped)
                 snprintf(lp->skipped + strlen(lp->skipped), sizeof lp->skipped - strlen(lp->skipped),
-                         "%s%s", lp->skipped[0] ? ", " : "", res.skip);
+                         "%s%s", lp->skipped[0] ? ", " : "", res->skip);
         } else {
             lp->recomputed++;
-            lp->over += res.state == DIFF_LOWP_OVER;
-            if (res.state == DIFF_LOWP_OVER && !lp->has_first) {
-                lp->first = res;
+            lp->over += res->state == DIFF_LOWP_OVER;
+            if (res->state == DIFF_LOWP_OVER && !lp->has_first) {
+                res->first = true;
+                lp->first = op;
                 lp->has_first = true;
             }
         }
@@ -246,13 +265,12 @@ void diff_lowp_step(diff_ctx *c, diff_lowp *lp, dump_step_reader *ra, dump_step_
             const dump_tensor_info *u = rows[j].info;
             if (strcmp(rows[j].op, rows[i].op) != 0 || u->phase != TE_PHASE_FORWARD)
                 continue;
-            rows[j].lowp = res.state;
-            rows[j].lowp_ulp = res.ulp;
-            if (u->io == DUMP_OUT && rows[j].differs && res.state == DIFF_LOWP_OK) {
+            rows[j].lowp = *res;
+            if (u->io == DUMP_OUT && rows[j].differs && res->state == DIFF_LOWP_OK) {
                 rows[j].verdict = DIFF_INHERITED;   /* it only carries rounding forward */
                 rows[j].unchecked_inputs = false;
             }
-            else if (u->io == DUMP_OUT && res.state == DIFF_LOWP_OVER)
+            else if (u->io == DUMP_OUT && res->state == DIFF_LOWP_OVER)
                 rows[j].verdict = DIFF_ROOT;
         }
     }

@@ -55,6 +55,20 @@ static const char *status_word(const diff_row *r)
     return w[r->status];
 }
 
+/* What recomputing the op in f32 said, as JSON and CSV spell it; NULL when
+ * the row has none (not an output of a forward op of the low-precision run). */
+static const char *recompute_word(const diff_row *r)
+{
+    if (r->info->io != DUMP_OUT)
+        return NULL;
+    switch (r->lowp.state) {
+    case DIFF_LOWP_OK: return "carries rounding";
+    case DIFF_LOWP_OVER: return "diverges here";
+    case DIFF_LOWP_SKIP: return "not recomputed";
+    default: return NULL;
+    }
+}
+
 static const char *color_of(const diff_row *r)
 {
     if (r->status == DIFF_ONLY_A || r->status == DIFF_ONLY_B || r->status == DIFF_UNREADABLE)
@@ -292,7 +306,8 @@ static void csv_header(diff_ctx *c)
     for (int m = 0; m < DIFF_M_COUNT; m++)
         if (c->o.metric[m])
             fprintf(c->out, ",%s", diff_metric_names[m]);
-    fputs(",file,line,kernel\n", c->out);
+    fputs(",file,line,kernel,recompute,recompute_first,recompute_max_abs,recompute_max_ulp,"
+          "recompute_bound_ulp,recompute_slack,recompute_over,recompute_skip\n", c->out);
 }
 
 void diff_out_begin(diff_ctx *c, const diff_side *a, const diff_side *b)
@@ -344,8 +359,8 @@ static void table_note(FILE *f, const diff_row *r)
                 (long long)r->m.nan_b, (long long)r->m.inf_a, (long long)r->m.inf_b);
         sep = "; ";
     }
-    if (r->lowp == DIFF_LOWP_OVER && r->info->io == DUMP_OUT) {
-        fprintf(f, "%sbeyond rounding: %.3g ulp from its f32 recomputation", sep, r->lowp_ulp);
+    if (r->lowp.state == DIFF_LOWP_OVER && r->info->io == DUMP_OUT) {
+        fprintf(f, "%sbeyond rounding: %.3g ulp from its f32 recomputation", sep, r->lowp.ulp);
         sep = "; ";
     }
     if (r->verdict == DIFF_ROOT && r->info->file[0]) {
@@ -367,12 +382,42 @@ static void table_row(diff_ctx *c, const diff_row *r)
     const char *v = verdict_text(r);
     fprintf(c->out, "  %s%s%s", c->color ? color_of(r) : "", v, c->color ? RESET : "");
     if (r->first || r->status == DIFF_SHAPE || r->verdict == DIFF_ROOT ||
-        (r->lowp == DIFF_LOWP_OVER && r->info->io == DUMP_OUT) ||
+        (r->lowp.state == DIFF_LOWP_OVER && r->info->io == DUMP_OUT) ||
         (r->status == DIFF_COMPARED && r->m.n_nonfinite > 0)) {
         fprintf(c->out, "%*s  ", VERDICT_WIDTH - (int)strlen(v), "");
         table_note(c->out, r);
     }
     fputc('\n', c->out);
+}
+
+/* A number for CSV: exact, "inf", empty for NaN (not applicable). */
+static const char *csv_num(double x, char *buf, size_t n)
+{
+    if (isnan(x))
+        buf[0] = '\0';
+    else if (isinf(x))
+        snprintf(buf, n, "%sinf", x < 0 ? "-" : "");
+    else
+        exact(x, buf, n);
+    return buf;
+}
+
+/* The recompute columns: empty but for the outputs of a recomputed op. */
+static void csv_recompute(FILE *f, const diff_row *r)
+{
+    const char *w = recompute_word(r);
+    const diff_lowp_res *x = &r->lowp;
+    char b[4][40];
+    if (!w) {
+        fputs(",,,,,,,,", f);
+    } else if (x->state == DIFF_LOWP_SKIP) {
+        fprintf(f, ",%s,0,,,,,,", w);
+        csv_text(f, x->skip);
+    } else {
+        fprintf(f, ",%s,%d,%s,%s,%s,%s,%lld,", w, x->first, csv_num(x->max_abs, b[0], sizeof b[0]),
+                csv_num(x->max_ulp, b[1], sizeof b[1]), csv_num(x->bound_ulp, b[2], sizeof b[2]),
+                csv_num(x->slack, b[3], sizeof b[3]), (long long)x->n_over);
+    }
 }
 
 static void csv_row(diff_ctx *c, const diff_row *r)
@@ -405,6 +450,7 @@ static void csv_row(diff_ctx *c, const diff_row *r)
     csv_text(c->out, short_file(t->file));
     fprintf(c->out, ",%d,", t->line);
     csv_text(c->out, t->kernel);
+    csv_recompute(c->out, r);
     fputc('\n', c->out);
 }
 
@@ -433,6 +479,31 @@ static void json_index(FILE *f, const char *key, const dump_tensor_info *t, int6
     for (int d = 0; d < t->ndim; d++)
         fprintf(f, "%s%lld", d ? "," : "", (long long)idx[d]);
     fputc(']', f);
+}
+
+/* The row's recomputation in f32 as an object, or null. */
+static void json_recompute(FILE *f, const diff_row *r)
+{
+    const char *w = recompute_word(r);
+    const diff_lowp_res *x = &r->lowp;
+    if (!w) {
+        fputs("null", f);
+        return;
+    }
+    fputs("{\"verdict\": ", f);
+    json_text(f, w);
+    if (x->state == DIFF_LOWP_SKIP) {
+        json_field_text(f, "skip", x->skip);
+    } else {
+        fprintf(f, ", \"first\": %s", x->first ? "true" : "false");
+        json_field_num(f, "max_abs", x->max_abs);
+        json_field_num(f, "max_ulp", x->max_ulp);
+        json_field_num(f, "bound_ulp", x->bound_ulp);
+        json_field_num(f, "slack", x->slack);
+        fprintf(f, ", \"over\": %lld, \"nonfinite\": %s", (long long)x->n_over,
+                isinf(x->max_abs) ? "true" : "false");
+    }
+    fputc('}', f);
 }
 
 static void json_row(diff_ctx *c, const diff_row *r)
@@ -481,7 +552,9 @@ static void json_row(diff_ctx *c, const diff_row *r)
     json_field_text(f, "file", short_file(t->file));
     fprintf(f, ", \"line\": %d, \"kernel\": ", t->line);
     json_text(f, t->kernel);
-    fprintf(f, ", \"inputs_compared\": %s}", r->unchecked_inputs ? "false" : "true");
+    fprintf(f, ", \"inputs_compared\": %s, \"recompute\": ", r->unchecked_inputs ? "false" : "true");
+    json_recompute(f, r);
+    fputc('}', f);
 }
 
 void diff_out_rows(diff_ctx *c, const diff_row *rows, int n_rows)
@@ -593,8 +666,8 @@ static void lowp_summary(FILE *f, const diff_lowp *lp)
     if (lp->has_first)
         fprintf(f, "  diverges here: step %lld, %s (%s) out0: %.3g ulp of %s from its "
                 "recomputation, %lld element%s beyond rounding\n", (long long)lp->first.step,
-                lp->first.op, lp->first.type, lp->first.ulp, te_dtype_name(lp->first.dtype),
-                (long long)lp->first.n_over, lp->first.n_over == 1 ? "" : "s");
+                lp->first.op, lp->first.type, lp->first.res.ulp, te_dtype_name(lp->first.dtype),
+                (long long)lp->first.res.n_over, lp->first.res.n_over == 1 ? "" : "s");
     else if (lp->recomputed)
         fprintf(f, "  no op beyond rounding: the differences are rounding carried forward\n");
     if (lp->n_skipped)
@@ -679,6 +752,39 @@ static void json_cause(FILE *f, const diff_cause *k)
             k->input ? "true" : "false");
 }
 
+/* The recomputation's summary, or null when there was none. */
+static void json_lowp(FILE *f, const diff_lowp *lp)
+{
+    if (!lp) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f, "{\"low\": \"%s\", \"level\": ", lp->low == 0 ? "a" : "b");
+    json_text(f, lp->level);
+    fprintf(f, ", \"recomputed\": %d, \"beyond_rounding\": %d, \"not_recomputed\": %d",
+            lp->recomputed, lp->over, lp->n_skipped);
+    json_field_text(f, "not_recomputed_kinds", lp->skipped);
+    json_field_num(f, "bound_ulp", 0.5);
+    json_field_num(f, "slack_of_largest", DIFF_LOWP_SLACK);
+    fputs(", \"diverges_here\": ", f);
+    if (lp->has_first) {
+        const diff_lowp_op *k = &lp->first;
+        fprintf(f, "{\"step\": %lld, \"op\": ", (long long)k->step);
+        json_text(f, k->op);
+        json_field_text(f, "op_type", k->type);
+        json_field_text(f, "dtype", te_dtype_name(k->dtype));
+        json_field_num(f, "max_abs", k->res.max_abs);
+        json_field_num(f, "max_ulp", k->res.max_ulp);
+        json_field_num(f, "ulp_beyond", k->res.ulp);
+        json_field_num(f, "slack", k->res.slack);
+        fprintf(f, ", \"over\": %lld, \"nonfinite\": %s}", (long long)k->res.n_over,
+                isinf(k->res.max_abs) ? "true" : "false");
+    } else {
+        fputs("null", f);
+    }
+    fputc('}', f);
+}
+
 static void json_summary(diff_ctx *c, const diff_summary *s)
 {
     FILE *f = c->out;
@@ -693,6 +799,8 @@ static void json_summary(diff_ctx *c, const diff_summary *s)
     } else {
         fputs("null", f);
     }
+    fputs(",\n \"across_precisions\": ", f);
+    json_lowp(f, s->lowp);
     fprintf(f, ",\n \"summary\": {\"steps\": %d, \"tensors\": %d, \"diverge_here\": %d, "
             "\"inherited\": %d, \"same\": %d, \"root_cause_ops\": %d, \"only_a\": %d, "
             "\"only_b\": %d, \"fused_a\": %d, \"fused_b\": %d, \"unreadable\": %d, \"least_atol\": ",

@@ -120,29 +120,34 @@ static hid_t attr_open(scan *s, hid_t obj, const char *where, const char *name)
     return a;
 }
 
-typedef enum { K_I32, K_I64, K_U64 } int_kind;
-static const char *const int_names[] = { "int32", "int64", "uint64" };
+/* The scalar attribute kinds: integers of one exact width and sign, float32. */
+typedef enum { K_I32, K_I64, K_U64, K_F32 } attr_kind;
+static const char *const kind_names[] = { "int32", "int64", "uint64", "float32" };
 
-static bool int_type_ok(hid_t t, int_kind k)
+static bool kind_type_ok(hid_t t, attr_kind k)
 {
+    if (k == K_F32)
+        return H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 4;
     return H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == (k == K_I32 ? 4u : 8u) &&
            (H5Tget_sign(t) == H5T_SGN_NONE) == (k == K_U64);
 }
 
-/* An integer attribute of exactly kind k, read into *v (uint64 as its bits). */
-static bool attr_int(scan *s, hid_t obj, const char *where, const char *name, int_kind k,
-                     int64_t *v)
+/* An attribute of exactly kind k holding one value, read into *v: an
+ * int64_t for the integers (uint64 as its bits), a float for K_F32. */
+static bool attr_scalar(scan *s, hid_t obj, const char *where, const char *name, attr_kind k,
+                        void *v)
 {
     hid_t a = attr_open(s, obj, where, name);
     if (a < 0)
         return false;
     hid_t t = H5Aget_type(a);
-    bool ok = t >= 0 && int_type_ok(t, k);
+    bool ok = t >= 0 && kind_type_ok(t, k);
+    hid_t mem = k == K_F32 ? H5T_NATIVE_FLOAT : k == K_U64 ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
     if (t >= 0 && !ok) {
         char d[48];
         problem(s->p, "%s: %s: attribute '%s' is %s, expected %s", s->path, where, name,
-                type_desc(t, d, sizeof d), int_names[k]);
-    } else if (ok && H5Aread(a, k == K_U64 ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, v) < 0) {
+                type_desc(t, d, sizeof d), kind_names[k]);
+    } else if (ok && H5Aread(a, mem, v) < 0) {
         char what[96];
         snprintf(what, sizeof what, "cannot read attribute '%s'", name);
         ok = h5_problem(s, where, what);
@@ -151,6 +156,13 @@ static bool attr_int(scan *s, hid_t obj, const char *where, const char *name, in
         H5Tclose(t);
     H5Aclose(a);
     return ok;
+}
+
+/* An integer attribute of exactly kind k, read into *v (uint64 as its bits). */
+static bool attr_int(scan *s, hid_t obj, const char *where, const char *name, attr_kind k,
+                     int64_t *v)
+{
+    return attr_scalar(s, obj, where, name, k, v);
 }
 
 /* An int32 attribute read into an int. */
@@ -257,8 +269,8 @@ typedef struct col {
 static bool col_type_ok(hid_t t, col_kind k)
 {
     switch (k) {
-    case C_I32: return int_type_ok(t, K_I32);
-    case C_I64: return int_type_ok(t, K_I64);
+    case C_I32: return kind_type_ok(t, K_I32);
+    case C_I64: return kind_type_ok(t, K_I64);
     case C_F64: return H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 8;
     default: return H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0;
     }
@@ -654,29 +666,6 @@ static bool attr_there(scan *s, const char *name)
     return H5Aexists(s->file, name) > 0;
 }
 
-/* A float32 attribute read into *v. */
-static bool attr_f32(scan *s, hid_t obj, const char *where, const char *name, float *v)
-{
-    hid_t a = attr_open(s, obj, where, name);
-    if (a < 0)
-        return false;
-    hid_t t = H5Aget_type(a);
-    bool ok = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 4;
-    if (t >= 0 && !ok) {
-        char d[48];
-        problem(s->p, "%s: %s: attribute '%s' is %s, expected float32", s->path, where, name,
-                type_desc(t, d, sizeof d));
-    } else if (ok && H5Aread(a, H5T_NATIVE_FLOAT, v) < 0) {
-        char what[96];
-        snprintf(what, sizeof what, "cannot read attribute '%s'", name);
-        ok = h5_problem(s, where, what);
-    }
-    if (t >= 0)
-        H5Tclose(t);
-    H5Aclose(a);
-    return ok;
-}
-
 /* The loss scaler's attributes, when the step had one. */
 static void scaler_scan(scan *s, dump_step_scaler *sc)
 {
@@ -684,7 +673,7 @@ static void scaler_scan(scan *s, dump_step_scaler *sc)
     sc->skipped = -1;
     if (!attr_there(s, "loss_scale"))
         return;
-    sc->present = attr_f32(s, s->file, "/", "loss_scale", &sc->scale);
+    sc->present = attr_scalar(s, s->file, "/", "loss_scale", K_F32, &sc->scale);
     if (attr_there(s, "skipped") && attr_i32(s, s->file, "/", "skipped", &sc->skipped) &&
         sc->skipped != 0 && sc->skipped != 1) {
         problem(s->p, "%s: /: attribute 'skipped' is %d, expected 0 or 1", s->path, sc->skipped);

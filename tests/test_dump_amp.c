@@ -13,6 +13,8 @@
 #include "testutil.h"
 #include "tui_internal.h"
 
+#include <hdf5.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,6 +196,55 @@ START_TEST(test_no_scaler_no_attributes)
 }
 END_TEST
 
+/* Writes attribute loss_scale of type t (n values of v) on step 0's file. */
+static void put_loss_scale(hid_t t, int n, const double *v)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/step-00000000.h5", dir);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert(f >= 0);
+    if (H5Aexists(f, "loss_scale") > 0)
+        H5Adelete(f, "loss_scale");
+    hid_t sp = H5Screate_simple(1, (hsize_t[]){ (hsize_t)n }, NULL);
+    hid_t a = H5Acreate2(f, "loss_scale", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert(a >= 0 && H5Awrite(a, H5T_NATIVE_DOUBLE, v) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Fclose(f);
+}
+
+/* The loss scale is a float32 attribute read through the reader's one
+ * scalar-attribute helper: read back exactly; a float64, an integer or two
+ * values are a damaged file, said so. */
+START_TEST(test_loss_scale_attribute_checked)
+{
+    char why[1024], path[256];
+    dump_step_writer *w = dump_step_create(dir, 0, 0, why, sizeof why);
+    ck_assert_msg(w && dump_step_commit(w, why, sizeof why), "%s", why);
+    snprintf(path, sizeof path, "%s/step-00000000.h5", dir);
+    static const struct { const char *want; int n; bool f64, i32; } c[] = {
+        { NULL, 1, false, false },
+        { "attribute 'loss_scale' is a float64, expected float32", 1, true, false },
+        { "attribute 'loss_scale' is an int32, expected float32", 1, false, true },
+        { "attribute 'loss_scale' holds 2 values, expected one", 2, false, false },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        put_loss_scale(c[i].f64 ? H5T_IEEE_F64LE : c[i].i32 ? H5T_STD_I32LE : H5T_IEEE_F32LE, c[i].n,
+                       (const double[]){ 1024, 2048 });
+        why[0] = '\0';
+        dump_step_reader *r = dump_step_open(path, why, sizeof why);
+        if (!c[i].want) {
+            ck_assert_msg(r != NULL, "%s", why);
+            const dump_step_scaler *sc = dump_step_scaler_of(r);
+            ck_assert(sc->present && sc->scale == 1024);
+            dump_step_close(r);
+        } else {
+            ck_assert_msg(r == NULL && strstr(why, c[i].want), "case %zu: %s", i, why);
+        }
+    }
+}
+END_TEST
+
 /* The TUI's tracking sees the same scales and skip, and the op whose
  * rounding overflowed, with its precision. */
 START_TEST(test_tui_tracks_scale_skip_and_rounding)
@@ -227,6 +278,7 @@ Suite *suite_dump_amp(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_run_and_steps_record_the_scaler);
     tcase_add_test(tc, test_no_scaler_no_attributes);
+    tcase_add_test(tc, test_loss_scale_attribute_checked);
     tcase_add_test(tc, test_tui_tracks_scale_skip_and_rounding);
     suite_add_tcase(s, tc);
     return s;

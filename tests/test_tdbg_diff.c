@@ -1541,6 +1541,154 @@ START_TEST(test_amp_clean_rounding_only)
 }
 END_TEST
 
+/* The recomputation's verdict in CSV and JSON, O0 dump a against the O2
+ * dump b: when want_op is not NULL it alone diverges here (its output rows:
+ * recompute "diverges here", recompute_first 1, beyond its bound) and JSON's
+ * across_precisions names it, of type want_type; else no op does. Every
+ * other recomputed output carries rounding (within its bound), and no op of
+ * the types in types (space separated) goes unrecomputed. */
+static void assert_recompute(const char *a, const char *b, const char *want_op,
+                             const char *want_type, const char *types)
+{
+    tu_result r = RUN("--io", "outputs", "--format", "csv", a, b);
+    ck_assert_msg(r.rc == DIFF_RC_SAME || r.rc == DIFF_RC_DIFFER, "rc %d\n%s", r.rc, r.err);
+    csv t = csv_parse(r.out);
+    int n_div = 0, n_carry = 0;
+    for (int i = 0; i < t.nrows; i++) {
+        const char *w = cell(&t, i, "recompute"), *op = cell(&t, i, "op");
+        const char *type = cell(&t, i, "op_type");
+        char padded[TE_NAME_MAX + 2];
+        snprintf(padded, sizeof padded, " %s ", type);
+        if (strcmp(cell(&t, i, "phase"), "forward") == 0 && strcmp(cell(&t, i, "io"), "out") == 0 &&
+            strstr(types, padded))
+            ck_assert_msg(w[0] && strcmp(w, "not recomputed") != 0, "%s (%s): recompute '%s' %s",
+                          op, type, w, cell(&t, i, "recompute_skip"));
+        if (strcmp(w, "diverges here") == 0) {
+            n_div++;
+            ck_assert_msg(want_op && strcmp(op, want_op) == 0, "%s diverges here, not %s", op,
+                          want_op ? want_op : "none");
+            ck_assert_str_eq(cell(&t, i, "recompute_first"), "1");
+            ck_assert_str_eq(cell(&t, i, "verdict"), "diverges here");
+            ck_assert(num(&t, i, "recompute_over") > 0);
+            ck_assert(num(&t, i, "recompute_max_abs") > num(&t, i, "recompute_slack"));
+        } else if (strcmp(w, "carries rounding") == 0) {
+            n_carry++;
+            ck_assert_str_eq(cell(&t, i, "recompute_first"), "0");
+            /* no element beyond one rounding (0.5 ulp of f16, 0 for f32) plus the slack */
+            ck_assert_msg(num(&t, i, "recompute_over") == 0 && isfinite(num(&t, i, "recompute_max_abs")),
+                          "%s", op);
+            const char *bu = cell(&t, i, "recompute_bound_ulp");
+            ck_assert_msg(strcmp(bu, strcmp(cell(&t, i, "dtype_b"), "f16") == 0 ? "0.5" : "0") == 0,
+                          "%s: bound %s ulp", op, bu);
+        }
+    }
+    ck_assert_int_eq(n_div, want_op ? 1 : 0);
+    ck_assert_msg(n_carry > 5, "%d ops carry rounding", n_carry);
+    csv_free(&t);
+    tu_result_free(&r);
+
+    r = RUN("--io", "outputs", "--format", "json", a, b);
+    char want[512];
+    if (want_op)
+        snprintf(want, sizeof want, "\"beyond_rounding\": 1, \"not_recomputed\": 0, "
+                 "\"not_recomputed_kinds\": \"\", \"bound_ulp\": 0.5, \"slack_of_largest\": "
+                 "1.52587890625e-05, \"diverges_here\": {\"step\": 0, \"op\": \"%s\", \"op_type\": "
+                 "\"%s\"", want_op, want_type);
+    else
+        snprintf(want, sizeof want, "\"beyond_rounding\": 0, \"not_recomputed\": 0, "
+                 "\"not_recomputed_kinds\": \"\", \"bound_ulp\": 0.5, \"slack_of_largest\": "
+                 "1.52587890625e-05, \"diverges_here\": null}");
+    ck_assert_msg(strstr(r.out, "\"across_precisions\": {\"low\": \"b\", \"level\": \"O2 f16\"") &&
+                      strstr(r.out, want), "%s\n%s", want, r.out);
+    ck_assert_msg(strstr(r.out, "\"recompute\": {\"verdict\": \"carries rounding\", \"first\": false"),
+                  "%s", r.out);
+    tu_result_free(&r);
+}
+
+/* The MLP's verdict in CSV and JSON: fc2/linear diverges here, the rest carries rounding. */
+START_TEST(test_amp_verdict_csv_json)
+{
+    char d[256], a[300], b[300], c[300];
+    test_dir(d, sizeof d);
+    snprintf(a, sizeof a, "%s/o0", d);
+    snprintf(b, sizeof b, "%s/o2", d);
+    snprintf(c, sizeof c, "%s/o2clean", d);
+    mlp_amp_dump(a, "--amp O0");
+    mlp_amp_dump(b, "--amp O2 --amp-dtype f16 --loss-scale 1 --inject scale@op=fc2/linear,step=0,value=2");
+    mlp_amp_dump(c, "--amp O2 --amp-dtype f16 --loss-scale 1");
+    assert_recompute(a, b, "fc2/linear", "Linear", " Linear Relu CrossEntropy ");
+    assert_recompute(a, c, NULL, NULL, " Linear Relu CrossEntropy ");
+    /* without a low-precision side there is no recomputation: null, empty columns */
+    tu_result r = RUN("--format", "json", a, a);
+    ck_assert_msg(strstr(r.out, "\"across_precisions\": null") && strstr(r.out, "\"recompute\": null") &&
+                      !strstr(r.out, "\"recompute\": {"), "%s", r.out);
+    tu_result_free(&r);
+}
+END_TEST
+
+/* The CNN (conv, batch norm, pooling): every forward op is rebuilt from the
+ * O2 run's own dump, and a fault in a convolution, a batch norm or a pool
+ * is named exactly. */
+START_TEST(test_amp_cnn)
+{
+    static const char *const cnn = "'%s/examples/cnn' --channels 4,4,4 --batch 4 --steps 1 "
+                                   "--train-size 16 --threads 1 --log-every 100 %s "
+                                   "--dump 'dir=%s;io=both' 2>&1";
+    static const struct { const char *op, *type; } fault[] = {
+        { "conv2/conv", "Conv2D" }, { "conv2/bn", "BatchNorm" }, { "maxpool", "MaxPool2D" },
+    };
+    const char *types = " Conv2D BatchNorm Relu MaxPool2D GlobalAvgPool Linear CrossEntropy Cast ";
+    char d[256], a[300], b[300], flags[256];
+    test_dir(d, sizeof d);
+    snprintf(a, sizeof a, "%s/o0", d);
+    ck_assert_msg(tu_shell(shell_out, sizeof shell_out, cnn, TDBG_BUILDDIR, "--amp O0", a) == 0, "%s",
+                  shell_out);
+    snprintf(b, sizeof b, "%s/o2", d);
+    ck_assert_msg(tu_shell(shell_out, sizeof shell_out, cnn, TDBG_BUILDDIR,
+                           "--amp O2 --amp-dtype f16 --loss-scale 1", b) == 0, "%s", shell_out);
+    assert_recompute(a, b, NULL, NULL, types);
+    for (size_t i = 0; i < sizeof fault / sizeof fault[0]; i++) {
+        snprintf(b, sizeof b, "%s/fault%zu", d, i);
+        snprintf(flags, sizeof flags, "--amp O2 --amp-dtype f16 --loss-scale 1 "
+                 "--inject scale@op=%s,step=0,value=2", fault[i].op);
+        ck_assert_msg(tu_shell(shell_out, sizeof shell_out, cnn, TDBG_BUILDDIR, flags, b) == 0, "%s",
+                      shell_out);
+        assert_recompute(a, b, fault[i].op, fault[i].type, types);
+        tu_result r = RUN("--io", "outputs", a, b);
+        char want[256];
+        snprintf(want, sizeof want, "diverges here: step 0, %s (%s) out0", fault[i].op, fault[i].type);
+        ck_assert_msg(strstr(r.out, want), "%s\n%s", want, r.out);
+        tu_result_free(&r);
+    }
+}
+END_TEST
+
+/* A tiny GPT (one block, no dropout): attention, layer norm, GELU,
+ * embeddings all rebuilt; a fault in the MLP's first linear is named. */
+START_TEST(test_amp_gpt)
+{
+    static const char *const gpt = "'%s/examples/gpt' --layers 1 --heads 2 --embd 16 --block 8 "
+                                   "--batch 2 --steps 2 --warmup 0 --eval-every 0 --threads 1 "
+                                   "--dropout 0 %s --dump 'dir=%s;io=both;steps=0' 2>&1";
+    const char *types = " Linear LayerNorm Gelu Softmax MaskedFill Embedding MatMul Add Scale "
+                        "Transpose Reshape CrossEntropy ";
+    char d[256], a[300], b[300], c[300];
+    test_dir(d, sizeof d);
+    snprintf(a, sizeof a, "%s/o0", d);
+    snprintf(b, sizeof b, "%s/o2", d);
+    snprintf(c, sizeof c, "%s/fault", d);
+    ck_assert_msg(tu_shell(shell_out, sizeof shell_out, gpt, TDBG_BUILDDIR, "--amp O0", a) == 0, "%s",
+                  shell_out);
+    ck_assert_msg(tu_shell(shell_out, sizeof shell_out, gpt, TDBG_BUILDDIR,
+                           "--amp O2 --amp-dtype f16 --loss-scale 1", b) == 0, "%s", shell_out);
+    ck_assert_msg(tu_shell(shell_out, sizeof shell_out, gpt, TDBG_BUILDDIR,
+                           "--amp O2 --amp-dtype f16 --loss-scale 1 "
+                           "--inject scale@op=h0/mlp/c_fc,step=0,value=2", c) == 0, "%s", shell_out);
+    assert_recompute(a, b, NULL, NULL, types);
+    assert_recompute(a, c, "h0/mlp/c_fc", "Linear", types);
+}
+END_TEST
+
 /* The tolerance across dtypes at its edge: k ulps of the lower precision
  * (plus atol) pass, k + 1 fail; the lanes (4 at a time) and the tail agree. */
 START_TEST(test_amp_ulp_tolerance_edge)
@@ -1598,6 +1746,9 @@ Suite *suite_tdbg_diff(void)
     tcase_add_unchecked_fixture(tc, suite_dir_make, suite_dir_remove);
     tcase_add_test(tc, test_amp_diverges_here);
     tcase_add_test(tc, test_amp_clean_rounding_only);
+    tcase_add_test(tc, test_amp_verdict_csv_json);
+    tcase_add_test(tc, test_amp_cnn);
+    tcase_add_test(tc, test_amp_gpt);
     tcase_add_test(tc, test_amp_ulp_tolerance_edge);
     suite_add_tcase(s, tc);
 

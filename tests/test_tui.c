@@ -454,6 +454,155 @@ START_TEST(test_live_interrupt_mouse)
 }
 END_TEST
 
+/* ---- mixed precision: rounding marks, precision, skipped steps ---------------------------- */
+
+/* Code point col of s (every character on these screens is one column
+ * wide), as its first byte; NULL past the end. */
+static const char *column(const char *s, int col)
+{
+    for (int c = 0; *s; c++) {
+        if (c == col)
+            return s;
+        s++;
+        while ((*s & 0xC0) == 0x80)
+            s++;
+    }
+    return NULL;
+}
+
+/* The ops pane's row of op on screen (" NAME " in its first 72 columns):
+ * its text into out; false when the op is not on show. */
+static bool ops_row(const char *screen, const char *op, char *out, size_t n)
+{
+    char want[TE_NAME_MAX + 2], l[4096];
+    snprintf(want, sizeof want, " %s ", op);
+    for (int y = 2; y < 30; y++) {
+        line_of(screen, y, l, sizeof l);
+        const char *bar = strstr(l, "\u2502");
+        if (bar && (size_t)(bar - l) > strlen(want) && strstr(l, want) && strstr(l, want) < bar) {
+            snprintf(out, n, "%.*s", (int)(bar - l), l);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The ops pane's rounding mark (column 3: ^ overflow, v underflow) of op,
+ * and that its dtype column says dtype. */
+static void assert_op_mark(const char *screen, const char *op, char mark, const char *dtype)
+{
+    char row[4096], what[4400];
+    if (!ops_row(screen, op, row, sizeof row)) {
+        snprintf(what, sizeof what, "%s is not in the ops pane", op);
+        fail_with(what, screen);
+    }
+    const char *m = column(row, 3);
+    if (!m || *m != mark) {
+        snprintf(what, sizeof what, "%s: rounding mark '%c' expected, the row is '%s'", op, mark, row);
+        fail_with(what, screen);
+    }
+    char dt[16];
+    snprintf(dt, sizeof dt, " %s ", dtype);
+    if (!strstr(row, dt)) {
+        snprintf(what, sizeof what, "%s: precision %s expected, the row is '%s'", op, dtype, row);
+        fail_with(what, screen);
+    }
+}
+
+/* The chart's line whose label starts with label (NULL: the loss's top
+ * row, line 2): the columns of its bars after the label (LABEL_W 9). */
+static const char *chart_bars(const char *screen, const char *label, char *out, size_t n)
+{
+    char l[4096];
+    for (int y = 2; y < 30; y++) {
+        line_of(screen, y, l, sizeof l);
+        const char *bar = strstr(l, "\u2502");
+        const char *chart = bar ? bar + strlen("\u2502") : NULL;
+        if (chart && (label ? strncmp(chart, label, strlen(label)) == 0 : y == 2)) {
+            const char *b = column(chart, 9);
+            snprintf(out, n, "%s", b ? b : "");
+            return out;
+        }
+    }
+    fail_with(label ? label : "the loss's top row", screen);
+    return NULL;
+}
+
+/* The x over the skipped step (one column per step) on a chart line:
+ * column step, and only there. */
+static void assert_skip_mark(const char *screen, const char *label, int step)
+{
+    char bars[4096], what[4400];
+    chart_bars(screen, label, bars, sizeof bars);
+    const char *x = column(bars, step), *other = strchr(bars, 'x');
+    if (!x || *x != 'x' || other != x || strchr(x + 1, 'x')) {
+        snprintf(what, sizeof what, "%s: an x at step %d only, the bars are '%s'", label ? label : "loss", step,
+                 bars);
+        fail_with(what, screen);
+    }
+}
+
+/* O2 in f16 on the MLP with an underflow injected at step 2 (fc1/linear
+ * times 1e-12) and an overflow at step 5 (fc2/linear times 1e6, which
+ * makes the gradients non-finite: the scaler skips that step). The ops
+ * pane marks the producer at each stop (v, then ^) with the op's precision;
+ * after step 5 the chart has an x at step 5 on the loss and on the scale
+ * line, and the last step's fc2/linear keeps its ^. */
+START_TEST(test_amp_marks)
+{
+    if (skip())
+        return;
+    char args[1024];
+    snprintf(args, sizeof args,
+             "-- '%s/examples/mlp' --hidden 32,32 --batch 8 --train-size 64 --steps 8 --log-every 1 --threads 1 "
+             "--amp O2 --amp-dtype f16 --scale-init 1024 --scale-window 3 "
+             "--inject scale@op=fc1/linear,step=2,value=1e-12 --inject scale@op=fc2/linear,step=5,value=1e6",
+             TDBG_BUILDDIR);
+    start("", 160, 40, args);
+    wait_for(0, "READY", NULL);
+    type("break underflow");
+    keys("Enter");
+    wait_for(-1, "Breakpoint 1", NULL);
+    keys("F5");
+    wait_for(0, "PAUSED", "step 2", "fc1/linear", "underflow", NULL);
+    const char *screen = wait_for(-1, ">  v   1 fc1/linear", NULL);
+    assert_op_mark(screen, "fc1/linear", 'v', "f16");
+    assert_op_mark(screen, "fc1/linear/cast_in0", ' ', "f16");
+    shot("amp-underflow", screen);
+
+    type("delete");
+    keys("Enter");
+    type("break overflow");
+    keys("Enter");
+    wait_for(-1, "Breakpoint 2", NULL);
+    keys("F5");
+    wait_for(0, "PAUSED", "step 5", "fc2/linear", "overflow", NULL);
+    /* the op stopped at is marked at once: its own op_end hook has not run */
+    screen = wait_for(-1, ">! ^   3 fc2/linear", NULL);
+    assert_op_mark(screen, "fc2/linear", '^', "f16");
+    assert_op_mark(screen, "fc1/linear", ' ', "f16"); /* this step's: no underflow */
+    /* no skip yet: the scaler decides at the step's end */
+    char bars[4096];
+    if (strchr(chart_bars(screen, NULL, bars, sizeof bars), 'x'))
+        fail_with("an x on the loss before any skip", screen);
+
+    keys("F8");
+    wait_for(0, "PAUSED", "step 6", NULL);
+    screen = wait_for(-1, "scale=2048 skipped", NULL);
+    assert_skip_mark(screen, NULL, 5);
+    assert_skip_mark(screen, "scale", 5);
+    /* the last step's rows, dimmed: fc2/linear's overflow, the precisions */
+    assert_op_mark(screen, "fc2/linear", '^', "f16");
+    assert_op_mark(screen, "cross_entropy", ' ', "f32");
+    shot("amp-skip", screen);
+
+    type("quit");
+    keys("Enter");
+    assert_restored("tdbg-exit=1");
+    kill_server();
+}
+END_TEST
+
 /* ---- colours, NO_COLOR ---------------------------------------------------------------- */
 
 static bool has_colour(const char *s)
@@ -836,6 +985,7 @@ Suite *suite_tui(void)
     tcase_add_test(tc, test_nan_step_break_complete_scroll_resize_quit);
     tcase_add_test(tc, test_stop_names_unparsed);
     tcase_add_test(tc, test_tensor_4d_slices);
+    tcase_add_test(tc, test_amp_marks);
     tcase_add_test(tc, test_live_interrupt_mouse);
     tcase_add_test(tc, test_colour_and_no_color);
     tcase_add_test(tc, test_crash_restores_terminal);

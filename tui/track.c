@@ -65,6 +65,9 @@ const tui_op_round *tui_track_round(int exec, bool last)
     const tui_op_round *o = &rounds[last ? !cur_rounds : cur_rounds][exec];
     return o->seen ? o : NULL;
 }
+
+void tui_track_stopped(const te_op_record *r) { note_round(r); }
+
 static int64_t last_loss_step = -1;
 
 void tui_track_op(const te_op_record *r)

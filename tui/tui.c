@@ -219,6 +219,9 @@ static void finish(void)
 static void show_stop(const dbg_stop *s)
 {
     (void)s; /* tui_jump reads the same dbg_last_stop() */
+    const te_op_record *r = dbg_stopped_at();
+    if (r) /* the ops pane's ^ and v for the op stopped at, too */
+        tui_track_stopped(r);
     tui.state = TUI_PAUSED;
     tui_ops_forget();
     tui_jump();

@@ -228,6 +228,9 @@ typedef struct tui_op_round {
     int64_t overflow, underflow; /* over its outputs (te_op_record.round) */
 } tui_op_round;
 const tui_op_round *tui_track_round(int exec, bool last);
+/* Notes what rounding did in r, the op training stopped at: a stop comes
+ * from the debugger's op_end hook, before the TUI's own sees that op. */
+void tui_track_stopped(const te_op_record *r);
 void tui_track_free(void);
 
 /* ---- layout.c -------------------------------------------------------------------- */
