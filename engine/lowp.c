@@ -125,9 +125,14 @@ static void round_f16_scalar(const float *src, uint16_t *dst, int64_t n, lowp_co
  * "f16c"); AVX2 implies the OS saves the YMM registers. */
 static bool use_f16c(void)
 {
-    unsigned a, b, c, d;
-    return !te_lowp_no_f16c && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) &&
-           __builtin_cpu_supports("avx2");
+    /* asked once: CPUID is slow (a trap to the hypervisor in a VM), and
+     * conversions of one row at a time call this often */
+    static _Atomic int has; /* 0 not asked yet, 1 no, 2 yes */
+    if (!has) {
+        unsigned a, b, c, d;
+        has = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx2") ? 2 : 1;
+    }
+    return !te_lowp_no_f16c && has == 2;
 }
 
 __attribute__((target("avx2"))) static int64_t hsum_epi32(__m256i v)
