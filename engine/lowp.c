@@ -128,8 +128,14 @@ static bool use_avx2(void) { return !te_lowp_portable && __builtin_cpu_supports(
  * "f16c"); AVX2 implies the OS saves the YMM registers. */
 static bool use_f16c(void)
 {
-    unsigned a, b, c, d;
-    return use_avx2() && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    /* asked once: CPUID is slow (a trap to the hypervisor in a VM), and
+     * conversions of one row at a time call this often */
+    static _Atomic int has; /* 0 not asked yet, 1 no, 2 yes */
+    if (!has) {
+        unsigned a, b, c, d;
+        has = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 2 : 1;
+    }
+    return use_avx2() && has == 2;
 }
 
 __attribute__((target("avx2"))) static int64_t hsum_epi32(__m256i v)

@@ -170,6 +170,24 @@ static te_status messy(void *ctx, te_tensor *const *in, te_tensor **out)
     return te_backward(out[0]);
 }
 
+/* Mixed precision as autocast writes it: one f32 activation h cast to
+ * bf16 for each of two consumers (the GPT's q, k, v linears reading one
+ * layer norm). x's casts (no gradient) merge; h's stay apart: merged, the
+ * consumers' gradients would be summed in bf16 where eager mode sums the
+ * two casts' gradients in f32 (pass_cse.c). */
+static te_status cast_twice(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    model *m = ctx;
+    te_tensor *h = te_tanh(te_mul(in[0], m->w));
+    te_tensor *x1 = te_cast(in[0], TE_BF16), *x2 = te_cast(in[0], TE_BF16);
+    te_tensor *a = te_mul(te_cast(h, TE_BF16), x1);
+    te_tensor *b = te_tanh(te_mul(te_cast(h, TE_BF16), x2));
+    te_tensor *y = te_cast(te_add(a, b), TE_F32);
+    out[0] = te_sum(y, TE_ALL, false);
+    out[1] = y;
+    return te_backward(out[0]);
+}
+
 /* linear + relu (+ a gelu layer): the activation fusions. */
 static te_status mlp_step(void *ctx, te_tensor *const *in, te_tensor **out)
 {
@@ -333,6 +351,24 @@ START_TEST(test_dce_fold_cse)
         run_free(runs[i]);
     }
     run_free(&e);
+}
+END_TEST
+
+/* CSE keeps eager mode's rounding points under mixed precision: w's
+ * gradient bit for bit (merging h's casts rounds g1 + g2 to bf16). */
+START_TEST(test_cse_keeps_low_gradients_apart)
+{
+    model m = { .w = param("w", te_shape(4, 16), -1, 1) };
+    te_tensor *in[1] = { input(te_shape(4, 16), 2) };
+    run_out e = run_mode(cast_twice, &m, TE_MODE_EAGER, 0, in, 1);
+    run_out g = run_mode(cast_twice, &m, TE_MODE_GRAPH, NO_PASSES & ~TE_PASS_CSE, in, 1);
+    assert_close(e.out[1], g.out[1], 64, 0, "y");
+    assert_close(e.grad_w, g.grad_w, 64, 0, "grad w");
+    /* x's two casts as one, h's two, y's */
+    ck_assert_int_eq(count_kernels(g.g, TG_K_FWD, TE_OP_CAST), 4);
+    ck_assert_int_eq(count_kernels(g.g, TG_K_FWD, TE_OP_MUL), 3);
+    run_free(&e);
+    run_free(&g);
 }
 END_TEST
 
@@ -989,6 +1025,7 @@ Suite *suite_graph(void)
     tcase_add_test(tc, test_fuse_elementwise);
     tcase_add_test(tc, test_recompute);
     tcase_add_test(tc, test_dce_fold_cse);
+    tcase_add_test(tc, test_cse_keeps_low_gradients_apart);
     tcase_add_test(tc, test_fuse_activation);
     tcase_add_test(tc, test_bn_fold);
     tcase_add_test(tc, test_fuse_bn_relu);

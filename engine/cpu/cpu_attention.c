@@ -35,7 +35,8 @@
  * in a fixed order, and the result does not depend on the thread count.
  *
  * Under AMP q, k, v (and o, dout) are f16 or bf16: each tile is converted
- * to f32 as it is loaded, everything inside is f32 as above (the scores,
+ * to f32 as it is loaded, row by row through lowp.c's vector conversion
+ * (te_half_to_f32: exact, so the bits do not depend on it), everything inside is f32 as above (the scores,
  * the probabilities, their sums: as flash attention keeps them on GPUs),
  * and o (in the backward dq, dk, dv, added to in f32 when they accumulate)
  * is rounded once to nearest even through te_round_block, its counts added
@@ -102,30 +103,28 @@ static inline __attribute__((always_inline)) void mm(float *restrict C, int ldc,
     }
 }
 
-/* Element i of x, of dtype dt (f32, f16 or bf16), as f32. */
-static inline float ld1(const void *x, te_dtype dt, size_t i)
-{
-    if (dt == TE_F32)
-        return ((const float *)x)[i];
-    const uint16_t h = ((const uint16_t *)x)[i];
-    return dt == TE_F16 ? te_f16_to_f32(h) : te_bf16_to_f32(h);
-}
-
 /* x advanced by i elements of dtype dt. */
 static inline const void *off(const void *x, te_dtype dt, size_t i)
 {
     return (const char *)x + i * (dt == TE_F32 ? sizeof(float) : sizeof(uint16_t));
 }
 
-/* dst[0..n) = src's elements from i, as f32. */
+/* dst[0..n) = src's elements from i, as f32 (f16 and bf16 widened by
+ * lowp.c's vector loops). */
 static inline void row_f32(const void *restrict src, te_dtype dt, size_t i, int n, float *restrict dst)
 {
-    if (dt == TE_F32) {
+    if (dt == TE_F32)
         memcpy(dst, (const float *)src + i, (size_t)n * sizeof *dst);
-        return;
-    }
-    for (int c = 0; c < n; c++)
-        dst[c] = ld1(src, dt, i + (size_t)c);
+    else
+        te_half_to_f32((const uint16_t *)src + i, dst, dt, n);
+}
+
+#define CH 64 /* elements of a row widened at a time where no tile holds them */
+
+/* The length of the chunk of a row of n elements that starts at c0. */
+static inline int chunk(int n, int c0)
+{
+    return n - c0 < CH ? n - c0 : CH;
 }
 
 static void stats_add(te_round_stats *dst, const te_round_stats *src)
@@ -156,10 +155,15 @@ static inline void load_rows(const void *restrict src, te_dtype dt, size_t ld, i
 static inline void load_cols(const void *restrict src, te_dtype dt, int r0, int T, int D, float *restrict dst,
                              int DP)
 {
+    float row[CH];
     memset(dst, 0, (size_t)DP * TB * sizeof *dst);
     for (int r = 0; r < TB && r0 + r < T; r++)
-        for (int d = 0; d < D; d++)
-            dst[(size_t)d * TB + r] = ld1(src, dt, (size_t)(r0 + r) * D + d);
+        for (int d0 = 0; d0 < D; d0 += CH) {
+            const int n = chunk(D, d0);
+            row_f32(src, dt, (size_t)(r0 + r) * D + (size_t)d0, n, row);
+            for (int d = 0; d < n; d++)
+                dst[(size_t)(d0 + d) * TB + r] = row[d];
+        }
 }
 
 /* Per-thread scratch, 64-byte aligned: the float counts of each part. */
@@ -263,8 +267,13 @@ static void store_rows(void *restrict dst, te_dtype dt, float *restrict src, int
                 d[c] = acc ? d[c] + s[c] : s[c];
             continue;
         }
-        for (int c = 0; c < D && acc; c++)
-            s[c] += ld1(dst, dt, at + (size_t)c);
+        float row[CH];
+        for (int c0 = 0; c0 < D && acc; c0 += CH) {
+            const int m = chunk(D, c0);
+            row_f32(dst, dt, at + (size_t)c0, m, row);
+            for (int c = 0; c < m; c++)
+                s[c0 + c] += row[c];
+        }
         te_round_block(s, (uint16_t *)dst + at, dt, D, st);
     }
 }
@@ -290,9 +299,14 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const void *q, const void *k
         load_rows(dout, a->dt, ldo, t * TB, T, D, DP, dop + (size_t)t * td);
     }
     for (int i = 0; i < TP; i++) {
-        float d = 0.0f;
-        for (int c = 0; c < D && i < T; c++)
-            d += ld1(dout, a->dt, (size_t)i * ldo + c) * ld1(o, a->dt, (size_t)i * ldo + c);
+        float d = 0.0f, x[CH], y[CH];
+        for (int c0 = 0; c0 < D && i < T; c0 += CH) {
+            const int m = chunk(D, c0);
+            row_f32(dout, a->dt, (size_t)i * ldo + (size_t)c0, m, x);
+            row_f32(o, a->dt, (size_t)i * ldo + (size_t)c0, m, y);
+            for (int c = 0; c < m; c++)
+                d += x[c] * y[c];
+        }
         drow[i] = d;
     }
     memset(dqp, 0, (size_t)TP * DP * sizeof *dqp);

@@ -218,7 +218,7 @@ static unsigned env_disabled(void)
         if (!known && len && !warned) {
             warned = true;
             fprintf(stderr, "tdbg: TDBG_GRAPH_DISABLE: no pass '%.*s' (dce, fold, cse, bn-fold, fuse-act, "
-                            "fuse-ew, fuse-attn, all)\n", (int)len, env);
+                            "fuse-ew, fuse-attn, recompute, all)\n", (int)len, env);
         }
         env += len + (env[len] == ',');
     }

@@ -4,6 +4,13 @@
  * read the earlier result. In training the later op's backward goes too:
  * its consumers' gradients now land in the earlier result's gradient,
  * which the earlier op's backward (later in the step) reads whole.
+ *
+ * Not when that gradient is f16 or bf16 (mixed precision: a cast of one
+ * tensor for each of several matmuls, say): the consumers' gradients would
+ * be summed in the low precision, rounded at each add, where eager mode
+ * takes each through its own op's backward and sums the results in that
+ * op's input precision (f32 for a cast up from f32). Graph mode keeps
+ * eager mode's rounding points (docs/graph.md), so those ops stay apart.
  */
 #include "graph/graph.h"
 
@@ -25,6 +32,15 @@ static bool same_op(const tg_plan *p, const te_node *a, const te_node *b)
             return false;
     }
     return true;
+}
+
+/* Whether any of n's outputs is of a low precision. */
+static bool low_out(const te_node *n)
+{
+    for (int o = 0; o < n->n_out; o++)
+        if (n->out[o]->dtype == TE_F16 || n->out[o]->dtype == TE_BF16)
+            return true;
+    return false;
 }
 
 static tg_kernel *backward_of(tg_plan *p, const te_node *n)
@@ -49,6 +65,8 @@ int tg_pass_cse(tg_plan *p)
             tg_kernel *bi = backward_of(p, ki->node), *bj = backward_of(p, kj->node);
             if (!bi != !bj)
                 continue; /* gradients reach only one of them: keep both */
+            if (bj && low_out(kj->node))
+                continue; /* their gradients would be summed rounded (above) */
             for (int o = 0; o < kj->node->n_out; o++)
                 tg_replace_uses(p, kj->node->out[o], ki->node->out[o]);
             /* The dropped ops are still reported, as part of the kept kernels. */
