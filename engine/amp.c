@@ -91,7 +91,9 @@ static te_status convert_params(te_amp_level level, te_dtype low)
  * so the forward pass would see most updates of the f32 master only after
  * several steps (docs/amp.md, "Levels"). Known only when the batch norm is
  * made, after te_amp_set: the first batch norm at O2 converts them back
- * (before any optimizer step has used them, so no master copy exists). */
+ * (before any optimizer step has used them, so no master copy exists). An
+ * op before it in that step that read the same tensor (a gamma shared
+ * with another op) would see its data change: not supported. */
 te_status te_amp_keep_f32(te_tensor *p)
 {
     if (!p || !(p->flags & TE_TENSOR_PARAM))
