@@ -48,30 +48,58 @@ static te_status param_to(te_tensor *p, te_dtype dt)
     return TE_OK;
 }
 
-/* O2/O3: every f32 parameter (and any converted before) becomes low,
- * marked as converted; O0/O1: the converted ones go back to f32. Parameters
- * made in a low dtype by the program are its own and stay as they are. */
+/* The dtype parameter p should have at level: O2/O3 lower every f32
+ * parameter (and any converted before), except at O2 those kept f32
+ * (te_amp_keep_f32); O0/O1 bring the converted ones back to f32.
+ * Parameters made in a low dtype by the program are its own and stay. */
+static te_dtype param_dtype(const te_tensor *p, te_amp_level level, te_dtype low)
+{
+    const bool converted = p->flags & TE_TENSOR_AMP_LOWERED;
+    const bool lower = level == TE_AMP_O3 || (level == TE_AMP_O2 && !(p->flags & TE_TENSOR_AMP_KEEP_F32));
+    if (lower && (p->dtype == TE_F32 || converted))
+        return low;
+    if (!lower && converted)
+        return TE_F32;
+    return p->dtype;
+}
+
+/* Converts p to want, marking it converted when want is low. */
+static te_status param_set(te_tensor *p, te_dtype want)
+{
+    if (want == p->dtype)
+        return TE_OK;
+    te_status st = param_to(p, want);
+    if (st != TE_OK)
+        return st;
+    p->flags = want == TE_F32 ? p->flags & ~(unsigned)TE_TENSOR_AMP_LOWERED : p->flags | TE_TENSOR_AMP_LOWERED;
+    return TE_OK;
+}
+
 static te_status convert_params(te_amp_level level, te_dtype low)
 {
     te_tensor **ps = te_params();
-    const bool lower = level >= TE_AMP_O2;
     for (int i = 0; i < te_param_count(); i++) {
-        te_tensor *p = ps[i];
-        const bool converted = p->flags & TE_TENSOR_AMP_LOWERED;
-        te_dtype want = p->dtype;
-        if (lower && (p->dtype == TE_F32 || converted))
-            want = low;
-        else if (!lower && converted)
-            want = TE_F32;
-        if (want == p->dtype)
-            continue;
-        te_status st = param_to(p, want);
+        te_status st = param_set(ps[i], param_dtype(ps[i], level, low));
         if (st != TE_OK)
             return st;
-        p->flags = want == TE_F32 ? p->flags & ~(unsigned)TE_TENSOR_AMP_LOWERED
-                                  : p->flags | TE_TENSOR_AMP_LOWERED;
     }
     return TE_OK;
+}
+
+/* A batch norm's gamma and beta are O(1) scales and shifts: in bf16 their
+ * values near 1 are 2^-8..2^-7 apart, more than an update of lr 1e-3..3e-3,
+ * so the forward pass would see most updates of the f32 master only after
+ * several steps (docs/amp.md, "Levels"). Known only when the batch norm is
+ * made, after te_amp_set: the first batch norm at O2 converts them back
+ * (before any optimizer step has used them, so no master copy exists). An
+ * op before it in that step that read the same tensor (a gamma shared
+ * with another op) would see its data change: not supported. */
+te_status te_amp_keep_f32(te_tensor *p)
+{
+    if (!p || !(p->flags & TE_TENSOR_PARAM))
+        return TE_OK;
+    p->flags |= TE_TENSOR_AMP_KEEP_F32;
+    return param_set(p, param_dtype(p, amp.level, amp.low));
 }
 
 te_status te_amp_set(te_amp_level level, te_dtype low)

@@ -359,6 +359,7 @@ enum {
     TE_TENSOR_ABSTRACT = 1u << 4, /* traced: shape only, no data */
     TE_TENSOR_GRAPH = 1u << 5,    /* owned by a compiled graph */
     TE_TENSOR_AMP_LOWERED = 1u << 6, /* a parameter te_amp_set converted from f32 */
+    TE_TENSOR_AMP_KEEP_F32 = 1u << 7, /* a batch norm's parameter: f32 at O2 (te_amp_keep_f32) */
 };
 
 /* Registers a tape tensor so te_tape_reset() frees it. */
@@ -417,6 +418,10 @@ bool te_in_step(void);
 te_dtype te_amp_input_dtype(te_op op, te_dtype dt, bool any_low);
 /* te_shutdown: back to O0 (the parameters are gone). */
 void te_amp_reset(void);
+/* Marks parameter p (NULL, or not a parameter: nothing) as one that stays
+ * f32 at O2, and at O2 brings it back to f32 if te_amp_set lowered it:
+ * a batch norm's gamma and beta, as Apex's keep_batchnorm_fp32. */
+te_status te_amp_keep_f32(te_tensor *p);
 
 /* n's forward again in f32 (rerun.c): its inputs copied and cast up, the
  * kernel run on the copies without rounding, nothing of the program

@@ -177,6 +177,58 @@ START_TEST(test_o2_params_and_classes)
 }
 END_TEST
 
+/* O2 keeps a batch norm's gamma and beta f32 (Apex's keep_batchnorm_fp32):
+ * te_amp_set lowers them with the rest, the first batch norm brings them
+ * back (no cast_in1/2), and an Adam update of 1e-3, below bf16's spacing
+ * at 1 (2^-8 below, 2^-7 above), reaches the forward pass. O3 lowers them,
+ * O2 again restores them; the convolution's weight stays bf16 at O2. */
+START_TEST(test_o2_batchnorm_params_f32)
+{
+    te_tensor *w = te_param_new("conv.weight", TE_F32, te_shape(4, 2, 3, 3));
+    te_tensor *g = te_param_new("bn.weight", TE_F32, te_shape(4));
+    te_tensor *b = te_param_new("bn.bias", TE_F32, te_shape(4));
+    te_tensor *rm = te_tensor_persistent(TE_F32, te_shape(4)), *rv = te_tensor_persistent(TE_F32, te_shape(4));
+    te_init_linear(w, NULL);
+    te_fill(g, 1.0f);
+    te_fill(rv, 1.0f);
+    ck_assert_int_eq(te_amp_set(TE_AMP_O2, TE_BF16), TE_OK);
+    ck_assert_int_eq(g->dtype, TE_BF16); /* not known as a batch norm's yet */
+    te_optim *opt = te_adam_new(te_params(), te_param_count(), &(te_adam_opts){ .lr = 1e-3f });
+    te_tensor *x = filled(TE_F32, te_shape(2, 2, 4, 4), 7);
+    int h = watch();
+    te_tensor *y = te_batchnorm(te_conv2d(x, w, NULL, 1, 1), g, b, rm, rv, 0.1f, 1e-5f);
+    static const char *names[] = { "conv/cast_in0", "conv", "bn/cast_in0", "bn" };
+    static const te_dtype dts[] = { TE_BF16, TE_BF16, TE_F32, TE_F32 };
+    assert_seen(names, dts, 4);
+    te_hook_remove(h);
+    ck_assert_int_eq(g->dtype, TE_F32);
+    ck_assert_int_eq(b->dtype, TE_F32);
+    ck_assert_int_eq(w->dtype, TE_BF16);
+    ck_assert(te_get(g, 0) == 1.0f && te_get(b, 0) == 0.0f);
+    /* y * y: each channel's gamma gets a non-zero gradient */
+    ck_assert_int_eq(te_backward(te_sum(te_mul(y, y), TE_ALL, false)), TE_OK);
+    ck_assert_int_eq(te_optim_step(opt), TE_OK);
+    for (int c = 0; c < 4; c++) {
+        const float d = fabsf(te_get(g, c) - 1.0f);
+        ck_assert_msg(d > 0.9e-3f && d < 1.1e-3f, "gamma[%d] = %.8f: the update of 1e-3 is not in the forward's value",
+                      c, te_get(g, c));
+    }
+    te_tape_reset();
+    ck_assert_int_eq(te_amp_set(TE_AMP_O3, TE_BF16), TE_OK);
+    ck_assert_int_eq(g->dtype, TE_BF16);
+    ck_assert_int_eq(te_amp_set(TE_AMP_O2, TE_F16), TE_OK);
+    ck_assert_int_eq(g->dtype, TE_F32);
+    ck_assert_int_eq(b->dtype, TE_F32);
+    ck_assert_int_eq(w->dtype, TE_F16);
+    ck_assert_int_eq(te_amp_set(TE_AMP_O0, TE_F32), TE_OK);
+    ck_assert_int_eq(w->dtype, TE_F32);
+    ck_assert_int_eq(g->dtype, TE_F32);
+    te_optim_free(opt);
+    te_tensor_free(rm);
+    te_tensor_free(rv);
+}
+END_TEST
+
 /* O3: every op in the low dtype, softmax and the loss too. */
 START_TEST(test_o3_everything_low)
 {
@@ -657,6 +709,7 @@ Suite *suite_amp(void)
     tcase_add_test(tc, test_precision_table);
     tcase_add_test(tc, test_o1_autocast);
     tcase_add_test(tc, test_o2_params_and_classes);
+    tcase_add_test(tc, test_o2_batchnorm_params_f32);
     tcase_add_test(tc, test_o3_everything_low);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);

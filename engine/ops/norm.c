@@ -31,6 +31,9 @@ te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *
                            te_tensor *running_mean, te_tensor *running_var, float momentum,
                            float eps)
 {
+    /* before the autocast of te_node_begin: at O2 gamma and beta stay f32 */
+    if (te_amp_keep_f32(gamma) != TE_OK || te_amp_keep_f32(beta) != TE_OK)
+        return NULL;
     te_node *n = te_node_begin(TE_OP_BATCHNORM, l,
                                (te_tensor *[]){ x, gamma, beta, running_mean, running_var });
     if (!n)
