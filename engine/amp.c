@@ -149,7 +149,7 @@ static te_dtype compute_dtype(te_amp_class c)
         return TE_DTYPE_COUNT;
     if (amp.level == TE_AMP_O3 || c == TE_AMPC_LOWP)
         return amp.low;
-    if (c == TE_AMPC_F32)
+    if (c == TE_AMPC_F32 || c == TE_AMPC_NORM)
         return TE_F32;
     return TE_DTYPE_COUNT; /* FOLLOW */
 }
@@ -164,6 +164,8 @@ te_dtype te_amp_input_dtype(te_op op, te_dtype dt, bool any_low)
      * loss) it stays f32 */
     if (amp.level == TE_AMP_O2 && c == TE_AMPC_FOLLOW)
         return any_low ? amp.low : dt;
+    if (amp.level == TE_AMP_O2 && c == TE_AMPC_NORM)
+        return dt; /* no casts: the op computes in f32 and rounds to its input's dtype */
     const te_dtype want = compute_dtype(c);
     return want == TE_DTYPE_COUNT ? dt : want;
 }

@@ -75,7 +75,7 @@
     X(MAXPOOL2D,      "MaxPool2D",     "maxpool",       TE_SAVED,                   NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
     X(AVGPOOL2D,      "AvgPool2D",     "avgpool",       TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
     X(GLOBAL_AVGPOOL, "GlobalAvgPool", "gap",           TE_NONE,                    NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
-    X(BATCHNORM,      "BatchNorm",     "bn",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   PRODUCER, TE_IN3 | TE_IN4, DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN5(F(x), F_OPT(gamma), F_OPT(beta),              \
+    X(BATCHNORM,      "BatchNorm",     "bn",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   PRODUCER, TE_IN3 | TE_IN4, DETERMINISTIC, FINITE, NOLOSS, F32, NORM,      1,    IN5(F(x), F_OPT(gamma), F_OPT(beta),              \
                                                                                                                                                                         F32_OPT(running_mean), F32_OPT(running_var))) \
     X(LAYERNORM,      "LayerNorm",     "ln",            TE_IN0 | TE_IN1 | TE_SAVED, NONE,   NONE,     TE_NONE,         DETERMINISTIC, FINITE, NOLOSS, F32, F32,       1,    IN3(F(x), F_OPT(gamma), F_OPT(beta)))             \
     X(DROPOUT,        "Dropout",       "dropout",       TE_NONE,                    NONE,   NONE,     TE_NONE,         RANDOM,        FINITE, NOLOSS, F32, FOLLOW,    1,    IN1(F(x)))                                        \
@@ -112,7 +112,10 @@ typedef enum { TE_EW_NONE, TE_EW_UNARY, TE_EW_BINARY } te_ew_class;
 typedef enum { TE_FUSE_NONE, TE_FUSE_ACT, TE_FUSE_PRODUCER } te_fuse_role;
 typedef enum { TE_RNG_DETERMINISTIC, TE_RNG_RANDOM } te_rng_use;
 typedef enum { TE_SEES_F32, TE_SEES_NATIVE } te_kernel_dtypes;
-typedef enum { TE_AMPC_LOWP, TE_AMPC_F32, TE_AMPC_FOLLOW, TE_AMPC_NONE } te_amp_class;
+/* AMP classes (docs/amp.md "Levels"); NORM: an F32 op, except at O2 where it
+ * reads the activations low and writes them low, computing in f32 inside
+ * (Apex's O2 batch norm: half in and out, f32 parameters and statistics). */
+typedef enum { TE_AMPC_LOWP, TE_AMPC_F32, TE_AMPC_NORM, TE_AMPC_FOLLOW, TE_AMPC_NONE } te_amp_class;
 
 typedef struct te_op_input {
     unsigned dtypes; /* bit d: dtype d is accepted */

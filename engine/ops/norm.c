@@ -81,8 +81,10 @@ te_tensor *te_batchnorm_at(te_loc l, te_tensor *x, te_tensor *gamma, te_tensor *
                             "and none were given",
                             sx);
 
-    /* running stats stay f32 whatever the model computes in */
-    te_node_output(n, te_result_dtype(3, n->in), x->ndim, x->shape);
+    /* the output takes x's dtype: at O2 the activations stay low while gamma
+     * and beta are f32 (TE_AMPC_NORM); running stats stay f32 whatever the
+     * model computes in */
+    te_node_output(n, n->in[0]->dtype, x->ndim, x->shape);
     te_node_save(n, 0, TE_F32, te_shape(C)); /* mean */
     te_node_save(n, 1, TE_F32, te_shape(C)); /* rstd */
     return te_node_run(n);
