@@ -148,39 +148,61 @@ __attribute__((target("avx2"))) static int64_t hsum_epi32(__m256i v)
     return s;
 }
 
+/* The counts of 8 lanes at a time: x the f32 bits, r the rounded bits
+ * (one per 32-bit lane), infb the dtype's Inf without its sign; summed into
+ * 32-bit lanes over one LOWP_RUN, then flushed. */
+typedef struct {
+    __m256i over, under, nz, amax;
+} lanes_counts;
+
+__attribute__((target("avx2"))) static inline lanes_counts lanes_start(const lowp_counts *c)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    return (lanes_counts){ zero, zero, zero, _mm256_set1_epi32((int)c->amax) };
+}
+
+__attribute__((target("avx2"))) static inline void lanes_count(lanes_counts *k, __m256i x, __m256i r, __m256i infb)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i ax = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+    const __m256i fin = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7f800000), ax);
+    const __m256i nzf = _mm256_andnot_si256(_mm256_cmpeq_epi32(ax, zero), fin);
+    const __m256i rm = _mm256_and_si256(r, _mm256_set1_epi32(0x7fff));
+    k->nz = _mm256_sub_epi32(k->nz, nzf); /* a true mask is -1 */
+    k->over = _mm256_sub_epi32(k->over, _mm256_and_si256(nzf, _mm256_cmpeq_epi32(rm, infb)));
+    k->under = _mm256_sub_epi32(k->under, _mm256_and_si256(nzf, _mm256_cmpeq_epi32(rm, zero)));
+    k->amax = _mm256_max_epu32(k->amax, _mm256_and_si256(ax, fin));
+}
+
+__attribute__((target("avx2"))) static void lanes_flush(const lanes_counts *k, lowp_counts *c)
+{
+    c->over += hsum_epi32(k->over);
+    c->under += hsum_epi32(k->under);
+    c->nonzero += hsum_epi32(k->nz);
+    uint32_t l[8];
+    _mm256_storeu_si256((__m256i *)l, k->amax);
+    for (int j = 0; j < 8; j++)
+        c->amax = l[j] > c->amax ? l[j] : c->amax;
+}
+
 /* F16C's vcvtps2ph rounds to nearest even, overflows to Inf, keeps f16
  * subnormals and quiets a NaN keeping its top payload bits: te_f32_to_f16's
  * bits exactly. The counts alongside, 8 lanes at a time. */
 __attribute__((target("avx2,f16c"))) static void round_f16_f16c(const float *src, uint16_t *dst, int64_t n,
                                                                  lowp_counts *c)
 {
-    const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf32 = _mm256_set1_epi32(0x7f800000);
-    const __m256i halfm = _mm256_set1_epi32(0x7fff), inf16 = _mm256_set1_epi32(0x7c00);
-    const __m256i zero = _mm256_setzero_si256();
+    const __m256i inf16 = _mm256_set1_epi32(0x7c00);
     int64_t i = 0;
     while (n - i >= 8) {
         const int64_t m = (n - i < LOWP_RUN ? n - i : LOWP_RUN) & ~(int64_t)7;
-        __m256i over = zero, under = zero, nz = zero, amax = _mm256_set1_epi32((int)c->amax);
+        lanes_counts k = lanes_start(c);
         for (const int64_t end = i + m; i < end; i += 8) {
             const __m256 f = _mm256_loadu_ps(src + i);
             const __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT);
             _mm_storeu_si128((__m128i *)(dst + i), h);
-            const __m256i ax = _mm256_and_si256(_mm256_castps_si256(f), absm);
-            const __m256i fin = _mm256_cmpgt_epi32(inf32, ax);
-            const __m256i nzf = _mm256_andnot_si256(_mm256_cmpeq_epi32(ax, zero), fin);
-            const __m256i rm = _mm256_and_si256(_mm256_cvtepu16_epi32(h), halfm);
-            nz = _mm256_sub_epi32(nz, nzf); /* a true mask is -1 */
-            over = _mm256_sub_epi32(over, _mm256_and_si256(nzf, _mm256_cmpeq_epi32(rm, inf16)));
-            under = _mm256_sub_epi32(under, _mm256_and_si256(nzf, _mm256_cmpeq_epi32(rm, zero)));
-            amax = _mm256_max_epu32(amax, _mm256_and_si256(ax, fin));
+            lanes_count(&k, _mm256_castps_si256(f), _mm256_cvtepu16_epi32(h), inf16);
         }
-        c->over += hsum_epi32(over);
-        c->under += hsum_epi32(under);
-        c->nonzero += hsum_epi32(nz);
-        uint32_t l[8];
-        _mm256_storeu_si256((__m256i *)l, amax);
-        for (int k = 0; k < 8; k++)
-            c->amax = l[k] > c->amax ? l[k] : c->amax;
+        lanes_flush(&k, c);
     }
     round_f16_scalar(src + i, dst + i, n - i, c);
 }
@@ -194,38 +216,24 @@ __attribute__((target("avx2"))) static void round_bf16_avx2(const float *src, ui
     const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf32 = _mm256_set1_epi32(0x7f800000);
     const __m256i halfm = _mm256_set1_epi32(0x7fff), inf16 = _mm256_set1_epi32(0x7f80);
     const __m256i one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
-    const __m256i zero = _mm256_setzero_si256();
     int64_t i = 0;
     while (n - i >= 8) {
         const int64_t m = (n - i < LOWP_RUN ? n - i : LOWP_RUN) & ~(int64_t)7;
-        __m256i over = zero, under = zero, nz = zero, amax = _mm256_set1_epi32((int)c->amax);
+        lanes_counts k = lanes_start(c);
         for (const int64_t end = i + m; i < end; i += 8) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
             const __m256i hi = _mm256_srli_epi32(x, 16);
             const __m256i rne = _mm256_srli_epi32(
                 _mm256_add_epi32(x, _mm256_add_epi32(halfm, _mm256_and_si256(hi, one))), 16);
-            const __m256i ax = _mm256_and_si256(x, absm);
-            const __m256i nan = _mm256_cmpgt_epi32(ax, inf32);
+            const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absm), inf32);
             const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(hi, quiet), nan);
             /* r <= 0xffff: the unsigned-saturating pack is exact; it packs
              * within 128-bit halves, so gather the two low quads. */
             const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
             _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(p));
-            const __m256i fin = _mm256_cmpgt_epi32(inf32, ax);
-            const __m256i nzf = _mm256_andnot_si256(_mm256_cmpeq_epi32(ax, zero), fin);
-            const __m256i rm = _mm256_and_si256(r, halfm);
-            nz = _mm256_sub_epi32(nz, nzf);
-            over = _mm256_sub_epi32(over, _mm256_and_si256(nzf, _mm256_cmpeq_epi32(rm, inf16)));
-            under = _mm256_sub_epi32(under, _mm256_and_si256(nzf, _mm256_cmpeq_epi32(rm, zero)));
-            amax = _mm256_max_epu32(amax, _mm256_and_si256(ax, fin));
+            lanes_count(&k, x, r, inf16);
         }
-        c->over += hsum_epi32(over);
-        c->under += hsum_epi32(under);
-        c->nonzero += hsum_epi32(nz);
-        uint32_t l[8];
-        _mm256_storeu_si256((__m256i *)l, amax);
-        for (int k = 0; k < 8; k++)
-            c->amax = l[k] > c->amax ? l[k] : c->amax;
+        lanes_flush(&k, c);
     }
     round_bf16(src + i, dst + i, n - i, c);
 }
