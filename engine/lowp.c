@@ -38,7 +38,7 @@ static void stats_clear(te_round_stats *st, te_dtype dt)
  * and counts as the scalar te_f16_to_f32/te_f32_to_f16/te_f32_to_bf16 and the
  * per-element counting (tests/test_shape.c checks every half pattern and
  * f32 edge cases): bf16 by integer bit tricks, in AVX2 where the CPU has
- * it (plain C elsewhere; widening vectorises as plain C), f16 by F16C where
+ * it (GCC -O2 leaves the plain C loops scalar; they are the fallback), f16 by F16C where
  * the CPU has it (both picked at run time: the machines differ), the scalar
  * functions elsewhere. F16C quiets a signalling NaN that
  * it widens, so NaN and Inf lanes take the scalar function's bits instead.
@@ -49,14 +49,8 @@ static void stats_clear(te_round_stats *st, te_dtype dt)
 #include <immintrin.h>
 #define LOWP_X86 1
 #endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LOWP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define LOWP_CLONES
-#endif
 
 bool te_lowp_portable;
-
 
 /* Counts kept in 32 bits per element run of at most LOWP_RUN, so that the
  * counting loops vectorise; absmax as the bits of a finite |x| (non-negative
@@ -89,7 +83,7 @@ static float bits_to_f32(uint32_t u)
 
 /* bf16: round to nearest even by adding 0x7fff plus the kept lsb; a NaN
  * keeps its top bits with the quiet bit set, as te_f32_to_bf16. */
-LOWP_CLONES static void round_bf16(const float *src, uint16_t *dst, int64_t n, lowp_counts *c)
+static void round_bf16(const float *src, uint16_t *dst, int64_t n, lowp_counts *c)
 {
     for (int64_t i0 = 0; i0 < n; i0 += LOWP_RUN) {
         const int64_t m = n - i0 < LOWP_RUN ? n - i0 : LOWP_RUN;
@@ -238,6 +232,19 @@ __attribute__((target("avx2"))) static void round_bf16_avx2(const float *src, ui
     round_bf16(src + i, dst + i, n - i, c);
 }
 
+/* bf16 widened: the bits shifted up, 8 at a time (GCC -O2 leaves the plain
+ * loop scalar). */
+__attribute__((target("avx2"))) static void bf16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    for (; i < n; i++)
+        dst[i] = te_bf16_to_f32(src[i]);
+}
+
 __attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(const uint16_t *src, float *dst, int64_t n)
 {
     const __m256i expm = _mm256_set1_epi32(0x7c00), sgn = _mm256_set1_epi32(0x8000);
@@ -258,7 +265,7 @@ __attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(const uint16_t 
 }
 #endif
 
-LOWP_CLONES static void bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
+static void bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         const uint32_t u = (uint32_t)src[i] << 16;
@@ -268,6 +275,12 @@ LOWP_CLONES static void bf16_to_f32(const uint16_t *src, float *dst, int64_t n)
 
 void te_half_to_f32(const uint16_t *src, float *dst, te_dtype dt, int64_t n)
 {
+#ifdef LOWP_X86
+    if (dt == TE_BF16 && use_avx2()) {
+        bf16_to_f32_avx2(src, dst, n);
+        return;
+    }
+#endif
     if (dt == TE_BF16) {
         bf16_to_f32(src, dst, n);
         return;
