@@ -171,22 +171,29 @@ float *te_scaler_master_grad(const te_tensor *p)
     return NULL;
 }
 
-/* dst = src * inv, non-finite values of src counted: PyTorch's
+/* dst = src * inv, non-finite values of src counted, in one pass: PyTorch's
  * _amp_foreach_non_finite_check_and_unscale_ (it tests the value before
- * multiplying). src may be dst (f32) or a f16/bf16 buffer, widened into dst
- * first (exactly: every half value is an f32) by the vector conversion. */
+ * multiplying). src may be dst (f32) or a f16/bf16 buffer, widened block by
+ * block into dst (exactly: every half value is an f32) by the vector
+ * conversion while the block is in cache. */
+#define UNSCALE_BLOCK 2048
+
 static bool unscale_block(const void *src, te_dtype dt, float *dst, int64_t n, float inv)
 {
-    if (dt != TE_F32) {
-        te_half_to_f32(src, dst, dt, n);
-        src = dst;
-    }
-    const float *x = src;
+    const int64_t blocks = (n + UNSCALE_BLOCK - 1) / UNSCALE_BLOCK;
     int bad = 0;
-#pragma omp parallel for simd reduction(| : bad) schedule(static) if (n > TE_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        bad |= !(fabsf(x[i]) <= FLT_MAX);
-        dst[i] = x[i] * inv;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > TE_PAR_MIN)
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t i0 = b * UNSCALE_BLOCK, m = n - i0 < UNSCALE_BLOCK ? n - i0 : UNSCALE_BLOCK;
+        const float *x = dt == TE_F32 ? (const float *)src + i0 : dst + i0;
+        if (dt != TE_F32)
+            te_half_to_f32((const uint16_t *)src + i0, dst + i0, dt, m);
+        float *y = dst + i0;
+#pragma omp simd reduction(| : bad)
+        for (int64_t i = 0; i < m; i++) {
+            bad |= !(fabsf(x[i]) <= FLT_MAX);
+            y[i] = x[i] * inv;
+        }
     }
     return bad != 0;
 }

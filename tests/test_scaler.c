@@ -3,6 +3,7 @@
  * record, skipped steps leaving the optimizer alone, f32 master weights. */
 #include "fixture.h"
 #include "suites.h"
+#include "te_internal.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -281,6 +282,49 @@ START_TEST(test_master_weights)
 }
 END_TEST
 
+/* Loop i: the gradient's dtype, f32, f16, bf16. te_scaler_unscale over
+ * 5000 elements (two whole blocks of its pass and a tail): every gradient
+ * value comes out exactly as its dtype's value times 1/scale, into the f32
+ * master gradient for f16/bf16; then one NaN in the tail is found and names
+ * the parameter. */
+START_TEST(test_unscale_values)
+{
+    static const te_dtype dts[] = { TE_F32, TE_F16, TE_BF16 };
+    const te_dtype dt = dts[_i];
+    enum { N = 5000 };
+    te_tensor *w = te_param_new("w", dt, te_shape(N));
+    te_fill(w, 1.0f);
+    float c[N];
+    tu_fill_uniform(c, N, 9, -2.0f, 2.0f);
+    ck_assert_int_eq(te_scaler_enable(&(te_scaler_opts){ .init_scale = 1024, .fixed = true }), TE_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            c[N - 3] = NAN;
+        te_step_begin();
+        te_tensor *k = te_tensor_from(TE_F32, te_shape(N), c);
+        te_tensor *loss = te_sum(te_mul(te_cast(w, TE_F32), k), TE_ALL, false);
+        ck_assert_int_eq(te_backward(te_scaler_scale_loss(loss)), TE_OK);
+        /* the scaled gradient as the backward left it, in w's dtype */
+        float scaled[N];
+        te_copy_to_f32(w->grad, scaled);
+        ck_assert_int_eq(te_scaler_unscale(te_params(), te_param_count()), TE_OK);
+        const float *g = dt == TE_F32 ? te_f32(w->grad) : te_scaler_master_grad(w);
+        ck_assert_ptr_nonnull(g);
+        for (int i = 0; i < N; i++) {
+            const float want = scaled[i] * (1.0f / 1024.0f);
+            ck_assert_msg(memcmp(&g[i], &want, 4) == 0 || (isnan(g[i]) && isnan(want)),
+                          "%s grad[%d] = %a, expected %a", te_dtype_name(dt), i, g[i], want);
+        }
+        ck_assert(isnan(g[N - 3]) == (pass == 1));
+        te_scaler_state st;
+        te_scaler_state_get(&st);
+        ck_assert_int_eq(st.found_inf, pass == 1);
+        ck_assert_str_eq(st.first_param, pass ? "w" : "");
+        te_step_end();
+    }
+}
+END_TEST
+
 START_TEST(test_bad_state)
 {
     te_scaler_state st = { .scale = 2 };
@@ -308,6 +352,7 @@ Suite *suite_scaler(void)
     tcase_add_test(tc, test_hysteresis);
     tcase_add_loop_test(tc, test_unscale_record, 0, 2);
     tcase_add_loop_test(tc, test_master_weights, 0, 2);
+    tcase_add_loop_test(tc, test_unscale_values, 0, 3);
     tcase_add_test(tc, test_bad_state);
     suite_add_tcase(s, tc);
     return s;
