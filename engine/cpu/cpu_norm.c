@@ -115,6 +115,7 @@ static inline te_status batchnorm_forward(te_node *n, void *y, bool relu)
             for (int64_t i = 0; i < N; i++) {
                 const float *xc = BN_ROW(xp, xw, i);
                 float *yc = yw ? yw : (float *)y + (i * C + c) * S;
+#pragma omp simd
                 for (int64_t k = 0; k < S; k++) {
                     const float v = xc[k] * a + d;
                     yc[k] = relu && v < 0.0f ? 0.0f : v; /* ReLU's own formula */
@@ -244,9 +245,11 @@ static inline te_status batchnorm_backward(te_node *n, const void *dyv, const fl
                 if (dxw && ax)
                     te_half_to_f32((const uint16_t *)dxv + o, dxw, dt, S);
                 if (ax)
+#pragma omp simd
                     for (int64_t k = 0; k < S; k++)
                         dxc[k] += gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - m) * r * mdyxh);
                 else
+#pragma omp simd
                     for (int64_t k = 0; k < S; k++)
                         dxc[k] = gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - m) * r * mdyxh);
                 if (dxw)
