@@ -35,25 +35,8 @@ static float *bn_scratch(bool half, int64_t per_thread, int threads, size_t *byt
     return half ? te_mem_alloc(*bytes) : NULL;
 }
 
-/* Channels are taken BN_GROUP at a time so that their sums, each in its
- * own channel's order (row by row, element by element, as one channel
- * alone), run as independent chains: a double sum is bound by the latency
- * of its adds. A short last group repeats its first channel in the unused
- * lanes, whose sums are dropped. */
-#define BN_GROUP 4
-
-/* Row i of lane j of the group at c0 (G channels): in the f32 tensor p, or
- * widened at w + j * M + i * S. */
-#define BN_ROW(p, w, j, i) ((w) ? (w) + ((j) < G ? (j) : 0) * M + (i) * S : (p) + ((i) * C + c0 + ((j) < G ? (j) : 0)) * S)
-
-/* G channels from c0 of the half tensor at src widened into w (lane j at
- * w + j * M). */
-static void bn_widen(const void *src, te_dtype dt, int64_t N, int64_t C, int64_t S, int64_t c0, int G, float *w)
-{
-    for (int j = 0; j < G; j++)
-        for (int64_t i = 0; i < N; i++)
-            te_half_to_f32((const uint16_t *)src + (i * C + c0 + j) * S, w + (j * N + i) * S, dt, S);
-}
+/* Row i of channel c: in the f32 tensor p, or widened at w + i * S. */
+#define BN_ROW(p, w, i) ((w) ? (w) + (i) * S : (p) + ((i) * C + c) * S)
 
 /* y = batchnorm(x), then ReLU in the same pass when relu is set (graph
  * mode's fused kernel: the un-activated result never reaches memory). x and
@@ -75,83 +58,70 @@ static inline te_status batchnorm_forward(te_node *n, void *y, bool relu)
     float *mean = te_f32(sm), *rstd = te_f32(sr);
     const bool training = n->a.training;
     const float mom = n->a.momentum, eps = n->a.eps;
-    const int64_t M = N * S, per = BN_GROUP * M + S, groups = (C + BN_GROUP - 1) / BN_GROUP;
+    const int64_t M = N * S;
     const bool par = N * C * S >= TE_PAR_MIN;
     const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
     size_t bytes;
-    float *scratch = bn_scratch(half, per, threads, &bytes);
+    float *scratch = bn_scratch(half, M + S, threads, &bytes);
     if (half && !scratch)
-        return te_kernel_fail(n, TE_ERR_NOMEM, "out of memory for %lld floats", (long long)per);
+        return te_kernel_fail(n, TE_ERR_NOMEM, "out of memory for %lld floats", (long long)(M + S));
     te_round_stats total;
     cpu_round_stats_init(&total, dt);
 
 #pragma omp parallel if (par) num_threads(threads)
     {
-        float *xw = half ? scratch + (int64_t)omp_get_thread_num() * per : NULL, *yw = xw ? xw + BN_GROUP * M : NULL;
+        float *xw = half ? scratch + (int64_t)omp_get_thread_num() * (M + S) : NULL, *yw = xw ? xw + M : NULL;
         te_round_stats part;
         cpu_round_stats_init(&part, dt);
 #pragma omp for
-        for (int64_t gi = 0; gi < groups; gi++) {
-            const int64_t c0 = gi * BN_GROUP;
-            const int G = C - c0 < BN_GROUP ? (int)(C - c0) : BN_GROUP;
+        for (int64_t c = 0; c < C; c++) {
             if (xw)
-                bn_widen(x->data, dt, N, C, S, c0, G, xw);
-            double s[BN_GROUP] = { 0 }, ss[BN_GROUP] = { 0 }, dm[BN_GROUP];
+                for (int64_t i = 0; i < N; i++)
+                    te_half_to_f32((const uint16_t *)x->data + (i * C + c) * S, xw + i * S, dt, S);
+            float m, r;
             if (training) {
+                double s = 0.0;
                 for (int64_t i = 0; i < N; i++) {
-                    const float *xr[BN_GROUP];
-                    for (int j = 0; j < BN_GROUP; j++)
-                        xr[j] = BN_ROW(xp, xw, j, i);
+                    const float *xc = BN_ROW(xp, xw, i);
                     for (int64_t k = 0; k < S; k++)
-                        for (int j = 0; j < BN_GROUP; j++)
-                            s[j] += xr[j][k];
+                        s += xc[k];
                 }
-                for (int j = 0; j < BN_GROUP; j++)
-                    dm[j] = s[j] / (double)M;
+                double dm = s / (double)M, ss = 0.0;
                 /* two passes: the shifted sum of squares does not cancel */
                 for (int64_t i = 0; i < N; i++) {
-                    const float *xr[BN_GROUP];
-                    for (int j = 0; j < BN_GROUP; j++)
-                        xr[j] = BN_ROW(xp, xw, j, i);
-                    for (int64_t k = 0; k < S; k++)
-                        for (int j = 0; j < BN_GROUP; j++) {
-                            double d = xr[j][k] - dm[j];
-                            ss[j] += d * d;
-                        }
-                }
-            }
-            for (int j = 0; j < G; j++) {
-                const int64_t c = c0 + j;
-                float m, r;
-                if (training) {
-                    double var = ss[j] / (double)M;
-                    m = (float)dm[j];
-                    r = (float)(1.0 / sqrt(var + eps));
-                    if (rm) {
-                        /* biased variance normalises, unbiased feeds the running estimate */
-                        rm[c] = (1.0f - mom) * rm[c] + mom * m;
-                        rv[c] = (1.0f - mom) * rv[c] + mom * (float)(ss[j] / (double)(M - 1));
-                    }
-                } else {
-                    m = rm[c];
-                    r = 1.0f / sqrtf(rv[c] + eps);
-                }
-                mean[c] = m;
-                rstd[c] = r;
-                /* y = x * a + d folds the affine into one multiply-add */
-                float a = r * (g ? g[c] : 1.0f);
-                float d = (b ? b[c] : 0.0f) - m * a;
-                for (int64_t i = 0; i < N; i++) {
-                    const float *xc = BN_ROW(xp, xw, j, i);
-                    float *yc = yw ? yw : (float *)y + (i * C + c) * S;
-#pragma omp simd
+                    const float *xc = BN_ROW(xp, xw, i);
                     for (int64_t k = 0; k < S; k++) {
-                        const float v = xc[k] * a + d;
-                        yc[k] = relu && v < 0.0f ? 0.0f : v; /* ReLU's own formula */
+                        double d = xc[k] - dm;
+                        ss += d * d;
                     }
-                    if (yw)
-                        te_round_block(yw, (uint16_t *)y + (i * C + c) * S, dt, S, &part);
                 }
+                double var = ss / (double)M;
+                m = (float)dm;
+                r = (float)(1.0 / sqrt(var + eps));
+                if (rm) {
+                    /* biased variance normalises, unbiased feeds the running estimate */
+                    rm[c] = (1.0f - mom) * rm[c] + mom * m;
+                    rv[c] = (1.0f - mom) * rv[c] + mom * (float)(ss / (double)(M - 1));
+                }
+            } else {
+                m = rm[c];
+                r = 1.0f / sqrtf(rv[c] + eps);
+            }
+            mean[c] = m;
+            rstd[c] = r;
+            /* y = x * a + d folds the affine into one multiply-add */
+            float a = r * (g ? g[c] : 1.0f);
+            float d = (b ? b[c] : 0.0f) - m * a;
+            for (int64_t i = 0; i < N; i++) {
+                const float *xc = BN_ROW(xp, xw, i);
+                float *yc = yw ? yw : (float *)y + (i * C + c) * S;
+#pragma omp simd
+                for (int64_t k = 0; k < S; k++) {
+                    const float v = xc[k] * a + d;
+                    yc[k] = relu && v < 0.0f ? 0.0f : v; /* ReLU's own formula */
+                }
+                if (yw)
+                    te_round_block(yw, (uint16_t *)y + (i * C + c) * S, dt, S, &part);
             }
         }
         if (half) {
@@ -217,84 +187,73 @@ static inline te_status batchnorm_backward(te_node *n, const void *dyv, const fl
     const float *xp = half ? NULL : te_f32(x), *dy = half ? NULL : dyv;
     const float *g = gt ? te_f32(gt) : NULL;
     const float *mean = te_f32(n->saved[0]), *rstd = te_f32(n->saved[1]);
-    const int64_t M = N * S, per = 2 * BN_GROUP * M + S, groups = (C + BN_GROUP - 1) / BN_GROUP;
+    const int64_t MN = N * S;
     const bool par = N * C * S >= TE_PAR_MIN;
     const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
     size_t bytes;
-    float *scratch = bn_scratch(half, per, threads, &bytes);
+    float *scratch = bn_scratch(half, 2 * MN + S, threads, &bytes);
     if (half && !scratch)
-        return te_kernel_fail(n, TE_ERR_NOMEM, "out of memory for %lld floats", (long long)per);
+        return te_kernel_fail(n, TE_ERR_NOMEM, "out of memory for %lld floats", (long long)(2 * MN + S));
     int ax = 0, ag = 0, ab = 0;
     void *dxv = te_needs_grad(x) ? te_grad_buf(x, &ax) : NULL;
     float *dg = gt && te_needs_grad(gt) ? te_grad_buf(gt, &ag) : NULL;
     float *db = bt && te_needs_grad(bt) ? te_grad_buf(bt, &ab) : NULL;
     const bool training = n->a.training;
+    const double M = (double)MN;
     te_round_stats total;
     cpu_round_stats_init(&total, dt);
 
 #pragma omp parallel if (par) num_threads(threads)
     {
-        float *xw = half ? scratch + (int64_t)omp_get_thread_num() * per : NULL;
-        float *dyw = xw ? xw + BN_GROUP * M : NULL, *dxw = xw ? xw + 2 * BN_GROUP * M : NULL;
+        float *xw = half ? scratch + (int64_t)omp_get_thread_num() * (2 * MN + S) : NULL;
+        float *dyw = xw ? xw + MN : NULL, *dxw = xw ? xw + 2 * MN : NULL;
         te_round_stats part;
         cpu_round_stats_init(&part, dt);
 #pragma omp for
-        for (int64_t gi = 0; gi < groups; gi++) {
-            const int64_t c0 = gi * BN_GROUP;
-            const int G = C - c0 < BN_GROUP ? (int)(C - c0) : BN_GROUP;
-            if (xw) {
-                bn_widen(x->data, dt, N, C, S, c0, G, xw);
-                bn_widen(dyv, dt, N, C, S, c0, G, dyw);
-            }
-            float m[BN_GROUP], r[BN_GROUP];
-            for (int j = 0; j < BN_GROUP; j++) {
-                m[j] = mean[c0 + (j < G ? j : 0)];
-                r[j] = rstd[c0 + (j < G ? j : 0)];
-            }
-            double sdy[BN_GROUP] = { 0 }, sdyxh[BN_GROUP] = { 0 };
-            for (int64_t i = 0; i < N; i++) {
-                const float *xr[BN_GROUP], *dyr[BN_GROUP], *yr[BN_GROUP];
-                for (int j = 0; j < BN_GROUP; j++) {
-                    xr[j] = BN_ROW(xp, xw, j, i);
-                    dyr[j] = BN_ROW(dy, dyw, j, i);
-                    yr[j] = relu_y ? relu_y + (i * C + c0 + (j < G ? j : 0)) * S : NULL;
-                }
-                for (int64_t k = 0; k < S; k++)
-                    for (int j = 0; j < BN_GROUP; j++) {
-                        const float d = grad_in(dyr[j], yr[j], k);
-                        sdy[j] += d;
-                        sdyxh[j] += (double)d * ((xr[j][k] - m[j]) * r[j]);
-                    }
-            }
-            for (int j = 0; j < G; j++) {
-                const int64_t c = c0 + j;
-                if (dg)
-                    dg[c] = (ag ? dg[c] : 0.0f) + (float)sdyxh[j];
-                if (db)
-                    db[c] = (ab ? db[c] : 0.0f) + (float)sdy[j];
-                if (!dxv)
-                    continue;
-                const float gr = (g ? g[c] : 1.0f) * r[j], mj = m[j], rj = r[j];
-                const float mdy = training ? (float)(sdy[j] / (double)M) : 0.0f;
-                const float mdyxh = training ? (float)(sdyxh[j] / (double)M) : 0.0f;
+        for (int64_t c = 0; c < C; c++) {
+            if (xw)
                 for (int64_t i = 0; i < N; i++) {
                     const int64_t o = (i * C + c) * S;
-                    const float *xc = BN_ROW(xp, xw, j, i), *dyc = BN_ROW(dy, dyw, j, i);
-                    const float *yc = relu_y ? relu_y + o : NULL;
-                    float *dxc = dxw ? dxw : (float *)dxv + o;
-                    if (dxw && ax)
-                        te_half_to_f32((const uint16_t *)dxv + o, dxw, dt, S);
-                    if (ax)
-#pragma omp simd
-                        for (int64_t k = 0; k < S; k++)
-                            dxc[k] += gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - mj) * rj * mdyxh);
-                    else
-#pragma omp simd
-                        for (int64_t k = 0; k < S; k++)
-                            dxc[k] = gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - mj) * rj * mdyxh);
-                    if (dxw)
-                        te_round_block(dxw, (uint16_t *)dxv + o, dt, S, &part);
+                    te_half_to_f32((const uint16_t *)x->data + o, xw + i * S, dt, S);
+                    te_half_to_f32((const uint16_t *)dyv + o, dyw + i * S, dt, S);
                 }
+            const float m = mean[c], r = rstd[c];
+            double sdy = 0.0, sdyxh = 0.0;
+            for (int64_t i = 0; i < N; i++) {
+                const float *xc = BN_ROW(xp, xw, i), *dyc = BN_ROW(dy, dyw, i);
+                const float *yc = relu_y ? relu_y + (i * C + c) * S : NULL;
+                for (int64_t k = 0; k < S; k++) {
+                    const float d = grad_in(dyc, yc, k);
+                    sdy += d;
+                    sdyxh += (double)d * ((xc[k] - m) * r);
+                }
+            }
+            if (dg)
+                dg[c] = (ag ? dg[c] : 0.0f) + (float)sdyxh;
+            if (db)
+                db[c] = (ab ? db[c] : 0.0f) + (float)sdy;
+            if (!dxv)
+                continue;
+            const float gr = (g ? g[c] : 1.0f) * r;
+            const float mdy = training ? (float)(sdy / M) : 0.0f;
+            const float mdyxh = training ? (float)(sdyxh / M) : 0.0f;
+            for (int64_t i = 0; i < N; i++) {
+                const int64_t o = (i * C + c) * S;
+                const float *xc = BN_ROW(xp, xw, i), *dyc = BN_ROW(dy, dyw, i);
+                const float *yc = relu_y ? relu_y + o : NULL;
+                float *dxc = dxw ? dxw : (float *)dxv + o;
+                if (dxw && ax)
+                    te_half_to_f32((const uint16_t *)dxv + o, dxw, dt, S);
+                if (ax)
+#pragma omp simd
+                    for (int64_t k = 0; k < S; k++)
+                        dxc[k] += gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - m) * r * mdyxh);
+                else
+#pragma omp simd
+                    for (int64_t k = 0; k < S; k++)
+                        dxc[k] = gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - m) * r * mdyxh);
+                if (dxw)
+                    te_round_block(dxw, (uint16_t *)dxv + o, dt, S, &part);
             }
         }
         if (half) {
@@ -329,7 +288,6 @@ te_status cpu_batchnorm_backward_lowp(te_node *n)
 }
 
 #undef BN_ROW
-#undef BN_GROUP
 
 /* ---- layer norm ------------------------------------------------------------
  * x is (R,D) with D the last dim; inputs: x, gamma|NULL, beta|NULL.
