@@ -263,11 +263,11 @@ static float *ew_f32(const te_tensor *t)
     return v;
 }
 
-/* x [4,3,6,6] (4 channels for BN: [4,4,5,5]) with specials planted. */
+/* x [4,3,6,6] (for BN [4,6,5,5]) with specials planted. */
 static te_tensor *ew_input(ew_op op, te_dtype dt)
 {
     const bool bn = op == EW_BN || op == EW_BN_EVAL;
-    te_tensor *x = bn ? te_tensor_persistent(dt, te_shape(4, 4, 5, 5)) : te_tensor_persistent(dt, te_shape(4, 3, 6, 6));
+    te_tensor *x = bn ? te_tensor_persistent(dt, te_shape(4, 6, 5, 5)) : te_tensor_persistent(dt, te_shape(4, 3, 6, 6));
     float *v = malloc((size_t)x->numel * sizeof *v);
     tu_fill_uniform(v, x->numel, 5, -3.0f, 3.0f);
     const float big = dt == TE_F16 ? 60000.0f : 3.0e38f, tiny = dt == TE_F16 ? 1e-7f : 1e-38f;
@@ -300,14 +300,14 @@ static void ew_run(ew_op op, te_dtype dt, bool twice, bool native, ew_result *r)
     if (bn) {
         /* channel 1 overflows the dtype, channel 2 underflows it */
         const float big = dt == TE_F16 ? 1e5f : 1.5e38f, tiny = dt == TE_F16 ? 1e-8f : 1e-39f;
-        g = te_tensor_persistent(TE_F32, te_shape(4));
-        b = te_tensor_persistent(TE_F32, te_shape(4));
-        rm = te_tensor_persistent(TE_F32, te_shape(4));
-        rv = te_tensor_persistent(TE_F32, te_shape(4));
-        memcpy(g->data, (float[]){ 0.75f, big, tiny, -1.25f }, 4 * sizeof(float));
-        memcpy(b->data, (float[]){ 0.1f, 0.0f, 0.0f, -0.3f }, 4 * sizeof(float));
-        memcpy(rm->data, (float[]){ 0.1f, -0.2f, 0.0f, 0.3f }, 4 * sizeof(float));
-        memcpy(rv->data, (float[]){ 1.0f, 0.5f, 2.0f, 1.5f }, 4 * sizeof(float));
+        g = te_tensor_persistent(TE_F32, te_shape(6));
+        b = te_tensor_persistent(TE_F32, te_shape(6));
+        rm = te_tensor_persistent(TE_F32, te_shape(6));
+        rv = te_tensor_persistent(TE_F32, te_shape(6));
+        memcpy(g->data, (float[]){ 0.75f, big, tiny, -1.25f, 2.0f, -tiny }, 6 * sizeof(float));
+        memcpy(b->data, (float[]){ 0.1f, 0.0f, 0.0f, -0.3f, 0.5f, 0.0f }, 6 * sizeof(float));
+        memcpy(rm->data, (float[]){ 0.1f, -0.2f, 0.0f, 0.3f, -0.1f, 0.2f }, 6 * sizeof(float));
+        memcpy(rv->data, (float[]){ 1.0f, 0.5f, 2.0f, 1.5f, 0.8f, 1.2f }, 6 * sizeof(float));
         g->requires_grad = b->requires_grad = true;
     }
     te_set_training(op != EW_BN_EVAL);
@@ -348,7 +348,7 @@ static void ew_run(ew_op op, te_dtype dt, bool twice, bool native, ew_result *r)
         r->db = ew_f32(b->grad);
         r->rm = ew_f32(rm);
         r->rv = ew_f32(rv);
-        r->nc = 4;
+        r->nc = 6;
     }
     te_tape_reset();
     te_tensor *ts[] = { x, g, b, rm, rv };
@@ -392,10 +392,10 @@ static void ew_check(ew_op op, te_dtype dt, bool twice, const char *name)
     ew_assert_same(nat.y, sh.y, sh.ny, 2, "y");
     ew_assert_same(nat.dx, sh.dx, sh.nx, 2, "dx");
     if (op == EW_BN || op == EW_BN_EVAL) {
-        ew_assert_same(nat.dg, sh.dg, 4, 4, "dgamma");
-        ew_assert_same(nat.db, sh.db, 4, 4, "dbeta");
-        ew_assert_same(nat.rm, sh.rm, 4, 4, "running_mean");
-        ew_assert_same(nat.rv, sh.rv, 4, 4, "running_var");
+        ew_assert_same(nat.dg, sh.dg, sh.nc, 4, "dgamma");
+        ew_assert_same(nat.db, sh.db, sh.nc, 4, "dbeta");
+        ew_assert_same(nat.rm, sh.rm, sh.nc, 4, "running_mean");
+        ew_assert_same(nat.rv, sh.rv, sh.nc, 4, "running_var");
     }
     /* the cases reach what they are for: forward BN underflows (and
      * overflows in f16); in f16, ReLU's accumulated gradient (dy + dy) and BN's
