@@ -16,7 +16,6 @@
 #include "cpu_kernels.h"
 
 #include <math.h>
-#include <stdint.h>
 #include <omp.h>
 #include <string.h>
 
@@ -316,106 +315,62 @@ static void maxpool_plane(const pool_geom *g, const int64_t *span, const float *
     }
 }
 
-/* maxpool_plane on f16/bf16 bits (inf: the dtype's Inf bits): the same
- * selection, compared through keys that order as the values do (the
- * magnitude, negated for a negative value: -0 equals +0), a NaN taking as
- * v != v does and then keeping its place (key INT32_MAX: v > NaN is false).
- * key: OW ints of scratch. The selected values come out as they went in,
- * so rounding them would change nothing but a NaN's quiet bit: set here. */
-static void maxpool_plane_half(const pool_geom *g, const int64_t *span, const uint16_t *xp, uint16_t *y, int32_t *idx,
-                               int32_t *restrict key, uint32_t inf, uint32_t quiet, int64_t *nonzero, uint32_t *amax)
-{
-    const int W = (int)g->W, stride = (int)g->stride, pad = (int)g->pad;
-    for (int oy = 0; oy < g->OH; oy++) {
-        int ys = oy * stride - pad, y0 = ys > 0 ? ys : 0;
-        int y1 = ys + g->kernel < g->H ? ys + (int)g->kernel : (int)g->H;
-        uint16_t *restrict m = y + oy * g->OW;
-        int32_t *restrict at = idx + oy * g->OW;
-        for (int ox = 0; ox < g->OW; ox++) {
-            int xs = ox * stride - pad;
-            m[ox] = (uint16_t)(0x8000u | inf); /* -Inf */
-            key[ox] = -(int32_t)inf;
-            at[ox] = y0 * W + (xs > 0 ? xs : 0);
-        }
-        for (int iy = y0; iy < y1; iy++)
-            for (int j = 0; j < g->kernel; j++) {
-                int off = iy * W + j - pad, lo = (int)span[2 * j], hi = (int)span[2 * j + 1];
-#pragma omp simd
-                for (int ox = lo; ox < hi; ox++) {
-                    int k = off + ox * stride;
-                    const uint32_t h = xp[k], a = h & 0x7fffu;
-                    const bool nan = a > inf;
-                    const int32_t kv = nan ? INT32_MAX : (h & 0x8000u) ? -(int32_t)a : (int32_t)a;
-                    const bool take = kv > key[ox] || nan;
-                    m[ox] = take ? (uint16_t)h : m[ox];
-                    key[ox] = take ? kv : key[ox];
-                    at[ox] = take ? k : at[ox];
-                }
-            }
-        uint32_t nz = 0, am = *amax;
-#pragma omp simd reduction(+ : nz) reduction(max : am)
-        for (int ox = 0; ox < g->OW; ox++) {
-            const uint32_t h = m[ox], a = h & 0x7fffu, fin_nz = (a != 0) & (a < inf);
-            m[ox] = (uint16_t)(a > inf ? h | quiet : h);
-            nz += fin_nz;
-            const uint32_t av = fin_nz ? a : 0;
-            am = av > am ? av : am;
-        }
-        *nonzero += nz;
-        *amax = am;
-    }
-}
-
-/* x and y f32, or both f16/bf16 (the native low-precision kernel: on the
- * bits, maxpool_plane_half, counted as rounding the selected values would
- * count them, in n->round[0]). */
+/* x and y f32, or both f16/bf16 (the native low-precision kernel): each
+ * plane widened into f32 scratch, pooled as in f32, its output rounded
+ * (which keeps the selected values, NaN quieted as the shadow path's
+ * rounding does), what rounding did in n->round[0]. */
 static te_status maxpool2d_forward(te_node *n)
 {
     pool_geom g = pool_geom_of(n);
     const te_dtype dt = n->in[0]->dtype;
     const bool half = dt != TE_F32;
-    const uint32_t inf = dt == TE_F16 ? 0x7c00u : 0x7f80u, quiet = dt == TE_F16 ? 0x0200u : 0x0040u;
     te_tensor *it = n->saved[0];
     const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
     const bool par = g.planes * in_plane >= TE_PAR_MIN;
     const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
+    const int64_t per_thread = half ? in_plane + out_plane : 0;
     size_t span_bytes = 2 * (size_t)g.kernel * sizeof(int64_t);
-    size_t key_bytes = half ? (size_t)(g.OW * threads) * sizeof(int32_t) : 0;
+    size_t scratch_bytes = (size_t)(per_thread * threads) * sizeof(float);
     int64_t *span = te_mem_alloc(span_bytes); /* [lo,hi) of each window column */
-    int32_t *keys = half ? te_mem_alloc(key_bytes) : NULL;
-    if (!it || !span || (half && !keys)) {
+    float *scratch = half ? te_mem_alloc(scratch_bytes) : NULL;
+    if (!it || !span || (half && !scratch)) {
         te_mem_free(span, span_bytes);
-        te_mem_free(keys, key_bytes);
+        te_mem_free(scratch, scratch_bytes);
         te_set_error(TE_ERR_NOMEM, "maxpool2d: out of memory");
         return TE_ERR_NOMEM;
     }
     for (int64_t j = 0; j < g.kernel; j++)
         pool_tap_span(&g, j, &span[2 * j], &span[2 * j + 1]);
     int32_t *idx = te_i32(it);
-    int64_t nonzero = 0;
-    uint32_t amax = 0;
+    te_round_stats total;
+    cpu_round_stats_init(&total, dt);
 
-#pragma omp parallel if (par) num_threads(threads) reduction(+ : nonzero) reduction(max : amax)
+#pragma omp parallel if (par) num_threads(threads)
     {
-        int32_t *key = half ? keys + (int64_t)omp_get_thread_num() * g.OW : NULL;
+        float *xw = half ? scratch + (int64_t)omp_get_thread_num() * per_thread : NULL;
+        float *yw = xw ? xw + in_plane : NULL;
+        te_round_stats part;
+        cpu_round_stats_init(&part, dt);
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < g.planes; p++) {
-            if (half)
-                maxpool_plane_half(&g, span, (const uint16_t *)n->in[0]->data + p * in_plane,
-                                   (uint16_t *)n->out[0]->data + p * out_plane, idx + p * out_plane, key, inf, quiet,
-                                   &nonzero, &amax);
-            else
+            if (!half) {
                 maxpool_plane(&g, span, te_f32(n->in[0]) + p * in_plane, te_f32(n->out[0]) + p * out_plane,
                               idx + p * out_plane);
+                continue;
+            }
+            te_half_to_f32((const uint16_t *)n->in[0]->data + p * in_plane, xw, dt, in_plane);
+            maxpool_plane(&g, span, xw, yw, idx + p * out_plane);
+            te_round_block(yw, (uint16_t *)n->out[0]->data + p * out_plane, dt, out_plane, &part);
+        }
+        if (half) {
+#pragma omp critical
+            cpu_round_stats_merge(&total, &part);
         }
     }
     te_mem_free(span, span_bytes);
-    te_mem_free(keys, key_bytes);
+    te_mem_free(scratch, scratch_bytes);
     if (half) {
-        const uint16_t a16 = (uint16_t)amax;
-        cpu_round_stats_init(&n->round[0], dt);
-        n->round[0].nonzero = nonzero;
-        te_half_to_f32(&a16, &n->round[0].absmax, dt, 1);
+        n->round[0] = total;
         n->rounded = true;
     }
     return TE_OK;
