@@ -12,6 +12,9 @@
  * must be bit-identical; a bf16 accumulation would miss both. On a machine
  * without the native kernels (no oneDNN, no AVX512-BF16) the same cases
  * check that nothing was taken natively.
+ *
+ * The portable kernels (ReLU, BatchNorm, MaxPool2D, f16 and bf16, any
+ * machine) must match the shadow path bit for bit instead: test_lowp_native_ew.
  */
 #include "suites.h"
 #include "te_internal.h"
