@@ -1,9 +1,11 @@
 /*
  * lowp_native.c — whether low-precision nodes run on the backend's native
- * kernels (bf16 GEMMs and convolutions) or on f32 shadows.
+ * kernels or on f32 shadows.
  *
- * The backend says whether the machine can (its lowp_native); the user can
- * say no with TDBG_NO_NATIVE_LOWP=1, to compare the two paths.
+ * Each native kernel decides whether it takes a node: the oneDNN GEMMs and
+ * convolutions only where the backend's lowp_native says the machine can,
+ * the portable ones (ReLU, BatchNorm, MaxPool2D) always. The user can say
+ * no to all of them with TDBG_NO_NATIVE_LOWP=1, to compare the two paths.
  */
 #include "te_internal.h"
 
@@ -36,7 +38,7 @@ te_status te_lowp_run_native(te_node *n, bool backward)
 {
     const te_backend *be = te_backend_current();
     te_kernel_fn fn = backward ? be->backward_lowp[n->op] : be->forward_lowp[n->op];
-    if (!fn || !te_lowp_native())
+    if (!fn || !native_allowed())
         return TE_LOWP_DECLINED;
     te_status st = fn(n);
     if (st != TE_LOWP_DECLINED)

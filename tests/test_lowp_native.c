@@ -12,6 +12,9 @@
  * must be bit-identical; a bf16 accumulation would miss both. On a machine
  * without the native kernels (no oneDNN, no AVX512-BF16) the same cases
  * check that nothing was taken natively.
+ *
+ * The portable kernels (ReLU, BatchNorm, MaxPool2D, f16 and bf16, any
+ * machine) must match the shadow path bit for bit instead: test_lowp_native_ew.
  */
 #include "suites.h"
 #include "te_internal.h"
@@ -231,6 +234,196 @@ START_TEST(test_lowp_native_not_f16)
 }
 END_TEST
 
+/* ---- the portable kernels: ReLU, BatchNorm, MaxPool2D ----------------------
+ * They must give the shadow path's bits: outputs, gradients (an input used
+ * twice: the second backward accumulates onto the first's gradient), BN's
+ * f32 parameter gradients and running stats, and every rounding record,
+ * in f16 and bf16, with values that overflow and underflow the dtype and
+ * NaN, +-Inf and -0 where the op passes them on. */
+
+typedef enum { EW_RELU, EW_BN, EW_BN_EVAL, EW_POOL } ew_op;
+
+typedef struct ew_result {
+    uint16_t *y, *dx;
+    float *dg, *db, *rm, *rv;
+    int64_t ny, nx, nc;
+    te_round_stats fwd, bwd;
+    bool fwd_rounded, bwd_rounded;
+    int64_t runs;
+} ew_result;
+
+static uint16_t *ew_bits(const te_tensor *t)
+{
+    uint16_t *v = malloc((size_t)t->numel * 2);
+    memcpy(v, t->data, (size_t)t->numel * 2);
+    return v;
+}
+
+static float *ew_f32(const te_tensor *t)
+{
+    float *v = malloc((size_t)t->numel * sizeof *v);
+    memcpy(v, t->data, (size_t)t->numel * sizeof *v);
+    return v;
+}
+
+/* x [4,3,6,6] (for BN [4,6,5,5]) with specials planted. */
+static te_tensor *ew_input(ew_op op, te_dtype dt)
+{
+    const bool bn = op == EW_BN || op == EW_BN_EVAL;
+    te_tensor *x = bn ? te_tensor_persistent(dt, te_shape(4, 6, 5, 5)) : te_tensor_persistent(dt, te_shape(4, 3, 6, 6));
+    float *v = malloc((size_t)x->numel * sizeof *v);
+    tu_fill_uniform(v, x->numel, 5, -3.0f, 3.0f);
+    const float big = dt == TE_F16 ? 60000.0f : 3.0e38f, tiny = dt == TE_F16 ? 1e-7f : 1e-38f;
+    if (!bn) {
+        for (int64_t i = 0; i < x->numel; i += 7)
+            v[i] = (i / 7) % 2 ? big : -big;
+        v[3] = NAN;
+        v[10] = -0.0f;
+        v[11] = 0.0f;
+        v[12] = INFINITY;
+        v[13] = -INFINITY;
+        v[20] = -tiny;
+        v[21] = tiny;
+        v[40] = v[41] = v[46] = v[47] = 1.5f; /* ties in a pooling window */
+    }
+    te_copy_from_f32(x, v);
+    free(v);
+    if (!bn) /* a signalling NaN: the shadow path's rounding quiets it */
+        ((uint16_t *)x->data)[4] = dt == TE_F16 ? 0xfc01u : 0xff81u;
+    x->requires_grad = true;
+    return x;
+}
+
+static void ew_run(ew_op op, te_dtype dt, bool twice, bool native, ew_result *r)
+{
+    te_lowp_native_allow(native);
+    memset(r, 0, sizeof *r);
+    te_tensor *x = ew_input(op, dt), *g = NULL, *b = NULL, *rm = NULL, *rv = NULL;
+    const bool bn = op == EW_BN || op == EW_BN_EVAL;
+    if (bn) {
+        /* channel 1 overflows the dtype, channel 2 underflows it */
+        const float big = dt == TE_F16 ? 1e5f : 1.5e38f, tiny = dt == TE_F16 ? 1e-8f : 1e-39f;
+        g = te_tensor_persistent(TE_F32, te_shape(6));
+        b = te_tensor_persistent(TE_F32, te_shape(6));
+        rm = te_tensor_persistent(TE_F32, te_shape(6));
+        rv = te_tensor_persistent(TE_F32, te_shape(6));
+        memcpy(g->data, (float[]){ 0.75f, big, tiny, -1.25f, 2.0f, -tiny }, 6 * sizeof(float));
+        memcpy(b->data, (float[]){ 0.1f, 0.0f, 0.0f, -0.3f, 0.5f, 0.0f }, 6 * sizeof(float));
+        memcpy(rm->data, (float[]){ 0.1f, -0.2f, 0.0f, 0.3f, -0.1f, 0.2f }, 6 * sizeof(float));
+        memcpy(rv->data, (float[]){ 1.0f, 0.5f, 2.0f, 1.5f, 0.8f, 1.2f }, 6 * sizeof(float));
+        g->requires_grad = b->requires_grad = true;
+    }
+    te_set_training(op != EW_BN_EVAL);
+    int64_t before = te_lowp_native_runs();
+    te_tensor *y1 = NULL, *y2 = NULL;
+    for (int k = 0; k < (twice ? 2 : 1); k++) {
+        te_tensor *y = op == EW_RELU ? te_relu(x)
+                       : op == EW_POOL ? te_maxpool2d(x, 3, 2, 1)
+                                       : te_batchnorm(x, g, b, rm, rv, 0.1f, 1e-5f);
+        ck_assert_msg(y != NULL, "%s", te_error());
+        *(k ? &y2 : &y1) = y;
+    }
+    te_set_training(true);
+    r->fwd = y1->node->round[0];
+    r->fwd_rounded = y1->node->rounded;
+    te_tensor *y = twice ? te_add(y1, y2) : y1;
+    te_tensor *dy = te_tensor_new(TE_F32, y->ndim, y->shape);
+    float *d = te_f32(dy);
+    tu_fill_uniform(d, dy->numel, 9, -2.0f, 2.0f);
+    const float big = dt == TE_F16 ? 40000.0f : 2.0e38f, tiny = dt == TE_F16 ? 3e-8f : 1e-38f;
+    for (int64_t i = 0; i < dy->numel; i += 5)
+        d[i] = (i / 5) % 3 == 0 ? big : (i / 5) % 3 == 1 ? -tiny : d[i];
+    d[1] = INFINITY;
+    d[2] = NAN;
+    d[10] = NAN;      /* at ReLU's x = -0: NaN * 0 */
+    d[13] = INFINITY; /* at ReLU's x = -Inf: Inf * 0 */
+    ck_assert_msg(te_backward_with(y, dy) == TE_OK, "%s", te_error());
+    r->runs = te_lowp_native_runs() - before;
+    r->bwd = y1->node->round[0];
+    r->bwd_rounded = y1->node->rounded;
+    r->y = ew_bits(y1);
+    r->ny = y1->numel;
+    ck_assert(x->grad && x->grad->dtype == dt);
+    r->dx = ew_bits(x->grad);
+    r->nx = x->numel;
+    if (bn) {
+        r->dg = ew_f32(g->grad);
+        r->db = ew_f32(b->grad);
+        r->rm = ew_f32(rm);
+        r->rv = ew_f32(rv);
+        r->nc = 6;
+    }
+    te_tape_reset();
+    te_tensor *ts[] = { x, g, b, rm, rv };
+    for (int i = 0; i < 5; i++)
+        if (ts[i])
+            te_tensor_free(ts[i]);
+}
+
+static void ew_assert_stats(const te_round_stats *a, const te_round_stats *b, const char *what)
+{
+    ck_assert_msg(a->dtype == b->dtype && a->overflow == b->overflow && a->underflow == b->underflow &&
+                      a->nonzero == b->nonzero && memcmp(&a->absmax, &b->absmax, sizeof(float)) == 0,
+                  "%s: native %d %lld/%lld/%lld absmax %g, shadow %d %lld/%lld/%lld absmax %g", what, a->dtype,
+                  (long long)a->overflow, (long long)a->underflow, (long long)a->nonzero, a->absmax, b->dtype,
+                  (long long)b->overflow, (long long)b->underflow, (long long)b->nonzero, b->absmax);
+}
+
+static void ew_assert_same(const void *a, const void *b, int64_t n, size_t elem, const char *what)
+{
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp((const char *)a + i * elem, (const char *)b + i * elem, elem) == 0,
+                      "%s[%lld] differs from the shadow path's", what, (long long)i);
+}
+
+/* twice: y = op(x) + op(x), the second backward accumulating onto the
+ * first's gradient; else y = op(x). */
+static void ew_check(ew_op op, te_dtype dt, bool twice, const char *name)
+{
+    ew_result nat, sh;
+    ew_run(op, dt, twice, true, &nat);
+    ew_run(op, dt, twice, false, &sh);
+    te_lowp_native_allow(true);
+    char what[64];
+    snprintf(what, sizeof what, "%s %s%s", name, te_dtype_name(dt), twice ? " twice" : "");
+    ck_assert_msg(nat.runs == (twice ? 4 : 2) && sh.runs == 0, "%s: %lld native runs, %lld turned off", what,
+                  (long long)nat.runs, (long long)sh.runs);
+    ck_assert_msg(nat.fwd_rounded && sh.fwd_rounded && nat.bwd_rounded && sh.bwd_rounded, "%s: not rounded",
+                  what);
+    ew_assert_stats(&nat.fwd, &sh.fwd, what);
+    ew_assert_stats(&nat.bwd, &sh.bwd, what);
+    ew_assert_same(nat.y, sh.y, sh.ny, 2, "y");
+    ew_assert_same(nat.dx, sh.dx, sh.nx, 2, "dx");
+    if (op == EW_BN || op == EW_BN_EVAL) {
+        ew_assert_same(nat.dg, sh.dg, sh.nc, 4, "dgamma");
+        ew_assert_same(nat.db, sh.db, sh.nc, 4, "dbeta");
+        ew_assert_same(nat.rm, sh.rm, sh.nc, 4, "running_mean");
+        ew_assert_same(nat.rv, sh.rv, sh.nc, 4, "running_var");
+    }
+    /* the cases reach what they are for: forward BN underflows (and
+     * overflows in f16); in f16, ReLU's accumulated gradient (dy + dy) and BN's
+     * eval-mode gradient (gamma * rstd * dy) overflow (bf16's range is
+     * f32's: a doubled value that overflows it is already Inf in f32) */
+    if (dt == TE_F16 && twice && (op == EW_RELU || op == EW_BN_EVAL))
+        ck_assert_msg(sh.bwd.overflow > 0, "%s: no overflow in backward", what);
+    if (op == EW_BN)
+        ck_assert_msg((dt == TE_BF16 || sh.fwd.overflow > 0) && sh.fwd.underflow > 0, "%s: forward overflow %lld underflow %lld",
+                      what, (long long)sh.fwd.overflow, (long long)sh.fwd.underflow);
+    free(nat.y), free(sh.y), free(nat.dx), free(sh.dx);
+    free(nat.dg), free(sh.dg), free(nat.db), free(sh.db);
+    free(nat.rm), free(sh.rm), free(nat.rv), free(sh.rv);
+}
+
+START_TEST(test_lowp_native_ew)
+{
+    static const struct {
+        ew_op op;
+        const char *name;
+    } ops[] = { { EW_RELU, "relu" }, { EW_BN, "batchnorm" }, { EW_BN_EVAL, "batchnorm_eval" }, { EW_POOL, "maxpool" } };
+    ew_check(ops[_i / 4].op, _i % 2 ? TE_BF16 : TE_F16, _i / 2 % 2 == 0, ops[_i / 4].name);
+}
+END_TEST
+
 typedef struct lp_net {
     te_tensor *w, *b;
 } lp_net;
@@ -244,7 +437,7 @@ static te_status lp_step(void *ctx, te_tensor *const *in, te_tensor **out)
 }
 
 /* Graph mode dispatches its shadowed nodes the same way: a replayed step
- * runs the linear's forward and backward natively, and its loss and
+ * runs the linear's and the ReLU's forward and backward natively, and its loss and
  * weight gradient equal eager mode's bit for bit. */
 START_TEST(test_lowp_native_graph)
 {
@@ -276,7 +469,8 @@ START_TEST(test_lowp_native_graph)
         te_copy_to_f32(m.w->grad, gw[mode]);
         te_graph_free(g);
     }
-    ck_assert_msg(runs[0] == (have ? 2 : 0) && runs[1] == runs[0], "native runs: eager %lld, graph %lld",
+    /* the ReLU's forward and backward run natively everywhere, the linear's with oneDNN */
+    ck_assert_msg(runs[0] == (have ? 4 : 2) && runs[1] == runs[0], "native runs: eager %lld, graph %lld",
                   (long long)runs[0], (long long)runs[1]);
     ck_assert_msg(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "loss: eager %.9g, graph %.9g", loss[0],
                   loss[1]);
@@ -310,6 +504,7 @@ Suite *suite_lowp_native(void)
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_loop_test(tc, test_lowp_native_vs_shadow, 0, (int)(sizeof lp_cases / sizeof lp_cases[0]));
     tcase_add_test(tc, test_lowp_native_not_f16);
+    tcase_add_loop_test(tc, test_lowp_native_ew, 0, 16);
     tcase_add_test(tc, test_lowp_native_graph);
     tcase_add_test(tc, test_lowp_native_switch);
     suite_add_tcase(s, tc);

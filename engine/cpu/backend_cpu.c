@@ -31,6 +31,14 @@ static void cpu_free(void *p) { free(p); }
 enum { CPU_KERNELS(CPU_ONCE) CPU_KERNEL_ROWS };
 _Static_assert((int)CPU_KERNEL_ROWS == (int)TE_OP_COUNT, "every op needs its kernels in CPU_KERNELS");
 
+#ifdef HAVE_DNNL
+#define LOWP_DNNL(dir)                                                                             \
+    [TE_OP_MATMUL] = cpu_matmul_##dir##_lowp, [TE_OP_LINEAR] = cpu_linear_##dir##_lowp,            \
+    [TE_OP_CONV2D] = cpu_conv2d_##dir##_lowp,
+#else
+#define LOWP_DNNL(dir)
+#endif
+
 #define CPU_FWD(e, k) [TE_OP_##e] = k##_forward,
 #define CPU_BWD(e, k) [TE_OP_##e] = k##_backward,
 const te_backend te_backend_cpu = {
@@ -39,11 +47,15 @@ const te_backend te_backend_cpu = {
     .free = cpu_free,
     .forward = { CPU_KERNELS(CPU_FWD) },
     .backward = { CPU_KERNELS(CPU_BWD) },
+    /* Native low-precision kernels: the oneDNN ones (bf16, AVX512-BF16)
+     * where built with oneDNN, the portable ones always. */
+    .forward_lowp = { LOWP_DNNL(forward) [TE_OP_RELU] = cpu_relu_forward_lowp,
+                      [TE_OP_BATCHNORM] = cpu_batchnorm_forward_lowp,
+                      [TE_OP_MAXPOOL2D] = cpu_maxpool2d_forward_lowp },
+    .backward_lowp = { LOWP_DNNL(backward) [TE_OP_RELU] = cpu_relu_backward_lowp,
+                       [TE_OP_BATCHNORM] = cpu_batchnorm_backward_lowp,
+                       [TE_OP_MAXPOOL2D] = cpu_maxpool2d_backward_lowp },
 #ifdef HAVE_DNNL
-    .forward_lowp = { [TE_OP_MATMUL] = cpu_matmul_forward_lowp, [TE_OP_LINEAR] = cpu_linear_forward_lowp,
-                      [TE_OP_CONV2D] = cpu_conv2d_forward_lowp },
-    .backward_lowp = { [TE_OP_MATMUL] = cpu_matmul_backward_lowp, [TE_OP_LINEAR] = cpu_linear_backward_lowp,
-                       [TE_OP_CONV2D] = cpu_conv2d_backward_lowp },
     .lowp_native = cpu_lowp_native,
 #endif
 };

@@ -16,6 +16,7 @@
 #include "cpu_kernels.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 typedef struct conv_geom {
@@ -282,83 +283,184 @@ static void pool_tap_span(const pool_geom *g, int64_t j, int64_t *lo, int64_t *h
  * kernel/2, so every window holds an input). NaN wins, as in PyTorch. The
  * argmax (flat index in the plane) is saved for backward. Each output row is
  * scanned tap by tap across all its windows at once, in row-major window
- * order, so the inner loop is a branch-free vector max. */
-te_status cpu_maxpool2d_forward(te_node *n)
+ * order, so the inner loop is a branch-free vector max. One plane: xp in,
+ * y and idx out. */
+static void maxpool_plane(const pool_geom *g, const int64_t *span, const float *xp, float *y, int32_t *idx)
+{
+    /* Indices within a plane fit i32 (the saved argmax is i32): 32-bit index
+     * arithmetic keeps the vector loop at full width. */
+    const int W = (int)g->W, stride = (int)g->stride, pad = (int)g->pad;
+    for (int oy = 0; oy < g->OH; oy++) {
+        int ys = oy * stride - pad, y0 = ys > 0 ? ys : 0;
+        int y1 = ys + g->kernel < g->H ? ys + (int)g->kernel : (int)g->H;
+        float *restrict m = y + oy * g->OW;
+        int32_t *restrict at = idx + oy * g->OW;
+        for (int ox = 0; ox < g->OW; ox++) {
+            int xs = ox * stride - pad;
+            m[ox] = -INFINITY;
+            at[ox] = y0 * W + (xs > 0 ? xs : 0);
+        }
+        for (int iy = y0; iy < y1; iy++)
+            for (int j = 0; j < g->kernel; j++) {
+                int off = iy * W + j - pad, lo = (int)span[2 * j], hi = (int)span[2 * j + 1];
+#pragma omp simd
+                for (int ox = lo; ox < hi; ox++) { /* input off + ox * stride */
+                    int k = off + ox * stride;
+                    float v = xp[k];
+                    bool take = v > m[ox] || v != v;
+                    m[ox] = take ? v : m[ox];
+                    at[ox] = take ? k : at[ox];
+                }
+            }
+    }
+}
+
+/* x and y f32, or both f16/bf16 (the native low-precision kernel): each
+ * plane widened into f32 scratch, pooled as in f32, its output rounded
+ * (which keeps the selected values, NaN quieted as the shadow path's
+ * rounding does), what rounding did in n->round[0]. */
+static te_status maxpool2d_forward(te_node *n)
 {
     pool_geom g = pool_geom_of(n);
+    const te_dtype dt = n->in[0]->dtype;
+    const bool half = dt != TE_F32;
     te_tensor *it = n->saved[0];
+    const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
+    const bool par = g.planes * in_plane >= TE_PAR_MIN;
+    const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
+    const int64_t per_thread = half ? in_plane + out_plane : 0;
     size_t span_bytes = 2 * (size_t)g.kernel * sizeof(int64_t);
+    size_t scratch_bytes = (size_t)(per_thread * threads) * sizeof(float);
     int64_t *span = te_mem_alloc(span_bytes); /* [lo,hi) of each window column */
-    if (!it || !span) {
+    float *scratch = half ? te_mem_alloc(scratch_bytes) : NULL;
+    if (!it || !span || (half && !scratch)) {
         te_mem_free(span, span_bytes);
+        te_mem_free(scratch, scratch_bytes);
         te_set_error(TE_ERR_NOMEM, "maxpool2d: out of memory");
         return TE_ERR_NOMEM;
     }
     for (int64_t j = 0; j < g.kernel; j++)
         pool_tap_span(&g, j, &span[2 * j], &span[2 * j + 1]);
-    const float *x = te_f32(n->in[0]);
-    float *y = te_f32(n->out[0]);
     int32_t *idx = te_i32(it);
-    int64_t out_plane = g.OH * g.OW;
+    te_round_stats total;
+    cpu_round_stats_init(&total, dt);
 
-    /* Indices within a plane fit i32 (the saved argmax is i32): 32-bit index
-     * arithmetic keeps the vector loop at full width. */
-    const int W = (int)g.W, stride = (int)g.stride, pad = (int)g.pad;
-#pragma omp parallel for schedule(static) if (g.planes * g.H * g.W >= TE_PAR_MIN)
-    for (int64_t p = 0; p < g.planes; p++) {
-        const float *xp = x + p * g.H * g.W;
-        for (int oy = 0; oy < g.OH; oy++) {
-            int ys = oy * stride - pad, y0 = ys > 0 ? ys : 0;
-            int y1 = ys + g.kernel < g.H ? ys + (int)g.kernel : (int)g.H;
-            float *restrict m = y + p * out_plane + oy * g.OW;
-            int32_t *restrict at = idx + p * out_plane + oy * g.OW;
-            for (int ox = 0; ox < g.OW; ox++) {
-                int xs = ox * stride - pad;
-                m[ox] = -INFINITY;
-                at[ox] = y0 * W + (xs > 0 ? xs : 0);
+#pragma omp parallel if (par) num_threads(threads)
+    {
+        float *xw = half ? scratch + (int64_t)omp_get_thread_num() * per_thread : NULL;
+        float *yw = xw ? xw + in_plane : NULL;
+        te_round_stats part;
+        cpu_round_stats_init(&part, dt);
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < g.planes; p++) {
+            if (!half) {
+                maxpool_plane(&g, span, te_f32(n->in[0]) + p * in_plane, te_f32(n->out[0]) + p * out_plane,
+                              idx + p * out_plane);
+                continue;
             }
-            for (int iy = y0; iy < y1; iy++)
-                for (int j = 0; j < g.kernel; j++) {
-                    int off = iy * W + j - pad, lo = (int)span[2 * j], hi = (int)span[2 * j + 1];
-#pragma omp simd
-                    for (int ox = lo; ox < hi; ox++) { /* input off + ox * stride */
-                        int k = off + ox * stride;
-                        float v = xp[k];
-                        bool take = v > m[ox] || v != v;
-                        m[ox] = take ? v : m[ox];
-                        at[ox] = take ? k : at[ox];
-                    }
-                }
+            te_half_to_f32((const uint16_t *)n->in[0]->data + p * in_plane, xw, dt, in_plane);
+            maxpool_plane(&g, span, xw, yw, idx + p * out_plane);
+            te_round_block(yw, (uint16_t *)n->out[0]->data + p * out_plane, dt, out_plane, &part);
+        }
+        if (half) {
+#pragma omp critical
+            cpu_round_stats_merge(&total, &part);
         }
     }
     te_mem_free(span, span_bytes);
+    te_mem_free(scratch, scratch_bytes);
+    if (half) {
+        n->round[0] = total;
+        n->rounded = true;
+    }
     return TE_OK;
 }
 
-/* dx gets each dy at its window's argmax (summed where windows overlap). */
-te_status cpu_maxpool2d_backward(te_node *n)
+te_status cpu_maxpool2d_forward(te_node *n) { return maxpool2d_forward(n); }
+
+static bool maxpool_lowp_takes(const te_node *n)
+{
+    return cpu_is_half(n->in[0]) && n->out[0]->dtype == n->in[0]->dtype && n->in[0]->numel > 0;
+}
+
+te_status cpu_maxpool2d_forward_lowp(te_node *n)
+{
+    return maxpool_lowp_takes(n) ? maxpool2d_forward(n) : TE_LOWP_DECLINED;
+}
+
+/* dx gets each dy at its window's argmax (summed where windows overlap).
+ * Low precision: per plane, dy widened, dx summed in f32 (onto the widened
+ * gradient already there) and rounded once, what rounding did in
+ * n->round[0]. */
+static te_status maxpool2d_backward(te_node *n)
 {
     te_tensor *xt = n->in[0];
     if (!te_needs_grad(xt))
         return TE_OK;
     pool_geom g = pool_geom_of(n);
+    const te_dtype dt = xt->dtype;
+    const bool half = dt != TE_F32;
+    const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
+    const bool par = g.planes * in_plane >= TE_PAR_MIN;
+    const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
+    const int64_t per_thread = half ? in_plane + out_plane : 0;
+    size_t scratch_bytes = (size_t)(per_thread * threads) * sizeof(float);
+    float *scratch = half ? te_mem_alloc(scratch_bytes) : NULL;
+    if (half && !scratch) {
+        te_set_error(TE_ERR_NOMEM, "maxpool2d: out of memory");
+        return TE_ERR_NOMEM;
+    }
     int acc;
-    float *dx = te_grad_buf(xt, &acc);
-    const float *dy = te_f32(n->out[0]->grad);
+    void *dx = te_grad_buf(xt, &acc);
+    const void *dy = n->out[0]->grad->data;
     const int32_t *idx = te_i32(n->saved[0]);
-    int64_t out_plane = g.OH * g.OW;
+    te_round_stats total;
+    cpu_round_stats_init(&total, dt);
 
-#pragma omp parallel for schedule(static) if (g.planes * g.H * g.W >= TE_PAR_MIN)
-    for (int64_t p = 0; p < g.planes; p++) {
-        float *dxp = dx + p * g.H * g.W;
-        if (!acc)
-            memset(dxp, 0, (size_t)(g.H * g.W) * sizeof(float));
-        const float *dyp = dy + p * out_plane;
-        const int32_t *ip = idx + p * out_plane;
-        for (int64_t o = 0; o < out_plane; o++)
-            dxp[ip[o]] += dyp[o];
+#pragma omp parallel if (par) num_threads(threads)
+    {
+        float *dxw = half ? scratch + (int64_t)omp_get_thread_num() * per_thread : NULL;
+        float *dyw = dxw ? dxw + in_plane : NULL;
+        te_round_stats part;
+        cpu_round_stats_init(&part, dt);
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < g.planes; p++) {
+            float *dxp = half ? dxw : (float *)dx + p * in_plane;
+            const float *dyp = half ? dyw : (const float *)dy + p * out_plane;
+            if (half) {
+                te_half_to_f32((const uint16_t *)dy + p * out_plane, dyw, dt, out_plane);
+                if (acc)
+                    te_half_to_f32((const uint16_t *)dx + p * in_plane, dxw, dt, in_plane);
+            }
+            if (!acc)
+                memset(dxp, 0, (size_t)in_plane * sizeof(float));
+            const int32_t *ip = idx + p * out_plane;
+            for (int64_t o = 0; o < out_plane; o++)
+                dxp[ip[o]] += dyp[o];
+            if (half)
+                te_round_block(dxw, (uint16_t *)dx + p * in_plane, dt, in_plane, &part);
+        }
+        if (half) {
+#pragma omp critical
+            cpu_round_stats_merge(&total, &part);
+        }
+    }
+    te_mem_free(scratch, scratch_bytes);
+    if (half) {
+        n->round[0] = total;
+        n->rounded = true;
     }
     return TE_OK;
+}
+
+te_status cpu_maxpool2d_backward(te_node *n) { return maxpool2d_backward(n); }
+
+te_status cpu_maxpool2d_backward_lowp(te_node *n)
+{
+    const te_tensor *y = n->out[0];
+    if (!maxpool_lowp_takes(n) || !y->grad || y->grad->dtype != y->dtype)
+        return TE_LOWP_DECLINED;
+    return maxpool2d_backward(n);
 }
 
 /* y = window sum / kernel^2: padding counts as zeros (count_include_pad). */

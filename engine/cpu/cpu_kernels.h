@@ -23,6 +23,21 @@ te_status cpu_conv2d_forward_lowp(te_node *n);
 te_status cpu_conv2d_backward_lowp(te_node *n);
 #endif
 
+/* Portable native low-precision kernels (f16 and bf16, any CPU): the
+ * shadow path's bits and rounding records without f32 copies of whole
+ * tensors (cpu_lowp_ew.c, cpu_norm.c, cpu_conv.c). */
+te_status cpu_relu_forward_lowp(te_node *n);
+te_status cpu_relu_backward_lowp(te_node *n);
+te_status cpu_batchnorm_forward_lowp(te_node *n);
+te_status cpu_batchnorm_backward_lowp(te_node *n);
+te_status cpu_maxpool2d_forward_lowp(te_node *n);
+te_status cpu_maxpool2d_backward_lowp(te_node *n);
+/* Their helpers (cpu_lowp_ew.c): rounding records cleared to dtype dt,
+ * and one thread's part added into another's. */
+bool cpu_is_half(const te_tensor *t);
+void cpu_round_stats_init(te_round_stats *st, te_dtype dt);
+void cpu_round_stats_merge(te_round_stats *into, const te_round_stats *part);
+
 te_status cpu_matmul_forward(te_node *n);
 te_status cpu_matmul_backward(te_node *n);
 te_status cpu_linear_forward(te_node *n);

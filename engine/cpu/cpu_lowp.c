@@ -174,6 +174,8 @@ static bool lp_matmul(lp_io src, lp_io wei, const lp_io *bias, lp_io dst)
  * gradients would have to meet before rounding). */
 static bool lp_takes(const te_node *n)
 {
+    if (!cpu_lowp_native())
+        return false; /* no AVX512-BF16: the shadow path is faster than oneDNN's emulation */
     for (int i = 0; i < n->n_in; i++) {
         const te_tensor *x = n->in[i];
         if (!x)

@@ -8,6 +8,7 @@
 #include "cpu_kernels.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 /* ---- batch norm ------------------------------------------------------------
@@ -23,15 +24,33 @@ static void bn_dims(const te_tensor *x, int64_t *N, int64_t *C, int64_t *S)
     *S = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
 }
 
+/* Per-thread f32 scratch for a low-precision batch norm: a channel's rows
+ * widened once (te_half_to_f32) and an output row rounded from (te_round_block),
+ * so the f32 arithmetic below runs on the same values, in the same order, as
+ * on the shadow path's f32 copies and gives the same bits. NULL and *bytes 0
+ * for f32. */
+static float *bn_scratch(bool half, int64_t per_thread, int threads, size_t *bytes)
+{
+    *bytes = half ? (size_t)per_thread * (size_t)threads * sizeof(float) : 0;
+    return half ? te_mem_alloc(*bytes) : NULL;
+}
+
+/* Row i of channel c: in the f32 tensor p, or widened at w + i * S. */
+#define BN_ROW(p, w, i) ((w) ? (w) + (i) * S : (p) + ((i) * C + c) * S)
+
 /* y = batchnorm(x), then ReLU in the same pass when relu is set (graph
- * mode's fused kernel: the un-activated result never reaches memory). */
-static inline te_status batchnorm_forward(te_node *n, float *y, bool relu)
+ * mode's fused kernel: the un-activated result never reaches memory). x and
+ * y are f32, or both f16/bf16 (the native low-precision kernel: y rounded
+ * row by row, what rounding did in n->round[0]). */
+static inline te_status batchnorm_forward(te_node *n, void *y, bool relu)
 {
     const te_tensor *x = n->in[0];
+    const te_dtype dt = x->dtype;
+    const bool half = dt != TE_F32;
     int64_t N, C, S;
     bn_dims(x, &N, &C, &S);
     te_tensor *sm = n->saved[0], *sr = n->saved[1];
-    const float *xp = te_f32(x);
+    const float *xp = half ? NULL : te_f32(x);
     const float *g = n->in[1] ? te_f32(n->in[1]) : NULL;
     const float *b = n->in[2] ? te_f32(n->in[2]) : NULL;
     float *rm = n->in[3] ? te_f32(n->in[3]) : NULL;
@@ -40,51 +59,80 @@ static inline te_status batchnorm_forward(te_node *n, float *y, bool relu)
     const bool training = n->a.training;
     const float mom = n->a.momentum, eps = n->a.eps;
     const int64_t M = N * S;
+    const bool par = N * C * S >= TE_PAR_MIN;
+    const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
+    size_t bytes;
+    float *scratch = bn_scratch(half, M + S, threads, &bytes);
+    if (half && !scratch)
+        return te_kernel_fail(n, TE_ERR_NOMEM, "out of memory for %lld floats", (long long)(M + S));
+    te_round_stats total;
+    cpu_round_stats_init(&total, dt);
 
-#pragma omp parallel for if (N * C * S >= TE_PAR_MIN)
-    for (int64_t c = 0; c < C; c++) {
-        float m, r;
-        if (training) {
-            double s = 0.0;
-            for (int64_t i = 0; i < N; i++) {
-                const float *xc = xp + (i * C + c) * S;
-                for (int64_t k = 0; k < S; k++)
-                    s += xc[k];
-            }
-            double dm = s / (double)M, ss = 0.0;
-            /* two passes: the shifted sum of squares does not cancel */
-            for (int64_t i = 0; i < N; i++) {
-                const float *xc = xp + (i * C + c) * S;
-                for (int64_t k = 0; k < S; k++) {
-                    double d = xc[k] - dm;
-                    ss += d * d;
+#pragma omp parallel if (par) num_threads(threads)
+    {
+        float *xw = half ? scratch + (int64_t)omp_get_thread_num() * (M + S) : NULL, *yw = xw ? xw + M : NULL;
+        te_round_stats part;
+        cpu_round_stats_init(&part, dt);
+#pragma omp for
+        for (int64_t c = 0; c < C; c++) {
+            if (xw)
+                for (int64_t i = 0; i < N; i++)
+                    te_half_to_f32((const uint16_t *)x->data + (i * C + c) * S, xw + i * S, dt, S);
+            float m, r;
+            if (training) {
+                double s = 0.0;
+                for (int64_t i = 0; i < N; i++) {
+                    const float *xc = BN_ROW(xp, xw, i);
+                    for (int64_t k = 0; k < S; k++)
+                        s += xc[k];
                 }
+                double dm = s / (double)M, ss = 0.0;
+                /* two passes: the shifted sum of squares does not cancel */
+                for (int64_t i = 0; i < N; i++) {
+                    const float *xc = BN_ROW(xp, xw, i);
+                    for (int64_t k = 0; k < S; k++) {
+                        double d = xc[k] - dm;
+                        ss += d * d;
+                    }
+                }
+                double var = ss / (double)M;
+                m = (float)dm;
+                r = (float)(1.0 / sqrt(var + eps));
+                if (rm) {
+                    /* biased variance normalises, unbiased feeds the running estimate */
+                    rm[c] = (1.0f - mom) * rm[c] + mom * m;
+                    rv[c] = (1.0f - mom) * rv[c] + mom * (float)(ss / (double)(M - 1));
+                }
+            } else {
+                m = rm[c];
+                r = 1.0f / sqrtf(rv[c] + eps);
             }
-            double var = ss / (double)M;
-            m = (float)dm;
-            r = (float)(1.0 / sqrt(var + eps));
-            if (rm) {
-                /* biased variance normalises, unbiased feeds the running estimate */
-                rm[c] = (1.0f - mom) * rm[c] + mom * m;
-                rv[c] = (1.0f - mom) * rv[c] + mom * (float)(ss / (double)(M - 1));
+            mean[c] = m;
+            rstd[c] = r;
+            /* y = x * a + d folds the affine into one multiply-add */
+            float a = r * (g ? g[c] : 1.0f);
+            float d = (b ? b[c] : 0.0f) - m * a;
+            for (int64_t i = 0; i < N; i++) {
+                const float *xc = BN_ROW(xp, xw, i);
+                float *yc = yw ? yw : (float *)y + (i * C + c) * S;
+#pragma omp simd
+                for (int64_t k = 0; k < S; k++) {
+                    const float v = xc[k] * a + d;
+                    yc[k] = relu && v < 0.0f ? 0.0f : v; /* ReLU's own formula */
+                }
+                if (yw)
+                    te_round_block(yw, (uint16_t *)y + (i * C + c) * S, dt, S, &part);
             }
-        } else {
-            m = rm[c];
-            r = 1.0f / sqrtf(rv[c] + eps);
         }
-        mean[c] = m;
-        rstd[c] = r;
-        /* y = x * a + d folds the affine into one multiply-add */
-        float a = r * (g ? g[c] : 1.0f);
-        float d = (b ? b[c] : 0.0f) - m * a;
-        for (int64_t i = 0; i < N; i++) {
-            const float *xc = xp + (i * C + c) * S;
-            float *yc = y + (i * C + c) * S;
-            for (int64_t k = 0; k < S; k++) {
-                const float v = xc[k] * a + d;
-                yc[k] = relu && v < 0.0f ? 0.0f : v; /* ReLU's own formula */
-            }
+        if (half) {
+#pragma omp critical
+            cpu_round_stats_merge(&total, &part);
         }
+    }
+    te_mem_free(scratch, bytes);
+    if (half) {
+        n->round[0] = total;
+        n->rounded = true;
     }
     return TE_OK;
 }
@@ -94,6 +142,24 @@ te_status cpu_batchnorm_forward(te_node *n) { return batchnorm_forward(n, te_f32
 te_status cpu_batchnorm_relu_forward(te_node *bn, te_node *relu)
 {
     return batchnorm_forward(bn, te_f32(relu->out[0]), true);
+}
+
+/* The native low-precision kernels take x, y and dy all f16 or all bf16,
+ * with gamma, beta and the running stats f32 (O2's batch norm). */
+static bool bn_lowp_takes(const te_node *n)
+{
+    const te_tensor *x = n->in[0], *y = n->out[0];
+    if (!cpu_is_half(x) || y->dtype != x->dtype || x->numel == 0)
+        return false;
+    for (int i = 1; i < 5; i++)
+        if (n->in[i] && n->in[i]->dtype != TE_F32)
+            return false;
+    return true;
+}
+
+te_status cpu_batchnorm_forward_lowp(te_node *n)
+{
+    return bn_lowp_takes(n) ? batchnorm_forward(n, n->out[0]->data, false) : TE_LOWP_DECLINED;
 }
 
 /* Training: with xh = (x - mean) * rstd,
@@ -107,54 +173,98 @@ static inline float grad_in(const float *dy, const float *y, int64_t i)
     return y ? dy[i] * (y[i] <= 0.0f ? 0.0f : 1.0f) : dy[i];
 }
 
-static inline te_status batchnorm_backward(te_node *n, const float *dy, const float *relu_y)
+/* dy (and relu_y) f32, or for the native low-precision kernel x, dy and
+ * dx f16/bf16: the channel's x and dy rows widened once, each dx row
+ * computed in f32 (onto the widened gradient already there) and rounded,
+ * what rounding did in n->round[0]; dgamma and dbeta stay f32. */
+static inline te_status batchnorm_backward(te_node *n, const void *dyv, const float *relu_y)
 {
     te_tensor *x = n->in[0], *gt = n->in[1], *bt = n->in[2];
+    const te_dtype dt = x->dtype;
+    const bool half = dt != TE_F32;
     int64_t N, C, S;
     bn_dims(x, &N, &C, &S);
-    const float *xp = te_f32(x);
+    const float *xp = half ? NULL : te_f32(x), *dy = half ? NULL : dyv;
     const float *g = gt ? te_f32(gt) : NULL;
     const float *mean = te_f32(n->saved[0]), *rstd = te_f32(n->saved[1]);
+    const int64_t MN = N * S;
+    const bool par = N * C * S >= TE_PAR_MIN;
+    const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
+    size_t bytes;
+    float *scratch = bn_scratch(half, 2 * MN + S, threads, &bytes);
+    if (half && !scratch)
+        return te_kernel_fail(n, TE_ERR_NOMEM, "out of memory for %lld floats", (long long)(2 * MN + S));
     int ax = 0, ag = 0, ab = 0;
-    float *dx = te_needs_grad(x) ? te_grad_buf(x, &ax) : NULL;
+    void *dxv = te_needs_grad(x) ? te_grad_buf(x, &ax) : NULL;
     float *dg = gt && te_needs_grad(gt) ? te_grad_buf(gt, &ag) : NULL;
     float *db = bt && te_needs_grad(bt) ? te_grad_buf(bt, &ab) : NULL;
     const bool training = n->a.training;
-    const double M = (double)(N * S);
+    const double M = (double)MN;
+    te_round_stats total;
+    cpu_round_stats_init(&total, dt);
 
-#pragma omp parallel for if (N * C * S >= TE_PAR_MIN)
-    for (int64_t c = 0; c < C; c++) {
-        const float m = mean[c], r = rstd[c];
-        double sdy = 0.0, sdyxh = 0.0;
-        for (int64_t i = 0; i < N; i++) {
-            const float *xc = xp + (i * C + c) * S;
-            const int64_t o = (i * C + c) * S;
-            for (int64_t k = 0; k < S; k++) {
-                const float d = grad_in(dy, relu_y, o + k);
-                sdy += d;
-                sdyxh += (double)d * ((xc[k] - m) * r);
+#pragma omp parallel if (par) num_threads(threads)
+    {
+        float *xw = half ? scratch + (int64_t)omp_get_thread_num() * (2 * MN + S) : NULL;
+        float *dyw = xw ? xw + MN : NULL, *dxw = xw ? xw + 2 * MN : NULL;
+        te_round_stats part;
+        cpu_round_stats_init(&part, dt);
+#pragma omp for
+        for (int64_t c = 0; c < C; c++) {
+            if (xw)
+                for (int64_t i = 0; i < N; i++) {
+                    const int64_t o = (i * C + c) * S;
+                    te_half_to_f32((const uint16_t *)x->data + o, xw + i * S, dt, S);
+                    te_half_to_f32((const uint16_t *)dyv + o, dyw + i * S, dt, S);
+                }
+            const float m = mean[c], r = rstd[c];
+            double sdy = 0.0, sdyxh = 0.0;
+            for (int64_t i = 0; i < N; i++) {
+                const float *xc = BN_ROW(xp, xw, i), *dyc = BN_ROW(dy, dyw, i);
+                const float *yc = relu_y ? relu_y + (i * C + c) * S : NULL;
+                for (int64_t k = 0; k < S; k++) {
+                    const float d = grad_in(dyc, yc, k);
+                    sdy += d;
+                    sdyxh += (double)d * ((xc[k] - m) * r);
+                }
+            }
+            if (dg)
+                dg[c] = (ag ? dg[c] : 0.0f) + (float)sdyxh;
+            if (db)
+                db[c] = (ab ? db[c] : 0.0f) + (float)sdy;
+            if (!dxv)
+                continue;
+            const float gr = (g ? g[c] : 1.0f) * r;
+            const float mdy = training ? (float)(sdy / M) : 0.0f;
+            const float mdyxh = training ? (float)(sdyxh / M) : 0.0f;
+            for (int64_t i = 0; i < N; i++) {
+                const int64_t o = (i * C + c) * S;
+                const float *xc = BN_ROW(xp, xw, i), *dyc = BN_ROW(dy, dyw, i);
+                const float *yc = relu_y ? relu_y + o : NULL;
+                float *dxc = dxw ? dxw : (float *)dxv + o;
+                if (dxw && ax)
+                    te_half_to_f32((const uint16_t *)dxv + o, dxw, dt, S);
+                if (ax)
+#pragma omp simd
+                    for (int64_t k = 0; k < S; k++)
+                        dxc[k] += gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - m) * r * mdyxh);
+                else
+#pragma omp simd
+                    for (int64_t k = 0; k < S; k++)
+                        dxc[k] = gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - m) * r * mdyxh);
+                if (dxw)
+                    te_round_block(dxw, (uint16_t *)dxv + o, dt, S, &part);
             }
         }
-        if (dg)
-            dg[c] = (ag ? dg[c] : 0.0f) + (float)sdyxh;
-        if (db)
-            db[c] = (ab ? db[c] : 0.0f) + (float)sdy;
-        if (!dx)
-            continue;
-        const float gr = (g ? g[c] : 1.0f) * r;
-        const float mdy = training ? (float)(sdy / M) : 0.0f;
-        const float mdyxh = training ? (float)(sdyxh / M) : 0.0f;
-        for (int64_t i = 0; i < N; i++) {
-            const float *xc = xp + (i * C + c) * S;
-            const int64_t o = (i * C + c) * S;
-            float *dxc = dx + o;
-            if (ax)
-                for (int64_t k = 0; k < S; k++)
-                    dxc[k] += gr * (grad_in(dy, relu_y, o + k) - mdy - (xc[k] - m) * r * mdyxh);
-            else
-                for (int64_t k = 0; k < S; k++)
-                    dxc[k] = gr * (grad_in(dy, relu_y, o + k) - mdy - (xc[k] - m) * r * mdyxh);
+        if (half) {
+#pragma omp critical
+            cpu_round_stats_merge(&total, &part);
         }
+    }
+    te_mem_free(scratch, bytes);
+    if (half && dxv) {
+        n->round[0] = total;
+        n->rounded = true;
     }
     return TE_OK;
 }
@@ -168,6 +278,16 @@ te_status cpu_batchnorm_relu_backward(te_node *bn, te_node *relu)
 {
     return batchnorm_backward(bn, te_f32(relu->out[0]->grad), te_f32(relu->out[0]));
 }
+
+te_status cpu_batchnorm_backward_lowp(te_node *n)
+{
+    const te_tensor *y = n->out[0];
+    if (!bn_lowp_takes(n) || !y->grad || y->grad->dtype != y->dtype)
+        return TE_LOWP_DECLINED;
+    return batchnorm_backward(n, y->grad->data, NULL);
+}
+
+#undef BN_ROW
 
 /* ---- layer norm ------------------------------------------------------------
  * x is (R,D) with D the last dim; inputs: x, gamma|NULL, beta|NULL.
