@@ -83,6 +83,7 @@ static inline te_status batchnorm_forward(te_node *n, void *y, bool relu)
                 double s = 0.0;
                 for (int64_t i = 0; i < N; i++) {
                     const float *xc = BN_ROW(xp, xw, i);
+#pragma omp simd reduction(+ : s)
                     for (int64_t k = 0; k < S; k++)
                         s += xc[k];
                 }
@@ -90,6 +91,7 @@ static inline te_status batchnorm_forward(te_node *n, void *y, bool relu)
                 /* two passes: the shifted sum of squares does not cancel */
                 for (int64_t i = 0; i < N; i++) {
                     const float *xc = BN_ROW(xp, xw, i);
+#pragma omp simd reduction(+ : ss)
                     for (int64_t k = 0; k < S; k++) {
                         double d = xc[k] - dm;
                         ss += d * d;
@@ -168,10 +170,44 @@ te_status cpu_batchnorm_forward_lowp(te_node *n)
  * dgamma = sum(dy * xh), dbeta = sum(dy) in both. */
 /* The gradient reaching the batch norm: dy, or with a ReLU after it in one
  * fused kernel, ReLU's backward of g at its output y, in ReLU's formula. */
-static inline float grad_in(const float *dy, const float *y, int64_t i)
-{
-    return y ? dy[i] * (y[i] <= 0.0f ? 0.0f : 1.0f) : dy[i];
-}
+/* The backward's loops over one row, written once for a plain dy and once
+ * for dy through a fused ReLU (dy * (y > 0), ReLU's own formula), so that
+ * neither tests the pointer per element and both vectorise; the sums'
+ * order is the compiler's vector one (omp simd reduction), the same on
+ * every run. */
+#define BN_ROW_LOOPS(SUFFIX, DY)                                                                   \
+    static inline void bn_sums##SUFFIX(const float *xc, const float *dyc, const float *yc, int64_t S, \
+                                       float m, float r, double *sdy_, double *sdyxh_)             \
+    {                                                                                              \
+        double sdy = *sdy_, sdyxh = *sdyxh_;                                                       \
+        (void)yc;                                                                                  \
+        _Pragma("omp simd reduction(+ : sdy, sdyxh)")                                              \
+        for (int64_t k = 0; k < S; k++) {                                                          \
+            const float d = (DY);                                                                  \
+            sdy += d;                                                                              \
+            sdyxh += (double)d * ((xc[k] - m) * r);                                                \
+        }                                                                                          \
+        *sdy_ = sdy;                                                                               \
+        *sdyxh_ = sdyxh;                                                                           \
+    }                                                                                              \
+    static inline void bn_dx##SUFFIX(float *dxc, int acc, const float *xc, const float *dyc,       \
+                                     const float *yc, int64_t S, float m, float r, float gr,       \
+                                     float mdy, float mdyxh)                                       \
+    {                                                                                              \
+        (void)yc;                                                                                  \
+        if (acc) {                                                                                 \
+            _Pragma("omp simd")                                                                    \
+            for (int64_t k = 0; k < S; k++)                                                        \
+                dxc[k] += gr * ((DY) - mdy - (xc[k] - m) * r * mdyxh);                             \
+        } else {                                                                                   \
+            _Pragma("omp simd")                                                                    \
+            for (int64_t k = 0; k < S; k++)                                                        \
+                dxc[k] = gr * ((DY) - mdy - (xc[k] - m) * r * mdyxh);                              \
+        }                                                                                          \
+    }
+
+BN_ROW_LOOPS(, dyc[k])
+BN_ROW_LOOPS(_relu, dyc[k] * (yc[k] <= 0.0f ? 0.0f : 1.0f))
 
 /* dy (and relu_y) f32, or for the native low-precision kernel x, dy and
  * dx f16/bf16: the channel's x and dy rows widened once, each dx row
@@ -222,11 +258,10 @@ static inline te_status batchnorm_backward(te_node *n, const void *dyv, const fl
             for (int64_t i = 0; i < N; i++) {
                 const float *xc = BN_ROW(xp, xw, i), *dyc = BN_ROW(dy, dyw, i);
                 const float *yc = relu_y ? relu_y + (i * C + c) * S : NULL;
-                for (int64_t k = 0; k < S; k++) {
-                    const float d = grad_in(dyc, yc, k);
-                    sdy += d;
-                    sdyxh += (double)d * ((xc[k] - m) * r);
-                }
+                if (yc)
+                    bn_sums_relu(xc, dyc, yc, S, m, r, &sdy, &sdyxh);
+                else
+                    bn_sums(xc, dyc, NULL, S, m, r, &sdy, &sdyxh);
             }
             if (dg)
                 dg[c] = (ag ? dg[c] : 0.0f) + (float)sdyxh;
@@ -244,14 +279,10 @@ static inline te_status batchnorm_backward(te_node *n, const void *dyv, const fl
                 float *dxc = dxw ? dxw : (float *)dxv + o;
                 if (dxw && ax)
                     te_half_to_f32((const uint16_t *)dxv + o, dxw, dt, S);
-                if (ax)
-#pragma omp simd
-                    for (int64_t k = 0; k < S; k++)
-                        dxc[k] += gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - m) * r * mdyxh);
+                if (yc)
+                    bn_dx_relu(dxc, ax, xc, dyc, yc, S, m, r, gr, mdy, mdyxh);
                 else
-#pragma omp simd
-                    for (int64_t k = 0; k < S; k++)
-                        dxc[k] = gr * (grad_in(dyc, yc, k) - mdy - (xc[k] - m) * r * mdyxh);
+                    bn_dx(dxc, ax, xc, dyc, NULL, S, m, r, gr, mdy, mdyxh);
                 if (dxw)
                     te_round_block(dxw, (uint16_t *)dxv + o, dt, S, &part);
             }
