@@ -18,7 +18,7 @@ Suite *suite_scaler(void);      /* loss scaling: GradScaler's sequence, hysteres
 Suite *suite_data(void);        /* datasets and the loader */
 Suite *suite_plan(void);        /* the static memory planner of graph mode */
 Suite *suite_graph(void);       /* graph mode: passes, plans, shapes, observation, parity */
-Suite *suite_lowp_native(void);   /* native bf16 kernels (oneDNN) against the shadow path */
+Suite *suite_lowp_native(void);   /* native low-precision kernels (oneDNN GEMM/conv; ReLU, BatchNorm, MaxPool2D) against the shadow path */
 Suite *suite_fused_attention(void); /* the fused causal attention kernel and graph mode's pass */
 Suite *suite_dbg_cmd(void);     /* the command layer: lookup, breakpoint commands, bad input */
 Suite *suite_dbg_cond(void);    /* tensor statistics and the breakpoint condition language */
