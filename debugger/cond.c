@@ -600,7 +600,10 @@ static void render(FILE *f, const node *n, int outer)
         break;
     }
     case N_PRED:
-        fprintf(f, "%s.%s", scopes[n->scope].name, func_names[n->fn]);
+        if (n->fn == DBG_FN_SCALE) /* the scaler's: no scope reads back */
+            fputs(func_names[n->fn], f);
+        else
+            fprintf(f, "%s.%s", scopes[n->scope].name, func_names[n->fn]);
         if (n->op != DBG_CMP_NONE) {
             fprintf(f, " %s ", cmp_names[n->op]);
             put_number(f, n->num);

@@ -431,6 +431,10 @@ START_TEST(test_parse_forms)
         { "not has_nan or (phase == update)", "not outputs.has_nan or phase == update" },
         { "abs_max > 2 and (in1.max > 3 or not out2.min < -1)",
           "outputs.abs_max > 2 and (in1.max > 3 or not out2.min < -1)" },
+        /* the scaler's scale takes no scope; rounding counts read the outputs */
+        { "scale<-1", "scale < -1" },
+        { "scale >= 65536 and underflow > 0.01", "scale >= 65536 and outputs.underflow > 0.01" },
+        { "out1.overflow>0", "out1.overflow > 0" },
         /* op-name and op-type tests */
         { "not op=*/mask", "not op=*/mask" },
         { "abs_max > 50 and op=h*/attn/*", "outputs.abs_max > 50 and op=h*/attn/*" },
