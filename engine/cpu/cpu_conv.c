@@ -328,11 +328,10 @@ static te_status maxpool2d_forward(te_node *n)
     const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
     const bool par = g.planes * in_plane >= TE_PAR_MIN;
     const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
-    const int64_t per_thread = half ? in_plane + out_plane : 0;
-    size_t span_bytes = 2 * (size_t)g.kernel * sizeof(int64_t);
-    size_t scratch_bytes = (size_t)(per_thread * threads) * sizeof(float);
+    const int64_t per_thread = in_plane + out_plane;
+    size_t span_bytes = 2 * (size_t)g.kernel * sizeof(int64_t), scratch_bytes;
     int64_t *span = te_mem_alloc(span_bytes); /* [lo,hi) of each window column */
-    float *scratch = half ? te_mem_alloc(scratch_bytes) : NULL;
+    float *scratch = cpu_half_scratch(half, per_thread, threads, &scratch_bytes);
     if (!it || !span || (half && !scratch)) {
         te_mem_free(span, span_bytes);
         te_mem_free(scratch, scratch_bytes);
@@ -403,9 +402,9 @@ static te_status maxpool2d_backward(te_node *n)
     const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
     const bool par = g.planes * in_plane >= TE_PAR_MIN;
     const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
-    const int64_t per_thread = half ? in_plane + out_plane : 0;
-    size_t scratch_bytes = (size_t)(per_thread * threads) * sizeof(float);
-    float *scratch = half ? te_mem_alloc(scratch_bytes) : NULL;
+    const int64_t per_thread = in_plane + out_plane;
+    size_t scratch_bytes;
+    float *scratch = cpu_half_scratch(half, per_thread, threads, &scratch_bytes);
     if (half && !scratch) {
         te_set_error(TE_ERR_NOMEM, "maxpool2d: out of memory");
         return TE_ERR_NOMEM;

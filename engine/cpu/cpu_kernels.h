@@ -33,10 +33,13 @@ te_status cpu_batchnorm_backward_lowp(te_node *n);
 te_status cpu_maxpool2d_forward_lowp(te_node *n);
 te_status cpu_maxpool2d_backward_lowp(te_node *n);
 /* Their helpers (cpu_lowp_ew.c): rounding records cleared to dtype dt,
- * and one thread's part added into another's. */
+ * one thread's part added into another's, and per-thread f32 scratch of
+ * per_thread floats for threads threads where half (NULL and *bytes 0 for
+ * f32; free with te_mem_free(p, *bytes)). */
 bool cpu_is_half(const te_tensor *t);
 void cpu_round_stats_init(te_round_stats *st, te_dtype dt);
 void cpu_round_stats_merge(te_round_stats *into, const te_round_stats *part);
+float *cpu_half_scratch(bool half, int64_t per_thread, int threads, size_t *bytes);
 
 te_status cpu_matmul_forward(te_node *n);
 te_status cpu_matmul_backward(te_node *n);

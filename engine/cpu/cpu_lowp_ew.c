@@ -29,6 +29,12 @@ void cpu_round_stats_merge(te_round_stats *into, const te_round_stats *part)
     into->absmax = part->absmax > into->absmax ? part->absmax : into->absmax;
 }
 
+float *cpu_half_scratch(bool half, int64_t per_thread, int threads, size_t *bytes)
+{
+    *bytes = half ? (size_t)per_thread * (size_t)threads * sizeof(float) : 0;
+    return half ? te_mem_alloc(*bytes) : NULL;
+}
+
 /* ---- ReLU ------------------------------------------------------------------
  * On the half bits where the f32 formulas (cpu_elementwise.c UNARY(relu))
  * are exact, so that rounding their f32 result back gives the input bits:

@@ -24,16 +24,11 @@ static void bn_dims(const te_tensor *x, int64_t *N, int64_t *C, int64_t *S)
     *S = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
 }
 
-/* Per-thread f32 scratch for a low-precision batch norm: a channel's rows
- * widened once (te_half_to_f32) and an output row rounded from (te_round_block),
- * so the f32 arithmetic below runs on the same values, in the same order, as
- * on the shadow path's f32 copies and gives the same bits. NULL and *bytes 0
- * for f32. */
-static float *bn_scratch(bool half, int64_t per_thread, int threads, size_t *bytes)
-{
-    *bytes = half ? (size_t)per_thread * (size_t)threads * sizeof(float) : 0;
-    return half ? te_mem_alloc(*bytes) : NULL;
-}
+/* A low-precision batch norm works in per-thread f32 scratch
+ * (cpu_half_scratch): a channel's rows widened once (te_half_to_f32) and an
+ * output row rounded from (te_round_block), so the f32 arithmetic below runs
+ * on the same values, in the same order, as on the shadow path's f32 copies
+ * and gives the same bits. */
 
 /* Row i of channel c: in the f32 tensor p, or widened at w + i * S. */
 #define BN_ROW(p, w, i) ((w) ? (w) + (i) * S : (p) + ((i) * C + c) * S)
@@ -62,7 +57,7 @@ static inline te_status batchnorm_forward(te_node *n, void *y, bool relu)
     const bool par = N * C * S >= TE_PAR_MIN;
     const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
     size_t bytes;
-    float *scratch = bn_scratch(half, M + S, threads, &bytes);
+    float *scratch = cpu_half_scratch(half, M + S, threads, &bytes);
     if (half && !scratch)
         return te_kernel_fail(n, TE_ERR_NOMEM, "out of memory for %lld floats", (long long)(M + S));
     te_round_stats total;
@@ -227,7 +222,7 @@ static inline te_status batchnorm_backward(te_node *n, const void *dyv, const fl
     const bool par = N * C * S >= TE_PAR_MIN;
     const int threads = par && !omp_in_parallel() ? omp_get_max_threads() : 1;
     size_t bytes;
-    float *scratch = bn_scratch(half, 2 * MN + S, threads, &bytes);
+    float *scratch = cpu_half_scratch(half, 2 * MN + S, threads, &bytes);
     if (half && !scratch)
         return te_kernel_fail(n, TE_ERR_NOMEM, "out of memory for %lld floats", (long long)(2 * MN + S));
     int ax = 0, ag = 0, ab = 0;
