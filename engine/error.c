@@ -17,6 +17,7 @@ const char *te_status_str(te_status s)
     case TE_ERR_STATE: return "call out of order";
     case TE_ERR_INPUT: return "input missing (an earlier op failed)";
     case TE_ERR_IO: return "I/O or thread error";
+    case TE_ERR_DEVICE: return "no usable device";
     }
     return "unknown status";
 }

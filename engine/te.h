@@ -69,6 +69,7 @@ typedef enum {
     TE_ERR_STATE = -5,   /* call out of order (backward twice, no step begun, ...) */
     TE_ERR_INPUT = -6,   /* an input was NULL: an earlier op failed */
     TE_ERR_IO = -7,      /* file or thread trouble */
+    TE_ERR_DEVICE = -8,  /* no usable device for the backend asked for */
 } te_status;
 
 TE_API const char *te_status_str(te_status s);
@@ -170,6 +171,13 @@ typedef struct te_config {
 TE_API te_status te_init(const te_config *cfg);
 TE_API void te_shutdown(void);
 TE_API int te_threads(void);
+
+/* The backend that runs the ops: "cpu" (the default) or "cuda". Call it
+ * after te_init and before any tensor exists. "cuda" gives TE_ERR_DEVICE
+ * with the reason in te_error(): built without CUDA, no driver, no
+ * device, out of memory (and, until issue 18's kernels exist, on a usable
+ * device too). Another name gives TE_ERR_ARG. */
+TE_API te_status te_backend_use(const char *name);
 
 typedef enum { TE_PHASE_FORWARD, TE_PHASE_BACKWARD, TE_PHASE_UPDATE, TE_PHASE_COUNT } te_phase;
 TE_API const char *te_phase_name(te_phase p);   /* "forward", "backward", "update" */
