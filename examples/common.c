@@ -23,7 +23,7 @@ static const char *prog_name = "example";
 typedef enum {
     F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
     F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH, F_DUMP,
-    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_HELP,
+    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_BACKEND, F_HELP,
 } flag_id;
 
 typedef struct {
@@ -60,6 +60,7 @@ static const common_flag common_flags[] = {
     { F_SCALE_INIT, "--scale-init", "X", "the dynamic loss scale's first value (65536)" },
     { F_SCALE_WINDOW, "--scale-window", "N", "clean steps before the scale doubles (2000)" },
     { F_SCALE_HYSTERESIS, "--scale-hysteresis", "N", "non-finite steps before the scale halves (1)" },
+    { F_BACKEND, "--backend", "NAME", "cpu, or cuda (a build with --with-cuda and a GPU)" },
     { F_TIME, "--time", NULL, "print ms per step (median, min, max) after warm-up" },
     { F_HELP, "--help", NULL, "this text" },
 };
@@ -88,6 +89,7 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     case F_LOG_EVERY: snprintf(buf, n, "%d", d->log_every); break;
     case F_AMP: snprintf(buf, n, "%s", te_amp_level_name(d->amp)); break;
     case F_AMP_DTYPE: snprintf(buf, n, "%s", d->amp_bf16 ? "bf16" : "f16"); break;
+    case F_BACKEND: snprintf(buf, n, "%s", d->backend ? d->backend : "cpu"); break;
     case F_INJECT: case F_TIME: case F_HELP: case F_LOSS_SCALE: case F_SCALE_INIT: case F_SCALE_WINDOW:
     case F_SCALE_HYSTERESIS: buf[0] = '\0'; break;
     }
@@ -296,6 +298,12 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
     case F_SCALE_HYSTERESIS:
         *why = "expected a whole number >= 1, e.g. 2";
         return set_int(v, 1, INT_MAX, &o->scale_hysteresis);
+    case F_BACKEND:
+        *why = "unknown backend; expected cpu or cuda";
+        if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
+            return false;
+        o->backend = v;
+        return true;
     case F_TIME:
     case F_HELP:
         break;
@@ -435,6 +443,12 @@ void ex_start(const ex_opts *o)
 {
     if (te_init(&(te_config){ .seed = o->seed, .threads = o->threads }) != TE_OK)
         exit(ex_fail("cannot start the engine"));
+    /* No usable device is a bad flag's exit: the reason, then status 2. */
+    if (o->backend && te_backend_use(o->backend) != TE_OK) {
+        fprintf(stderr, "%s: --backend %s: %s\n", prog_name, o->backend, te_error());
+        te_shutdown();
+        exit(2);
+    }
     for (int i = 0; i < o->n_inject; i++)
         if (te_inject_add(o->inject[i]) != TE_OK) {
             fprintf(stderr, "%s: %s\n", prog_name, te_error());

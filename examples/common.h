@@ -40,6 +40,7 @@ typedef struct ex_opts {
     const char *dump;       /* dump spec (--dump), else TDBG_DUMP's */
     const char *inject[EX_MAX_INJECT];
     int n_inject;
+    const char *backend; /* --backend: "cpu" or "cuda"; NULL: cpu */
     te_amp_level amp;   /* --amp: O0 (default) .. O3 */
     bool amp_bf16;      /* --amp-dtype bf16; f16 by default */
     /* --loss-scale: not given (dynamic at O2, none elsewhere), dynamic,
@@ -80,8 +81,9 @@ typedef struct ex_program {
  * malformed flag, names it, prints the usage to stderr and exits 2. */
 void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o);
 
-/* Starts the engine with o's seed and threads and adds o's injections.
- * A bad injection spec prints te_error() and exits 2. */
+/* Starts the engine with o's seed, threads and backend and adds o's injections.
+ * A bad injection spec, or a --backend with no usable device, prints
+ * te_error() and exits 2. */
 void ex_start(const ex_opts *o);
 /* The AMP level and the loss scaler of o's flags, once the model's
  * parameters are registered (O2/O3 convert them); TE_OK, or te_error(). */

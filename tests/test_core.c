@@ -640,6 +640,34 @@ START_TEST(test_op_row_missing_fact_does_not_build)
 }
 END_TEST
 
+/* cpu runs as it always has; cuda says why it cannot (this machine has no
+ * GPU, and until issue 18's kernels exist a GPU gives a reason too). */
+START_TEST(test_backend_use)
+{
+    ck_assert_int_eq(te_backend_use("cpu"), TE_OK);
+    te_tensor *a = te_tensor_from(TE_F32, te_shape(1, 2), (const float[]){ 1, 2 });
+    te_tensor *b = te_tensor_from(TE_F32, te_shape(2, 1), (const float[]){ 3, 4 });
+    te_tensor *y = te_matmul(a, b);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_float_eq(te_item(y), 11.0f);
+
+    ck_assert_int_eq(te_backend_use("cuda"), TE_ERR_DEVICE);
+    tu_assert_error(TE_ERR_DEVICE, "te_backend_use: cuda: ");
+    ck_assert_msg(tu_cuda_reason(te_error()) != NULL, "no reason this build can give in: %s", te_error());
+#ifndef TE_HAVE_CUDA
+    ck_assert_str_eq(te_error(), "te_backend_use: cuda: built without CUDA (./configure --with-cuda)");
+#endif
+    ck_assert_str_eq(te_status_str(TE_ERR_DEVICE), "no usable device");
+
+    ck_assert_int_eq(te_backend_use("tpu"), TE_ERR_ARG);
+    tu_assert_error(TE_ERR_ARG, "te_backend_use: unknown backend 'tpu'; expected cpu or cuda");
+    ck_assert_int_eq(te_backend_use(NULL), TE_ERR_ARG);
+    tu_assert_error(TE_ERR_ARG, "unknown backend '(null)'");
+    /* a refusal leaves the CPU backend running */
+    ck_assert_float_eq(te_item(te_matmul(a, b)), 11.0f);
+}
+END_TEST
+
 Suite *suite_core(void)
 {
     Suite *s = suite_create("core");
@@ -670,6 +698,7 @@ Suite *suite_core(void)
     tcase_add_test(tc, test_half_backward);
     tcase_add_test(tc, test_half_same_input_twice);
     tcase_add_test(tc, test_op_row_missing_fact_does_not_build);
+    tcase_add_test(tc, test_backend_use);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,6 +4,7 @@
  */
 #include "suites.h"
 #include "tsession.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -365,6 +366,7 @@ START_TEST(test_bad_flags)
         { "--nope 3", "mlp: --nope is not a flag; the flags are listed below\n" },
         { "--batch", "mlp: --batch needs a value\n" },
         { "--time=1", "mlp: --time takes no value\n" },
+        { "--backend nope", "mlp: --backend 'nope': unknown backend; expected cpu or cuda\n" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_result *r = run("mlp", "%s", cases[i].args);
@@ -477,6 +479,21 @@ START_TEST(test_graph_flags)
     r = run("mlp", "--mode jit");
     ck_assert_msg(r->status == 2 && strstr(r->out, "mlp: --mode 'jit': unknown mode; expected eager or graph\n"),
                   "--mode jit: exit %d:\n%s", r->status, r->out);
+    run_free(r);
+}
+END_TEST
+
+/* --backend cuda without a usable device: exit 2 and the reason, before
+ * any training; --backend cpu trains as before. */
+START_TEST(test_backend_flag)
+{
+    run_result *r = run("mlp", "--backend cuda --steps 2");
+    ck_assert_msg(r->status == 2 && strstr(r->out, "mlp: --backend cuda: te_backend_use: cuda: ") &&
+                  tu_cuda_reason(r->out) != NULL, "--backend cuda: exit %d:\n%s", r->status, r->out);
+    ck_assert_msg(!strstr(r->out, "step=") && !strstr(r->out, "usage:"), "--backend cuda ran on:\n%s", r->out);
+    run_free(r);
+    r = run("mlp", "%s --steps 2 --log-every 1 --backend cpu", MLP_SMALL);
+    assert_ran(r, "--backend cpu", 1);
     run_free(r);
 }
 END_TEST
@@ -595,6 +612,7 @@ Suite *suite_examples(void)
     tcase_add_test(tc, test_bad_flags);
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_graph_flags);
+    tcase_add_test(tc, test_backend_flag);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("graph");

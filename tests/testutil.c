@@ -231,3 +231,21 @@ int tu_skip_summary(const char *path, char *buf, size_t n)
         snprintf(buf + at, n - at, ")");
     return total;
 }
+
+const char *tu_cuda_reason(const char *msg)
+{
+    static const char *const reasons[] = {
+#ifdef TE_HAVE_CUDA
+        "no CUDA driver, or one older than this CUDA runtime (cudaErrorInsufficientDriver: ",
+        "no device (", "the CUDA driver cannot be used (cudaError", "device 0 cannot be opened (cudaError",
+        "out of memory on ", "cannot run this build's kernels",
+        "the CUDA backend's kernels are not built yet (issue 18)",
+#else
+        "built without CUDA (./configure --with-cuda)",
+#endif
+    };
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
+        if (strstr(msg, reasons[i]))
+            return reasons[i];
+    return NULL;
+}

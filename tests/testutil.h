@@ -82,6 +82,12 @@ tu_result tu_run_tool(int (*main_fn)(int, char **, FILE *, FILE *), const char *
                       const char *const *args);
 void tu_result_free(tu_result *r);
 
+/* The reason a message of te_backend_use("cuda") gives, among those this
+ * build can give on any machine ("built without CUDA" without
+ * --with-cuda; no driver, no device, out of memory, no kernel image, or
+ * kernels not built yet with it), or NULL when it names none. */
+const char *tu_cuda_reason(const char *msg);
+
 /* ---- skips ------------------------------------------------------------------
  * Check has no "skipped": a test that cannot run (a tool is missing) calls
  * tdbg_skip and returns, and the runner counts it. Check forks each test, so
