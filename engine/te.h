@@ -93,6 +93,10 @@ TE_API uint16_t te_f32_to_f16(float f);
 TE_API float te_f16_to_f32(uint16_t h);
 TE_API uint16_t te_f32_to_bf16(float f);
 TE_API float te_bf16_to_f32(uint16_t h);
+/* Where a tensor's data lives: the memory of the backend that made it. */
+typedef enum { TE_DEV_CPU, TE_DEV_CUDA, TE_DEV_COUNT } te_device;
+TE_API const char *te_device_name(te_device d);  /* "cpu", "cuda" */
+
 /* The largest finite value of dt (65504 for f16). */
 TE_API float te_dtype_max(te_dtype dt);
 
@@ -123,7 +127,8 @@ struct te_tensor {
     int64_t shape[TE_MAX_DIMS];
     int64_t numel;
     size_t nbytes;
-    void *data;             /* contiguous, row-major, backend memory */
+    void *data;             /* contiguous, row-major, memory of device */
+    te_device device;       /* only that backend's kernels dereference data */
     bool requires_grad;
     te_tensor *grad;        /* same shape and dtype; NULL until a backward reaches it */
     bool grad_valid;        /* grad holds a value (false after zero_grad) */
@@ -157,6 +162,13 @@ TE_API void te_copy_from_f32(te_tensor *t, const float *src);  /* rounds to t's 
  * wanted; dtype TE_F32 and zeros when t is not f16/bf16). */
 TE_API void te_round_f32(te_tensor *t, const float *src, te_round_stats *st);
 TE_API void te_fill(te_tensor *t, float v);
+/* Slices between a tensor on any device and host memory: count elements
+ * from flat index first, in t's dtype (read, write) or widened exactly to
+ * f32 (read_f32; i32 converted). What print, the TUI's grid and the dumps
+ * use: only the slice crosses. TE_ERR_ARG when the range is outside t. */
+TE_API te_status te_tensor_read(const te_tensor *t, int64_t first, int64_t count, void *dst);
+TE_API te_status te_tensor_read_f32(const te_tensor *t, int64_t first, int64_t count, float *dst);
+TE_API te_status te_tensor_write(te_tensor *t, int64_t first, int64_t count, const void *src);
 TE_API bool te_same_shape(const te_tensor *a, const te_tensor *b);
 /* "[128,784]" into buf; returns buf. */
 TE_API char *te_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);

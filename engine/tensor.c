@@ -27,6 +27,12 @@ size_t te_dtype_size(te_dtype dt) { return dtype_info[dt].size; }
 
 bool te_dtype_is_float(te_dtype dt) { return dt == TE_F32 || dt == TE_F16 || dt == TE_BF16; }
 
+const char *te_device_name(te_device d)
+{
+    static const char *const names[TE_DEV_COUNT] = { "cpu", "cuda" };
+    return (unsigned)d < TE_DEV_COUNT ? names[d] : "?";
+}
+
 /* ---- half precision ------------------------------------------------------ */
 
 static uint32_t f32_bits(float f)
@@ -263,6 +269,51 @@ void te_copy_from_f32(te_tensor *t, const float *src)
     }
     for (int64_t i = 0; i < t->numel; i++)
         te_set(t, i, src[i]);
+}
+
+static te_status slice_ok(const te_tensor *t, int64_t first, int64_t count, const char *fn)
+{
+    if (first < 0 || count < 0 || first > t->numel || count > t->numel - first) {
+        te_set_error(TE_ERR_ARG, "%s: elements [%lld, %lld) are outside %s (%lld elements)", fn, (long long)first,
+                     (long long)first + (long long)count, t->name[0] ? t->name : "the tensor", (long long)t->numel);
+        return TE_ERR_ARG;
+    }
+    return TE_OK;
+}
+
+te_status te_tensor_read(const te_tensor *t, int64_t first, int64_t count, void *dst)
+{
+    te_status st = slice_ok(t, first, count, "te_tensor_read");
+    if (st == TE_OK && count > 0) {
+        const size_t es = te_dtype_size(t->dtype);
+        memcpy(dst, (const char *)t->data + (size_t)first * es, (size_t)count * es);
+    }
+    return st;
+}
+
+te_status te_tensor_read_f32(const te_tensor *t, int64_t first, int64_t count, float *dst)
+{
+    te_status st = slice_ok(t, first, count, "te_tensor_read_f32");
+    if (st != TE_OK || count == 0)
+        return st;
+    if (t->dtype == TE_F32)
+        memcpy(dst, (const float *)t->data + first, (size_t)count * sizeof *dst);
+    else if (t->dtype == TE_F16 || t->dtype == TE_BF16)
+        te_half_to_f32((const uint16_t *)t->data + first, dst, t->dtype, count);
+    else
+        for (int64_t i = 0; i < count; i++)
+            dst[i] = (float)((const int32_t *)t->data)[first + i];
+    return TE_OK;
+}
+
+te_status te_tensor_write(te_tensor *t, int64_t first, int64_t count, const void *src)
+{
+    te_status st = slice_ok(t, first, count, "te_tensor_write");
+    if (st == TE_OK && count > 0) {
+        const size_t es = te_dtype_size(t->dtype);
+        memcpy((char *)t->data + (size_t)first * es, src, (size_t)count * es);
+    }
+    return st;
 }
 
 void te_fill(te_tensor *t, float v)
