@@ -315,10 +315,53 @@ void te_stats_merge(const te_stats_part *parts, int nch, int64_t n, te_stats *s)
 
 /* ---- backends ------------------------------------------------------------ */
 
+/* One parameter of a multi-tensor optimizer update (the backend's sgd and
+ * adam): its data, gradient, state (NULL where unused), length, whether
+ * SGD's momentum buffer takes its first step, and where to put the new
+ * values' statistics (NULL: nobody wants them). */
+typedef struct te_update_args {
+    float *p;
+    const float *g;
+    float *m, *v;
+    int64_t n;
+    bool first;
+    te_stats *stats;
+} te_update_args;
+
+/* One gradient for the loss scaler's unscale: src (f32, f16 or bf16)
+ * times inv into the f32 dst (dst may be src when f32). */
+typedef struct te_unscale_args {
+    const void *src;
+    te_dtype dt;
+    float *dst;
+    int64_t n;
+} te_unscale_args;
+
+/* A backend: its memory, the services the engine needs on that memory,
+ * and its kernels. Only a backend's own code dereferences its memory; the
+ * rest of the engine goes through these entries (docs/engine.md
+ * "Residency"). Pointers are the backend's; host ones are marked. */
 typedef struct te_backend {
     const char *name;
+    te_device device;
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);
+    void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*from_host)(void *dst, const void *host_src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*zero)(void *p, size_t bytes);
+    void (*sync)(void); /* waits for queued work; the host may then read */
+    /* te_stats of t in one pass on the device (quick: te_stats_quick's
+     * fields only); only the struct crosses to the host. */
+    void (*stats)(const te_tensor *t, te_stats *s, bool quick);
+    /* te_round_block and te_half_to_f32 on this backend's memory. */
+    void (*round)(const float *src, void *dst, te_dtype dt, int64_t n, te_round_stats *st);
+    void (*widen)(const uint16_t *src, float *dst, te_dtype dt, int64_t n);
+    /* The optimizer's update of count parameters, fused where it can be. */
+    void (*sgd)(const te_sgd_opts *o, const te_update_args *u, int count);
+    void (*adam)(const te_adam_opts *o, int64_t t, const te_update_args *u, int count);
+    /* The scaler's unscale of count gradients; true if any held NaN/Inf. */
+    bool (*unscale)(const te_unscale_args *u, int count, float inv);
     te_kernel_fn forward[TE_OP_COUNT];  /* one kernel per op and direction */
     te_kernel_fn backward[TE_OP_COUNT];
     /* Native low-precision kernels, NULL where none: see te_lowp_run_native. */
