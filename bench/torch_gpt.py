@@ -5,6 +5,7 @@
     torch_gpt.py --layers N --heads N --embd N --block N --batch N --steps N
                  --threads N [--mode eager|compile] [--attn sdpa|composed]
                  [--dropout P] [--lr X] [--weight-decay X] [--clip X]
+                 [--device cpu|cuda]
 
 --attn sdpa computes attention with F.scaled_dot_product_attention(...,
 is_causal=True), PyTorch's fast path (a fused, flash-style kernel on the
@@ -53,7 +54,7 @@ class Block(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else:
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+            causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=1)
             att = F.dropout(F.softmax(att.masked_fill(causal, float("-inf")), dim=-1), p)
             y = att @ v
         y = y.transpose(1, 2).reshape(b, t, c)
@@ -82,7 +83,7 @@ class GPT(nn.Module):
 
     def forward(self, idx):
         b, t = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.h:
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight).view(b * t, VOCAB)  # tied head
@@ -99,12 +100,16 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = p.parse_args()
 
     torch.manual_seed(1)
     torch.set_num_threads(a.threads)
-    model = GPT(a)
-    batches = [torch.randint(0, VOCAB, (a.batch, a.block + 1)) for _ in range(4)]
+    dev = torch.device(a.device)
+    torch.backends.cuda.matmul.allow_tf32 = False  # as tdbg's CUDA backend
+    torch.backends.cudnn.allow_tf32 = False
+    model = GPT(a).to(dev)
+    batches = [torch.randint(0, VOCAB, (a.batch, a.block + 1), device=dev) for _ in range(4)]
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
 
     def step(tokens):
@@ -130,8 +135,10 @@ def main():
     for s in range(a.steps):
         t0 = time.perf_counter()
         step(batches[s % len(batches)])
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         ms.append((time.perf_counter() - t0) * 1e3)
-    report(ms, compile_ms)
+    report(ms, compile_ms, dev)
 
 
 if __name__ == "__main__":

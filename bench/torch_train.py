@@ -3,7 +3,7 @@ sizes and optimizer in PyTorch eager mode on the CPU.
 
     torch_train.py --model mlp|cnn --batch N --steps N --threads N
                    [--mode eager|script|compile] [--watch none|anomaly|hooks]
-                   [--optim sgd|adam] [--lr X] [--momentum X]
+                   [--optim sgd|adam] [--lr X] [--momentum X] [--device cpu|cuda]
 
 Prints `time: ms_per_step median=X min=X max=X steps=N` over the steps after
 WARMUP, the same line as the examples' --time, timing forward, loss,
@@ -15,7 +15,9 @@ depend on the values. --mode script trains a torch.jit.trace of the model
 without it the script says so and exits 3. --watch is what PyTorch offers
 a user hunting a NaN: anomaly mode (torch.autograd.set_detect_anomaly), or
 a forward and a backward hook on every module checking isnan().any() of
-its outputs and gradients, raising when one holds.
+its outputs and gradients, raising when one holds. --device cuda trains on
+the GPU (bench/gpu.sh): a step's time then ends with torch.cuda.synchronize,
+and the peak memory line adds the device's peak.
 """
 import argparse
 import sys
@@ -67,13 +69,18 @@ def main():
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--mode", choices=["eager", "script", "compile"], default="eager")
     p.add_argument("--watch", choices=["none", "anomaly", "hooks"], default="none")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = p.parse_args()
 
     torch.manual_seed(1)
     torch.set_num_threads(a.threads)
-    model = mlp() if a.model == "mlp" else cnn()
+    dev = torch.device(a.device)
+    # TF32 off, as tdbg's CUDA backend: the same f32 arithmetic on both sides.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = (mlp() if a.model == "mlp" else cnn()).to(dev)
     shape = (a.batch, 784) if a.model == "mlp" else (a.batch, 3, 32, 32)
-    batches = [(torch.randn(shape), torch.randint(0, 10, (a.batch,))) for _ in range(4)]
+    batches = [(torch.randn(shape, device=dev), torch.randint(0, 10, (a.batch,), device=dev)) for _ in range(4)]
     compile_ms = None
     if a.mode != "eager":
         t0 = time.perf_counter()
@@ -105,8 +112,10 @@ def main():
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         ms.append((time.perf_counter() - t0) * 1e3)
-    report(ms, compile_ms)
+    report(ms, compile_ms, dev)
 
 
 if __name__ == "__main__":
