@@ -8,14 +8,7 @@
 
 #define THREADS 256
 
-static int blocks_for(int64_t n)
-{
-    const int64_t cap = 132 * 32;
-    int64_t b = (n + THREADS - 1) / THREADS;
-    if (b < 1)
-        b = 1;
-    return (int)(b < cap ? b : cap);
-}
+#define blocks_for(n) k_blocks((n), THREADS)
 
 static __device__ __forceinline__ float load_f32(const void *p, k_dtype dt, int64_t i)
 {

@@ -13,16 +13,7 @@
 
 #define THREADS 256
 
-/* As cuda_rt.c's te_cuda_blocks: enough blocks to fill the device, the
- * grid-stride loops take the rest. */
-static int blocks_for(int64_t n)
-{
-    const int64_t cap = 132 * 32;
-    int64_t b = (n + THREADS - 1) / THREADS;
-    if (b < 1)
-        b = 1;
-    return (int)(b < cap ? b : cap);
-}
+#define blocks_for(n) k_blocks((n), THREADS)
 
 #define GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \

@@ -31,6 +31,18 @@
 #define K_HD static inline
 #endif
 
+/* Blocks for a grid-stride loop over n elements (cuda_rt.c's
+ * te_cuda_blocks, for the launchers): enough to fill an H200 several
+ * times over, at least 1. */
+K_HD int k_blocks(int64_t n, int threads)
+{
+    const int64_t cap = 132 * 32;
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1)
+        b = 1;
+    return (int)(b < cap ? b : cap);
+}
+
 K_HD uint32_t k_f32_bits(float f)
 {
 #ifdef __CUDA_ARCH__

@@ -7,14 +7,7 @@
 
 #define THREADS 256
 
-static int blocks_for(int64_t n)
-{
-    const int64_t cap = 132 * 32;
-    int64_t b = (n + THREADS - 1) / THREADS;
-    if (b < 1)
-        b = 1;
-    return (int)(b < cap ? b : cap);
-}
+#define blocks_for(n) k_blocks((n), THREADS)
 
 #define GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
