@@ -29,6 +29,9 @@ int main(void)
     srunner_add_suite(sr, suite_fused_attention());
     srunner_add_suite(sr, suite_amp());
     srunner_add_suite(sr, suite_lowp_native());
+#ifdef TE_HAVE_CUDA
+    srunner_add_suite(sr, suite_cuda_elementwise());
+#endif
     srunner_add_suite(sr, suite_gpt());
     srunner_add_suite(sr, suite_examples());
     srunner_add_suite(sr, suite_gpt_example());
