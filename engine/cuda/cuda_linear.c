@@ -403,7 +403,7 @@ te_status cuda_matmul_forward_lowp(te_node *n)
         return TE_LOWP_DECLINED;
     cuda_mm_plan p;
     cuda_mm_plan_of(n, &p);
-    k_round_counts *cnt;
+    k_round_counts *cnt = NULL;
     te_status st;
     float *y = lp_scratch(n, n->out[0]->numel, &cnt, &st);
     if (y)
@@ -424,7 +424,7 @@ te_status cuda_matmul_backward_lowp(te_node *n)
             continue;
         int acc;
         te_grad_buf(x, &acc);
-        k_round_counts *cnt;
+        k_round_counts *cnt = NULL;
         te_status st;
         float *g = lp_scratch(n, x->numel, &cnt, &st);
         if (g)
@@ -442,7 +442,7 @@ te_status cuda_linear_forward_lowp(te_node *n)
     const te_dtype dt = lp_takes(n);
     if (dt == TE_F32)
         return TE_LOWP_DECLINED;
-    k_round_counts *cnt;
+    k_round_counts *cnt = NULL;
     te_status st;
     float *y = lp_scratch(n, n->out[0]->numel, &cnt, &st);
     if (y)
@@ -461,7 +461,7 @@ te_status cuda_linear_backward_lowp(te_node *n)
             continue;
         int acc;
         te_grad_buf(x, &acc);
-        k_round_counts *cnt;
+        k_round_counts *cnt = NULL;
         te_status st;
         float *g = lp_scratch(n, x->numel, &cnt, &st);
         if (g && i < 2) {
