@@ -70,7 +70,7 @@ template <int DT>
 static __global__ void attn_fwd_kernel(k_attn a, const void *q, const void *k, const void *v, float *o, float *lse)
 {
     extern __shared__ float sm[];
-    const int D = a.D, DS = D + 1, bh = blockIdx.y, r = threadIdx.x, i0 = blockIdx.x * TR, i = i0 + r;
+    const int D = a.D, DS = D + 1, bh = blockIdx.x, r = threadIdx.x, i0 = blockIdx.y * TR, i = i0 + r;
     float *qs = sm, *os = qs + TR * DS, *ks = os + TR * DS, *vs = ks + TR * D, *ss = vs + TR * D;
     load_tile<DT, false>(a, q, bh, i0, qs, DS);
     for (int d = 0; d < D; d++)
@@ -142,14 +142,14 @@ __device__ __forceinline__ void store_row(float *d, const float *v, int D, int a
         d[c] = acc ? d[c] + v[c] : v[c];
 }
 
-/* dk and dv of key tile blockIdx.x, thread r owning key j. */
+/* dk and dv of key tile blockIdx.y (slice blockIdx.x), thread r owning key j. */
 template <int DT>
 static __global__ void attn_dkdv_kernel(k_attn a, const void *q, const void *k, const void *v, const float *lse,
                                         const void *dout, const float *drow, float *dk, float *dv, int acc_k,
                                         int acc_v)
 {
     extern __shared__ float sm[];
-    const int D = a.D, DS = D + 1, bh = blockIdx.y, r = threadIdx.x, j0 = blockIdx.x * TR, j = j0 + r;
+    const int D = a.D, DS = D + 1, bh = blockIdx.x, r = threadIdx.x, j0 = blockIdx.y * TR, j = j0 + r;
     float *ks = sm, *vs = ks + TR * DS, *dks = vs + TR * DS, *dvs = dks + TR * DS;
     float *qs = dvs + TR * DS, *dos = qs + TR * D, *ls = dos + TR * D, *ds = ls + TR;
     load_tile<DT, false>(a, k, bh, j0, ks, DS);
@@ -197,13 +197,13 @@ static __global__ void attn_dkdv_kernel(k_attn a, const void *q, const void *k, 
     }
 }
 
-/* dq of query tile blockIdx.x, thread r owning query i. */
+/* dq of query tile blockIdx.y (slice blockIdx.x), thread r owning query i. */
 template <int DT>
 static __global__ void attn_dq_kernel(k_attn a, const void *q, const void *k, const void *v, const float *lse,
                                       const void *dout, const float *drow, float *dq, int acc_q)
 {
     extern __shared__ float sm[];
-    const int D = a.D, DS = D + 1, bh = blockIdx.y, r = threadIdx.x, i0 = blockIdx.x * TR, i = i0 + r;
+    const int D = a.D, DS = D + 1, bh = blockIdx.x, r = threadIdx.x, i0 = blockIdx.y * TR, i = i0 + r;
     float *qs = sm, *dos = qs + TR * DS, *dqs = dos + TR * DS, *ks = dqs + TR * DS, *vs = ks + TR * D;
     load_tile<DT, false>(a, q, bh, i0, qs, DS);
     load_tile<DT, true>(a, dout, bh, i0, dos, DS);
@@ -263,7 +263,8 @@ static cudaError_t forward(const k_attn *a, const void *q, const void *k, const 
     cudaError_t e = smem_allow(attn_fwd_kernel<DT>, bytes);
     if (e != cudaSuccess)
         return e;
-    const dim3 grid((unsigned)((a->T + TR - 1) / TR), (unsigned)(a->B * a->H));
+    /* batch-heads along x (up to 2^31 - 1), tiles along y */
+    const dim3 grid((unsigned)(a->B * a->H), (unsigned)((a->T + TR - 1) / TR));
     attn_fwd_kernel<DT><<<grid, TR, bytes, s>>>(*a, q, k, v, o, lse);
     return cudaGetLastError();
 }
@@ -291,7 +292,8 @@ static cudaError_t backward(const k_attn *a, const void *q, const void *k, const
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    const dim3 grid((unsigned)((a->T + TR - 1) / TR), (unsigned)(a->B * a->H));
+    /* batch-heads along x (up to 2^31 - 1), tiles along y */
+    const dim3 grid((unsigned)(a->B * a->H), (unsigned)((a->T + TR - 1) / TR));
     if (dk || dv) {
         const size_t bytes = sizeof(float) * ((size_t)4 * TR * (a->D + 1) + (size_t)2 * TR * a->D + 2 * TR);
         if ((e = smem_allow(attn_dkdv_kernel<DT>, bytes)) != cudaSuccess)
