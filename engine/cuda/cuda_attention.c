@@ -1,0 +1,192 @@
+/*
+ * cuda_attention.c — fused causal attention on the CUDA backend, with
+ * engine/cpu/cpu_attention.c's inputs, outputs, saved log-sum-exp, dropout
+ * mask and rounding reports; the arithmetic is k_attention.cu's.
+ *
+ * f32 tensors are read and written in place. f16/bf16 ones are read as
+ * they are (widened in the kernels); their results go to f32 scratch in
+ * the workspace (an accumulated gradient starts there as the old one
+ * widened), then are rounded once into the real tensor, what rounding did
+ * added to the caller's counts, as the CPU does.
+ */
+#include "cuda/cuda_attention.h"
+
+#include "cuda/cuda_rt.h"
+#include "cuda/k_attention.h"
+#include "cuda/k_linear.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define COUNTS_BYTES 64 /* k_round_counts at the workspace's start; floats after */
+
+static k_attn k_args(const cuda_attn *a)
+{
+    const bool drop = a->p > 0.0f;
+    return (k_attn){ .B = a->B, .H = a->H, .T = a->T, .D = a->D, .scale = a->scale,
+                     .keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f, .drop = drop, .merged = a->merged,
+                     .dtype = (int)a->dt, .key = drop ? te_rand_key(a->seed, 0) : 0,
+                     .thr = drop ? te_dropout_threshold(a->p) : 0 };
+}
+
+/* A failure recorded on n, or as the engine's error when n is NULL. */
+static te_status fail(te_node *n, te_status code, const char *msg)
+{
+    if (n)
+        return te_kernel_fail(n, code, "%s", msg);
+    te_set_error(code, "%s", msg);
+    return code;
+}
+
+static te_status kernel_ok(te_node *n, const cuda_attn *a, cudaError_t e, const char *what)
+{
+    if (e != cudaErrorInvalidValue)
+        return te_cuda_ok(n, e, what);
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s: head size %d needs more shared memory per block than the device has", what, a->D);
+    return fail(n, TE_ERR_DEVICE, msg);
+}
+
+static char *scratch(te_node *n, size_t bytes, te_status *st)
+{
+    char *p = te_cuda_workspace(COUNTS_BYTES + bytes);
+    *st = p ? TE_OK : fail(n, TE_ERR_NOMEM, "out of device memory for attention's f32 scratch");
+    return p;
+}
+
+/* dst (count values of dtype dt) = src rounded; its counts added to *rs
+ * (NULL: not counted), as cpu_attention.c's stats_add. */
+static te_status round_add(te_node *n, const float *src, void *dst, te_dtype dt, int64_t count, k_round_counts *cnt,
+                           te_round_stats *rs)
+{
+    k_round_counts h;
+    te_status st = te_cuda_ok(n, k_blas_round(src, dst, dt, count, cnt, &h, te_cuda_stream()), "attention: rounding");
+    if (st != TE_OK || !rs)
+        return st;
+    float amax;
+    memcpy(&amax, &h.absmax_bits, sizeof amax);
+    rs->overflow += (int64_t)h.overflow;
+    rs->underflow += (int64_t)h.underflow;
+    rs->nonzero += (int64_t)h.nonzero;
+    rs->absmax = amax > rs->absmax ? amax : rs->absmax;
+    return TE_OK;
+}
+
+te_status cuda_attention_forward(te_node *n, const cuda_attn *a, const void *q, const void *k, const void *v,
+                                 void *o, float *lse)
+{
+    const k_attn ka = k_args(a);
+    const int64_t numel = (int64_t)a->B * a->H * a->T * a->D;
+    cudaStream_t s = te_cuda_stream();
+    if (a->dt == TE_F32)
+        return kernel_ok(n, a, k_attn_forward(&ka, q, k, v, o, lse, s), "attention forward");
+    te_status st;
+    char *ws = scratch(n, (size_t)numel * sizeof(float), &st);
+    if (!ws)
+        return st;
+    float *of = (float *)(ws + COUNTS_BYTES);
+    st = kernel_ok(n, a, k_attn_forward(&ka, q, k, v, of, lse, s), "attention forward");
+    return st == TE_OK ? round_add(n, of, o, a->dt, numel, (k_round_counts *)ws, a->round_o) : st;
+}
+
+te_status cuda_attention_backward(te_node *n, const cuda_attn *a, const void *q, const void *k, const void *v,
+                                  const void *o, const float *lse, const void *dout, const cuda_attn_grads *g)
+{
+    const k_attn ka = k_args(a);
+    const int64_t rows = (int64_t)a->B * a->H * a->T, numel = rows * a->D;
+    const bool low = a->dt != TE_F32;
+    cudaStream_t s = te_cuda_stream();
+    /* drow, then (low) an f32 result per wanted gradient */
+    void *const out[3] = { g->dq, g->dk, g->dv };
+    const bool acc[3] = { g->acc_q, g->acc_k, g->acc_v };
+    te_round_stats *const rs[3] = { g->round_q, g->round_k, g->round_v };
+    te_status st;
+    char *ws = scratch(n, (size_t)(rows + (low ? 3 * numel : 0)) * sizeof(float), &st);
+    if (!ws)
+        return st;
+    float *drow = (float *)(ws + COUNTS_BYTES), *f[3];
+    for (int i = 0; i < 3; i++) {
+        f[i] = !out[i] ? NULL : low ? drow + rows + i * numel : (float *)out[i];
+        if (low && out[i] && acc[i] && st == TE_OK) /* the old gradient, to add onto in f32 */
+            st = te_cuda_ok(n, k_widen(out[i], a->dt, f[i], numel, 0, s), "attention: widening a gradient");
+    }
+    if (st == TE_OK)
+        st = kernel_ok(n, a, k_attn_backward(&ka, q, k, v, o, lse, dout, drow, f[0], f[1], f[2], acc[0], acc[1], acc[2], s),
+                       "attention backward");
+    for (int i = 0; low && i < 3 && st == TE_OK; i++)
+        if (out[i])
+            st = round_add(n, f[i], out[i], a->dt, numel, (k_round_counts *)ws, rs[i]);
+    return st;
+}
+
+/* ---- graph mode's fused kernels (pass_fuse_attn.c) ----------------------- */
+
+static cuda_attn attn_args(const tg_attn *t)
+{
+    const te_tensor *q = t->scores->in[0];
+    const te_node *dr = t->dropout;
+    const bool drop = dr && dr->a.training && dr->a.p > 0.0f;
+    return (cuda_attn){ .B = (int)q->shape[0], .H = (int)q->shape[1], .T = (int)q->shape[2],
+                        .D = (int)q->shape[3], .scale = t->scale->a.scale, .p = drop ? dr->a.p : 0.0f,
+                        .seed = drop ? dr->a.seed : 0, .merged = t->merged, .dt = q->dtype };
+}
+
+/* Nothing of the chain's ops rounded yet: the fused kernel rounds only
+ * what leaves it, and reports that on the ops whose results those are. */
+static void round_clear(const tg_attn *t)
+{
+    te_node *const ns[] = { t->scores, t->scale, t->mask, t->cast_up, t->softmax, t->dropout, t->cast_down, t->out };
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        if (ns[i]) {
+            memset(ns[i]->round, 0, sizeof ns[i]->round);
+            ns[i]->rounded = false;
+        }
+}
+
+te_status cuda_tg_attn_forward(const tg_attn *t)
+{
+    /* The Dropout op's key for this step, as its own kernel would draw it. */
+    if (t->dropout)
+        t->dropout->a.seed = te_dropout_seed(t->dropout->name, te_step());
+    cuda_attn a = attn_args(t);
+    round_clear(t);
+    if (a.dt != TE_F32) { /* o's rounding is out's (the merge's copies round nothing) */
+        t->out->round[0].dtype = a.dt;
+        t->out->rounded = true;
+        a.round_o = &t->out->round[0];
+    }
+    return cuda_attention_forward(t->out, &a, t->scores->in[0]->data, t->scores->in[1]->data, t->out->in[1]->data,
+                                  t->o->data, te_f32(t->lse));
+}
+
+te_status cuda_tg_attn_backward(const tg_attn *t)
+{
+    te_tensor *q = t->scores->in[0], *k = t->scores->in[1], *v = t->out->in[1];
+    const cuda_attn a = attn_args(t);
+    cuda_attn_grads g = { 0 };
+    int acc;
+    round_clear(t);
+    const bool low = a.dt != TE_F32;
+    /* dq, dk are the scores' input gradients, dv out's second */
+    te_round_stats *rs[3] = { &t->scores->round[0], &t->scores->round[1], &t->out->round[1] };
+    if (te_needs_grad(q)) {
+        g.dq = te_grad_buf(q, &acc);
+        g.acc_q = acc;
+        g.round_q = low ? rs[0] : NULL;
+    }
+    if (te_needs_grad(k)) {
+        g.dk = te_grad_buf(k, &acc);
+        g.acc_k = acc;
+        g.round_k = low ? rs[1] : NULL;
+    }
+    if (te_needs_grad(v)) {
+        g.dv = te_grad_buf(v, &acc);
+        g.acc_v = acc;
+        g.round_v = low ? rs[2] : NULL;
+    }
+    for (int i = 0; i < 3 && low; i++)
+        rs[i]->dtype = a.dt;
+    t->scores->rounded = t->out->rounded = low;
+    return cuda_attention_backward(t->scores, &a, q->data, k->data, v->data, t->o->data, te_f32(t->lse),
+                                   t->o->grad->data, &g);
+}
