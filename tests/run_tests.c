@@ -55,6 +55,7 @@ int main(void)
     srunner_add_suite(sr, suite_dump_amp());
 #ifdef TE_HAVE_CUDA
     srunner_add_suite(sr, suite_cuda_linear());
+    srunner_add_suite(sr, suite_cuda_reduce());
 #endif
     /* Skips: the tests (forked by Check) append to this file; the count
      * follows Check's closing line, and TDBG_REQUIRE_ALL=1 (CI) fails the

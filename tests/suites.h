@@ -45,6 +45,7 @@ Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits,
 #ifdef TE_HAVE_CUDA
 Suite *suite_cuda_elementwise(void); /* CUDA elementwise, shape and cast kernels against the CPU's; their shared per-element code */
 Suite *suite_cuda_linear(void); /* CUDA matmul, linear (f32, f16/bf16 tensor cores, epilogues), fused attention against the CPU's */
+Suite *suite_cuda_reduce(void); /* CUDA: reductions, losses, layer norm, pooling, statistics, optimizer, unscale */
 #endif
 
 #endif
