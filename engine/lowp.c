@@ -364,7 +364,7 @@ void te_round_f32(te_tensor *t, const float *src, te_round_stats *st)
     }
     const te_backend *be = te_backend_for(t);
     if (!be->round) {
-        te_set_error(TE_ERR_DEVICE, "te_round_f32: %s: the %s backend has no round", t->name, be->name);
+        te_set_error(TE_ERR_DEVICE, "te_round_f32: %s: the %s backend has no round", t->name[0] ? t->name : "the tensor", be->name);
         return;
     }
     if (te_backend_is_host(be)) { /* src is already in its memory */
@@ -375,7 +375,7 @@ void te_round_f32(te_tensor *t, const float *src, te_round_stats *st)
     const size_t bytes = (size_t)t->numel * sizeof(float);
     float *dev = te_mem_alloc_on(t->device, bytes);
     if (!dev) {
-        te_set_error(TE_ERR_NOMEM, "te_round_f32: %s: cannot allocate %zu bytes on %s", t->name, bytes,
+        te_set_error(TE_ERR_NOMEM, "te_round_f32: %s: cannot allocate %zu bytes on %s", t->name[0] ? t->name : "the tensor", bytes,
                      te_device_name(t->device));
         return;
     }

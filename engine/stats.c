@@ -453,7 +453,7 @@ static void scan(const te_tensor *t, bool quick, te_stats *s)
     const te_backend *be = te_backend_for(t);
     if (!be->stats) {
         *s = (te_stats){ .first_bad = -1 };
-        te_set_error(TE_ERR_DEVICE, "te_stats_compute: %s: the %s backend has no stats", t->name, be->name);
+        te_set_error(TE_ERR_DEVICE, "te_stats_compute: %s: the %s backend has no stats", t->name[0] ? t->name : "the tensor", be->name);
         return;
     }
     be->stats(t, s, quick);

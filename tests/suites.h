@@ -42,5 +42,6 @@ Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API,
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
 Suite *suite_amp(void);         /* mixed precision: levels, autocast, rounding against PyTorch, eager/graph parity */
 Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits, loss, gradients, training losses */
+Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to, devices, dispatch, per-device memory */
 
 #endif
