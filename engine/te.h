@@ -193,7 +193,7 @@ TE_API int te_threads(void);
  * inputs' device. Call it after te_init, before the tensors it should hold
  * exist. "cuda" gives TE_ERR_DEVICE with the reason in te_error(): built
  * without CUDA, no driver, no device, out of memory. Another name gives
- * TE_ERR_ARG. te_init and te_shutdown go back to the CPU. */
+ * TE_ERR_ARG. te_shutdown goes back to the CPU. */
 TE_API te_status te_backend_use(const char *name);
 
 typedef enum { TE_PHASE_FORWARD, TE_PHASE_BACKWARD, TE_PHASE_UPDATE, TE_PHASE_COUNT } te_phase;
