@@ -15,6 +15,7 @@ int main(void)
     SRunner *sr = srunner_create(suite_core());
     srunner_add_suite(sr, suite_linear());
     srunner_add_suite(sr, suite_elementwise());
+    srunner_add_suite(sr, suite_residency());
     srunner_add_suite(sr, suite_reduce());
     srunner_add_suite(sr, suite_loss());
     srunner_add_suite(sr, suite_conv());
