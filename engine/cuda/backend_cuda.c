@@ -2,7 +2,14 @@
  * backend's one stream (stream-ordered allocation, so that a block freed
  * and handed out again is reused in the order the kernels run). The host
  * waits only where it reads or where its buffer may be reused at once. */
+#include "cuda/cuda_attention.h"
+#include "cuda/cuda_cast.h"
+#include "cuda/cuda_elementwise.h"
+#include "cuda/cuda_linear.h"
+#include "cuda/cuda_reduce.h"
 #include "cuda/cuda_rt.h"
+#include "cuda/cuda_services.h"
+#include "cuda/cuda_shape.h"
 
 /* The memory entries return nothing: a failure becomes the error of the
  * moment, named after what failed. */
@@ -50,6 +57,23 @@ static void cuda_zero(void *p, size_t bytes)
     check(cudaMemsetAsync(p, 0, bytes, te_cuda_stream()), "cudaMemsetAsync");
 }
 
+static const char *cuda_lowp_native(void) { return "cuBLAS tensor cores (f16/bf16 in, f32 sums)"; }
+
+/* Each op and the prefix of its kernels, PREFIX_forward and
+ * PREFIX_backward, as the CPU's table; Flatten is Reshape's copy. */
+#define CUDA_KERNELS(K)                                                                            \
+    K(MATMUL, cuda_matmul) K(LINEAR, cuda_linear) K(ADD, cuda_add) K(SUB, cuda_sub)                \
+    K(MUL, cuda_mul) K(DIV, cuda_div) K(SCALE, cuda_scale) K(RELU, cuda_relu)                      \
+    K(GELU, cuda_gelu) K(TANH, cuda_tanh) K(SIGMOID, cuda_sigmoid) K(EXP, cuda_exp)                \
+    K(LOG, cuda_log) K(SQRT, cuda_sqrt) K(SOFTMAX, cuda_softmax)                                   \
+    K(LOG_SOFTMAX, cuda_log_softmax) K(CROSS_ENTROPY, cuda_cross_entropy) K(MSE, cuda_mse)         \
+    K(GLOBAL_AVGPOOL, cuda_global_avgpool) K(LAYERNORM, cuda_layernorm)                            \
+    K(DROPOUT, cuda_dropout) K(RESHAPE, cuda_reshape) K(FLATTEN, cuda_reshape)                     \
+    K(TRANSPOSE, cuda_transpose) K(SUM, cuda_sum) K(MEAN, cuda_mean)                               \
+    K(EMBEDDING, cuda_embedding) K(CAST, cuda_cast) K(MASKED_FILL, cuda_masked_fill)
+
+#define CUDA_FWD(e, k) [TE_OP_##e] = k##_forward,
+#define CUDA_BWD(e, k) [TE_OP_##e] = k##_backward,
 const te_backend te_backend_cuda = {
     .name = "cuda",
     .device = TE_DEV_CUDA,
@@ -60,4 +84,16 @@ const te_backend te_backend_cuda = {
     .copy = cuda_copy,
     .zero = cuda_zero,
     .sync = cuda_sync,
+    .stats = cuda_stats,
+    .round = cuda_round,
+    .widen = cuda_widen,
+    .sgd = cuda_sgd,
+    .adam = cuda_adam,
+    .unscale = cuda_unscale,
+    .forward = { CUDA_KERNELS(CUDA_FWD) },
+    .backward = { CUDA_KERNELS(CUDA_BWD) },
+    /* Tensor cores: f16/bf16 operands, f32 sums, rounded once. */
+    .forward_lowp = { [TE_OP_MATMUL] = cuda_matmul_forward_lowp, [TE_OP_LINEAR] = cuda_linear_forward_lowp },
+    .backward_lowp = { [TE_OP_MATMUL] = cuda_matmul_backward_lowp, [TE_OP_LINEAR] = cuda_linear_backward_lowp },
+    .lowp_native = cuda_lowp_native,
 };
