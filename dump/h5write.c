@@ -432,6 +432,8 @@ struct dump_step_writer {
     int n_tensors;
     char *dir, *tmp, *final;
     unsigned char *stage;   /* a chunk and its checksum, for write_chunks */
+    void *host;             /* dump_step_add's copy of a tensor's values, kept for the next */
+    size_t host_cap;
     dump_stats_row *stats;
     int n_stats, cap_stats;
     bool failed;
@@ -445,6 +447,7 @@ static void writer_free(dump_step_writer *w)
     free(w->tmp);
     free(w->final);
     free(w->stage);
+    free(w->host);
     free(w->stats);
     dump_image_release(&w->image);
     free(w);
@@ -678,7 +681,20 @@ bool dump_step_add(dump_step_writer *w, const dump_tensor_info *ti, const te_ten
     copy.dtype = t->dtype;
     copy.ndim = t->ndim;
     memcpy(copy.shape, t->shape, sizeof copy.shape);
-    return dump_step_add_raw(w, &copy, t->data, err, n);
+    if (!t->data) /* refused there, "no data" */
+        return dump_step_add_raw(w, &copy, NULL, err, n);
+    /* the values come to the host once, wherever t lives; the buffer serves
+     * the step's next tensor too */
+    if (w->host_cap < t->nbytes + 4) {
+        void *p = realloc(w->host, t->nbytes + 4); /* 4 to spare: dump_step_add_copy */
+        if (!p)
+            return dump_h5_fail(err, n, "%s: out of memory for %zu bytes", t->name, t->nbytes);
+        w->host = p;
+        w->host_cap = t->nbytes + 4;
+    }
+    if (t->numel && te_tensor_read(t, 0, t->numel, w->host) != TE_OK)
+        return dump_h5_fail(err, n, "%s: %s", t->name, te_error());
+    return dump_step_add_copy(w, &copy, w->host, err, n);
 }
 
 bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int count, char *err,

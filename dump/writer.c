@@ -688,7 +688,13 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
         free(it);
         return;
     }
-    memcpy(it->data, t->data, t->nbytes);
+    if (t->numel && te_tensor_read(t, 0, t->numel, it->data) != TE_OK) { /* the one copy off t's device */
+        pthread_mutex_lock(&d->mu);
+        copy_put(d, it->data, it->cap);
+        pthread_mutex_unlock(&d->mu);
+        free(it);
+        return;
+    }
     it->bytes = t->nbytes;
     dump_tensor_info *ti = &it->ti;
     snprintf(ti->op, sizeof ti->op, "%s", r->name);
