@@ -949,13 +949,14 @@ static bool meta_attrs(hid_t f, const dump_run_meta *m)
         strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
         created = now;
     }
-    uint64_t seed = m->seed;
+    uint64_t seed = m->seed, peak = m->peak_bytes;
     return attr_i32(f, "tdbg_format", DUMP_FORMAT) &&
            attr_str(f, "engine_version", m->engine_version) &&
            attr_str(f, "mode", te_mode_name(m->mode)) && attr_str(f, "amp", m->amp) &&
            attr_str(f, "amp_level", m->amp_level) && attr_str(f, "amp_dtype", m->amp_dtype) &&
            attr_str(f, "backend", m->backend) &&
            attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed) &&
+           (!peak || attr_write(f, "peak_bytes", H5T_STD_U64LE, H5T_NATIVE_UINT64, &peak)) &&
            attr_str(f, "command_line", m->command_line) && attr_str(f, "created", created);
 }
 

@@ -197,6 +197,9 @@ static void ls_run(ctx *c)
             m.created);
     if (m.amp_level[0])   /* files from before it was kept have none */
         fprintf(c->out, "precision: %s, low dtype %s\n", m.amp_level, m.amp_dtype);
+    if (m.peak_bytes)     /* likewise */
+        fprintf(c->out, "memory: peak %llu bytes (%.1f MiB)\n", (unsigned long long)m.peak_bytes,
+                (double)m.peak_bytes / (1024.0 * 1024.0));
     fprintf(c->out, "command: %s\n", m.command_line);
 }
 
