@@ -27,6 +27,15 @@ static float round_to(te_dtype dt, float x)
 }
 
 #define SHOW_ELEMS 5 /* overflowed/underflowed elements listed */
+#define CMP_CHUNK 16384 /* elements of each side read at once */
+
+/* Element i as f32, read from t's device. */
+static double elem(const te_tensor *t, int64_t i)
+{
+    float x = 0;
+    te_tensor_read_f32(t, i, 1, &x);
+    return x;
+}
 
 /* One output: the low-precision one against the f32 result. */
 static void compare_output(const te_tensor *low, const te_tensor *ref)
@@ -38,8 +47,14 @@ static void compare_output(const te_tensor *low, const te_tensor *ref)
     double max_abs = 0, max_rel = 0, max_ulp = 0;
     int64_t at_abs = -1, at_ulp = -1, n_over = 0, n_under = 0, n_nonzero = 0, n_rounded = 0, n_other = 0;
     int64_t over[SHOW_ELEMS], under[SHOW_ELEMS];
+    static float lbuf[CMP_CHUNK], rbuf[CMP_CHUNK];
     for (int64_t i = 0; i < low->numel; i++) {
-        const float l = te_get(low, i), r = te_get(ref, i), want = round_to(dt, r);
+        if (i % CMP_CHUNK == 0) { /* the next chunk of both to the host */
+            int64_t n = low->numel - i < CMP_CHUNK ? low->numel - i : CMP_CHUNK;
+            te_tensor_read_f32(low, i, n, lbuf);
+            te_tensor_read_f32(ref, i, n, rbuf);
+        }
+        const float l = lbuf[i % CMP_CHUNK], r = rbuf[i % CMP_CHUNK], want = round_to(dt, r);
         if (!isfinite(r))
             continue; /* non-finite in f32 too: not the precision's doing */
         if (r != 0)
@@ -71,7 +86,7 @@ static void compare_output(const te_tensor *low, const te_tensor *ref)
     if (at_abs >= 0) {
         te_index_str(low, at_abs, idx, sizeof idx);
         fprintf(dbg_out, "    max abs error %.4g at %s (%s %.8g, f32 %.8g); max rel error %.4g\n", max_abs, idx,
-                te_dtype_name(dt), (double)te_get(low, at_abs), (double)te_get(ref, at_abs), max_rel);
+                te_dtype_name(dt), elem(low, at_abs), elem(ref, at_abs), max_rel);
         te_index_str(low, at_ulp, idx, sizeof idx);
         fprintf(dbg_out, "    max error %.3g %s ulps at %s\n", max_ulp, te_dtype_name(dt), idx);
     }
@@ -84,7 +99,7 @@ static void compare_output(const te_tensor *low, const te_tensor *ref)
                 (long long)(w ? n_nonzero : low->numel), n ? ":" : "");
         for (int64_t k = 0; k < n && k < SHOW_ELEMS; k++) {
             te_index_str(low, list[k], idx, sizeof idx);
-            fprintf(dbg_out, " %s f32 %.6g", idx, (double)te_get(ref, list[k]));
+            fprintf(dbg_out, " %s f32 %.6g", idx, elem(ref, list[k]));
         }
         fprintf(dbg_out, "%s\n", n > SHOW_ELEMS ? " ..." : "");
     }

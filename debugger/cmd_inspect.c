@@ -89,12 +89,12 @@ static void info_op(const char *name)
             fprintf(dbg_out, "  in%d  (none)\n", k);
             continue;
         }
-        fprintf(dbg_out, "  in%d  %s  from ", k, o->in_name[k]);
+        fprintf(dbg_out, "  in%d  %s%s  from ", k, o->in_name[k], dbg_on_device(o->in_dev[k]));
         producers_consumers(o->in_name[k], true);
         fprintf(dbg_out, "\n");
     }
     for (int k = 0; k < o->n_reads; k++) { /* backward: forward tensors its kernel reads */
-        fprintf(dbg_out, "  read%d %s  from ", k, o->read_name[k]);
+        fprintf(dbg_out, "  read%d %s%s  from ", k, o->read_name[k], dbg_on_device(o->read_dev[k]));
         if (strstr(o->read_name[k], ":saved")) /* "OP:savedN": state OP kept for its backward */
             fprintf(dbg_out, "%.*s", (int)(strstr(o->read_name[k], ":saved") - o->read_name[k]),
                     o->read_name[k]);
@@ -107,7 +107,7 @@ static void info_op(const char *name)
             fprintf(dbg_out, "  out%d (none: not needed)\n", k);
             continue;
         }
-        fprintf(dbg_out, "  out%d %s  to ", k, o->out_name[k]);
+        fprintf(dbg_out, "  out%d %s%s  to ", k, o->out_name[k], dbg_on_device(o->out_dev[k]));
         producers_consumers(o->out_name[k], false);
         fprintf(dbg_out, "\n");
     }
@@ -130,6 +130,20 @@ static void info_op_here(void)
                   dbg.started ? "" : " (it has not started)");
 }
 
+/* The allocator's bytes: what live tensors hold, the peak since start (or
+ * the last te_mem_reset_peak), and what its free lists keep. */
+static void info_memory(void)
+{
+    const te_mem_stats m = te_mem_stats_get();
+    const double mib = 1024.0 * 1024.0;
+    fprintf(dbg_out, "memory: current %zu bytes (%.1f MiB), peak %zu bytes (%.1f MiB)\n", m.current,
+            (double)m.current / mib, m.peak, (double)m.peak / mib);
+    fprintf(dbg_out, "  requested by tensors: current %zu bytes, peak %zu bytes; cached in free lists %zu bytes\n",
+            m.requested, m.peak_requested, m.cached);
+    fprintf(dbg_out, "  allocations %llu, %llu of them from the cache\n", (unsigned long long)m.allocs,
+            (unsigned long long)m.cache_hits);
+}
+
 static bool cmd_info(const char *args)
 {
     char w[32];
@@ -140,19 +154,20 @@ static bool cmd_info(const char *args)
                       : strcmp(w, "ops") == 0             ? "ops"
                       : strcmp(w, "dump") == 0            ? "dump"
                       : strcmp(w, "amp") == 0             ? "amp"
+                      : strcmp(w, "memory") == 0          ? "memory"
                       : strcmp(w, "op") == 0              ? "op"
                       : n >= 2 && strncmp(w, "step", n) == 0 ? "step"
                                                              : NULL;
     if (!sub) {
-        dbg_error("info: expected breakpoints, ops, op [NAME], step, dump or amp%s%s%s", n ? ", got '" : "", w,
+        dbg_error("info: expected breakpoints, ops, op [NAME], step, dump, amp or memory%s%s%s", n ? ", got '" : "", w,
                   n ? "'" : "");
         return false;
     }
     if (rest[0] && strcmp(sub, "op") != 0) { /* only `info op` takes a word more */
         char extra[64];
         dbg_word(rest, extra, sizeof extra);
-        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump|amp)", sub,
-                  extra);
+        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|memory)",
+                  sub, extra);
         return false;
     }
     if (strcmp(sub, "breakpoints") == 0)
@@ -163,6 +178,8 @@ static bool cmd_info(const char *args)
         dbg_info_dump();
     else if (strcmp(sub, "amp") == 0)
         dbg_info_amp();
+    else if (strcmp(sub, "memory") == 0)
+        info_memory();
     else if (strcmp(sub, "op") == 0 && rest[0])
         info_op(rest);
     else if (strcmp(sub, "op") == 0)
@@ -344,10 +361,11 @@ static bool cmd_set(const char *args)
 }
 
 const dbg_cmd dbg_cmds_inspect[] = {
-    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump|amp",
+    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump|amp|memory",
       .help = "the breakpoints, the step's ops, one op (the one stopped at without NAME), the step, the dump,\n"
-      "mixed precision (level, dtype, each op's precision, the loss scale's history and skipped steps)",
-      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump", "amp") }, { DBG_ARG_OP } },
+      "mixed precision (level, dtype, each op's precision, the loss scale's history and skipped steps),\n"
+      "the engine's memory (bytes held by tensors now and at the peak)",
+      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump", "amp", "memory") }, { DBG_ARG_OP } },
       .max_words = 2, .run = cmd_info },
     { .name = "print", .alias = "p", .usage = "print TENSOR[SLICES]", .help = "a tensor's values, numpy-style\n"
       "TENSOR: OP:out0, OP:in1, param:NAME, grad:NAME or a name from 'info op';\n"

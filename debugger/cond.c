@@ -824,6 +824,8 @@ static cached *cache_entry(evaluator *ev, const te_tensor *t)
     return c;
 }
 
+#define REL_CHUNK 16384 /* elements of each side rel_change reads at once */
+
 /* ||x - prev||_2 / max(||prev||_2, 1e-12); false when there is no
  * previous value of the same shape. */
 static bool rel_change(const dbg_eval_ctx *ctx, const te_tensor *t, double *out)
@@ -832,17 +834,14 @@ static bool rel_change(const dbg_eval_ctx *ctx, const te_tensor *t, double *out)
     if (!p || !p->data || !te_same_shape(t, p))
         return false;
     double d2 = 0, p2 = 0;
-    if (t->dtype == TE_F32 && p->dtype == TE_F32) {
-        const float *x = t->data, *y = p->data;
+    static float x[REL_CHUNK], y[REL_CHUNK];
+    for (int64_t at = 0; at < t->numel; at += REL_CHUNK) { /* a chunk of both at a time from the device */
+        const int64_t n = t->numel - at < REL_CHUNK ? t->numel - at : REL_CHUNK;
+        if (te_tensor_read_f32(t, at, n, x) != TE_OK || te_tensor_read_f32(p, at, n, y) != TE_OK)
+            return false;
 #pragma omp simd reduction(+ : d2, p2)
-        for (int64_t i = 0; i < t->numel; i++) {
+        for (int64_t i = 0; i < n; i++) {
             double a = x[i], b = y[i];
-            d2 += (a - b) * (a - b);
-            p2 += b * b;
-        }
-    } else {
-        for (int64_t i = 0; i < t->numel; i++) {
-            double a = te_get(t, i), b = te_get(p, i);
             d2 += (a - b) * (a - b);
             p2 += b * b;
         }
@@ -898,17 +897,6 @@ static bool compare(dbg_cmp op, double v, double num)
     case DBG_CMP_NE: return v != num;
     }
     abort();
-}
-
-/* The first NaN (or Inf) at or after `from`, the first bad index. */
-static int64_t first_of(const te_tensor *t, int64_t from, bool nan)
-{
-    for (int64_t i = from; i >= 0 && i < t->numel; i++) {
-        float v = te_get(t, i);
-        if (nan ? isnan(v) : isinf(v))
-            return i;
-    }
-    return -1;
 }
 
 static const dbg_hit no_hit = { .slot = -1, .index = -1 };
@@ -972,7 +960,8 @@ static bool eval_pred(evaluator *ev, const node *n, dbg_hit *hit)
                 continue;
             *hit = (dbg_hit){ .tensor = t, .slot = i, .is_output = side, .index = -1, .value = v };
             if (n->fn == DBG_FN_HAS_NAN || n->fn == DBG_FN_HAS_INF)
-                hit->index = first_of(t, cache_entry(ev, t)->s.first_bad, n->fn == DBG_FN_HAS_NAN);
+                hit->index = dbg_find_nonfinite(t, cache_entry(ev, t)->s.first_bad,
+                                                n->fn == DBG_FN_HAS_NAN ? DBG_NF_NAN : DBG_NF_INF);
             snprintf(hit->func, sizeof hit->func, "%s", func_names[n->fn]);
             return true;
         }

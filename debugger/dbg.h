@@ -175,6 +175,12 @@ void dbg_verdict_reset(void);
 unsigned dbg_verdict_intended(const te_tensor *t);
 /* The DBG_NF_* kinds of non-finite value in t (0 for non-float or no data). */
 unsigned dbg_nonfinite_kinds(const te_tensor *t);
+/* " on cuda" for a tensor off the CPU, "" on it: what info op and the stop
+ * report add to a tensor's line (CPU lines read as before devices). */
+const char *dbg_on_device(te_device d);
+/* The first element at or after from holding a kind in kinds (DBG_NF_*),
+ * read a chunk at a time from t's device; -1 when none or from < 0. */
+int64_t dbg_find_nonfinite(const te_tensor *t, int64_t from, unsigned kinds);
 /* The `stopped:` line's token: "created", "propagated:NAME" or "-". */
 const char *dbg_origin_token(const dbg_origin *o, char *buf, size_t n);
 

@@ -12,6 +12,7 @@
 
 #define LINE_WIDTH 80
 #define EDGE_ITEMS 3   /* shown at each end of a summarised dim, as numpy */
+#define HIST_CHUNK 65536 /* elements a histogram reads at once */
 #define ELEM_MAX 32    /* longest formatted element: "-2147483648", "-1.17549e-38" */
 
 /* ---- parsing ----------------------------------------------------------- */
@@ -292,11 +293,14 @@ static void view_make(const te_tensor *t, const dbg_ref *r, view *v)
     }
 }
 
-static int format_elem(const te_tensor *t, int64_t i, char *buf)
+/* Element k of raw, a host copy in t's dtype. */
+static int format_elem(te_dtype dt, const void *raw, int64_t k, char *buf)
 {
-    if (t->dtype == TE_I32)
-        return snprintf(buf, ELEM_MAX, "%d", (int)((const int32_t *)t->data)[i]);
-    float x = te_get(t, i);
+    if (dt == TE_I32)
+        return snprintf(buf, ELEM_MAX, "%d", (int)((const int32_t *)raw)[k]);
+    float x = dt == TE_F32 ? ((const float *)raw)[k]
+              : dt == TE_F16 ? te_f16_to_f32(((const uint16_t *)raw)[k])
+                             : te_bf16_to_f32(((const uint16_t *)raw)[k]);
     if (isnan(x))
         return snprintf(buf, ELEM_MAX, "nan");
     if (isinf(x))
@@ -311,6 +315,10 @@ typedef struct printer {
     bool summary;   /* cut dims longer than 2 * EDGE_ITEMS */
     int width;      /* of the widest shown element */
     int col;        /* length of the current line */
+    char *vals;     /* the shown elements in visiting order, t's dtype, host memory */
+    size_t esize;
+    int64_t next;   /* the next of vals to visit */
+    te_status read; /* the first failed read, or TE_OK */
 } printer;
 
 /* Positions shown along dim a: all of it, or when it is cut the first and
@@ -336,13 +344,66 @@ static void measure(printer *p, int a, int64_t off)
         int64_t i = shown_index(p, a, k);
         if (i < 0)
             continue;
-        int64_t o = off + i * p->v.stride[a];
         if (a + 1 < p->v.ndim) {
-            measure(p, a + 1, o);
+            measure(p, a + 1, off + i * p->v.stride[a]);
         } else {
-            int w = format_elem(p->t, o, buf);
+            int w = format_elem(p->t->dtype, p->vals, p->next++, buf);
             p->width = w > p->width ? w : p->width;
         }
+    }
+}
+
+/* Elements shown, the length of vals. */
+static int64_t shown_total(const printer *p)
+{
+    int64_t n = 1;
+    for (int a = 0; a < p->v.ndim; a++)
+        n *= shown_count(p, a) - (shown_count(p, a) < p->v.shape[a]); /* less the "..." */
+    return n;
+}
+
+/* n elements of the innermost dim from flat index o, stride apart, into
+ * vals at next: adjacent ones (stride +-1) in one read. */
+static void gather_run(printer *p, int64_t o, int64_t stride, int64_t n)
+{
+    char *dst = p->vals + (size_t)p->next * p->esize;
+    te_status st = TE_OK;
+    if (stride == 1 || stride == -1) {
+        st = te_tensor_read(p->t, stride == 1 ? o : o - (n - 1), n, dst);
+        for (int64_t i = 0; stride == -1 && i < n / 2; i++) { /* read forwards, shown backwards */
+            char tmp[8], *x = dst + (size_t)i * p->esize, *y = dst + (size_t)(n - 1 - i) * p->esize;
+            memcpy(tmp, x, p->esize);
+            memcpy(x, y, p->esize);
+            memcpy(y, tmp, p->esize);
+        }
+    } else {
+        for (int64_t i = 0; i < n && st == TE_OK; i++)
+            st = te_tensor_read(p->t, o + i * stride, 1, dst + (size_t)i * p->esize);
+    }
+    if (st != TE_OK && p->read == TE_OK)
+        p->read = st;
+    p->next += n;
+}
+
+/* Copies the shown elements of dim a from element off into vals, in the
+ * order measure() and emit() visit them: only what is shown leaves t's
+ * device. */
+static void gather(printer *p, int a, int64_t off)
+{
+    const int64_t stride = p->v.stride[a];
+    for (int64_t k = 0; k < shown_count(p, a); k++) {
+        int64_t i = shown_index(p, a, k);
+        if (i < 0)
+            continue;
+        if (a + 1 < p->v.ndim) {
+            gather(p, a + 1, off + i * stride);
+            continue;
+        }
+        int64_t n = 1; /* the run of consecutive shown positions from i */
+        while (k + n < shown_count(p, a) && shown_index(p, a, k + n) == i + n)
+            n++;
+        gather_run(p, off + i * stride, stride, n);
+        k += n - 1;
     }
 }
 
@@ -376,7 +437,7 @@ static void emit(printer *p, int a, int64_t off)
             if (i < 0) {
                 put_word(p, "...", 3, k == 0);
             } else {
-                format_elem(p->t, o, buf);
+                format_elem(p->t->dtype, p->vals, p->next++, buf);
                 int len = snprintf(word, sizeof word, "%*s", p->width, buf);
                 put_word(p, word, len, k == 0);
             }
@@ -449,20 +510,35 @@ void dbg_print_tensor(FILE *f, const char *name, const te_tensor *t, const dbg_r
         fprintf(f, "no data\n");
         return;
     }
-    if (p.v.ndim == 0) {
-        char buf[ELEM_MAX];
-        format_elem(t, p.v.offset, buf);
-        fprintf(f, "%s\n", buf);
-        return;
-    }
+    p.summary = max_elems > 0 && p.v.numel > max_elems;
+    p.esize = te_dtype_size(t->dtype);
     if (p.v.numel == 0) {
         fprintf(f, "[]\n");
         return;
     }
-    p.summary = max_elems > 0 && p.v.numel > max_elems;
-    measure(&p, 0, p.v.offset);
-    emit(&p, 0, p.v.offset);
-    fputc('\n', f);
+    p.vals = malloc((size_t)shown_total(&p) * p.esize);
+    if (!p.vals) {
+        fprintf(f, "out of memory for %lld elements\n", (long long)shown_total(&p));
+        return;
+    }
+    if (p.v.ndim == 0)
+        gather_run(&p, p.v.offset, 1, 1);
+    else
+        gather(&p, 0, p.v.offset);
+    if (p.read != TE_OK) {
+        fprintf(f, "cannot read the data: %s\n", te_error());
+    } else if (p.v.ndim == 0) {
+        char buf[ELEM_MAX];
+        format_elem(t->dtype, p.vals, 0, buf);
+        fprintf(f, "%s\n", buf);
+    } else {
+        p.next = 0;
+        measure(&p, 0, p.v.offset);
+        p.next = 0;
+        emit(&p, 0, p.v.offset);
+        fputc('\n', f);
+    }
+    free(p.vals);
 }
 
 /* ---- statistics and histograms ---------------------------------------------- */
@@ -498,15 +574,24 @@ static double edge(double lo, double hi, int b, int bins)
 static bool hist_rows(FILE *f, const te_tensor *t, double lo, double hi, int bins, int width)
 {
     int64_t *count = calloc((size_t)bins, sizeof *count);
-    if (!count)
+    float *chunk = malloc(HIST_CHUNK * sizeof *chunk);
+    if (!count || !chunk) {
+        free(count);
+        free(chunk);
         return false;
-    for (int64_t i = 0; i < t->numel; i++) {
-        double x = te_get(t, i);
-        if (!isfinite(x))
-            continue;
-        int b = lo == hi ? 0 : (int)((x - lo) / (hi - lo) * bins);
-        count[b < bins ? b : bins - 1]++; /* the last bin is closed */
     }
+    for (int64_t at = 0; at < t->numel; at += HIST_CHUNK) { /* a chunk at a time from t's device */
+        int64_t n = t->numel - at < HIST_CHUNK ? t->numel - at : HIST_CHUNK;
+        te_tensor_read_f32(t, at, n, chunk);
+        for (int64_t i = 0; i < n; i++) {
+            double x = chunk[i];
+            if (!isfinite(x))
+                continue;
+            int b = lo == hi ? 0 : (int)((x - lo) / (hi - lo) * bins);
+            count[b < bins ? b : bins - 1]++; /* the last bin is closed */
+        }
+    }
+    free(chunk);
     int64_t most = 0;
     int label_w = 0, count_w = 0;
     char label[96];

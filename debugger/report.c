@@ -13,20 +13,30 @@
 #include <math.h>
 #include <string.h>
 
+const char *dbg_on_device(te_device d)
+{
+    static char tag[TE_DEV_COUNT][32];
+    if (d == TE_DEV_CPU || d >= TE_DEV_COUNT)
+        return "";
+    if (!tag[d][0])
+        snprintf(tag[d], sizeof tag[d], " on %s", te_device_name(d));
+    return tag[d];
+}
+
 static void describe_tensor(const char *label, const te_tensor *t)
 {
     char sh[96];
     te_shape_str(t->ndim, t->shape, sh, sizeof sh);
     if (!t->data) {
-        fprintf(dbg_out, "  %-8s %s %s %s  (not in memory: fused away in graph mode)\n", label, t->name, sh,
-                te_dtype_name(t->dtype));
+        fprintf(dbg_out, "  %-8s %s %s %s%s  (not in memory: fused away in graph mode)\n", label, t->name, sh,
+                te_dtype_name(t->dtype), dbg_on_device(t->device));
         return;
     }
     te_stats s;
     te_stats_compute(t, &s);
-    fprintf(dbg_out, "  %-8s %s %s %s  %s  min %.4g max %.4g abs_max %.4g l2norm %.4g", label, t->name, sh,
-            te_dtype_name(t->dtype), s.nan || s.inf ? "NON-FINITE" : "finite", s.min, s.max, s.abs_max,
-            s.l2norm);
+    fprintf(dbg_out, "  %-8s %s %s %s%s  %s  min %.4g max %.4g abs_max %.4g l2norm %.4g", label, t->name, sh,
+            te_dtype_name(t->dtype), dbg_on_device(t->device), s.nan || s.inf ? "NON-FINITE" : "finite", s.min,
+            s.max, s.abs_max, s.l2norm);
     if (s.nan || s.inf)
         fprintf(dbg_out, "  nan %lld inf %lld", (long long)s.nan, (long long)s.inf);
     if (s.fp16_overflow)
@@ -151,11 +161,12 @@ void dbg_stop_report(const dbg_stop *s)
         if (s->index >= 0) {
             te_stats st;
             te_stats_quick(t, &st);
-            fprintf(dbg_out, "  %s %s %s: %lld NaN and %lld Inf of %lld; first at %s = %g\n", s->tensor, sh,
-                    te_dtype_name(t->dtype), (long long)st.nan, (long long)st.inf, (long long)st.n, s->index_text,
-                    (double)te_get(t, s->index));
+            fprintf(dbg_out, "  %s %s %s%s: %lld NaN and %lld Inf of %lld; first at %s = %g\n", s->tensor, sh,
+                    te_dtype_name(t->dtype), dbg_on_device(t->device), (long long)st.nan, (long long)st.inf,
+                    (long long)st.n, s->index_text, (double)te_get(t, s->index));
         } else {
-            fprintf(dbg_out, "  %s %s %s: %s = %g\n", s->tensor, sh, te_dtype_name(t->dtype), s->func, s->value);
+            fprintf(dbg_out, "  %s %s %s%s: %s = %g\n", s->tensor, sh, te_dtype_name(t->dtype),
+                    dbg_on_device(t->device), s->func, s->value);
         }
     }
     if (s->round.dtype != TE_F32)

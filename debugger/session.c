@@ -101,15 +101,18 @@ static void remember_op(const te_op_record *r)
     o->n_out = r->n_outputs < 8 ? r->n_outputs : 8;
     for (int i = 0; i < o->n_in; i++) {
         o->in[i] = r->inputs[i];
+        o->in_dev[i] = r->inputs[i] ? r->inputs[i]->device : TE_DEV_CPU;
         snprintf(o->in_name[i], TE_NAME_MAX, "%s", r->inputs[i] ? r->inputs[i]->name : "");
     }
     for (int i = 0; i < o->n_out; i++) {
         o->out[i] = r->outputs[i];
+        o->out_dev[i] = r->outputs[i] ? r->outputs[i]->device : TE_DEV_CPU;
         snprintf(o->out_name[i], TE_NAME_MAX, "%s", r->outputs[i] ? r->outputs[i]->name : "");
     }
     o->n_reads = r->n_reads < 8 ? r->n_reads : 8;
     for (int i = 0; i < o->n_reads; i++) {
         o->reads[i] = r->reads[i];
+        o->read_dev[i] = r->reads[i]->device;
         snprintf(o->read_name[i], TE_NAME_MAX, "%s", r->reads[i]->name);
     }
     if (r->kernel)
@@ -316,11 +319,8 @@ static bool creates_nonfinite(const te_op_record *r, dbg_break_kind kind, dbg_hi
                 return false;
         /* The first element of a kind it made (for nonfinite: of either). */
         const te_tensor *t = r->outputs[k];
-        int64_t at = s.first_bad;
-        if (made != (DBG_NF_NAN | DBG_NF_INF) && (isnan(te_get(t, at)) != (made == DBG_NF_NAN)))
-            for (at = 0; at < t->numel && isnan(te_get(t, at)) != (made == DBG_NF_NAN); at++)
-                ;
-        bool is_nan = isnan(te_get(t, at));
+        const int64_t at = dbg_find_nonfinite(t, s.first_bad, made); /* none is bad before first_bad */
+        const bool is_nan = at >= 0 && isnan(te_get(t, at));
         *hit = (dbg_hit){ .tensor = t, .slot = k, .is_output = true, .index = at };
         snprintf(hit->func, sizeof hit->func, "%s", is_nan ? "has_nan" : "has_inf");
         hit->value = is_nan ? (double)s.nan : (double)s.inf;
@@ -334,6 +334,20 @@ static const te_tensor *prev_value(const te_tensor *t, void *user)
     (void)user;
     dbg_trend *tr = dbg_trend_get(t->name, false);
     return tr && tr->prev && tr->prev_step == dbg.step - 1 ? tr->prev : NULL;
+}
+
+#define COPY_CHUNK 16384 /* elements copy_values stages at once */
+
+/* dst = src (same dtype and size, any devices), through a host buffer. */
+static bool copy_values(te_tensor *dst, const te_tensor *src)
+{
+    static uint32_t buf[COPY_CHUNK]; /* the widest dtype is 4 bytes */
+    for (int64_t at = 0; at < src->numel; at += COPY_CHUNK) {
+        const int64_t n = src->numel - at < COPY_CHUNK ? src->numel - at : COPY_CHUNK;
+        if (te_tensor_read(src, at, n, buf) != TE_OK || te_tensor_write(dst, at, n, buf) != TE_OK)
+            return false;
+    }
+    return true;
 }
 
 /* Keeps a copy of the outputs of ops whose conditions use rel_change. */
@@ -352,7 +366,8 @@ static void keep_previous(const te_op_record *r)
         }
         if (!tr->prev && !(tr->prev = te_tensor_persistent(t->dtype, t->ndim, t->shape)))
             return;
-        memcpy(tr->prev->data, t->data, t->nbytes);
+        if (!copy_values(tr->prev, t))
+            return;
         tr->prev_step = dbg.step;
     }
 }
@@ -398,10 +413,7 @@ static bool rounds_to_inf(const te_op_record *r, dbg_hit *hit)
         if (!inputs_finite(r))
             return false;
         const te_tensor *t = r->outputs[k];
-        int64_t at = -1;
-        for (int64_t i = 0; t && t->data && i < t->numel && at < 0; i++)
-            if (isinf(te_get(t, i)))
-                at = i;
+        const int64_t at = t && t->data ? dbg_find_nonfinite(t, 0, DBG_NF_INF) : -1;
         *hit = (dbg_hit){ .tensor = t, .slot = k, .is_output = true, .index = at,
                           .value = (double)r->round[k].overflow };
         snprintf(hit->func, sizeof hit->func, "overflow");

@@ -62,6 +62,7 @@ typedef struct dbg_op {
     int n_reads;             /* backward: the forward tensors its kernel reads (te_op_record.reads) */
     const te_tensor *reads[8];
     char read_name[8][TE_NAME_MAX];
+    te_device in_dev[8], out_dev[8], read_dev[8]; /* where each lived (info op names all but the CPU) */
     bool has_stats;
     te_stats out_stats;     /* of output 0, when a check computed them */
     bool bad;                /* produced NaN/Inf this step */

@@ -13,6 +13,7 @@
  */
 #include "dbg.h"
 
+#include <math.h>
 #include <string.h>
 
 #define MAX_INTENDED 512 /* tensors of one step holding intended values; past it they count as unintended */
@@ -31,6 +32,22 @@ unsigned dbg_nonfinite_kinds(const te_tensor *t)
     te_stats s;
     te_stats_quick(t, &s);
     return (s.nan ? DBG_NF_NAN : 0) | (s.inf ? DBG_NF_INF : 0);
+}
+
+#define SCAN_CHUNK 16384 /* elements dbg_find_nonfinite reads at once */
+
+int64_t dbg_find_nonfinite(const te_tensor *t, int64_t from, unsigned kinds)
+{
+    static float buf[SCAN_CHUNK];
+    for (int64_t at = from < 0 ? t->numel : from; at < t->numel; at += SCAN_CHUNK) {
+        int64_t n = t->numel - at < SCAN_CHUNK ? t->numel - at : SCAN_CHUNK;
+        if (te_tensor_read_f32(t, at, n, buf) != TE_OK)
+            return -1;
+        for (int64_t i = 0; i < n; i++)
+            if (((kinds & DBG_NF_NAN) && isnan(buf[i])) || ((kinds & DBG_NF_INF) && isinf(buf[i])))
+                return at + i;
+    }
+    return -1;
 }
 
 unsigned dbg_verdict_intended(const te_tensor *t)

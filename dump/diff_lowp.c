@@ -62,11 +62,13 @@ static te_tensor *load(dump_step_reader *r, const char *op, int k, bool keep, ch
                         : te_tensor_new(dt, ti->ndim, ti->shape);
     float *v = t ? malloc((size_t)(ti->numel ? ti->numel : 1) * sizeof *v) : NULL;
     bool ok = v && dump_step_read_f32(r, i, v, why, n);
-    if (ok && ti->dtype == TE_I32)
+    if (ok && ti->dtype == TE_I32) /* in place: an int32_t is a float's size */
         for (int64_t j = 0; j < ti->numel; j++)
-            ((int32_t *)t->data)[j] = (int32_t)v[j];
-    else if (ok)
-        memcpy(t->data, v, (size_t)ti->numel * sizeof *v);
+            ((int32_t *)v)[j] = (int32_t)v[j];
+    if (ok && ti->numel && te_tensor_write(t, 0, ti->numel, v) != TE_OK) {
+        snprintf(why, n, "%s", te_error());
+        ok = false;
+    }
     free(v);
     if (!ok && keep)
         te_tensor_free(t);
@@ -202,8 +204,7 @@ static void recompute(diff_ctx *c, diff_lowp *lp, dump_step_reader *r, const dum
             float *rf = malloc((size_t)(ref->numel ? ref->numel : 1) * sizeof *rf);
             int idx = dump_step_find(r, out->path);
             if (o && rf && idx >= 0 && dump_step_read_f32(r, idx, o, why, sizeof why)) {
-                te_tensor *r32 = ref->dtype == TE_F32 ? ref : te_cast_at((te_loc){ 0 }, ref, TE_F32);
-                memcpy(rf, r32->data, (size_t)ref->numel * sizeof *rf);
+                te_tensor_read_f32(ref, 0, ref->numel, rf); /* f16/bf16 widened exactly */
                 judge(o, rf, out->numel, out->dtype, res);
                 res->state = res->n_over ? DIFF_LOWP_OVER : DIFF_LOWP_OK;
             } else {

@@ -95,6 +95,8 @@ typedef struct dump_run_meta {
     uint64_t seed;
     char command_line[4096];
     char created[32];             /* ISO 8601 UTC; writing "" means now */
+    uint64_t peak_bytes;          /* the engine allocator's peak (te_mem_stats.peak) during
+                                   * the run so far; 0: not known (older files) */
     bool lists_inplace;           /* read only: /ops has the inplace column (older files
                                    * do not say which inputs an op writes in place) */
     bool lists_reads;             /* read only: /ops has the reads column (older files do

@@ -898,6 +898,9 @@ static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
     attr_text(s, s->file, "/", "backend", m->backend, sizeof m->backend);
     if (attr_int(s, s->file, "/", "seed", K_U64, &seed))
         m->seed = (uint64_t)seed;
+    int64_t peak = 0;
+    if (attr_there(s, "peak_bytes") && attr_int(s, s->file, "/", "peak_bytes", K_U64, &peak))
+        m->peak_bytes = (uint64_t)peak;
     attr_text(s, s->file, "/", "command_line", m->command_line, sizeof m->command_line);
     attr_text(s, s->file, "/", "created", m->created, sizeof m->created);
     *ops = table_read(s, "/ops", op_cols, NCOLS(op_cols), sizeof **ops, n_ops);

@@ -432,6 +432,8 @@ struct dump_step_writer {
     int n_tensors;
     char *dir, *tmp, *final;
     unsigned char *stage;   /* a chunk and its checksum, for write_chunks */
+    void *host;             /* dump_step_add's copy of a tensor's values, kept for the next */
+    size_t host_cap;
     dump_stats_row *stats;
     int n_stats, cap_stats;
     bool failed;
@@ -445,6 +447,7 @@ static void writer_free(dump_step_writer *w)
     free(w->tmp);
     free(w->final);
     free(w->stage);
+    free(w->host);
     free(w->stats);
     dump_image_release(&w->image);
     free(w);
@@ -678,7 +681,20 @@ bool dump_step_add(dump_step_writer *w, const dump_tensor_info *ti, const te_ten
     copy.dtype = t->dtype;
     copy.ndim = t->ndim;
     memcpy(copy.shape, t->shape, sizeof copy.shape);
-    return dump_step_add_raw(w, &copy, t->data, err, n);
+    if (!t->data) /* refused there, "no data" */
+        return dump_step_add_raw(w, &copy, NULL, err, n);
+    /* the values come to the host once, wherever t lives; the buffer serves
+     * the step's next tensor too */
+    if (w->host_cap < t->nbytes + 4) {
+        void *p = realloc(w->host, t->nbytes + 4); /* 4 to spare: dump_step_add_copy */
+        if (!p)
+            return dump_h5_fail(err, n, "%s: out of memory for %zu bytes", t->name, t->nbytes);
+        w->host = p;
+        w->host_cap = t->nbytes + 4;
+    }
+    if (t->numel && te_tensor_read(t, 0, t->numel, w->host) != TE_OK)
+        return dump_h5_fail(err, n, "%s: %s", t->name, te_error());
+    return dump_step_add_copy(w, &copy, w->host, err, n);
 }
 
 bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int count, char *err,
@@ -933,13 +949,14 @@ static bool meta_attrs(hid_t f, const dump_run_meta *m)
         strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
         created = now;
     }
-    uint64_t seed = m->seed;
+    uint64_t seed = m->seed, peak = m->peak_bytes;
     return attr_i32(f, "tdbg_format", DUMP_FORMAT) &&
            attr_str(f, "engine_version", m->engine_version) &&
            attr_str(f, "mode", te_mode_name(m->mode)) && attr_str(f, "amp", m->amp) &&
            attr_str(f, "amp_level", m->amp_level) && attr_str(f, "amp_dtype", m->amp_dtype) &&
            attr_str(f, "backend", m->backend) &&
            attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed) &&
+           (!peak || attr_write(f, "peak_bytes", H5T_STD_U64LE, H5T_NATIVE_UINT64, &peak)) &&
            attr_str(f, "command_line", m->command_line) && attr_str(f, "created", created);
 }
 

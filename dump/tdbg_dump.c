@@ -197,6 +197,9 @@ static void ls_run(ctx *c)
             m.created);
     if (m.amp_level[0])   /* files from before it was kept have none */
         fprintf(c->out, "precision: %s, low dtype %s\n", m.amp_level, m.amp_dtype);
+    if (m.peak_bytes)     /* likewise */
+        fprintf(c->out, "memory: peak %llu bytes (%.1f MiB)\n", (unsigned long long)m.peak_bytes,
+                (double)m.peak_bytes / (1024.0 * 1024.0));
     fprintf(c->out, "command: %s\n", m.command_line);
 }
 
@@ -640,11 +643,15 @@ static bool tensor_stats(dump_step_reader *r, int i, te_stats *s, char *why, siz
         snprintf(why, n, "%s: %s", ti->path, te_error());
         return false;
     }
-    bool ok = dump_step_read_f32(r, i, t->data, why, n);
-    if (ok && t->numel > 0)
+    float *v = malloc((size_t)(t->numel ? t->numel : 1) * sizeof *v);
+    bool ok = v && dump_step_read_f32(r, i, v, why, n);
+    if (!v)
+        snprintf(why, n, "%s: out of memory for %lld values", ti->path, (long long)t->numel);
+    if (ok && t->numel > 0 && te_tensor_write(t, 0, t->numel, v) == TE_OK)
         te_stats_compute(t, s);
     else
         *s = (te_stats){ .first_bad = -1 };
+    free(v);
     te_tensor_free(t);
     return ok;
 }

@@ -61,6 +61,7 @@ typedef struct item {
     size_t bytes, cap;    /* the copy's size, its buffer's */
     dump_op_row *ops;     /* ITEM_COMMIT: the op table for run.h5, when it grew */
     int n_ops;
+    uint64_t peak_bytes;  /* with ops: the allocator's peak then */
     bool again;           /* BEGIN, COMMIT: replaces the step's file written before */
     dump_step_scaler scaler; /* COMMIT: the step's loss scaler */
     int64_t was_tensors;  /* ... which held this many tensors */
@@ -103,7 +104,10 @@ struct dump_session {
     bool sync_closing;
     dump_op_row *run_ops;                 /* run.h5's op table, for the syncer to write */
     int run_n_ops;
+    uint64_t run_peak;                    /* its peak_bytes */
     bool run_pending;                     /* handed over, not yet written */
+    int run_written;                      /* rows of the run.h5 on disk (0: none yet) */
+    uint64_t run_written_peak;            /* and its peak_bytes */
     /* what the writer did, for `info dump`: published files only */
     uint64_t bytes_written;
     uint64_t bytes_taken;   /* tensor bytes the writer took from the queue (max=) */
@@ -228,12 +232,13 @@ static void hand_over(dump_session *d, dump_step_writer *w, step_counts c)
 /* Hands run.h5's op table to the syncer: writing it fsyncs twice, which
  * the writer thread used to wait for before it built the next step. A
  * table not written yet gives way to the newer, longer one. */
-static void hand_over_run(dump_session *d, dump_op_row *ops, int n_ops)
+static void hand_over_run(dump_session *d, dump_op_row *ops, int n_ops, uint64_t peak)
 {
     pthread_mutex_lock(&d->mu);
     free(d->run_ops);
     d->run_ops = ops;
     d->run_n_ops = n_ops;
+    d->run_peak = peak;
     d->run_pending = true;
     pthread_cond_signal(&d->to_sync);
     pthread_mutex_unlock(&d->mu);
@@ -300,6 +305,9 @@ static void *syncer_main(void *arg)
         dump_step_writer *s = NULL;
         step_counts s_counts = { 0 }, add = { 0 };
         dump_op_row *run_ops = d->run_ops;
+        const int run_n_ops = d->run_n_ops;
+        dump_run_meta meta = d->meta;
+        meta.peak_bytes = d->run_peak;
         d->run_ops = NULL;
         if (d->sync_queued) {
             s = d->sealed[d->sync_start];
@@ -324,9 +332,12 @@ static void *syncer_main(void *arg)
         }
         /* run.h5 after the first step's file went to the disk, which then
          * has that to work on while run.h5 is synced */
-        if (run_ops && !failed(d) &&
-            !dump_run_write(d->spec.dir, &d->meta, run_ops, d->run_n_ops, err, sizeof err))
-            fail(d, err);
+        bool run_ok = false;
+        if (run_ops && !failed(d)) {
+            run_ok = dump_run_write(d->spec.dir, &meta, run_ops, run_n_ops, err, sizeof err);
+            if (!run_ok)
+                fail(d, err);
+        }
         free(run_ops);
         if (written) {
             if (publish_step(d, written)) {
@@ -345,6 +356,10 @@ static void *syncer_main(void *arg)
             clock_gettime(CLOCK_MONOTONIC, &dir_synced);
         }
         pthread_mutex_lock(&d->mu);
+        if (run_ok) {
+            d->run_written = run_n_ops;
+            d->run_written_peak = meta.peak_bytes;
+        }
         if (run_ops && !d->run_ops)
             d->run_pending = false;
         d->steps_written += add.steps;
@@ -404,7 +419,7 @@ static void write_item(dump_session *d, dump_step_writer **w, step_counts *c, it
         }
         *w = NULL;
         if (it->ops && !d->failed) {
-            hand_over_run(d, it->ops, it->n_ops);
+            hand_over_run(d, it->ops, it->n_ops, it->peak_bytes);
             it->ops = NULL; /* the syncer's now */
         }
         break;
@@ -460,6 +475,7 @@ static void attach_run(dump_session *d, item *it)
         return;
     memcpy(it->ops, d->ops, (size_t)d->n_ops * sizeof *it->ops);
     it->n_ops = d->run_sent = d->n_ops;
+    it->peak_bytes = te_mem_stats_get().peak;
 }
 
 static void enqueue(dump_session *d, item *it)
@@ -688,7 +704,13 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
         free(it);
         return;
     }
-    memcpy(it->data, t->data, t->nbytes);
+    if (t->numel && te_tensor_read(t, 0, t->numel, it->data) != TE_OK) { /* the one copy off t's device */
+        pthread_mutex_lock(&d->mu);
+        copy_put(d, it->data, it->cap);
+        pthread_mutex_unlock(&d->mu);
+        free(it);
+        return;
+    }
     it->bytes = t->nbytes;
     dump_tensor_info *ti = &it->ti;
     snprintf(ti->op, sizeof ti->op, "%s", r->name);
@@ -925,6 +947,9 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
     amp_meta(d);
     snprintf(d->meta.backend, sizeof d->meta.backend, "cpu");
     d->meta.seed = te_seed();
+    time_t now = time(NULL); /* once: run.h5 written again at the end keeps it */
+    struct tm tm;
+    strftime(d->meta.created, sizeof d->meta.created, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
     snprintf(d->meta.command_line, sizeof d->meta.command_line, "%s", info && info->command_line ? info->command_line : "");
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->nonempty, NULL);
@@ -971,6 +996,20 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
     return d;
 }
 
+/* run.h5 went to disk with the peak of its first step; at the end the run's
+ * peak replaces it, when higher (both threads joined). */
+static void rewrite_run_peak(dump_session *d)
+{
+    const uint64_t peak = te_mem_stats_get().peak;
+    if (!d->run_written || peak <= d->run_written_peak || failed(d))
+        return;
+    dump_run_meta meta = d->meta;
+    meta.peak_bytes = peak;
+    char err[1024];
+    if (!dump_run_write(d->spec.dir, &meta, d->ops, d->run_written, err, sizeof err))
+        fail(d, err);
+}
+
 void dump_stop(dump_session *d)
 {
     if (!d)
@@ -988,6 +1027,7 @@ void dump_stop(dump_session *d)
     pthread_mutex_unlock(&d->mu);
     pthread_join(d->thread, NULL);
     stop_syncer(d);
+    rewrite_run_peak(d);
     if (d->spec.n_ops == 0)
         te_observe_remove("*");
     for (int i = 0; i < d->spec.n_ops; i++)

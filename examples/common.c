@@ -510,18 +510,31 @@ double ex_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* Rows of logits [N, C] whose largest entry is at the label. */
+#define CORRECT_CHUNK 16384 /* logits count_correct reads at once (one row at least) */
+
+/* Rows of logits [N, C] whose largest entry is at the label; the values come
+ * to the host a few rows at a time, wherever the tensors live. */
 static int count_correct(const te_tensor *logits, const te_tensor *labels)
 {
-    int64_t n = logits->shape[0], c = logits->shape[1];
+    static float small[CORRECT_CHUNK], label[CORRECT_CHUNK];
+    const int64_t n = logits->shape[0], c = logits->shape[1];
+    const int64_t rows = c > 0 && c <= CORRECT_CHUNK ? CORRECT_CHUNK / c : 1;
+    float *v = c <= CORRECT_CHUNK ? small : malloc((size_t)c * sizeof *v);
     int correct = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t best = 0;
-        for (int64_t j = 1; j < c; j++)
-            if (te_get(logits, i * c + j) > te_get(logits, i * c + best))
-                best = j;
-        correct += best == (int64_t)te_get(labels, i);
+    for (int64_t i0 = 0; v && i0 < n; i0 += rows) {
+        const int64_t k = n - i0 < rows ? n - i0 : rows;
+        if (te_tensor_read_f32(logits, i0 * c, k * c, v) != TE_OK || te_tensor_read_f32(labels, i0, k, label) != TE_OK)
+            break;
+        for (int64_t i = 0; i < k; i++) {
+            int64_t best = 0;
+            for (int64_t j = 1; j < c; j++)
+                if (v[i * c + j] > v[i * c + best])
+                    best = j;
+            correct += best == (int64_t)label[i];
+        }
     }
+    if (v != small)
+        free(v);
     return correct;
 }
 

@@ -261,8 +261,9 @@ static te_status sample(const gpt_cfg *g, const gpt_model *m, int step)
             st = te_error_code();
             break;
         }
-        for (int i = 0; i < GPT_VOCAB; i++)
-            row[i] = te_get(logits, (int64_t)(t - 1) * GPT_VOCAB + i);
+        st = te_tensor_read_f32(logits, (int64_t)(t - 1) * GPT_VOCAB, GPT_VOCAB, row); /* the last position's */
+        if (st != TE_OK)
+            break;
         ctx[n] = pick(row, g->temperature, (uint64_t)step * (1u << 20) + (uint64_t)n);
         te_tape_reset();
     }

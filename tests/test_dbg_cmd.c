@@ -110,7 +110,7 @@ START_TEST(test_break_errors)
         { "delete x", "error: breakpoint number: expected a whole number >= 1, got 'x'" },
         { "until 5", "error: until: expected 'until step N', got '5'" },
         { "continue 0", "error: continue N: expected a whole number >= 1, got '0'" },
-        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, dump or amp" },
+        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, dump, amp or memory" },
         { "print fc1/linear:out0[0", "error: print: column 18: " },
         { "set x", "error: set: expected TENSOR[INDEX] = VALUE" },
         { "set param:w[0] = abc", "error: set: 'abc' is not a number (nan and inf are)" },
@@ -121,6 +121,67 @@ START_TEST(test_break_errors)
                       cases[i].want, ts_captured);
     }
     ck_assert_int_eq(dbg.n_breaks, 0); /* nothing half-made */
+}
+END_TEST
+
+/* `info memory`: the allocator's bytes, as te_mem_stats_get has them, a
+ * live tensor's among them. */
+static void memory_said(size_t *current, size_t *peak)
+{
+    ck_assert(!ts_exec("info memory"));
+    const char *at = strstr(ts_captured, "memory: current ");
+    unsigned long long c = 0, p = 0;
+    ck_assert_msg(at && sscanf(at, "memory: current %llu bytes (%*f MiB), peak %llu bytes", &c, &p) == 2,
+                  "got:\n%s", ts_captured);
+    *current = (size_t)c;
+    *peak = (size_t)p;
+}
+
+START_TEST(test_info_memory)
+{
+    size_t before, peak0, with, peak1, after, peak2;
+    memory_said(&before, &peak0);
+    te_tensor *t = te_tensor_persistent(TE_F32, te_shape(1000));
+    ck_assert_ptr_nonnull(t);
+    memory_said(&with, &peak1);
+    ck_assert_msg(with >= before + 4000, "current %zu with a 4000-byte tensor, %zu without", with, before);
+    ck_assert_uint_eq(with, te_mem_stats_get().current);
+    ck_assert_msg(peak1 >= with && peak1 >= peak0, "peak %zu, current %zu, peak before %zu", peak1, with, peak0);
+    said("requested by tensors: current ");
+    said("allocations ");
+    te_tensor_free(t);
+    memory_said(&after, &peak2);
+    ck_assert_uint_eq(after, before);
+    ck_assert_uint_eq(peak2, peak1); /* the peak stays */
+}
+END_TEST
+
+/* `info op`: a tensor off the CPU says where it lives; one on it reads as
+ * it always has. */
+START_TEST(test_info_op_device)
+{
+    static dbg_op ops[1];
+    dbg.ops = ops;
+    dbg.n_ops = 1;
+    dbg_op *o = &ops[0];
+    snprintf(o->name, sizeof o->name, "fc1/linear");
+    o->type = "Linear";
+    o->loc = (te_loc){ .file = "model.c", .line = 7 };
+    o->n_in = 1;
+    o->n_out = 1;
+    snprintf(o->in_name[0], TE_NAME_MAX, "input:x");
+    snprintf(o->out_name[0], TE_NAME_MAX, "fc1/linear:out0");
+    o->out_dev[0] = TE_DEV_CUDA;
+    ck_assert(!ts_exec("info op fc1/linear"));
+    said("  in0  input:x  from ");
+    said("  out0 fc1/linear:out0 on cuda  to ");
+    o->out_dev[0] = TE_DEV_CPU;
+    ck_assert(!ts_exec("info op fc1/linear"));
+    said("  out0 fc1/linear:out0  to ");
+    ck_assert_str_eq(dbg_on_device(TE_DEV_CPU), "");
+    ck_assert_str_eq(dbg_on_device(TE_DEV_CUDA), " on cuda");
+    dbg.ops = NULL;
+    dbg.n_ops = 0;
 }
 END_TEST
 
@@ -749,6 +810,8 @@ Suite *suite_dbg_cmd(void)
     tcase_add_test(tc, test_break_parsing);
     tcase_add_test(tc, test_break_errors);
     tcase_add_test(tc, test_manage_breaks);
+    tcase_add_test(tc, test_info_memory);
+    tcase_add_test(tc, test_info_op_device);
     tcase_add_test(tc, test_running_commands);
     tcase_add_test(tc, test_complete_op_names);
     tcase_add_test(tc, test_complete_by_kind);

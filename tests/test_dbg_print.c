@@ -276,6 +276,28 @@ START_TEST(test_print_2d)
 }
 END_TEST
 
+/* The shown elements are read from the tensor in runs (backwards along a
+ * reversed last dim, one at a time along a strided one) in its own dtype:
+ * i32 beyond 2^24 stays exact, f16 is widened, and a summary reads only
+ * its edges. */
+START_TEST(test_print_reads_runs)
+{
+    te_tensor *i = te_tensor_new(TE_I32, te_shape(2, 5));
+    int32_t v[10];
+    for (int k = 0; k < 10; k++)
+        v[k] = 16777217 + k; /* not a float's */
+    ck_assert_int_eq(te_tensor_write(i, 0, 10, v), TE_OK);
+    print_is(i, "x[:, ::-1]", 1000, "x i32 [2,5] (slice [:,::-1] -> [2,5])\n"
+                                     "[[16777221 16777220 16777219 16777218 16777217]\n"
+                                     " [16777226 16777225 16777224 16777223 16777222]]\n");
+    print_is(i, "x[::-1, 4:0:-3]", 1000, "x i32 [2,5] (slice [::-1,4:0:-3] -> [2,2])\n"
+                                          "[[16777226 16777223]\n"
+                                          " [16777221 16777218]]\n");
+    te_tensor *h = arange(TE_F16, te_shape(1, 100), 0.5f, -20.0f);
+    print_is(h, "y", 10, "y f16 [1,100]\n[[  -20 -19.5   -19 ...  28.5    29  29.5]]\n");
+}
+END_TEST
+
 START_TEST(test_print_3d)
 {
     te_tensor *t = arange(TE_F32, te_shape(2, 3, 4), 1.0f, -5.0f);
@@ -567,6 +589,7 @@ Suite *suite_dbg_print(void)
     tcase_add_test(tc, test_print_1d_wrap);
     tcase_add_test(tc, test_print_2d);
     tcase_add_test(tc, test_print_3d);
+    tcase_add_test(tc, test_print_reads_runs);
     tcase_add_test(tc, test_print_4d_head_slice);
     tcase_add_test(tc, test_print_scalar_and_empty);
     tcase_add_test(tc, test_print_summary_100x100);

@@ -65,7 +65,7 @@ static void see(const te_op_record *r, void *user)
             s->dtype = t->dtype;
             s->bytes = t->nbytes;
             s->data = malloc(t->nbytes);
-            memcpy(s->data, t->data, t->nbytes);
+            ck_assert_int_eq(te_tensor_read(t, 0, t->numel, s->data), TE_OK);
         }
     }
 }
@@ -90,6 +90,8 @@ static void teardown(void)
     ck_assert(system(cmd) == 0);
     tu_teardown();
 }
+
+static int64_t burst_before_stop; /* bytes train() allocates and frees before dump_stop */
 
 /* Trains `steps` steps in mode with spec text (dir prepended) and the
  * recording hook; returns after the dump is flushed and stopped. */
@@ -122,6 +124,11 @@ static void train(const char *spec_text, te_mode mode, int steps)
     }
     te_graph_free(g);
     te_hook_remove(h);
+    if (burst_before_stop) { /* a peak after the last step run.h5 was written with */
+        te_tensor *b = te_tensor_persistent(TE_F32, te_shape(burst_before_stop / 4));
+        ck_assert_ptr_nonnull(b);
+        te_tensor_free(b);
+    }
     dump_stop(d);
     te_optim_free(n.opt);
 }
@@ -164,6 +171,25 @@ static int check_against_hooks(int64_t step)
     dump_step_close(r);
     return n;
 }
+
+/* run.h5's peak_bytes: the allocator's peak, the one at the end of the
+ * run when it rose after run.h5 was first written (with the first step). */
+START_TEST(test_run_peak_memory)
+{
+    burst_before_stop = 8 << 20;
+    train("io=outputs;phase=forward", TE_MODE_EAGER, 2);
+    burst_before_stop = 0;
+    const uint64_t peak = te_mem_stats_get().peak;
+    dump_run_meta m;
+    dump_op_row *ops;
+    int n_ops;
+    char err[1024];
+    ck_assert_msg(dump_run_read(dir, &m, &ops, &n_ops, err, sizeof err), "%s", err);
+    free(ops);
+    ck_assert_msg(m.peak_bytes >= (8u << 20), "peak_bytes %llu below the 8 MiB burst", (unsigned long long)m.peak_bytes);
+    ck_assert_uint_eq(m.peak_bytes, peak);
+}
+END_TEST
 
 START_TEST(test_round_trip_every_tensor)
 {
@@ -625,6 +651,7 @@ Suite *suite_dump(void)
     tcase_set_timeout(tc, 120); /* some run the examples (the CNN twice): seconds under a sanitizer or load */
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_round_trip_every_tensor);
+    tcase_add_test(tc, test_run_peak_memory);
     tcase_add_test(tc, test_graph_mode_dumps_the_same);
     tcase_add_test(tc, test_selection);
     tcase_add_test(tc, test_params_and_grads);

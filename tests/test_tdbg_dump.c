@@ -187,6 +187,34 @@ START_TEST(test_ls_lists_steps)
 }
 END_TEST
 
+/* run.h5's peak_bytes, in ls's header; files without it have no such line. */
+START_TEST(test_ls_peak_memory)
+{
+    char dir[128], err[512] = "";
+    test_dir(dir, sizeof dir);
+    dump_run_meta m = { .mode = TE_MODE_EAGER, .seed = 7, .peak_bytes = 123456789 };
+    snprintf(m.engine_version, sizeof m.engine_version, "0.1.0");
+    snprintf(m.amp, sizeof m.amp, "none");
+    snprintf(m.backend, sizeof m.backend, "cpu");
+    snprintf(m.created, sizeof m.created, "2024-05-01T12:00:00Z");
+    ck_assert_msg(dump_run_write(dir, &m, NULL, 0, err, sizeof err), "run.h5: %s", err);
+    dump_run_meta back;
+    dump_op_row *ops = NULL;
+    int n_ops = -1;
+    ck_assert_msg(dump_run_read(dir, &back, &ops, &n_ops, err, sizeof err), "%s", err);
+    free(ops);
+    ck_assert_uint_eq(back.peak_bytes, 123456789);
+    tu_result r = RUN("ls", dir);
+    ck_assert_msg(strstr(r.out, "created 2024-05-01T12:00:00Z\nmemory: peak 123456789 bytes (117.7 MiB)\n"),
+                  "rc %d: %s", r.rc, r.out);
+    tu_result_free(&r);
+    write_run(test_dir(dir, sizeof dir)); /* none */
+    r = RUN("ls", dir);
+    ck_assert_msg(!strstr(r.out, "memory:"), "%s", r.out);
+    tu_result_free(&r);
+}
+END_TEST
+
 START_TEST(test_ls_incomplete_step)
 {
     char dir[128], path[256];
@@ -758,6 +786,7 @@ Suite *suite_tdbg_dump(void)
     tcase_add_unchecked_fixture(tc, suite_dir_make, suite_dir_remove);
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_ls_lists_steps);
+    tcase_add_test(tc, test_ls_peak_memory);
     tcase_add_test(tc, test_ls_incomplete_step);
     tcase_add_test(tc, test_show_by_path);
     tcase_add_test(tc, test_show_by_name_with_slices);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define CELL_W 10 /* "-1.23e+05" and a space */
+#define MAX_COLS 512 /* cells of a row on show, the widest terminal's */
 
 /* Where the view's cells are in the tensor's flat data. */
 typedef struct grid {
@@ -234,13 +235,24 @@ void tui_view_outer_step(int delta)
 
 /* ---- drawing ----------------------------------------------------------------------- */
 
-static void fmt(const te_tensor *t, int64_t i, char *buf, size_t n)
+/* Element k of raw, a host copy in dt. */
+static float value(te_dtype dt, const void *raw, int64_t k)
 {
-    if (t->dtype == TE_I32) {
-        snprintf(buf, n, "%d", (int)((const int32_t *)t->data)[i]);
+    switch (dt) {
+    case TE_F32: return ((const float *)raw)[k];
+    case TE_F16: return te_f16_to_f32(((const uint16_t *)raw)[k]);
+    case TE_BF16: return te_bf16_to_f32(((const uint16_t *)raw)[k]);
+    default: return (float)((const int32_t *)raw)[k];
+    }
+}
+
+static void fmt(te_dtype dt, const void *raw, int64_t k, char *buf, size_t n)
+{
+    if (dt == TE_I32) {
+        snprintf(buf, n, "%d", (int)((const int32_t *)raw)[k]);
         return;
     }
-    float x = te_get(t, i);
+    float x = value(dt, raw, k);
     if (isnan(x))
         snprintf(buf, n, "nan");
     else if (isinf(x))
@@ -253,9 +265,9 @@ static void fmt(const te_tensor *t, int64_t i, char *buf, size_t n)
         snprintf(buf, n, "%.2g", (double)x);
 }
 
-static attr_t cell_attr(const te_tensor *t, int64_t i)
+static attr_t cell_attr(te_dtype dt, const void *raw, int64_t k)
 {
-    float x = te_get(t, i);
+    float x = value(dt, raw, k);
     if (isnan(x))
         return tui_attr(TUI_C_NAN);
     if (isinf(x))
@@ -266,6 +278,7 @@ static attr_t cell_attr(const te_tensor *t, int64_t i)
 }
 
 #define MAX_BINS 120
+#define HIST_CHUNK 16384 /* elements the histogram reads at once */
 
 /* The statistics and the histogram of the tensor on show, worked out once
  * per tensor, step and pause (a big tensor takes a while). */
@@ -291,14 +304,20 @@ static const te_stats *stats_of(const te_tensor *t, int bins)
     te_stats_compute(t, &memo.s);
     const te_stats *s = &memo.s;
     memset(memo.count, 0, sizeof memo.count);
-    if (bins > 0 && s->n - s->nan - s->inf > 0)
-        for (int64_t i = 0; i < t->numel; i++) {
-            double x = te_get(t, i);
+    if (bins <= 0 || s->n - s->nan - s->inf <= 0)
+        return s;
+    static float chunk[HIST_CHUNK];
+    for (int64_t at = 0; at < t->numel; at += HIST_CHUNK) { /* a chunk at a time from t's device */
+        const int64_t n = t->numel - at < HIST_CHUNK ? t->numel - at : HIST_CHUNK;
+        te_tensor_read_f32(t, at, n, chunk);
+        for (int64_t i = 0; i < n; i++) {
+            double x = chunk[i];
             if (!isfinite(x))
                 continue;
             int b = s->max == s->min ? 0 : (int)((x - s->min) / (s->max - s->min) * bins);
             memo.count[b < bins ? b : bins - 1]++;
         }
+    }
     return s;
 }
 
@@ -388,8 +407,7 @@ static void draw(tui_pane *p)
 
     grid g = grid_of(t, v, p, label_w);
     int cols_shown = (p->r.w - label_w) / CELL_W;
-    if (cols_shown < 1)
-        cols_shown = 1;
+    cols_shown = cols_shown < 1 ? 1 : cols_shown > MAX_COLS ? MAX_COLS : cols_shown;
     if (rows_shown < 1)
         rows_shown = 1;
     /* cursor in range, view around it */
@@ -410,18 +428,23 @@ static void draw(tui_pane *p)
         waddch(w, ' ');
     }
     bool focused = tui.focus == TUI_TENSOR;
+    static uint32_t row[MAX_COLS]; /* the visible cells of one row, host copy; 4 bytes hold any dtype */
     for (int y = 0; y < rows_shown && v->top + y < g.rows; y++) {
         int64_t r = v->top + y;
         wattrset(w, tui_attr(TUI_C_DIM));
-        snprintf(buf, sizeof buf, "%*lld ", label_w - 1, (long long)(g.flat ? r * g.cols : r));
+        snprintf(buf, sizeof buf, "%*lld ", label_w > 24 ? 23 : label_w - 1, /* at most 21: int64's digits + 2 */
+                 (long long)(g.flat ? r * g.cols : r));
         mvwaddstr(w, y0 + 1 + y, 0, buf);
-        for (int64_t c = v->left; c < g.cols && c < v->left + cols_shown; c++) {
-            int64_t i = g.base + r * g.cols + c;
-            if (g.flat && r * g.cols + c >= g.n)
-                break;
+        /* only the cells on screen leave the tensor's device: one read per row */
+        int64_t end = v->left + cols_shown < g.cols ? v->left + cols_shown : g.cols;
+        if (g.flat && r * g.cols + end > g.n)
+            end = g.n - r * g.cols;
+        if (end <= v->left || te_tensor_read(t, g.base + r * g.cols + v->left, end - v->left, row) != TE_OK)
+            continue;
+        for (int64_t c = v->left; c < end; c++) {
             char cell[32];
-            fmt(t, i, cell, sizeof cell);
-            attr_t a = cell_attr(t, i);
+            fmt(t->dtype, row, c - v->left, cell, sizeof cell);
+            attr_t a = cell_attr(t->dtype, row, c - v->left);
             if (r == v->row && c == v->col)
                 a |= focused ? A_REVERSE : A_UNDERLINE;
             wattrset(w, a);
@@ -435,15 +458,17 @@ static void draw(tui_pane *p)
     /* the footer: the cursor cell */
     int64_t flat = g.base + v->row * g.cols + v->col;
     char idx[96], val[32];
+    uint32_t at = 0;
     te_index_str(t, flat, idx, sizeof idx);
-    fmt(t, flat, val, sizeof val);
+    te_tensor_read(t, flat, 1, &at);
+    fmt(t->dtype, &at, 0, val, sizeof val);
     char foot[256];
     int len = snprintf(foot, sizeof foot, " %s = %s", idx, val);
     if (g.slices > 1)
         snprintf(foot + len, sizeof foot - len, "   slice %lld/%lld ([ ]%s)", (long long)g.slice + 1,
                  (long long)g.slices, nd >= 4 ? " { }" : "");
     wmove(w, h - 1, 0);
-    wattrset(w, cell_attr(t, flat) | A_BOLD);
+    wattrset(w, cell_attr(t->dtype, &at, 0) | A_BOLD);
     tui_put(w, foot, p->r.w);
     wattrset(w, A_NORMAL);
 }
