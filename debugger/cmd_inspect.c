@@ -130,18 +130,24 @@ static void info_op_here(void)
                   dbg.started ? "" : " (it has not started)");
 }
 
-/* The allocator's bytes: what live tensors hold, the peak since start (or
- * the last te_mem_reset_peak), and what its free lists keep. */
+/* The allocator's bytes per device in use: what live tensors hold, the
+ * peak since start (or the last te_mem_reset_peak), and what its free
+ * lists keep. The CPU's always; a device's once it has allocated. */
 static void info_memory(void)
 {
-    const te_mem_stats m = te_mem_stats_get();
     const double mib = 1024.0 * 1024.0;
-    fprintf(dbg_out, "memory: current %zu bytes (%.1f MiB), peak %zu bytes (%.1f MiB)\n", m.current,
-            (double)m.current / mib, m.peak, (double)m.peak / mib);
-    fprintf(dbg_out, "  requested by tensors: current %zu bytes, peak %zu bytes; cached in free lists %zu bytes\n",
-            m.requested, m.peak_requested, m.cached);
-    fprintf(dbg_out, "  allocations %llu, %llu of them from the cache\n", (unsigned long long)m.allocs,
-            (unsigned long long)m.cache_hits);
+    for (int d = 0; d < TE_DEV_COUNT; d++) {
+        const te_mem_stats m = te_mem_stats_of((te_device)d);
+        if (d != TE_DEV_CPU && m.allocs == 0)
+            continue;
+        fprintf(dbg_out, "memory%s%s: current %zu bytes (%.1f MiB), peak %zu bytes (%.1f MiB)\n",
+                d == TE_DEV_CPU ? "" : " on ", d == TE_DEV_CPU ? "" : te_device_name((te_device)d), m.current,
+                (double)m.current / mib, m.peak, (double)m.peak / mib);
+        fprintf(dbg_out, "  requested by tensors: current %zu bytes, peak %zu bytes; cached in free lists %zu bytes\n",
+                m.requested, m.peak_requested, m.cached);
+        fprintf(dbg_out, "  allocations %llu, %llu of them from the cache\n", (unsigned long long)m.allocs,
+                (unsigned long long)m.cache_hits);
+    }
 }
 
 static bool cmd_info(const char *args)

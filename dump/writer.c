@@ -475,7 +475,7 @@ static void attach_run(dump_session *d, item *it)
         return;
     memcpy(it->ops, d->ops, (size_t)d->n_ops * sizeof *it->ops);
     it->n_ops = d->run_sent = d->n_ops;
-    it->peak_bytes = te_mem_stats_get().peak;
+    it->peak_bytes = te_mem_stats_of(te_backend_device()).peak;
 }
 
 static void enqueue(dump_session *d, item *it)
@@ -945,7 +945,7 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
     d->meta.mode = info ? info->mode : TE_MODE_EAGER;
     snprintf(d->meta.amp, sizeof d->meta.amp, "%s", info && info->amp ? info->amp : "none");
     amp_meta(d);
-    snprintf(d->meta.backend, sizeof d->meta.backend, "cpu");
+    snprintf(d->meta.backend, sizeof d->meta.backend, "%s", te_device_name(te_backend_device()));
     d->meta.seed = te_seed();
     time_t now = time(NULL); /* once: run.h5 written again at the end keeps it */
     struct tm tm;
@@ -1000,7 +1000,7 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
  * peak replaces it, when higher (both threads joined). */
 static void rewrite_run_peak(dump_session *d)
 {
-    const uint64_t peak = te_mem_stats_get().peak;
+    const uint64_t peak = te_mem_stats_of(te_backend_device()).peak;
     if (!d->run_written || peak <= d->run_written_peak || failed(d))
         return;
     dump_run_meta meta = d->meta;

@@ -46,6 +46,8 @@ static void no_backend(const char *who, te_device d)
 
 const te_backend *te_backend_current(void) { return current; }
 
+te_device te_backend_device(void) { return current->device; }
+
 void te_backend_set_test(te_device d, const te_backend *be)
 {
     te_backends[d] = be;

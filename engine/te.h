@@ -195,6 +195,8 @@ TE_API int te_threads(void);
  * without CUDA, no driver, no device, out of memory. Another name gives
  * TE_ERR_ARG. te_shutdown goes back to the CPU. */
 TE_API te_status te_backend_use(const char *name);
+/* The current backend's device (TE_DEV_CPU until te_backend_use says otherwise). */
+TE_API te_device te_backend_device(void);
 
 typedef enum { TE_PHASE_FORWARD, TE_PHASE_BACKWARD, TE_PHASE_UPDATE, TE_PHASE_COUNT } te_phase;
 TE_API const char *te_phase_name(te_phase p);   /* "forward", "backward", "update" */

@@ -709,6 +709,8 @@ void ex_print_memory(const te_graph *g, const ex_opts *o)
     const te_mem_stats m = te_mem_stats_get();
     printf("memory: peak_alloc_bytes=%zu peak_tensor_bytes=%zu peak_rss_kb=%ld", m.peak, m.peak_requested,
            ru.ru_maxrss);
+    if (te_backend_device() != TE_DEV_CPU) /* the tensors' memory is the device's */
+        printf(" peak_device_bytes=%zu", te_mem_stats_of(te_backend_device()).peak);
     if (o->mode != TE_MODE_GRAPH) { /* a compiled step keeps its activations in its arena */
         printf(" activation_bytes=%zu\n", activation_bytes);
         return;
