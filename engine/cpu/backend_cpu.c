@@ -1,5 +1,6 @@
 /* backend_cpu.c — the CPU backend: memory and one kernel table per direction. */
 #include "cpu_kernels.h"
+#include "cpu_optim.h"
 
 #include <stdlib.h>
 
@@ -45,6 +46,12 @@ const te_backend te_backend_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .round = te_round_block,
+    .widen = te_half_to_f32,
+    .sgd = cpu_sgd,
+    .adam = cpu_adam,
+    .unscale = cpu_unscale,
+    .sumsq = cpu_sumsq,
     .forward = { CPU_KERNELS(CPU_FWD) },
     .backward = { CPU_KERNELS(CPU_BWD) },
     /* Native low-precision kernels: the oneDNN ones (bf16, AVX512-BF16)
