@@ -4,7 +4,9 @@
  * Training allocates the same sizes every step, so freed blocks are kept in
  * per-size-class free lists and handed out again without touching the
  * backend. Sizes round up to a class: multiples of 256 bytes up to 16 KiB,
- * then four classes per power of two (at most 25% slack).
+ * then four classes per power of two (at most 25% slack). Each device has
+ * its own lists and statistics: a block goes back to the backend it came
+ * from, and peak device memory is told apart from the host's.
  */
 #include "te_internal.h"
 
@@ -21,11 +23,15 @@ typedef struct block {
     void *ptr;
 } block;
 
+typedef struct pool {
+    block *free_list[N_CLASSES];
+    te_mem_stats stats;
+} pool;
+
 static struct {
     pthread_mutex_t lock;
-    block *free_list[N_CLASSES];
-    block *spare;            /* recycled list cells */
-    te_mem_stats stats;
+    pool dev[TE_DEV_COUNT];
+    block *spare; /* recycled list cells, shared */
 } mem = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Class index and the rounded size of that class. */
@@ -46,93 +52,112 @@ static int size_class(size_t bytes, size_t *rounded)
     return N_SMALL + (p - 14) * 4 + (int)q - 1;
 }
 
-void *te_mem_alloc(size_t bytes)
+void *te_mem_alloc_on(te_device d, size_t bytes)
 {
+    const te_backend *be = te_backend_of(d);
+    if (!be)
+        return NULL;
     size_t rounded;
     int c = size_class(bytes, &rounded);
+    pool *m = &mem.dev[d];
     void *p = NULL;
     pthread_mutex_lock(&mem.lock);
-    mem.stats.allocs++;
-    block *b = mem.free_list[c];
+    m->stats.allocs++;
+    block *b = m->free_list[c];
     if (b) {
-        mem.free_list[c] = b->next;
+        m->free_list[c] = b->next;
         p = b->ptr;
         b->next = mem.spare;
         mem.spare = b;
-        mem.stats.cached -= rounded;
-        mem.stats.cache_hits++;
+        m->stats.cached -= rounded;
+        m->stats.cache_hits++;
     }
     pthread_mutex_unlock(&mem.lock);
     if (!p)
-        p = te_backend_current()->alloc(rounded);
+        p = be->alloc(rounded);
     if (!p)
         return NULL;
     pthread_mutex_lock(&mem.lock);
-    mem.stats.current += rounded;
-    if (mem.stats.current > mem.stats.peak)
-        mem.stats.peak = mem.stats.current;
-    mem.stats.requested += bytes;
-    if (mem.stats.requested > mem.stats.peak_requested)
-        mem.stats.peak_requested = mem.stats.requested;
+    m->stats.current += rounded;
+    if (m->stats.current > m->stats.peak)
+        m->stats.peak = m->stats.current;
+    m->stats.requested += bytes;
+    if (m->stats.requested > m->stats.peak_requested)
+        m->stats.peak_requested = m->stats.requested;
     pthread_mutex_unlock(&mem.lock);
     return p;
 }
 
-void te_mem_free(void *p, size_t bytes)
+void te_mem_free_on(te_device d, void *p, size_t bytes)
 {
     if (!p)
         return;
     size_t rounded;
     int c = size_class(bytes, &rounded);
+    pool *m = &mem.dev[d];
     pthread_mutex_lock(&mem.lock);
     block *b = mem.spare;
     if (b)
         mem.spare = b->next;
     else
         b = malloc(sizeof *b);
-    mem.stats.current -= rounded;
-    mem.stats.requested -= bytes;
+    m->stats.current -= rounded;
+    m->stats.requested -= bytes;
     if (b) {
         b->ptr = p;
-        b->next = mem.free_list[c];
-        mem.free_list[c] = b;
-        mem.stats.cached += rounded;
+        b->next = m->free_list[c];
+        m->free_list[c] = b;
+        m->stats.cached += rounded;
         p = NULL;
     }
     pthread_mutex_unlock(&mem.lock);
     if (p) /* no list cell: give the block straight back */
-        te_backend_current()->free(p);
+        te_backends[d]->free(p);
 }
 
-te_mem_stats te_mem_stats_get(void)
+void *te_mem_alloc(size_t bytes) { return te_mem_alloc_on(te_backend_current()->device, bytes); }
+
+void te_mem_free(void *p, size_t bytes) { te_mem_free_on(te_backend_current()->device, p, bytes); }
+
+te_mem_stats te_mem_stats_of(te_device d)
 {
+    if ((unsigned)d >= TE_DEV_COUNT)
+        return (te_mem_stats){ 0 };
     pthread_mutex_lock(&mem.lock);
-    te_mem_stats s = mem.stats;
+    te_mem_stats s = mem.dev[d].stats;
     pthread_mutex_unlock(&mem.lock);
     return s;
 }
 
+te_mem_stats te_mem_stats_get(void) { return te_mem_stats_of(TE_DEV_CPU); }
+
 void te_mem_reset_peak(void)
 {
     pthread_mutex_lock(&mem.lock);
-    mem.stats.peak = mem.stats.current;
-    mem.stats.peak_requested = mem.stats.requested;
+    for (int d = 0; d < TE_DEV_COUNT; d++) {
+        te_mem_stats *s = &mem.dev[d].stats;
+        s->peak = s->current;
+        s->peak_requested = s->requested;
+    }
     pthread_mutex_unlock(&mem.lock);
 }
 
 void te_mem_release_cached(void)
 {
     pthread_mutex_lock(&mem.lock);
-    for (int c = 0; c < N_CLASSES; c++) {
-        while (mem.free_list[c]) {
-            block *b = mem.free_list[c];
-            mem.free_list[c] = b->next;
-            te_backend_current()->free(b->ptr);
-            b->next = mem.spare;
-            mem.spare = b;
+    for (int d = 0; d < TE_DEV_COUNT; d++) {
+        pool *m = &mem.dev[d];
+        for (int c = 0; c < N_CLASSES; c++) {
+            while (m->free_list[c]) {
+                block *b = m->free_list[c];
+                m->free_list[c] = b->next;
+                te_backends[d]->free(b->ptr); /* a device with blocks has its backend */
+                b->next = mem.spare;
+                mem.spare = b;
+            }
         }
+        m->stats.cached = 0;
     }
-    mem.stats.cached = 0;
     pthread_mutex_unlock(&mem.lock);
 }
 
@@ -145,6 +170,7 @@ void te_mem_shutdown(void)
         mem.spare = b->next;
         free(b);
     }
-    mem.stats = (te_mem_stats){ 0 };
+    for (int d = 0; d < TE_DEV_COUNT; d++)
+        mem.dev[d].stats = (te_mem_stats){ 0 };
     pthread_mutex_unlock(&mem.lock);
 }

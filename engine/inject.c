@@ -149,23 +149,23 @@ static void alter(const injection *in, te_tensor *t, uint64_t stream, te_round_s
         te_set(t, in->index, in->kind == INJ_NAN ? NAN : INFINITY);
         break;
     case INJ_SCALE:
-    case INJ_NOISE:
-        if (t->dtype == TE_F16 || t->dtype == TE_BF16) {
-            float *v = malloc((size_t)t->numel * sizeof *v);
-            if (!v) {
-                fprintf(stderr, "error: --inject '%s': out of memory altering %s\n", in->spec, t->name);
-                exit(2);
-            }
-            te_copy_to_f32(t, v);
-            for (int64_t i = 0; i < t->numel; i++)
-                v[i] = altered_value(in, v[i], stream, i);
-            te_round_f32(t, v, st);
-            free(v);
-        } else {
-            for (int64_t i = 0; i < t->numel; i++)
-                te_set(t, i, altered_value(in, te_get(t, i), stream, i));
+    case INJ_NOISE: {
+        /* Altered in f32 on the host, written back through t's backend. */
+        float *v = malloc((size_t)t->numel * sizeof *v + 1);
+        if (!v) {
+            fprintf(stderr, "error: --inject '%s': out of memory altering %s\n", in->spec, t->name);
+            exit(2);
         }
+        te_copy_to_f32(t, v);
+        for (int64_t i = 0; i < t->numel; i++)
+            v[i] = altered_value(in, v[i], stream, i);
+        if (t->dtype == TE_F16 || t->dtype == TE_BF16)
+            te_round_f32(t, v, st);
+        else
+            te_copy_from_f32(t, v);
+        free(v);
         break;
+    }
     case INJ_ZERO:
         te_fill(t, 0.0f);
         break;

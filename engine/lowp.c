@@ -26,7 +26,7 @@ float te_dtype_max(te_dtype dt)
     return 0.0f;
 }
 
-static void stats_clear(te_round_stats *st, te_dtype dt)
+void te_round_stats_clear(te_round_stats *st, te_dtype dt)
 {
     memset(st, 0, sizeof *st);
     st->dtype = dt;
@@ -320,32 +320,66 @@ void te_round_block(const float *src, void *dst, te_dtype dt, int64_t n, te_roun
 
 #define ROUND_CHUNK 4096
 
-void te_round_f32(te_tensor *t, const float *src, te_round_stats *st)
+void te_round_host(const float *src, void *dst, te_dtype dt, int64_t n, te_round_stats *st)
 {
-    if (st)
-        stats_clear(st, t->dtype);
-    if (t->dtype != TE_F16 && t->dtype != TE_BF16) {
-        te_copy_from_f32(t, src);
-        return;
-    }
-    const int64_t n = t->numel, chunks = (n + ROUND_CHUNK - 1) / ROUND_CHUNK;
+    const int64_t chunks = (n + ROUND_CHUNK - 1) / ROUND_CHUNK;
     int64_t over = 0, under = 0, nonzero = 0;
     float amax = 0.0f;
 #pragma omp parallel for if (n >= TE_PAR_MIN) reduction(+ : over, under, nonzero) reduction(max : amax)
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t i0 = c * ROUND_CHUNK, m = n - i0 < ROUND_CHUNK ? n - i0 : ROUND_CHUNK;
         te_round_stats part;
-        stats_clear(&part, t->dtype);
-        te_round_block(src + i0, (uint16_t *)t->data + i0, t->dtype, m, &part);
+        te_round_stats_clear(&part, dt);
+        te_round_block(src + i0, (uint16_t *)dst + i0, dt, m, &part);
         over += part.overflow;
         under += part.underflow;
         nonzero += part.nonzero;
         amax = part.absmax > amax ? part.absmax : amax;
     }
     if (st) {
-        st->overflow = over;
-        st->underflow = under;
-        st->nonzero = nonzero;
-        st->absmax = amax;
+        st->overflow += over;
+        st->underflow += under;
+        st->nonzero += nonzero;
+        st->absmax = amax > st->absmax ? amax : st->absmax;
     }
+}
+
+void te_widen_host(const uint16_t *src, float *dst, te_dtype dt, int64_t n)
+{
+    const int64_t chunks = (n + TE_PAR_MIN - 1) / TE_PAR_MIN;
+#pragma omp parallel for if (chunks > 1)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t i0 = c * TE_PAR_MIN;
+        te_half_to_f32(src + i0, dst + i0, dt, n - i0 < TE_PAR_MIN ? n - i0 : TE_PAR_MIN);
+    }
+}
+
+void te_round_f32(te_tensor *t, const float *src, te_round_stats *st)
+{
+    if (st)
+        te_round_stats_clear(st, t->dtype);
+    if (t->dtype != TE_F16 && t->dtype != TE_BF16) {
+        te_copy_from_f32(t, src);
+        return;
+    }
+    const te_backend *be = te_backend_for(t);
+    if (!be->round) {
+        te_set_error(TE_ERR_DEVICE, "te_round_f32: %s: the %s backend has no round", t->name, be->name);
+        return;
+    }
+    if (te_backend_is_host(be)) { /* src is already in its memory */
+        be->round(src, te_data(t), t->dtype, t->numel, st);
+        return;
+    }
+    /* src goes to the device, to be rounded there. */
+    const size_t bytes = (size_t)t->numel * sizeof(float);
+    float *dev = te_mem_alloc_on(t->device, bytes);
+    if (!dev) {
+        te_set_error(TE_ERR_NOMEM, "te_round_f32: %s: cannot allocate %zu bytes on %s", t->name, bytes,
+                     te_device_name(t->device));
+        return;
+    }
+    be->from_host(dev, src, bytes);
+    be->round(dev, te_data(t), t->dtype, t->numel, st);
+    te_mem_free_on(t->device, dev, bytes);
 }

@@ -36,7 +36,7 @@ const char *te_lowp_native(void)
 
 te_status te_lowp_run_native(te_node *n, bool backward)
 {
-    const te_backend *be = te_backend_current();
+    const te_backend *be = te_backends[n->device];
     te_kernel_fn fn = backward ? be->backward_lowp[n->op] : be->forward_lowp[n->op];
     if (!fn || !native_allowed())
         return TE_LOWP_DECLINED;

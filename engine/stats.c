@@ -328,18 +328,29 @@ static void (*full_kernel(void))(part *, const float *, int64_t, int64_t)
     return kernel_full;
 }
 
-static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, part *p)
+/* x[i] of dtype dt widened to f32, exactly as te_get does. */
+static float host_get(const void *x, te_dtype dt, int64_t i)
 {
-    if (t->dtype == TE_F32 && !quick) { /* the calls the optimizer makes as it writes */
-        const float *x = t->data;
+    switch (dt) {
+    case TE_F16: return te_f16_to_f32(((const uint16_t *)x)[i]);
+    case TE_BF16: return te_bf16_to_f32(((const uint16_t *)x)[i]);
+    case TE_I32: return (float)((const int32_t *)x)[i];
+    default: return ((const float *)x)[i];
+    }
+}
+
+static void scan_chunk(const void *data, te_dtype dt, int64_t lo, int64_t hi, bool quick, part *p)
+{
+    if (dt == TE_F32 && !quick) { /* the calls the optimizer makes as it writes */
+        const float *x = data;
         te_stats_part_begin(p, x, lo, hi);
         for (int64_t b = lo; b < hi; b += STRIP)
             te_stats_part_add(p, x, b, hi - b < STRIP ? hi - b : STRIP);
         return;
     }
     *p = (part){ .n = hi - lo, .first_bad = -1, .min = INFINITY, .max = -INFINITY };
-    if (t->dtype == TE_F32) {
-        kernel_quick(p, (const float *)t->data + lo, hi - lo, lo);
+    if (dt == TE_F32) {
+        kernel_quick(p, (const float *)data + lo, hi - lo, lo);
         return;
     }
     void (*kernel)(part *, const float *, int64_t, int64_t) = quick ? kernel_quick : full_kernel();
@@ -347,7 +358,7 @@ static void scan_chunk(const te_tensor *t, int64_t lo, int64_t hi, bool quick, p
     for (int64_t b = lo; b < hi; b += BLOCK) {
         int64_t m = hi - b < BLOCK ? hi - b : BLOCK;
         for (int64_t i = 0; i < m; i++)
-            buf[i] = te_get(t, b + i);
+            buf[i] = host_get(data, dt, b + i);
         if (b == lo && !quick)
             p->shift = shift_of(buf, m);
         kernel(p, buf, m, b);
@@ -411,15 +422,15 @@ void te_stats_part_add(te_stats_part *p, const float *x, int64_t first, int64_t 
     full_kernel()(p, x + first, count, first);
 }
 
-static void scan(const te_tensor *t, bool quick, te_stats *s)
+void te_stats_scan_host(const void *x, te_dtype dt, int64_t n, bool quick, te_stats *s)
 {
-    int64_t n = t->numel, size;
+    int64_t size;
     int nch = te_stats_chunks(n, &size);
     part parts[TE_STATS_MAX_CHUNKS];
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
     for (int c = 0; c < nch; c++) {
         int64_t lo = (int64_t)c * size, hi = lo + size < n ? lo + size : n;
-        scan_chunk(t, lo, hi, quick, &parts[c]);
+        scan_chunk(x, dt, lo, hi, quick, &parts[c]);
     }
     te_stats_merge(parts, nch, n, s);
     if (quick) /* the fields the quick kernel does not compute stay 0 */
@@ -427,20 +438,35 @@ static void scan(const te_tensor *t, bool quick, te_stats *s)
                           .abs_max = s->abs_max, .l2norm = s->l2norm };
 }
 
-bool te_has_nonfinite(const te_tensor *t)
+bool te_nonfinite_host(const float *x, int64_t n)
 {
-    if (t->dtype != TE_F32) {
-        te_stats s;
-        te_stats_quick(t, &s);
-        return s.nan || s.inf;
-    }
-    const float *x = t->data;
-    const int64_t n = t->numel;
     float probe = 0.0f; /* NaN exactly when some x is NaN or Inf */
 #pragma omp parallel for simd reduction(+ : probe) if (n >= PARALLEL_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         probe += x[i] * 0.0f;
     return probe != probe;
+}
+
+/* t's statistics from its backend: one reduction where t lives. */
+static void scan(const te_tensor *t, bool quick, te_stats *s)
+{
+    const te_backend *be = te_backend_for(t);
+    if (!be->stats) {
+        *s = (te_stats){ .first_bad = -1 };
+        te_set_error(TE_ERR_DEVICE, "te_stats_compute: %s: the %s backend has no stats", t->name, be->name);
+        return;
+    }
+    be->stats(t, s, quick);
+}
+
+bool te_has_nonfinite(const te_tensor *t)
+{
+    const te_backend *be = te_backend_for(t);
+    if (be->has_nonfinite)
+        return be->has_nonfinite(t);
+    te_stats s;
+    scan(t, true, &s);
+    return s.nan || s.inf;
 }
 
 void te_stats_compute(const te_tensor *t, te_stats *s) { scan(t, false, s); }

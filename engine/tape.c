@@ -26,7 +26,6 @@ typedef struct {
 static struct {
     bool initialized;
     te_config cfg;
-    const te_backend *backend;
     int64_t step;
     te_phase phase;
     bool training;
@@ -43,7 +42,7 @@ static struct {
     name_slot *last_name; /* the slot the newest node counted in */
     char next_name[TE_NAME_MAX]; /* te_name_next's name for the next op, or "" */
     uint32_t name_gen;
-} eng = { .backend = &te_backend_cpu, .step = -1, .training = true };
+} eng = { .step = -1, .training = true };
 
 const te_op_info te_op_table[TE_OP_COUNT] = { TE_OP_LIST(TE_OP_ROW) };
 
@@ -60,8 +59,6 @@ unsigned te_node_inplace(const te_node *n)
         given |= n->in[i] ? 1u << i : 0;
     return n->a.training ? te_op_table[n->op].writes & given : 0;
 }
-
-const te_backend *te_backend_current(void) { return eng.backend; }
 
 /* ---- lifetime ------------------------------------------------------------ */
 
@@ -116,6 +113,7 @@ void te_shutdown(void)
     te_names_reset();
     te_observe_clear();
     te_mem_shutdown();
+    te_backend_reset();
     eng.initialized = false;
 }
 
@@ -223,7 +221,7 @@ void te_tape_reset(void)
     }
     for (int i = 0; i < eng.n_tensors; i++) {
         te_tensor *t = eng.tensors[i];
-        te_mem_free(t->data, t->nbytes);
+        te_mem_free_on(t->device, te_data(t), t->nbytes);
         free(t);
     }
     eng.n_tensors = 0;
@@ -347,6 +345,31 @@ static bool autocast(te_op op, te_loc loc, const char *name, te_tensor *const *i
     return ok;
 }
 
+/* The device an op on these inputs runs on: theirs (the current
+ * backend's when none is given); TE_DEV_COUNT, with the error set, when
+ * two inputs are on different devices. */
+static te_device node_device(const te_op_info *info, const char *name, te_loc loc, te_tensor *const *in)
+{
+    int first = -1;
+    for (int i = 0; i < info->n_in; i++) {
+        if (!in[i])
+            continue;
+        if (first < 0) {
+            first = i;
+        } else if (in[i]->device != in[first]->device) {
+            const te_tensor *a = in[first], *b = in[i];
+            te_set_error(TE_ERR_DEVICE,
+                         "%s (%s) at %s:%d: expected all inputs on one device, but %s (%s) is on %s and %s (%s) on %s; "
+                         "move one with te_tensor_to",
+                         name, info->type, loc.file, loc.line, info->in[first].name,
+                         a->name[0] ? a->name : "unnamed", te_device_name(a->device), info->in[i].name,
+                         b->name[0] ? b->name : "unnamed", te_device_name(b->device));
+            return TE_DEV_COUNT;
+        }
+    }
+    return first < 0 ? te_backend_current()->device : in[first]->device;
+}
+
 te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
 {
     const te_op_info *info = &te_op_table[op];
@@ -382,6 +405,12 @@ te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
             eng.last_name->count--;
         return NULL;
     }
+    const te_device dev = node_device(info, name, loc, args);
+    if (dev == TE_DEV_COUNT) {
+        if (eng.last_name)
+            eng.last_name->count--;
+        return NULL;
+    }
     te_node *n = new_node();
     if (!n) {
         if (eng.last_name)
@@ -392,6 +421,7 @@ te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
     n->op = op;
     n->id = eng.n_nodes - 1;
     n->loc = loc;
+    n->device = dev;
     n->n_in = info->n_in;
     for (int i = 0; i < info->n_in; i++)
         n->in[i] = args[i];
@@ -468,7 +498,7 @@ void te_tape_rollback(int tensors, int nodes)
 {
     for (int i = tensors; i < eng.n_tensors; i++) {
         te_tensor *t = eng.tensors[i];
-        te_mem_free(t->data, t->nbytes);
+        te_mem_free_on(t->device, te_data(t), t->nbytes);
         free(t);
     }
     eng.n_tensors = tensors;
@@ -477,7 +507,7 @@ void te_tape_rollback(int tensors, int nodes)
 
 te_tensor *te_node_output(te_node *n, te_dtype dt, int ndim, const int64_t *shape)
 {
-    te_tensor *t = te_tensor_alloc(dt, ndim, shape, result_flags());
+    te_tensor *t = te_tensor_alloc_on(n->device, dt, ndim, shape, result_flags());
     if (!t)
         return NULL;
     int k = n->n_out++;
@@ -494,7 +524,7 @@ te_tensor *te_node_output(te_node *n, te_dtype dt, int ndim, const int64_t *shap
 
 te_tensor *te_node_save(te_node *n, int slot, te_dtype dt, int ndim, const int64_t *shape)
 {
-    te_tensor *t = te_tensor_alloc(dt, ndim, shape, result_flags());
+    te_tensor *t = te_tensor_alloc_on(n->device, dt, ndim, shape, result_flags());
     n->saved[slot] = t;
     if (t)
         snprintf(t->name, sizeof t->name, "%.116s:saved%d", n->name, slot);
@@ -509,7 +539,7 @@ float *te_grad_buf(te_tensor *x, int *acc)
 {
     if (!x->grad) {
         unsigned flags = x->flags & TE_TENSOR_PERSISTENT ? TE_TENSOR_PERSISTENT : result_flags();
-        x->grad = te_tensor_alloc(x->dtype, x->ndim, x->shape, flags);
+        x->grad = te_tensor_alloc_on(x->device, x->dtype, x->ndim, x->shape, flags);
         if (!x->grad)
             abort(); /* out of memory mid-backward: nothing sane to return */
         snprintf(x->grad->name, sizeof x->grad->name, "grad:%.122s",
@@ -518,7 +548,7 @@ float *te_grad_buf(te_tensor *x, int *acc)
     }
     *acc = x->grad_valid;
     x->grad_valid = true;
-    return (float *)x->grad->data;
+    return te_data(x->grad);
 }
 
 /* ---- dispatch -------------------------------------------------------------
@@ -543,16 +573,24 @@ static bool needs_shadow(const te_node *n)
     return false;
 }
 
+/* An f32 copy of the half tensor t on its device, widened by its backend. */
 static te_tensor *f32_copy(const te_tensor *t, bool with_data)
 {
-    te_tensor *c = te_tensor_alloc(TE_F32, t->ndim, t->shape, TE_TENSOR_PERSISTENT);
+    te_tensor *c = te_tensor_alloc_on(t->device, TE_F32, t->ndim, t->shape, TE_TENSOR_PERSISTENT);
     if (!c)
         abort();
     if (with_data)
-        te_copy_to_f32(t, c->data);
+        te_backend_for(t)->widen(te_data(t), te_data(c), t->dtype, t->numel);
     c->requires_grad = t->requires_grad;
     memcpy(c->name, t->name, sizeof c->name);
     return c;
+}
+
+/* The f32 shadow src rounded into the half tensor dst, what that did in *st. */
+static void round_into(te_tensor *dst, const te_tensor *src, te_round_stats *st)
+{
+    te_round_stats_clear(st, dst->dtype);
+    te_backend_for(dst)->round(te_data(src), te_data(dst), dst->dtype, dst->numel, st);
 }
 
 static te_tensor *shadow_of(te_tensor *t, bool with_grad)
@@ -576,8 +614,23 @@ static int first_slot(const te_node *n, int i)
     return i;
 }
 
+/* n's kernel on its device's backend; a backend without one fails clearly. */
+static te_status run_kernel(te_node *n, bool backward)
+{
+    const te_backend *be = te_backends[n->device];
+    te_kernel_fn fn = backward ? be->backward[n->op] : be->forward[n->op];
+    if (!fn)
+        return te_kernel_fail(n, TE_ERR_DEVICE, "%s has no %s kernel",
+                              backward ? te_op_grad_type_name(n->op) : te_op_type_name(n->op), be->name);
+    return fn(n);
+}
+
 static te_status run_shadowed(te_node *n, bool backward)
 {
+    const te_backend *be = te_backends[n->device];
+    if (!be->widen || !be->round)
+        return te_kernel_fail(n, TE_ERR_DEVICE, "f16/bf16 tensors need the %s backend's %s, which it does not have",
+                              be->name, !be->widen ? "widen" : "round");
     te_node s = *n;
     /* One shadow per distinct tensor, so gradients from all its slots meet. */
     for (int i = 0; i < n->n_in; i++) {
@@ -591,15 +644,14 @@ static te_status run_shadowed(te_node *n, bool backward)
             s.out[k]->grad_valid = true;
         }
     }
-    const te_backend *be = eng.backend;
-    te_status st = backward ? be->backward[n->op](&s) : be->forward[n->op](&s);
+    te_status st = run_kernel(&s, backward);
     for (int j = 0; j < TE_MAX_SAVED; j++)
         n->saved[j] = s.saved[j];
     for (int k = 0; k < n->n_out; k++) {
         if (s.out[k] == n->out[k])
             continue;
         if (!backward) {
-            te_round_f32(n->out[k], s.out[k]->data, &n->round[k]);
+            round_into(n->out[k], s.out[k], &n->round[k]);
             n->rounded = true;
         }
         te_tensor_free(s.out[k]);
@@ -610,7 +662,7 @@ static te_status run_shadowed(te_node *n, bool backward)
         if (backward && s.in[i]->grad_valid) {
             int acc;
             te_grad_buf(n->in[i], &acc); /* overwrite: the shadow already accumulated */
-            te_round_f32(n->in[i]->grad, s.in[i]->grad->data, &n->round[i]);
+            round_into(n->in[i]->grad, s.in[i]->grad, &n->round[i]);
             n->rounded = true;
         }
         te_tensor_free(s.in[i]);
@@ -632,7 +684,7 @@ te_status te_node_dispatch(te_node *n, bool backward)
         te_status st = te_lowp_run_native(n, backward);
         return st != TE_LOWP_DECLINED ? st : run_shadowed(n, backward);
     }
-    return backward ? eng.backend->backward[n->op](n) : eng.backend->forward[n->op](n);
+    return run_kernel(n, backward);
 }
 
 bool te_node_needs_shadow(const te_node *n) { return needs_shadow(n); }
@@ -769,12 +821,42 @@ static te_status backward_node(te_node *n)
     for (int k = 0; k < n->n_out; k++) {
         te_tensor *g = n->out[k]->grad;
         if (g && !(g->flags & TE_TENSOR_PERSISTENT)) {
-            te_mem_free(g->data, g->nbytes);
+            te_mem_free_on(g->device, te_data(g), g->nbytes);
             g->data = NULL;
             g->nbytes = 0;
             n->out[k]->grad = NULL;
             n->out[k]->grad_valid = false;
         }
+    }
+    return TE_OK;
+}
+
+/* y's gradient seeded with dy (added to it when acc), in f32 on the host:
+ * the same bits as element by element. */
+static te_status seed_grad(te_tensor *y, const te_tensor *dy, int acc)
+{
+    float d1, g1; /* a loss: one value, no allocation */
+    const bool one = y->numel <= 1;
+    float *d = one ? &d1 : malloc((size_t)y->numel * sizeof *d);
+    float *g = one ? &g1 : acc ? malloc((size_t)y->numel * sizeof *g) : NULL;
+    if (!d || (acc && !g)) {
+        if (!one) {
+            free(d);
+            free(g);
+        }
+        te_set_error(TE_ERR_NOMEM, "backward: out of memory seeding the gradient of %s", y->name);
+        return TE_ERR_NOMEM;
+    }
+    te_copy_to_f32(dy, d);
+    if (acc) {
+        te_copy_to_f32(y->grad, g);
+        for (int64_t i = 0; i < y->numel; i++)
+            d[i] = g[i] + d[i];
+    }
+    te_copy_from_f32(y->grad, d);
+    if (!one) {
+        free(d);
+        free(g);
     }
     return TE_OK;
 }
@@ -800,14 +882,10 @@ te_status te_backward_with(te_tensor *y, const te_tensor *dy)
     }
     int acc;
     te_grad_buf(y, &acc);
-    if (te_tracing)
+    if (te_tracing) {
         te_trace_seed(y, dy);
-    else if (acc) {
-        for (int64_t i = 0; i < y->numel; i++)
-            te_set(y->grad, i, te_get(y->grad, i) + te_get(dy, i));
-    } else {
-        for (int64_t i = 0; i < y->numel; i++)
-            te_set(y->grad, i, te_get(dy, i));
+    } else if (seed_grad(y, dy, acc) != TE_OK) {
+        return te_error_code();
     }
     te_set_phase(TE_PHASE_BACKWARD);
     int last = y->node ? y->node->id : -1;

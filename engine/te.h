@@ -169,6 +169,10 @@ TE_API void te_fill(te_tensor *t, float v);
 TE_API te_status te_tensor_read(const te_tensor *t, int64_t first, int64_t count, void *dst);
 TE_API te_status te_tensor_read_f32(const te_tensor *t, int64_t first, int64_t count, float *dst);
 TE_API te_status te_tensor_write(te_tensor *t, int64_t first, int64_t count, const void *src);
+/* A new tape tensor on dev with t's dtype, shape, name and values (no
+ * gradient flows through it); NULL with TE_ERR_DEVICE when dev has no
+ * usable backend, TE_ERR_STATE when t has no data (traced). */
+TE_API te_tensor *te_tensor_to(const te_tensor *t, te_device dev);
 TE_API bool te_same_shape(const te_tensor *a, const te_tensor *b);
 /* "[128,784]" into buf; returns buf. */
 TE_API char *te_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
@@ -184,11 +188,12 @@ TE_API te_status te_init(const te_config *cfg);
 TE_API void te_shutdown(void);
 TE_API int te_threads(void);
 
-/* The backend that runs the ops: "cpu" (the default) or "cuda". Call it
- * after te_init and before any tensor exists. "cuda" gives TE_ERR_DEVICE
- * with the reason in te_error(): built without CUDA, no driver, no
- * device, out of memory (and, until issue 18's kernels exist, on a usable
- * device too). Another name gives TE_ERR_ARG. */
+/* The backend that runs the ops: "cpu" (the default) or "cuda". New
+ * tensors go to its device (docs/engine.md "Residency"); an op runs on its
+ * inputs' device. Call it after te_init, before the tensors it should hold
+ * exist. "cuda" gives TE_ERR_DEVICE with the reason in te_error(): built
+ * without CUDA, no driver, no device, out of memory. Another name gives
+ * TE_ERR_ARG. te_init and te_shutdown go back to the CPU. */
 TE_API te_status te_backend_use(const char *name);
 
 typedef enum { TE_PHASE_FORWARD, TE_PHASE_BACKWARD, TE_PHASE_UPDATE, TE_PHASE_COUNT } te_phase;
@@ -799,9 +804,11 @@ typedef struct te_mem_stats {
     size_t cached;    /* bytes kept in the allocator's free lists */
     uint64_t allocs, cache_hits;
 } te_mem_stats;
+/* The CPU's memory; te_mem_stats_of: device d's (zeros where none is used). */
 TE_API te_mem_stats te_mem_stats_get(void);
-TE_API void te_mem_reset_peak(void);
-TE_API void te_mem_release_cached(void);
+TE_API te_mem_stats te_mem_stats_of(te_device d);
+TE_API void te_mem_reset_peak(void);        /* every device's */
+TE_API void te_mem_release_cached(void);    /* every device's */
 
 /* ---- data --------------------------------------------------------------- */
 

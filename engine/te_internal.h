@@ -206,6 +206,7 @@ struct te_node {
      * gradient) rounded to f16/bf16; rounded false when nothing was. */
     te_round_stats round[TE_MAX_IN];
     bool rounded;
+    te_device device; /* its inputs' device: where it runs and its outputs live */
 };
 
 /* ---- making an op (used by the files of engine/ops) -------------------------------
@@ -264,6 +265,8 @@ int te_node_bwd_reads(const te_node *n, te_tensor **reads);
  * column's inputs that n was given, in training mode. */
 unsigned te_node_inplace(const te_node *n);
 
+/* Kernels only (engine/cpu/, engine/cuda/): t's data as its backend's
+ * pointer, which the backend's own code may dereference. */
 static inline float *te_f32(const te_tensor *t) { return (float *)t->data; }
 static inline int32_t *te_i32(const te_tensor *t) { return (int32_t *)t->data; }
 
@@ -275,6 +278,13 @@ void te_round_block(const float *src, void *dst, te_dtype dt, int64_t n, te_roun
 /* n f16 or bf16 values (dt) widened exactly to f32, as te_f16_to_f32 and
  * te_bf16_to_f32 do, in vector loops: lowp.c. */
 void te_half_to_f32(const uint16_t *src, float *dst, te_dtype dt, int64_t n);
+/* The same on host memory, in parallel chunks for big n: what the CPU
+ * backend's round and widen entries are. te_round_host adds to *st as
+ * te_round_block does (NULL: not counted). */
+void te_round_host(const float *src, void *dst, te_dtype dt, int64_t n, te_round_stats *st);
+void te_widen_host(const uint16_t *src, float *dst, te_dtype dt, int64_t n);
+/* *st cleared for a rounding to dt. */
+void te_round_stats_clear(te_round_stats *st, te_dtype dt);
 /* Tests: true makes the conversions take the portable paths on a CPU with
  * AVX2 and F16C too, so both are checked against the scalar functions. */
 extern bool te_lowp_portable;
@@ -312,6 +322,11 @@ int te_stats_chunks(int64_t n, int64_t *size);
 void te_stats_part_begin(te_stats_part *p, const float *x, int64_t lo, int64_t hi);
 void te_stats_part_add(te_stats_part *p, const float *x, int64_t first, int64_t count);
 void te_stats_merge(const te_stats_part *parts, int nch, int64_t n, te_stats *s);
+/* te_stats_compute (quick: te_stats_quick) of n values of dtype dt in host
+ * memory, and whether n f32 values hold a NaN or an Inf: the CPU backend's
+ * stats and has_nonfinite. */
+void te_stats_scan_host(const void *x, te_dtype dt, int64_t n, bool quick, te_stats *s);
+bool te_nonfinite_host(const float *x, int64_t n);
 
 /* ---- backends ------------------------------------------------------------ */
 
@@ -354,6 +369,9 @@ typedef struct te_backend {
     /* te_stats of t in one pass on the device (quick: te_stats_quick's
      * fields only); only the struct crosses to the host. */
     void (*stats)(const te_tensor *t, te_stats *s, bool quick);
+    /* Whether t holds a NaN or an Inf, faster than stats; NULL: stats
+     * (quick) answers. */
+    bool (*has_nonfinite)(const te_tensor *t);
     /* te_round_block and te_half_to_f32 on this backend's memory. */
     void (*round)(const float *src, void *dst, te_dtype dt, int64_t n, te_round_stats *st);
     void (*widen)(const uint16_t *src, float *dst, te_dtype dt, int64_t n);
@@ -392,13 +410,45 @@ void te_lowp_native_allow(bool on);
 int64_t te_lowp_native_runs(void);
 
 extern const te_backend te_backend_cpu;
+#ifdef TE_HAVE_CUDA
+extern const te_backend te_backend_cuda;
+#endif
+/* The backend new tensors go to (te_backend_use; the CPU's by default). */
 const te_backend *te_backend_current(void);
+/* The backend of device d, NULL when this build or machine has none usable
+ * (the first ask for CUDA probes the device once). */
+const te_backend *te_backend_of(te_device d);
+/* The backends by device; a tensor's is never NULL (it was made there). */
+extern const te_backend *te_backends[TE_DEV_COUNT];
+static inline const te_backend *te_backend_for(const te_tensor *t) { return te_backends[t->device]; }
+/* Whether be's memory is the host's: host buffers may then stand in for
+ * its own (no staging copy). */
+static inline bool te_backend_is_host(const te_backend *be) { return be->device == TE_DEV_CPU; }
+/* te_backend_of, or NULL with TE_ERR_DEVICE "WHO: cuda: REASON" set
+ * (TE_ERR_ARG for a device that does not exist). */
+const te_backend *te_backend_need(const char *who, te_device d);
+/* te_shutdown: new tensors go to the CPU again. */
+void te_backend_reset(void);
+/* Tests: installs be as device d's backend (NULL: none), so that a second
+ * device can be faked with host memory. */
+void te_backend_set_test(te_device d, const te_backend *be);
+/* t's memory, at element i, as its backend's pointer: to hand to that
+ * backend's entries, never to dereference outside the backends. */
+static inline void *te_data_at(const te_tensor *t, int64_t i)
+{
+    return (char *)t->data + (size_t)i * te_dtype_size(t->dtype);
+}
+static inline void *te_data(const te_tensor *t) { return t->data; }
 
 /* ---- engine internals shared between files ---------------------------- */
 
 void te_set_error(te_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void te_set_errorv(te_status code, const char *fmt, va_list ap);
 
+/* The caching allocator (alloc.c), per device: bytes of device d's
+ * memory; te_mem_alloc and te_mem_free are the current backend's. */
+void *te_mem_alloc_on(te_device d, size_t bytes);
+void te_mem_free_on(te_device d, void *p, size_t bytes);
 void *te_mem_alloc(size_t bytes);
 void te_mem_free(void *p, size_t bytes);
 void te_mem_shutdown(void);
@@ -414,6 +464,8 @@ enum {
 /* Registers a tape tensor so te_tape_reset() frees it. */
 void te_tape_track(te_tensor *t);
 te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
+/* The same on device d (te_tensor_alloc: the current backend's). */
+te_tensor *te_tensor_alloc_on(te_device d, te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
 
 void te_params_shutdown(void);
 /* The loss scaler (scaler.c), for the optimizer: this step's unscale found

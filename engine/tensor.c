@@ -119,7 +119,7 @@ char *te_shape_str(int ndim, const int64_t *shape, char *buf, size_t n)
     return buf;
 }
 
-te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned flags)
+te_tensor *te_tensor_alloc_on(te_device d, te_dtype dt, int ndim, const int64_t *shape, unsigned flags)
 {
     char sb[96];
     if ((unsigned)dt >= TE_DTYPE_COUNT) {
@@ -139,6 +139,8 @@ te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned
         }
         numel *= shape[i];
     }
+    if (!te_backend_need("tensor", d))
+        return NULL;
     te_tensor *t = calloc(1, sizeof *t);
     if (!t) {
         te_set_error(TE_ERR_NOMEM, "tensor: out of memory");
@@ -151,16 +153,25 @@ te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned
     t->numel = numel;
     t->nbytes = (size_t)numel * te_dtype_size(dt);
     t->flags = flags;
-    t->data = flags & TE_TENSOR_ABSTRACT ? NULL : te_mem_alloc(t->nbytes);
-    if (!t->data && !(flags & TE_TENSOR_ABSTRACT)) {
-        te_set_error(TE_ERR_NOMEM, "tensor: cannot allocate %zu bytes for %s %s", t->nbytes,
-                     te_dtype_name(dt), te_shape_str(ndim, shape, sb, sizeof sb));
-        free(t);
-        return NULL;
+    t->device = d;
+    if (!(flags & TE_TENSOR_ABSTRACT)) {
+        void *p = te_mem_alloc_on(d, t->nbytes);
+        if (!p) {
+            te_set_error(TE_ERR_NOMEM, "tensor: cannot allocate %zu bytes for %s %s on %s", t->nbytes,
+                         te_dtype_name(dt), te_shape_str(ndim, shape, sb, sizeof sb), te_device_name(d));
+            free(t);
+            return NULL;
+        }
+        t->data = p;
     }
     if (!(flags & TE_TENSOR_PERSISTENT))
         te_tape_track(t);
     return t;
+}
+
+te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned flags)
+{
+    return te_tensor_alloc_on(te_backend_current()->device, dt, ndim, shape, flags);
 }
 
 te_tensor *te_tensor_new(te_dtype dt, int ndim, const int64_t *shape)
@@ -168,11 +179,17 @@ te_tensor *te_tensor_new(te_dtype dt, int ndim, const int64_t *shape)
     return te_tensor_alloc(dt, ndim, shape, 0);
 }
 
+static void zero(te_tensor *t)
+{
+    if (t->nbytes)
+        te_backend_for(t)->zero(te_data(t), t->nbytes);
+}
+
 te_tensor *te_tensor_zeros(te_dtype dt, int ndim, const int64_t *shape)
 {
     te_tensor *t = te_tensor_alloc(dt, ndim, shape, 0);
     if (t)
-        memset(t->data, 0, t->nbytes);
+        zero(t);
     return t;
 }
 
@@ -180,7 +197,7 @@ te_tensor *te_tensor_from(te_dtype dt, int ndim, const int64_t *shape, const voi
 {
     te_tensor *t = te_tensor_alloc(dt, ndim, shape, 0);
     if (t && t->nbytes)
-        memcpy(t->data, data, t->nbytes);
+        te_backend_for(t)->from_host(te_data(t), data, t->nbytes);
     return t;
 }
 
@@ -188,8 +205,48 @@ te_tensor *te_tensor_persistent(te_dtype dt, int ndim, const int64_t *shape)
 {
     te_tensor *t = te_tensor_alloc(dt, ndim, shape, TE_TENSOR_PERSISTENT);
     if (t)
-        memset(t->data, 0, t->nbytes);
+        zero(t);
     return t;
+}
+
+te_tensor *te_tensor_to(const te_tensor *t, te_device dev)
+{
+    if (!t) {
+        te_set_error(TE_ERR_INPUT, "te_tensor_to: the tensor is NULL");
+        return NULL;
+    }
+    const te_backend *dst_be = te_backend_need("te_tensor_to", dev);
+    if (!dst_be)
+        return NULL;
+    if (t->numel && !te_data(t)) {
+        te_set_error(TE_ERR_STATE, "te_tensor_to: %s has no data (traced, or its memory was given back)",
+                     t->name[0] ? t->name : "the tensor");
+        return NULL;
+    }
+    te_tensor *c = te_tensor_alloc_on(dev, t->dtype, t->ndim, t->shape, 0);
+    if (!c)
+        return NULL;
+    memcpy(c->name, t->name, sizeof c->name);
+    if (!t->nbytes)
+        return c;
+    const te_backend *src_be = te_backend_for(t);
+    if (src_be == dst_be)
+        dst_be->copy(te_data(c), te_data(t), t->nbytes);
+    else if (te_backend_is_host(src_be)) /* host memory: the device's own upload */
+        dst_be->from_host(te_data(c), te_data(t), t->nbytes);
+    else if (te_backend_is_host(dst_be))
+        src_be->to_host(te_data(c), te_data(t), t->nbytes);
+    else { /* between two devices, through the host */
+        void *tmp = malloc(t->nbytes);
+        if (!tmp) {
+            te_set_error(TE_ERR_NOMEM, "te_tensor_to: cannot stage %zu bytes of %s on the host", t->nbytes, t->name);
+            return NULL;
+        }
+        src_be->to_host(tmp, te_data(t), t->nbytes);
+        dst_be->from_host(te_data(c), tmp, t->nbytes);
+        free(tmp);
+    }
+    return c;
 }
 
 /* Frees a persistent tensor's memory and its persistent gradient. A tape
@@ -205,70 +262,108 @@ void te_tensor_free(te_tensor *t)
     }
     if (t->grad && (t->grad->flags & TE_TENSOR_PERSISTENT))
         te_tensor_free(t->grad);
-    te_mem_free(t->data, t->nbytes);
+    te_mem_free_on(t->device, te_data(t), t->nbytes);
     free(t);
 }
 
-/* ---- access ------------------------------------------------------------- */
+/* ---- access ---------------------------------------------------------------
+ * Through the tensor's backend: its to_host and from_host move the bytes,
+ * the host converts them. */
 
-float te_get(const te_tensor *t, int64_t i)
+/* One element's bytes, whatever the dtype. */
+typedef union {
+    float f;
+    uint16_t h;
+    int32_t i;
+} element;
+
+static float element_f32(te_dtype dt, element e)
 {
-    switch (t->dtype) {
-    case TE_F32: return ((const float *)t->data)[i];
-    case TE_F16: return te_f16_to_f32(((const uint16_t *)t->data)[i]);
-    case TE_BF16: return te_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    case TE_I32: return (float)((const int32_t *)t->data)[i];
+    switch (dt) {
+    case TE_F32: return e.f;
+    case TE_F16: return te_f16_to_f32(e.h);
+    case TE_BF16: return te_bf16_to_f32(e.h);
+    case TE_I32: return (float)e.i;
     case TE_DTYPE_COUNT: break;
     }
     abort();
+}
+
+static element f32_element(te_dtype dt, float v)
+{
+    switch (dt) {
+    case TE_F32: return (element){ .f = v };
+    case TE_F16: return (element){ .h = te_f32_to_f16(v) };
+    case TE_BF16: return (element){ .h = te_f32_to_bf16(v) };
+    case TE_I32: return (element){ .i = (int32_t)lrintf(v) };
+    case TE_DTYPE_COUNT: break;
+    }
+    abort();
+}
+
+float te_get(const te_tensor *t, int64_t i)
+{
+    element e;
+    te_backend_for(t)->to_host(&e, te_data_at(t, i), te_dtype_size(t->dtype));
+    return element_f32(t->dtype, e);
 }
 
 void te_set(te_tensor *t, int64_t i, float v)
 {
-    switch (t->dtype) {
-    case TE_F32: ((float *)t->data)[i] = v; return;
-    case TE_F16: ((uint16_t *)t->data)[i] = te_f32_to_f16(v); return;
-    case TE_BF16: ((uint16_t *)t->data)[i] = te_f32_to_bf16(v); return;
-    case TE_I32: ((int32_t *)t->data)[i] = (int32_t)lrintf(v); return;
-    case TE_DTYPE_COUNT: break;
-    }
-    abort();
+    element e = f32_element(t->dtype, v);
+    te_backend_for(t)->from_host(te_data_at(t, i), &e, te_dtype_size(t->dtype));
 }
 
 float te_item(const te_tensor *t) { return te_get(t, 0); }
 
-void te_copy_to_f32(const te_tensor *t, float *dst)
+/* Elements moved per host buffer where they are converted on the host. */
+#define STAGE 4096
+
+/* count elements of t from first into f32 dst (host). */
+static void read_f32(const te_tensor *t, int64_t first, int64_t count, float *dst)
 {
+    const te_backend *be = te_backend_for(t);
     if (t->dtype == TE_F32) {
-        memcpy(dst, t->data, t->nbytes);
-        return;
-    }
-    if (t->dtype == TE_F16 || t->dtype == TE_BF16) {
-        const int64_t n = t->numel, chunks = (n + TE_PAR_MIN - 1) / TE_PAR_MIN;
-#pragma omp parallel for if (chunks > 1)
-        for (int64_t c = 0; c < chunks; c++) {
-            const int64_t i0 = c * TE_PAR_MIN;
-            te_half_to_f32((const uint16_t *)t->data + i0, dst + i0, t->dtype,
-                           n - i0 < TE_PAR_MIN ? n - i0 : TE_PAR_MIN);
+        be->to_host(dst, te_data_at(t, first), (size_t)count * sizeof *dst);
+    } else if (t->dtype == TE_I32) { /* the ints land in dst and widen in place */
+        be->to_host(dst, te_data_at(t, first), (size_t)count * sizeof *dst);
+        for (int64_t i = 0; i < count; i++) {
+            int32_t v;
+            memcpy(&v, dst + i, sizeof v);
+            dst[i] = (float)v;
         }
-        return;
+    } else if (te_backend_is_host(be)) {
+        be->widen(te_data_at(t, first), dst, t->dtype, count);
+    } else { /* halves staged on the host, widened there: exact either way */
+        uint16_t h[STAGE];
+        for (int64_t b = 0; b < count; b += STAGE) {
+            const int64_t m = count - b < STAGE ? count - b : STAGE;
+            be->to_host(h, te_data_at(t, first + b), (size_t)m * sizeof *h);
+            te_half_to_f32(h, dst + b, t->dtype, m);
+        }
     }
-    for (int64_t i = 0; i < t->numel; i++)
-        dst[i] = te_get(t, i);
 }
+
+void te_copy_to_f32(const te_tensor *t, float *dst) { read_f32(t, 0, t->numel, dst); }
 
 void te_copy_from_f32(te_tensor *t, const float *src)
 {
     if (t->dtype == TE_F32) {
-        memcpy(t->data, src, t->nbytes);
+        if (t->nbytes)
+            te_backend_for(t)->from_host(te_data(t), src, t->nbytes);
         return;
     }
     if (t->dtype == TE_F16 || t->dtype == TE_BF16) {
         te_round_f32(t, src, NULL); /* the same bits as te_set's, in vector loops */
         return;
     }
-    for (int64_t i = 0; i < t->numel; i++)
-        te_set(t, i, src[i]);
+    int32_t v[STAGE]; /* i32: converted on the host, as te_set does */
+    for (int64_t b = 0; b < t->numel; b += STAGE) {
+        const int64_t m = t->numel - b < STAGE ? t->numel - b : STAGE;
+        for (int64_t i = 0; i < m; i++)
+            v[i] = (int32_t)lrintf(src[b + i]);
+        te_backend_for(t)->from_host(te_data_at(t, b), v, (size_t)m * sizeof *v);
+    }
 }
 
 static te_status slice_ok(const te_tensor *t, int64_t first, int64_t count, const char *fn)
@@ -284,42 +379,38 @@ static te_status slice_ok(const te_tensor *t, int64_t first, int64_t count, cons
 te_status te_tensor_read(const te_tensor *t, int64_t first, int64_t count, void *dst)
 {
     te_status st = slice_ok(t, first, count, "te_tensor_read");
-    if (st == TE_OK && count > 0) {
-        const size_t es = te_dtype_size(t->dtype);
-        memcpy(dst, (const char *)t->data + (size_t)first * es, (size_t)count * es);
-    }
+    if (st == TE_OK && count > 0)
+        te_backend_for(t)->to_host(dst, te_data_at(t, first), (size_t)count * te_dtype_size(t->dtype));
     return st;
 }
 
 te_status te_tensor_read_f32(const te_tensor *t, int64_t first, int64_t count, float *dst)
 {
     te_status st = slice_ok(t, first, count, "te_tensor_read_f32");
-    if (st != TE_OK || count == 0)
-        return st;
-    if (t->dtype == TE_F32)
-        memcpy(dst, (const float *)t->data + first, (size_t)count * sizeof *dst);
-    else if (t->dtype == TE_F16 || t->dtype == TE_BF16)
-        te_half_to_f32((const uint16_t *)t->data + first, dst, t->dtype, count);
-    else
-        for (int64_t i = 0; i < count; i++)
-            dst[i] = (float)((const int32_t *)t->data)[first + i];
-    return TE_OK;
+    if (st == TE_OK && count > 0)
+        read_f32(t, first, count, dst);
+    return st;
 }
 
 te_status te_tensor_write(te_tensor *t, int64_t first, int64_t count, const void *src)
 {
     te_status st = slice_ok(t, first, count, "te_tensor_write");
-    if (st == TE_OK && count > 0) {
-        const size_t es = te_dtype_size(t->dtype);
-        memcpy((char *)t->data + (size_t)first * es, src, (size_t)count * es);
-    }
+    if (st == TE_OK && count > 0)
+        te_backend_for(t)->from_host(te_data_at(t, first), src, (size_t)count * te_dtype_size(t->dtype));
     return st;
 }
 
 void te_fill(te_tensor *t, float v)
 {
-    for (int64_t i = 0; i < t->numel; i++)
-        te_set(t, i, v);
+    /* One host buffer of the value in t's dtype, written over t block by block. */
+    const element e = f32_element(t->dtype, v);
+    const size_t es = te_dtype_size(t->dtype);
+    const int64_t m = t->numel < STAGE ? t->numel : STAGE;
+    unsigned char buf[STAGE * sizeof(element)];
+    for (int64_t i = 0; i < m; i++)
+        memcpy(buf + (size_t)i * es, &e, es);
+    for (int64_t b = 0; b < t->numel; b += STAGE)
+        te_backend_for(t)->from_host(te_data_at(t, b), buf, (size_t)(t->numel - b < STAGE ? t->numel - b : STAGE) * es);
 }
 
 bool te_same_shape(const te_tensor *a, const te_tensor *b)

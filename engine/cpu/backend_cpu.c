@@ -1,16 +1,8 @@
-/* backend_cpu.c — the CPU backend: memory and one kernel table per direction. */
+/* backend_cpu.c — the CPU backend's table: its memory and services
+ * (cpu_services.c) and one kernel table per direction. */
 #include "cpu_kernels.h"
 #include "cpu_optim.h"
-
-#include <stdlib.h>
-
-static void *cpu_alloc(size_t bytes)
-{
-    /* 64-byte alignment for vector loads; size rounded as aligned_alloc wants. */
-    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-}
-
-static void cpu_free(void *p) { free(p); }
+#include "cpu_services.h"
 
 /* Each op and the prefix of its kernels, PREFIX_forward and
  * PREFIX_backward; Flatten is Reshape's copy. */
@@ -44,10 +36,18 @@ _Static_assert((int)CPU_KERNEL_ROWS == (int)TE_OP_COUNT, "every op needs its ker
 #define CPU_BWD(e, k) [TE_OP_##e] = k##_backward,
 const te_backend te_backend_cpu = {
     .name = "cpu",
+    .device = TE_DEV_CPU,
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .round = te_round_block,
-    .widen = te_half_to_f32,
+    .to_host = cpu_to_host,
+    .from_host = cpu_from_host,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .stats = cpu_stats,
+    .has_nonfinite = cpu_has_nonfinite,
+    .round = te_round_host,
+    .widen = te_widen_host,
     .sgd = cpu_sgd,
     .adam = cpu_adam,
     .unscale = cpu_unscale,
