@@ -128,15 +128,17 @@ float te_optim_lr(const te_optim *o) { return o->kind == OPT_SGD ? o->sgd.lr : o
 /* The parameter's name as registered, without "param:". */
 static const char *param_name(const te_tensor *p) { return strncmp(p->name, "param:", 6) ? p->name : p->name + 6; }
 
-/* The state tensor in *slot, made (zeroed, f32, p's shape) on first use,
+/* The state tensor in *slot, made (zeroed, f32, p's shape, on p's device)
+ * on first use,
  * named "optim:WHAT:NAME"; NULL with TE_ERR_NOMEM set. */
 static te_tensor *state_tensor(te_tensor **slot, const te_tensor *p, const char *what)
 {
     if (!*slot) {
-        if (!(*slot = te_tensor_persistent(TE_F32, p->ndim, p->shape))) {
+        if (!(*slot = te_tensor_alloc_on(p->device, TE_F32, p->ndim, p->shape, TE_TENSOR_PERSISTENT))) {
             te_set_error(TE_ERR_NOMEM, "optimizer: out of memory for the %s state of %s", what, p->name);
             return NULL;
         }
+        te_backend_for(*slot)->zero((*slot)->data, (*slot)->nbytes);
         snprintf((*slot)->name, sizeof (*slot)->name, "optim:%s:%.100s", what, param_name(p));
     }
     return *slot;
@@ -200,7 +202,7 @@ static void skip_step(te_optim *o)
  * them after it: all of them backend memory on the parameter's device. */
 typedef struct work {
     int i;            /* the parameter */
-    float *tmp;       /* te_mem_alloc'd scratch (NULL: none), tmp_bytes long */
+    float *tmp;       /* te_mem_alloc_on's scratch (NULL: none), tmp_bytes long */
     size_t tmp_bytes;
     bool round_back;  /* the update ran on an f32 copy: round it into the parameter */
     te_stats stats;   /* the new values' statistics, when the update takes them */
@@ -218,7 +220,7 @@ static te_status update_buffers(te_optim *o, const te_backend *b, work *w, te_up
     const int64_t scratch = (p->dtype != TE_F32 && !master ? n : 0) + (g->dtype != TE_F32 && !unscaled ? n : 0);
     if (scratch) {
         w->tmp_bytes = (size_t)scratch * sizeof *w->tmp;
-        if (!(w->tmp = te_mem_alloc(w->tmp_bytes))) {
+        if (!(w->tmp = te_mem_alloc_on(p->device, w->tmp_bytes))) {
             te_set_error(TE_ERR_NOMEM, "optimizer: out of memory updating %s", p->name);
             return TE_ERR_NOMEM;
         }
@@ -287,13 +289,34 @@ static void finish_update(const te_optim *o, const te_backend *b, work *w, const
     if (w->round_back)
         b->round(u->p, p->data, p->dtype, p->numel, NULL);
     if (w->tmp)
-        te_mem_free(w->tmp, w->tmp_bytes);
+        te_mem_free_on(p->device, w->tmp, w->tmp_bytes);
     w->tmp = NULL;
     if (te_hook_count || te_inject_count)
         record_update(o, p, u->stats);
     else
         te_next_exec_index();
     p->grad_valid = false;
+}
+
+/* The backend of the parameters with a gradient this step: one device for
+ * them all (one call updates them all), else NULL with TE_ERR_DEVICE
+ * naming both devices. */
+static const te_backend *params_backend(te_tensor **params, int n, const char *who)
+{
+    const te_tensor *first = NULL;
+    for (int i = 0; i < n; i++) {
+        const te_tensor *p = params[i];
+        if (!p->grad || !p->grad_valid)
+            continue;
+        if (!first) {
+            first = p;
+        } else if (p->device != first->device) {
+            te_set_error(TE_ERR_DEVICE, "%s: parameters on two devices, %s on %s and %s on %s", who,
+                         first->name, te_device_name(first->device), p->name, te_device_name(p->device));
+            return NULL;
+        }
+    }
+    return first ? te_backend_for(first) : te_backend_current();
 }
 
 te_status te_optim_step(te_optim *o)
@@ -313,7 +336,9 @@ te_status te_optim_step(te_optim *o)
         te_scaler_update();
         return TE_OK;
     }
-    const te_backend *b = te_backend_current();
+    const te_backend *b = params_backend(o->params, o->n, "optimizer");
+    if (!b)
+        return TE_ERR_DEVICE;
     work *w = calloc((size_t)(o->n ? o->n : 1), sizeof *w);
     te_update_args *u = calloc((size_t)(o->n ? o->n : 1), sizeof *u);
     if (!w || !u) {
@@ -340,7 +365,7 @@ te_status te_optim_step(te_optim *o)
     if (st != TE_OK) {
         for (int j = 0; j < k; j++)
             if (w[j].tmp)
-                te_mem_free(w[j].tmp, w[j].tmp_bytes);
+                te_mem_free_on(o->params[w[j].i]->device, w[j].tmp, w[j].tmp_bytes);
         free(w);
         free(u);
         return st;
@@ -381,11 +406,12 @@ static te_unscale_args clip_source(const te_tensor *p)
  * same multiply); an f16/bf16 one through f32 scratch, rounded back. */
 static te_status clip_scale(const te_backend *b, te_tensor **params, te_unscale_args *a, int k, float c)
 {
+    const te_device dev = b->device;
     size_t bytes = 0;
     for (int j = 0; j < k; j++)
         if (a[j].dt != TE_F32)
             bytes += (size_t)a[j].n * sizeof(float);
-    float *tmp = bytes ? te_mem_alloc(bytes) : NULL;
+    float *tmp = bytes ? te_mem_alloc_on(dev, bytes) : NULL;
     if (bytes && !tmp) {
         te_set_error(TE_ERR_NOMEM, "clip_grad_norm: out of memory");
         return TE_ERR_NOMEM;
@@ -405,7 +431,7 @@ static te_status clip_scale(const te_backend *b, te_tensor **params, te_unscale_
         j++;
     }
     if (tmp)
-        te_mem_free(tmp, bytes);
+        te_mem_free_on(dev, tmp, bytes);
     return TE_OK;
 }
 
@@ -415,7 +441,10 @@ float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
         te_trace_clip(params, n, max_norm);
         return 0.0f;
     }
-    te_unscale_args *a = malloc((size_t)(n ? n : 1) * sizeof *a);
+    const te_backend *b = params_backend(params, n, "clip_grad_norm");
+    te_unscale_args *a = b ? malloc((size_t)(n ? n : 1) * sizeof *a) : NULL;
+    if (!b)
+        return NAN;
     if (!a) {
         te_set_error(TE_ERR_NOMEM, "clip_grad_norm: out of memory");
         return NAN;
@@ -424,7 +453,6 @@ float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
     for (int i = 0; i < n; i++)
         if (params[i]->grad && params[i]->grad_valid)
             a[k++] = clip_source(params[i]);
-    const te_backend *b = te_backend_current();
     float norm = k ? (float)sqrt(b->sumsq(a, k)) : 0.0f;
     if (norm > max_norm && clip_scale(b, params, a, k, max_norm / (norm + 1e-6f)) != TE_OK)
         norm = NAN;

@@ -155,9 +155,9 @@ static master_grad *master_slot(te_tensor *p)
         mg = m;
         cap_mg = cap;
     }
-    te_tensor *g = te_tensor_persistent(TE_F32, p->ndim, p->shape);
+    te_tensor *g = te_tensor_alloc_on(p->device, TE_F32, p->ndim, p->shape, TE_TENSOR_PERSISTENT);
     if (!g)
-        return NULL;
+        return NULL; /* no need to zero it: every unscale writes it whole */
     snprintf(g->name, sizeof g->name, "master_grad:%.100s", strncmp(p->name, "param:", 6) ? p->name : p->name + 6);
     mg[n_mg] = (master_grad){ .p = p, .g = g };
     return &mg[n_mg++];
@@ -239,7 +239,17 @@ te_status te_scaler_unscale(te_tensor **params, int n)
     }
     /* All gradients in one call (one fused pass on a device); only when it
      * found a NaN or Inf is the first one looked for. */
-    const bool found = k && te_backend_current()->unscale(u, k, inv);
+    const te_backend *b = k ? te_backend_for(used[0]) : NULL;
+    for (int j = 1; j < k && b; j++)
+        if (used[j]->device != used[0]->device) {
+            te_set_error(TE_ERR_DEVICE, "amp/unscale: parameters on two devices, %s on %s and %s on %s",
+                         used[0]->name, te_device_name(used[0]->device), used[j]->name,
+                         te_device_name(used[j]->device));
+            free(u);
+            free(io);
+            return TE_ERR_DEVICE;
+        }
+    const bool found = b && b->unscale(u, k, inv);
     const char *first = found ? first_nonfinite(used, out, k) : NULL;
     free(u);
     te_scaler_record(found, first);

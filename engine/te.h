@@ -380,7 +380,8 @@ TE_API void te_optim_set_lr(te_optim *opt, float lr);
 TE_API float te_optim_lr(const te_optim *opt);
 TE_API void te_optim_free(te_optim *opt);
 /* Scales all gradients so their global L2 norm is at most max_norm; returns
- * the norm before clipping. */
+ * the norm before clipping (NaN with the error set when the gradients are
+ * on two devices, or out of memory). */
 TE_API float te_clip_grad_norm(te_tensor **params, int n, float max_norm);
 
 /* ---- training state, for checkpoints (optim.c) ---------------------------
