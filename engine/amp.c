@@ -20,26 +20,37 @@ static struct {
 static bool is_half(te_dtype dt) { return dt == TE_F16 || dt == TE_BF16; }
 
 /* Gives parameter p the dtype dt, its values rounded once to nearest even
- * (through f32, which holds f16 and bf16 exactly). Its gradient is dropped:
- * the next backward makes one of the new dtype. */
+ * (through f32, which holds f16 and bf16 exactly), on p's device. Its
+ * gradient is dropped: the next backward makes one of the new dtype. */
 static te_status param_to(te_tensor *p, te_dtype dt)
 {
-    float *tmp = malloc((size_t)p->numel * sizeof *tmp);
-    void *data = te_mem_alloc((size_t)p->numel * te_dtype_size(dt));
-    if (!tmp || !data) {
-        free(tmp);
+    const te_backend *b = te_backend_for(p);
+    const size_t bytes = (size_t)p->numel * te_dtype_size(dt);
+    /* f32 scratch only from one half dtype to the other */
+    const size_t tmp_bytes = p->dtype != TE_F32 && dt != TE_F32 ? (size_t)p->numel * sizeof(float) : 0;
+    void *data = te_mem_alloc_on(p->device, bytes);
+    float *tmp = tmp_bytes ? te_mem_alloc_on(p->device, tmp_bytes) : NULL;
+    if (!data || (tmp_bytes && !tmp)) {
         if (data)
-            te_mem_free(data, (size_t)p->numel * te_dtype_size(dt));
+            te_mem_free_on(p->device, data, bytes);
+        if (tmp)
+            te_mem_free_on(p->device, tmp, tmp_bytes);
         te_set_error(TE_ERR_NOMEM, "amp: out of memory converting %s to %s", p->name, te_dtype_name(dt));
         return TE_ERR_NOMEM;
     }
-    te_copy_to_f32(p, tmp);
-    te_mem_free(p->data, p->nbytes);
+    if (p->dtype == TE_F32) {
+        b->round(te_data(p), data, dt, p->numel, NULL);
+    } else if (dt == TE_F32) {
+        b->widen(te_data(p), data, p->dtype, p->numel);
+    } else {
+        b->widen(te_data(p), tmp, p->dtype, p->numel);
+        b->round(tmp, data, dt, p->numel, NULL);
+        te_mem_free_on(p->device, tmp, tmp_bytes);
+    }
+    te_mem_free_on(p->device, te_data(p), p->nbytes);
     p->data = data;
     p->dtype = dt;
-    p->nbytes = (size_t)p->numel * te_dtype_size(dt);
-    te_copy_from_f32(p, tmp);
-    free(tmp);
+    p->nbytes = bytes;
     if (p->grad) {
         te_tensor_free(p->grad);
         p->grad = NULL;

@@ -7,6 +7,11 @@
  * parameter after each; elsewhere (O3) the rounded parameter is all there
  * is. With a loss scaler, a step whose unscale found a non-finite gradient
  * is skipped whole, then the scaler's rule runs (te_scaler_update).
+ *
+ * The arithmetic is the backend's (te_backend sgd, adam, unscale, sumsq):
+ * this file gathers the parameters, their state and their f32 working
+ * buffers, all in the parameters' device memory, and hands the backend
+ * every parameter of the step in one call.
  */
 #include "te_internal.h"
 #include "graph/graph.h"
@@ -24,8 +29,10 @@ struct te_optim {
     te_adam_opts adam;
     int n;
     te_tensor **params;
-    float **m, **v;   /* momentum buffer / Adam moments, per parameter */
-    float **master;   /* f32 master copies of f16/bf16 parameters (O2) */
+    /* Per parameter, persistent f32 tensors beside it (NULL until made):
+     * momentum buffer / Adam moments, and the f32 master copy of an
+     * f16/bf16 parameter (O2). */
+    te_tensor **m, **v, **master;
     int64_t t;        /* updates done */
 };
 
@@ -97,9 +104,9 @@ void te_optim_free(te_optim *o)
     if (!o)
         return;
     for (int i = 0; i < o->n; i++) {
-        if (o->m) free(o->m[i]);
-        if (o->v) free(o->v[i]);
-        if (o->master) free(o->master[i]);
+        if (o->m) te_tensor_free(o->m[i]);
+        if (o->v) te_tensor_free(o->v[i]);
+        if (o->master) te_tensor_free(o->master[i]);
     }
     free(o->params);
     free(o->m);
@@ -118,104 +125,23 @@ void te_optim_set_lr(te_optim *o, float lr)
 
 float te_optim_lr(const te_optim *o) { return o->kind == OPT_SGD ? o->sgd.lr : o->adam.lr; }
 
-static float *state_buf(float **slot, int64_t n)
+/* The parameter's name as registered, without "param:". */
+static const char *param_name(const te_tensor *p) { return strncmp(p->name, "param:", 6) ? p->name : p->name + 6; }
+
+/* The state tensor in *slot, made (zeroed, f32, p's shape, on p's device)
+ * on first use,
+ * named "optim:WHAT:NAME"; NULL with TE_ERR_NOMEM set. */
+static te_tensor *state_tensor(te_tensor **slot, const te_tensor *p, const char *what)
 {
-    if (!*slot)
-        *slot = calloc((size_t)n, sizeof **slot);
+    if (!*slot) {
+        if (!(*slot = te_tensor_alloc_on(p->device, TE_F32, p->ndim, p->shape, TE_TENSOR_PERSISTENT))) {
+            te_set_error(TE_ERR_NOMEM, "optimizer: out of memory for the %s state of %s", what, p->name);
+            return NULL;
+        }
+        te_backend_for(*slot)->zero((*slot)->data, (*slot)->nbytes);
+        snprintf((*slot)->name, sizeof (*slot)->name, "optim:%s:%.100s", what, param_name(p));
+    }
     return *slot;
-}
-
-/* One parameter's update: its data, gradient and optimizer state (f32). */
-typedef struct update {
-    float *p;
-    const float *g;
-    float *m, *v;   /* momentum buffer / Adam moments; NULL when unused */
-    bool first;     /* SGD: the momentum buffer's first step */
-} update;
-
-/* One branch-free loop per case: a test inside the loop kept GCC from
- * vectorising it (scalar code, a third of the MLP step at batch 32). The
- * first momentum step is the general one with a zero buffer: 0*0 + 1*d. */
-static void sgd_range(const te_sgd_opts *s, const update *u, int64_t lo, int64_t hi)
-{
-    float *restrict p = u->p, *restrict buf = u->m;
-    const float *restrict g = u->g;
-    const float lr = s->lr, wd = s->weight_decay;
-    const float mom = u->first ? 0.0f : s->momentum, damp = u->first ? 1.0f : 1.0f - s->dampening;
-    const float look = s->momentum; /* Nesterov's look-ahead uses momentum even on step 1 */
-    if (!buf) {
-#pragma omp simd
-        for (int64_t i = lo; i < hi; i++)
-            p[i] -= lr * (g[i] + wd * p[i]);
-    } else if (s->nesterov) {
-#pragma omp simd
-        for (int64_t i = lo; i < hi; i++) {
-            float d = g[i] + wd * p[i];
-            buf[i] = mom * buf[i] + damp * d;
-            p[i] -= lr * (d + look * buf[i]);
-        }
-    } else {
-#pragma omp simd
-        for (int64_t i = lo; i < hi; i++) {
-            buf[i] = mom * buf[i] + damp * (g[i] + wd * p[i]);
-            p[i] -= lr * buf[i];
-        }
-    }
-}
-
-static void adam_range(const te_adam_opts *a, int64_t t, const update *u, int64_t lo, int64_t hi)
-{
-    float *restrict p = u->p, *restrict m = u->m, *restrict v = u->v;
-    const float *restrict g = u->g;
-    const float b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
-    const float step = a->lr / (1.0f - powf(b1, (float)t));
-    const float inv_sqrt_bc2 = 1.0f / sqrtf(1.0f - powf(b2, (float)t));
-    const float decay = a->decoupled ? 1.0f - a->lr * wd : 1.0f;
-    const float l2 = a->decoupled ? 0.0f : wd;
-#pragma omp simd
-    for (int64_t i = lo; i < hi; i++) {
-        float d = g[i] + l2 * p[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * d;
-        v[i] = b2 * v[i] + (1.0f - b2) * d * d;
-        p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
-    }
-}
-
-static void update_range(const te_optim *o, const update *u, int64_t lo, int64_t hi)
-{
-    if (o->kind == OPT_SGD)
-        sgd_range(&o->sgd, u, lo, hi);
-    else
-        adam_range(&o->adam, o->t, u, lo, hi);
-}
-
-static void update_all(const te_optim *o, const update *u, int64_t n)
-{
-#pragma omp parallel for schedule(static) if (n > TE_PAR_MIN)
-    for (int64_t b = 0; b < n; b += TE_STATS_STRIP)
-        update_range(o, u, b, b + TE_STATS_STRIP < n ? b + TE_STATS_STRIP : n);
-}
-
-/* The update with the new values' statistics taken a strip at a time,
- * while the strip is still in cache: reading the parameter again after
- * its update came from memory, at twice the cost. */
-static void update_with_stats(const te_optim *o, const update *u, int64_t n, te_stats *s)
-{
-    int64_t size;
-    const int nch = te_stats_chunks(n, &size);
-    te_stats_part parts[TE_STATS_MAX_CHUNKS];
-#pragma omp parallel for schedule(static) if (nch > 1 && n > TE_PAR_MIN)
-    for (int c = 0; c < nch; c++) {
-        const int64_t lo = (int64_t)c * size, hi = lo + size < n ? lo + size : n;
-        for (int64_t b = lo; b < hi; b += TE_STATS_STRIP) {
-            const int64_t e = b + TE_STATS_STRIP < hi ? b + TE_STATS_STRIP : hi;
-            update_range(o, u, b, e);
-            if (b == lo)
-                te_stats_part_begin(&parts[c], u->p, lo, hi);
-            te_stats_part_add(&parts[c], u->p, b, e - b);
-        }
-    }
-    te_stats_merge(parts, nch, n, s);
 }
 
 /* The record of one parameter's update, "update/NAME", its name in name. */
@@ -272,47 +198,125 @@ static void skip_step(te_optim *o)
         }
 }
 
-/* Parameter i's values to update in f32 (*pf) and its gradient in f32
- * (*gf): in place for f32, else the master copy or a temporary (*tmp,
- * freed by the caller) and the unscaled master gradient or a copy. */
-static te_status update_buffers(te_optim *o, int i, float **pf, const float **gf, float **tmp)
+/* Parameter i's f32 working buffers for one update, and what to do with
+ * them after it: all of them backend memory on the parameter's device. */
+typedef struct work {
+    int i;            /* the parameter */
+    float *tmp;       /* te_mem_alloc_on's scratch (NULL: none), tmp_bytes long */
+    size_t tmp_bytes;
+    bool round_back;  /* the update ran on an f32 copy: round it into the parameter */
+    te_stats stats;   /* the new values' statistics, when the update takes them */
+} work;
+
+/* Parameter i's values to update in f32 (u->p) and its gradient in f32
+ * (u->g): in place for f32, else the master copy or scratch (w->tmp) and
+ * the unscaled master gradient or a widened copy. */
+static te_status update_buffers(te_optim *o, const te_backend *b, work *w, te_update_args *u)
 {
-    te_tensor *p = o->params[i];
+    te_tensor *p = o->params[w->i], *g = p->grad;
     const int64_t n = p->numel;
-    *tmp = NULL;
-    *pf = p->data;
-    *gf = p->grad->data;
-    if (p->dtype == TE_F32 && p->grad->dtype == TE_F32)
-        return TE_OK;
-    const float *unscaled = te_scaler_master_grad(p);
-    const bool master = has_master(o, i);
-    if (!master || !unscaled) {
-        if (!(*tmp = malloc(2 * (size_t)n * sizeof **tmp)))
-            goto nomem;
-    }
-    if (master) {
-        if (!o->master[i]) { /* from the parameter's values, as Apex's O2 does */
-            if (!(o->master[i] = malloc((size_t)n * sizeof *o->master[i])))
-                goto nomem;
-            te_copy_to_f32(p, o->master[i]);
+    const te_tensor *unscaled = g->dtype == TE_F32 ? NULL : te_scaler_master_grad(p);
+    const bool master = p->dtype != TE_F32 && has_master(o, w->i);
+    const int64_t scratch = (p->dtype != TE_F32 && !master ? n : 0) + (g->dtype != TE_F32 && !unscaled ? n : 0);
+    if (scratch) {
+        w->tmp_bytes = (size_t)scratch * sizeof *w->tmp;
+        if (!(w->tmp = te_mem_alloc_on(p->device, w->tmp_bytes))) {
+            te_set_error(TE_ERR_NOMEM, "optimizer: out of memory updating %s", p->name);
+            return TE_ERR_NOMEM;
         }
-        *pf = o->master[i];
-    } else {
-        *pf = *tmp;
-        te_copy_to_f32(p, *pf);
     }
-    if (unscaled) {
-        *gf = unscaled;
+    float *next = w->tmp;
+    if (p->dtype == TE_F32) {
+        u->p = p->data;
+    } else if (master) {
+        const bool fresh = !o->master[w->i];
+        if (!state_tensor(&o->master[w->i], p, "master"))
+            return TE_ERR_NOMEM;
+        u->p = o->master[w->i]->data;
+        if (fresh) /* from the parameter's values, as Apex's O2 does */
+            b->widen(p->data, u->p, p->dtype, n);
+        w->round_back = true;
     } else {
-        te_copy_to_f32(p->grad, *tmp + n);
-        *gf = *tmp + n;
+        u->p = next;
+        next += n;
+        b->widen(p->data, u->p, p->dtype, n);
+        w->round_back = true;
+    }
+    if (g->dtype == TE_F32) {
+        u->g = g->data;
+    } else if (unscaled) {
+        u->g = unscaled->data;
+    } else {
+        b->widen(g->data, next, g->dtype, n);
+        u->g = next;
+    }
+    u->n = n;
+    return TE_OK;
+}
+
+/* The state of parameter w->i into u (made on its first update). */
+static te_status update_state(te_optim *o, const work *w, te_update_args *u)
+{
+    te_tensor *p = o->params[w->i];
+    u->first = o->m[w->i] == NULL;
+    if (o->kind == OPT_ADAM || o->sgd.momentum > 0) {
+        if (!state_tensor(&o->m[w->i], p, "m"))
+            return TE_ERR_NOMEM;
+        u->m = o->m[w->i]->data;
+    }
+    if (o->kind == OPT_ADAM) {
+        if (!state_tensor(&o->v[w->i], p, "v"))
+            return TE_ERR_NOMEM;
+        u->v = o->v[w->i]->data;
     }
     return TE_OK;
-nomem:
-    free(*tmp);
-    *tmp = NULL;
-    te_set_error(TE_ERR_NOMEM, "optimizer: out of memory updating %s", p->name);
-    return TE_ERR_NOMEM;
+}
+
+static void run_update(const te_optim *o, const te_backend *b, const te_update_args *u, int count)
+{
+    if (o->kind == OPT_SGD)
+        b->sgd(&o->sgd, u, count);
+    else
+        b->adam(&o->adam, o->t, u, count);
+}
+
+/* After parameter w->i's update: the f32 copy rounded into it, the
+ * scratch given back, the update reported (hooks and injections), the
+ * gradient used up. */
+static void finish_update(const te_optim *o, const te_backend *b, work *w, const te_update_args *u)
+{
+    te_tensor *p = o->params[w->i];
+    if (w->round_back)
+        b->round(u->p, p->data, p->dtype, p->numel, NULL);
+    if (w->tmp)
+        te_mem_free_on(p->device, w->tmp, w->tmp_bytes);
+    w->tmp = NULL;
+    if (te_hook_count || te_inject_count)
+        record_update(o, p, u->stats);
+    else
+        te_next_exec_index();
+    p->grad_valid = false;
+}
+
+/* The backend of the parameters with a gradient this step: one device for
+ * them all (one call updates them all), else NULL with TE_ERR_DEVICE
+ * naming both devices. */
+static const te_backend *params_backend(te_tensor **params, int n, const char *who)
+{
+    const te_tensor *first = NULL;
+    for (int i = 0; i < n; i++) {
+        const te_tensor *p = params[i];
+        if (!p->grad || !p->grad_valid)
+            continue;
+        if (!first) {
+            first = p;
+        } else if (p->device != first->device) {
+            te_set_error(TE_ERR_DEVICE, "%s: parameters on two devices, %s on %s and %s on %s", who,
+                         first->name, te_device_name(first->device), p->name, te_device_name(p->device));
+            return NULL;
+        }
+    }
+    return first ? te_backend_for(first) : te_backend_current();
 }
 
 te_status te_optim_step(te_optim *o)
@@ -332,80 +336,103 @@ te_status te_optim_step(te_optim *o)
         te_scaler_update();
         return TE_OK;
     }
-    o->t++;
-    for (int i = 0; i < o->n; i++) {
+    const te_backend *b = params_backend(o->params, o->n, "optimizer");
+    if (!b)
+        return TE_ERR_DEVICE;
+    work *w = calloc((size_t)(o->n ? o->n : 1), sizeof *w);
+    te_update_args *u = calloc((size_t)(o->n ? o->n : 1), sizeof *u);
+    if (!w || !u) {
+        free(w);
+        free(u);
+        te_set_error(TE_ERR_NOMEM, "optimizer: out of memory");
+        return TE_ERR_NOMEM;
+    }
+    /* Every buffer first, so that running out of memory updates nothing. */
+    te_status st = TE_OK;
+    int k = 0;
+    for (int i = 0; i < o->n && st == TE_OK; i++) {
         te_tensor *p = o->params[i];
         if (!p->grad || !p->grad_valid)
             continue; /* unused this step: PyTorch skips p.grad None too */
-        int64_t n = p->numel;
-        float *pf, *tmp;
-        const float *gf;
-        te_status st = update_buffers(o, i, &pf, &gf, &tmp);
-        if (st != TE_OK)
-            return st;
-        float *m = NULL, *v = NULL;
-        bool first = o->m[i] == NULL;
-        if (o->kind == OPT_ADAM || o->sgd.momentum > 0)
-            m = state_buf(&o->m[i], n);
-        if (o->kind == OPT_ADAM)
-            v = state_buf(&o->v[i], n);
-        if ((o->kind == OPT_ADAM || o->sgd.momentum > 0) && (!m || (o->kind == OPT_ADAM && !v))) {
-            free(tmp);
-            te_set_error(TE_ERR_NOMEM, "optimizer: out of memory for the state of %s", p->name);
-            return TE_ERR_NOMEM;
-        }
-        if (te_hook_count || te_inject_count)
-            begin_update(o, p);
-        const update u = { pf, gf, m, v, first };
-        te_stats stats;
-        const bool with_stats = te_stats_wanted && te_hook_count && pf == p->data;
-        if (with_stats)
-            update_with_stats(o, &u, n, &stats);
-        else
-            update_all(o, &u, n);
-        if (pf != p->data)
-            te_copy_from_f32(p, pf);
-        free(tmp);
-        if (te_hook_count || te_inject_count)
-            record_update(o, p, with_stats ? &stats : NULL);
-        else
-            te_next_exec_index();
-        p->grad_valid = false;
+        w[k].i = i;
+        st = update_buffers(o, b, &w[k], &u[k]);
+        if (st == TE_OK)
+            st = update_state(o, &w[k], &u[k]);
+        if (st == TE_OK && te_stats_wanted && te_hook_count && !w[k].round_back)
+            u[k].stats = &w[k].stats;
+        k++;
     }
+    if (st != TE_OK) {
+        for (int j = 0; j < k; j++)
+            if (w[j].tmp)
+                te_mem_free_on(o->params[w[j].i]->device, w[j].tmp, w[j].tmp_bytes);
+        free(w);
+        free(u);
+        return st;
+    }
+    o->t++;
+    if (te_hook_count || te_inject_count) {
+        /* One update per parameter between its op_begin and its record, so
+         * that a stop at update/B sees update/A done and B not yet. */
+        for (int j = 0; j < k; j++) {
+            begin_update(o, o->params[w[j].i]);
+            run_update(o, b, &u[j], 1);
+            finish_update(o, b, &w[j], &u[j]);
+        }
+    } else { /* all parameters in one call: one fused launch on a device */
+        if (k)
+            run_update(o, b, u, k);
+        for (int j = 0; j < k; j++)
+            finish_update(o, b, &w[j], &u[j]);
+    }
+    free(w);
+    free(u);
     te_scaler_update();
     return TE_OK;
 }
 
-/* Sum of squares of p's gradient (its unscaled f32 copy when the scaler
- * made one), in double so the norm is order-stable. */
-static double grad_sq(const te_tensor *p)
+/* The gradient of p as clipping sees it: its unscaled f32 copy when the
+ * scaler made one, else the gradient itself. */
+static te_unscale_args clip_source(const te_tensor *p)
 {
-    const te_tensor *g = p->grad;
-    const float *unscaled = te_scaler_master_grad(p);
-    double sq = 0;
-    if (unscaled || g->dtype == TE_F32) {
-        const float *x = unscaled ? unscaled : g->data;
-        for (int64_t j = 0; j < g->numel; j++)
-            sq += (double)x[j] * x[j];
-    } else {
-        for (int64_t j = 0; j < g->numel; j++)
-            sq += (double)te_get(g, j) * te_get(g, j);
-    }
-    return sq;
+    const te_tensor *g = te_scaler_master_grad(p);
+    if (!g)
+        g = p->grad;
+    return (te_unscale_args){ .src = g->data, .dt = g->dtype, .dst = g->dtype == TE_F32 ? g->data : NULL,
+                              .n = g->numel };
 }
 
-static void grad_scale(te_tensor *p, float c)
+/* Every gradient in a times c, in one call to the backend's unscale (the
+ * same multiply); an f16/bf16 one through f32 scratch, rounded back. */
+static te_status clip_scale(const te_backend *b, te_tensor **params, te_unscale_args *a, int k, float c)
 {
-    te_tensor *g = p->grad;
-    float *unscaled = te_scaler_master_grad(p);
-    if (unscaled || g->dtype == TE_F32) {
-        float *x = unscaled ? unscaled : g->data;
-        for (int64_t j = 0; j < g->numel; j++)
-            x[j] *= c;
-    } else {
-        for (int64_t j = 0; j < g->numel; j++)
-            te_set(g, j, te_get(g, j) * c);
+    const te_device dev = b->device;
+    size_t bytes = 0;
+    for (int j = 0; j < k; j++)
+        if (a[j].dt != TE_F32)
+            bytes += (size_t)a[j].n * sizeof(float);
+    float *tmp = bytes ? te_mem_alloc_on(dev, bytes) : NULL;
+    if (bytes && !tmp) {
+        te_set_error(TE_ERR_NOMEM, "clip_grad_norm: out of memory");
+        return TE_ERR_NOMEM;
     }
+    float *next = tmp;
+    for (int j = 0; j < k; j++)
+        if (a[j].dt != TE_F32) {
+            a[j].dst = next;
+            next += a[j].n;
+        }
+    b->unscale(a, k, c);
+    for (int i = 0, j = 0; j < k; i++) {
+        if (!params[i]->grad || !params[i]->grad_valid)
+            continue;
+        if (a[j].dt != TE_F32) /* an f16/bf16 gradient without an f32 copy */
+            b->round(a[j].dst, params[i]->grad->data, a[j].dt, a[j].n, NULL);
+        j++;
+    }
+    if (tmp)
+        te_mem_free_on(dev, tmp, bytes);
+    return TE_OK;
 }
 
 float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
@@ -414,17 +441,22 @@ float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
         te_trace_clip(params, n, max_norm);
         return 0.0f;
     }
-    double sq = 0;
+    const te_backend *b = params_backend(params, n, "clip_grad_norm");
+    te_unscale_args *a = b ? malloc((size_t)(n ? n : 1) * sizeof *a) : NULL;
+    if (!b)
+        return NAN;
+    if (!a) {
+        te_set_error(TE_ERR_NOMEM, "clip_grad_norm: out of memory");
+        return NAN;
+    }
+    int k = 0;
     for (int i = 0; i < n; i++)
         if (params[i]->grad && params[i]->grad_valid)
-            sq += grad_sq(params[i]);
-    float norm = (float)sqrt(sq);
-    if (norm > max_norm) {
-        float c = max_norm / (norm + 1e-6f);
-        for (int i = 0; i < n; i++)
-            if (params[i]->grad && params[i]->grad_valid)
-                grad_scale(params[i], c);
-    }
+            a[k++] = clip_source(params[i]);
+    float norm = k ? (float)sqrt(b->sumsq(a, k)) : 0.0f;
+    if (norm > max_norm && clip_scale(b, params, a, k, max_norm / (norm + 1e-6f)) != TE_OK)
+        norm = NAN;
+    free(a);
     return norm;
 }
 
@@ -461,8 +493,8 @@ const char *te_optim_slot_name(const te_optim *o, int slot)
     return slot < moment_slots(o) ? moments[slot] : "master";
 }
 
-/* The buffer behind parameter i's slot (a slot in range). */
-static float **slot_buf(te_optim *o, int i, int slot)
+/* The tensor behind parameter i's slot (a slot in range). */
+static te_tensor **slot_tensor(te_optim *o, int i, int slot)
 {
     if (slot == moment_slots(o))
         return &o->master[i];
@@ -477,26 +509,53 @@ const float *te_optim_state(const te_optim *o, int i, int slot)
 {
     if (i < 0 || i >= o->n || slot < 0 || slot >= te_optim_slots(o))
         return NULL;
-    return *slot_buf((te_optim *)o, i, slot);
+    const te_tensor *t = *slot_tensor((te_optim *)o, i, slot);
+    if (t && t->device != TE_DEV_CPU) {
+        te_set_error(TE_ERR_DEVICE, "te_optim_state: the %s state of %s is in %s memory; read it with "
+                     "te_optim_state_read", te_optim_slot_name(o, slot), o->params[i]->name,
+                     te_device_name(t->device));
+        return NULL;
+    }
+    return t ? t->data : NULL;
+}
+
+/* Parameter i and slot in range, else TE_ERR_ARG naming them. */
+static te_status slot_ok(const te_optim *o, int i, int slot, const char *fn)
+{
+    if (i < 0 || i >= o->n || slot < 0 || slot >= te_optim_slots(o)) {
+        te_set_error(TE_ERR_ARG, "%s: parameter %d slot %d out of range (%d parameters, %d slots)", fn, i, slot,
+                     o->n, te_optim_slots(o));
+        return TE_ERR_ARG;
+    }
+    return TE_OK;
+}
+
+te_status te_optim_state_read(const te_optim *o, int i, int slot, float *dst)
+{
+    te_status st = slot_ok(o, i, slot, "te_optim_state_read");
+    if (st != TE_OK)
+        return st;
+    const te_tensor *t = *slot_tensor((te_optim *)o, i, slot);
+    if (!t) {
+        te_set_error(TE_ERR_STATE, "te_optim_state_read: the %s state of %s is absent until its first update",
+                     te_optim_slot_name(o, slot), o->params[i]->name);
+        return TE_ERR_STATE;
+    }
+    return te_tensor_read(t, 0, t->numel, dst);
 }
 
 te_status te_optim_state_set(te_optim *o, int i, int slot, const float *values)
 {
-    if (i < 0 || i >= o->n || slot < 0 || slot >= te_optim_slots(o)) {
-        te_set_error(TE_ERR_ARG, "optimizer state: parameter %d slot %d out of range (%d parameters, %d slots)",
-                     i, slot, o->n, te_optim_slots(o));
-        return TE_ERR_ARG;
-    }
+    te_status st = slot_ok(o, i, slot, "optimizer state");
+    if (st != TE_OK)
+        return st;
     if (slot == moment_slots(o) && !has_master(o, i)) {
         te_set_error(TE_ERR_ARG, "optimizer state: %s is %s and keeps no master copy", o->params[i]->name,
                      te_dtype_name(o->params[i]->dtype));
         return TE_ERR_ARG;
     }
-    float *buf = state_buf(slot_buf(o, i, slot), o->params[i]->numel);
-    if (!buf) {
-        te_set_error(TE_ERR_NOMEM, "optimizer state: out of memory for %s", o->params[i]->name);
+    te_tensor *t = state_tensor(slot_tensor(o, i, slot), o->params[i], te_optim_slot_name(o, slot));
+    if (!t)
         return TE_ERR_NOMEM;
-    }
-    memcpy(buf, values, (size_t)o->params[i]->numel * sizeof *buf);
-    return TE_OK;
+    return te_tensor_write(t, 0, t->numel, values);
 }

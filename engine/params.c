@@ -36,7 +36,7 @@ te_tensor *te_param_new(const char *name, te_dtype dt, int ndim, const int64_t *
     te_tensor *t = te_tensor_alloc(dt, ndim, shape, TE_TENSOR_PERSISTENT | TE_TENSOR_PARAM);
     if (!t)
         return NULL;
-    memset(t->data, 0, t->nbytes);
+    te_backend_for(t)->zero(te_data(t), t->nbytes);
     t->requires_grad = true;
     snprintf(t->name, sizeof t->name, "param:%s", name);
     params[n_params++] = t;

@@ -13,26 +13,28 @@
 
 #include <string.h>
 
-/* A persistent copy of t: floats as f32 (cast up), i32 as it is. */
+/* A persistent copy of t on its device: floats as f32 (cast up), i32 as
+ * it is. */
 static te_tensor *copy_up(const te_tensor *t)
 {
     te_dtype dt = te_dtype_is_float(t->dtype) ? TE_F32 : t->dtype;
-    te_tensor *c = te_tensor_alloc(dt, t->ndim, t->shape, TE_TENSOR_PERSISTENT);
+    te_tensor *c = te_tensor_alloc_on(t->device, dt, t->ndim, t->shape, TE_TENSOR_PERSISTENT);
     if (!c)
         return NULL;
-    if (dt == TE_F32)
-        te_copy_to_f32(t, c->data);
-    else
-        memcpy(c->data, t->data, t->nbytes);
+    const te_backend *b = te_backend_for(t);
+    if (dt == TE_F32 && t->dtype != TE_F32)
+        b->widen(te_data(t), te_data(c), t->dtype, t->numel);
+    else if (t->nbytes)
+        b->copy(te_data(c), te_data(t), t->nbytes);
     memcpy(c->name, t->name, sizeof c->name);
     return c;
 }
 
-/* A persistent tensor shaped as t, f32 for a float one. */
+/* A persistent tensor shaped as t, on its device, f32 for a float one. */
 static te_tensor *like_up(const te_tensor *t)
 {
     te_dtype dt = te_dtype_is_float(t->dtype) ? TE_F32 : t->dtype;
-    te_tensor *c = te_tensor_alloc(dt, t->ndim, t->shape, TE_TENSOR_PERSISTENT);
+    te_tensor *c = te_tensor_alloc_on(t->device, dt, t->ndim, t->shape, TE_TENSOR_PERSISTENT);
     if (c)
         memcpy(c->name, t->name, sizeof c->name);
     return c;

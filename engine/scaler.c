@@ -12,7 +12,6 @@
 #include "te_internal.h"
 #include "graph/graph.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +27,9 @@ static te_tensor *scale_t;
 /* This step's unscale has recorded (found_inf is then this step's): the
  * optimizer skips on it, te_scaler_update applies the rule to it. */
 static bool pending;
+
+/* The scale into scale_t, wherever its memory is. */
+static te_status write_scale(void) { return te_tensor_write(scale_t, 0, 1, &sc.scale); }
 
 /* The unscaled f32 gradients of f16/bf16 parameters ("master gradients"),
  * one per parameter seen, valid for the step that unscaled them: dividing
@@ -73,8 +75,7 @@ te_status te_scaler_enable(const te_scaler_opts *o)
     sc.opts = d;
     sc.scale = d.init_scale;
     sc.hysteresis_left = d.hysteresis;
-    *(float *)scale_t->data = sc.scale;
-    return TE_OK;
+    return write_scale();
 }
 
 void te_scaler_disable(void)
@@ -109,8 +110,7 @@ te_status te_scaler_state_set(const te_scaler_state *s)
     sc.hysteresis_left = s->hysteresis_left;
     sc.found_inf = s->found_inf;
     snprintf(sc.first_param, sizeof sc.first_param, "%s", s->first_param);
-    *(float *)scale_t->data = sc.scale;
-    return TE_OK;
+    return write_scale();
 }
 
 bool te_scaler_state_get(te_scaler_state *s)
@@ -155,51 +155,35 @@ static master_grad *master_slot(te_tensor *p)
         mg = m;
         cap_mg = cap;
     }
-    te_tensor *g = te_tensor_persistent(TE_F32, p->ndim, p->shape);
+    te_tensor *g = te_tensor_alloc_on(p->device, TE_F32, p->ndim, p->shape, TE_TENSOR_PERSISTENT);
     if (!g)
-        return NULL;
+        return NULL; /* no need to zero it: every unscale writes it whole */
     snprintf(g->name, sizeof g->name, "master_grad:%.100s", strncmp(p->name, "param:", 6) ? p->name : p->name + 6);
     mg[n_mg] = (master_grad){ .p = p, .g = g };
     return &mg[n_mg++];
 }
 
-float *te_scaler_master_grad(const te_tensor *p)
+te_tensor *te_scaler_master_grad(const te_tensor *p)
 {
     for (int i = 0; i < n_mg; i++)
         if (mg[i].p == p)
-            return mg[i].valid ? (float *)mg[i].g->data : NULL;
+            return mg[i].valid ? mg[i].g : NULL;
     return NULL;
-}
-
-/* dst = src * inv, non-finite values of src counted, in one pass: PyTorch's
- * _amp_foreach_non_finite_check_and_unscale_ (it tests the value before
- * multiplying). src may be dst (f32) or a f16/bf16 buffer, widened block by
- * block into dst (exactly: every half value is an f32) by the vector
- * conversion while the block is in cache. */
-#define UNSCALE_BLOCK 2048
-
-static bool unscale_block(const void *src, te_dtype dt, float *dst, int64_t n, float inv)
-{
-    const int64_t blocks = (n + UNSCALE_BLOCK - 1) / UNSCALE_BLOCK;
-    int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n > TE_PAR_MIN)
-    for (int64_t b = 0; b < blocks; b++) {
-        const int64_t i0 = b * UNSCALE_BLOCK, m = n - i0 < UNSCALE_BLOCK ? n - i0 : UNSCALE_BLOCK;
-        const float *x = dt == TE_F32 ? (const float *)src + i0 : dst + i0;
-        if (dt != TE_F32)
-            te_half_to_f32((const uint16_t *)src + i0, dst + i0, dt, m);
-        float *y = dst + i0;
-#pragma omp simd reduction(| : bad)
-        for (int64_t i = 0; i < m; i++) {
-            bad |= !(fabsf(x[i]) <= FLT_MAX);
-            y[i] = x[i] * inv;
-        }
-    }
-    return bad != 0;
 }
 
 /* The parameter's name as registered, without "param:". */
 static const char *param_name(const te_tensor *p) { return strncmp(p->name, "param:", 6) ? p->name : p->name + 6; }
+
+/* The name of the first parameter whose unscaled gradient (out[j], that
+ * of params[j]) holds a NaN or Inf, after an unscale that found one. A value that the multiply by 1/scale (> 1 once the scale fell under
+ * 1) took past FLT_MAX would count too; the step is skipped either way. */
+static const char *first_nonfinite(te_tensor **params, te_tensor **out, int k)
+{
+    for (int j = 0; j < k; j++)
+        if (te_has_nonfinite(out[j]))
+            return param_name(params[j]);
+    return NULL;
+}
 
 te_status te_scaler_unscale(te_tensor **params, int n)
 {
@@ -211,12 +195,12 @@ te_status te_scaler_unscale(te_tensor **params, int n)
         te_next_exec_index();
         return TE_OK;
     }
-    te_tensor **io = malloc(2 * (size_t)(n ? n : 1) * sizeof *io);
+    te_tensor **io = malloc(3 * (size_t)(n ? n : 1) * sizeof *io);
     if (!io) {
         te_set_error(TE_ERR_NOMEM, "amp/unscale: out of memory");
         return TE_ERR_NOMEM;
     }
-    te_tensor **in = io, **out = io + n;
+    te_tensor **in = io, **out = io + n, **used = io + 2 * n;
     const bool report = te_hook_count || te_inject_count;
     te_op_record rec = {
         .step = te_step(), .phase = TE_PHASE_UPDATE, .op_id = -1, .exec_index = te_exec_index(),
@@ -225,31 +209,50 @@ te_status te_scaler_unscale(te_tensor **params, int n)
     if (report)
         te_op_begin(&rec);
     const float inv = (float)(1.0 / (double)sc.scale); /* GradScaler: scale.double().reciprocal().float() */
-    const char *first = NULL;
+    te_unscale_args *u = malloc((size_t)(n ? n : 1) * sizeof *u);
+    if (!u) {
+        free(io);
+        te_set_error(TE_ERR_NOMEM, "amp/unscale: out of memory");
+        return TE_ERR_NOMEM;
+    }
     int k = 0;
     for (int i = 0; i < n; i++) {
         te_tensor *p = params[i];
         if (!p->grad || !p->grad_valid)
             continue;
-        float *dst = p->grad->data;
         te_tensor *o = p->grad;
         if (p->grad->dtype != TE_F32) {
             master_grad *m = master_slot(p);
             if (!m) {
                 free(io);
+                free(u);
                 te_set_error(TE_ERR_NOMEM, "amp/unscale: out of memory for the f32 gradient of %s", p->name);
                 return TE_ERR_NOMEM;
             }
             m->valid = true;
             o = m->g;
-            dst = o->data;
         }
-        if (unscale_block(p->grad->data, p->grad->dtype, dst, p->numel, inv) && !first)
-            first = param_name(p);
+        u[k] = (te_unscale_args){ .src = p->grad->data, .dt = p->grad->dtype, .dst = o->data, .n = p->numel };
+        used[k] = p;
         in[k] = p->grad;
         out[k++] = o;
     }
-    te_scaler_record(first != NULL, first);
+    /* All gradients in one call (one fused pass on a device); only when it
+     * found a NaN or Inf is the first one looked for. */
+    const te_backend *b = k ? te_backend_for(used[0]) : NULL;
+    for (int j = 1; j < k && b; j++)
+        if (used[j]->device != used[0]->device) {
+            te_set_error(TE_ERR_DEVICE, "amp/unscale: parameters on two devices, %s on %s and %s on %s",
+                         used[0]->name, te_device_name(used[0]->device), used[j]->name,
+                         te_device_name(used[j]->device));
+            free(u);
+            free(io);
+            return TE_ERR_DEVICE;
+        }
+    const bool found = b && b->unscale(u, k, inv);
+    const char *first = found ? first_nonfinite(used, out, k) : NULL;
+    free(u);
+    te_scaler_record(found, first);
     if (report) { /* after the record: a stop here sees this step's found_inf */
         rec.exec_index = te_next_exec_index();
         rec.inputs = in;
@@ -274,7 +277,7 @@ void te_scaler_update(void)
     for (int i = 0; i < n_mg; i++)
         mg[i].valid = false;
     rule();
-    *(float *)scale_t->data = sc.scale;
+    write_scale();
 }
 
 static void rule(void)

@@ -382,7 +382,8 @@ TE_API void te_optim_set_lr(te_optim *opt, float lr);
 TE_API float te_optim_lr(const te_optim *opt);
 TE_API void te_optim_free(te_optim *opt);
 /* Scales all gradients so their global L2 norm is at most max_norm; returns
- * the norm before clipping. */
+ * the norm before clipping (NaN with the error set when the gradients are
+ * on two devices, or out of memory). */
 TE_API float te_clip_grad_norm(te_tensor **params, int n, float max_norm);
 
 /* ---- training state, for checkpoints (optim.c) ---------------------------
@@ -406,8 +407,14 @@ TE_API const char *te_optim_slot_name(const te_optim *opt, int slot);
 TE_API int64_t te_optim_steps(const te_optim *opt);
 TE_API void te_optim_set_steps(te_optim *opt, int64_t steps);
 /* Buffer slot of parameter i, or NULL while absent or when i or slot is out
- * of range. */
+ * of range. The state lives beside its parameter: on a device other than
+ * the CPU this is NULL with TE_ERR_DEVICE set; te_optim_state_read works
+ * everywhere. */
 TE_API const float *te_optim_state(const te_optim *opt, int i, int slot);
+/* Copies the numel f32 values of parameter i's buffer slot into the host
+ * memory dst; TE_ERR_ARG when i or slot is out of range, TE_ERR_STATE while
+ * the buffer is absent (before the parameter's first update). */
+TE_API te_status te_optim_state_read(const te_optim *opt, int i, int slot, float *dst);
 /* Copies numel values of parameter i into buffer slot (made present);
  * TE_ERR_ARG naming i and slot when out of range, TE_ERR_NOMEM. */
 TE_API te_status te_optim_state_set(te_optim *opt, int i, int slot, const float *values);

@@ -380,6 +380,9 @@ typedef struct te_backend {
     void (*adam)(const te_adam_opts *o, int64_t t, const te_update_args *u, int count);
     /* The scaler's unscale of count gradients; true if any held NaN/Inf. */
     bool (*unscale)(const te_unscale_args *u, int count, float inv);
+    /* Gradient clipping's sum of squares of count sources (src, dt, n;
+     * dst unused), in double: each source's sum, then those in order. */
+    double (*sumsq)(const te_unscale_args *u, int count);
     te_kernel_fn forward[TE_OP_COUNT];  /* one kernel per op and direction */
     te_kernel_fn backward[TE_OP_COUNT];
     /* Native low-precision kernels, NULL where none: see te_lowp_run_native. */
@@ -467,9 +470,9 @@ te_tensor *te_tensor_alloc_on(te_device d, te_dtype dt, int ndim, const int64_t 
 void te_params_shutdown(void);
 /* The loss scaler (scaler.c), for the optimizer: this step's unscale found
  * a non-finite gradient (skip the update); the unscaled f32 gradient of
- * the f16/bf16 parameter p this step, or NULL. */
+ * the f16/bf16 parameter p this step (a tensor on p's device), or NULL. */
 bool te_scaler_skip_step(void);
-float *te_scaler_master_grad(const te_tensor *p);
+te_tensor *te_scaler_master_grad(const te_tensor *p);
 /* With TDBG set, loads the debugger once per process (plugin.c). */
 void te_plugin_load(void);
 

@@ -1,10 +1,12 @@
 /* test_optim.c — optimizers, clipping and accumulation against PyTorch. */
 #include "fixture.h"
 #include "suites.h"
+#include "te_internal.h"
 #include "testutil.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -311,6 +313,141 @@ START_TEST(test_update_stats_after_injection)
 }
 END_TEST
 
+/* Deterministic values in [-1, 1) for buffer k. */
+static void fill(float *x, int64_t n, int k)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(((i * 2654435761u + (uint64_t)k * 40503u) >> 7) % 2000) / 1000.0f - 1.0f;
+}
+
+/* The backend's multi-tensor Adam over tensors of several sizes (one
+ * longer than a statistics strip, one with statistics wanted) gives the
+ * bits of one call per tensor, and PyTorch's rule within rounding. */
+START_TEST(test_multi_tensor_adam)
+{
+    enum { K = 4 };
+    const int64_t len[K] = { 1, 37, 3 * TE_STATS_STRIP + 5, 1000 };
+    const te_adam_opts o = { .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f };
+    float *buf[2][K][4]; /* [run][tensor][p, g, m, v] */
+    te_update_args u[2][K];
+    te_stats st[2][K];
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < K; k++) {
+            for (int j = 0; j < 4; j++) {
+                buf[r][k][j] = malloc((size_t)len[k] * sizeof(float));
+                fill(buf[r][k][j], len[k], 4 * k + j);
+                if (j == 3)
+                    for (int64_t i = 0; i < len[k]; i++)
+                        buf[r][k][j][i] = fabsf(buf[r][k][j][i]);
+            }
+            u[r][k] = (te_update_args){ buf[r][k][0], buf[r][k][1], buf[r][k][2], buf[r][k][3], len[k], false,
+                                        k == 2 ? &st[r][k] : NULL };
+        }
+    float *p0 = malloc((size_t)len[2] * sizeof *p0), *m0 = malloc((size_t)len[2] * sizeof *m0),
+          *v0 = malloc((size_t)len[2] * sizeof *v0);
+    memcpy(p0, buf[0][2][0], (size_t)len[2] * sizeof *p0);
+    memcpy(m0, buf[0][2][2], (size_t)len[2] * sizeof *m0);
+    memcpy(v0, buf[0][2][3], (size_t)len[2] * sizeof *v0);
+    te_backend_cpu.adam(&o, 3, u[0], K);
+    for (int k = 0; k < K; k++)
+        te_backend_cpu.adam(&o, 3, &u[1][k], 1);
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < 4; j++)
+            ck_assert_msg(memcmp(buf[0][k][j], buf[1][k][j], (size_t)len[k] * sizeof(float)) == 0,
+                          "tensor %d buffer %d: one call differs from one call per tensor", k, j);
+    ck_assert_mem_eq(&st[0][2], &st[1][2], sizeof st[0][2]);
+    /* the statistics are those of the new values */
+    te_tensor *t = te_tensor_from(TE_F32, te_shape(len[2]), buf[0][2][0]);
+    te_stats want;
+    te_stats_compute(t, &want);
+    ck_assert_mem_eq(&st[0][2], &want, sizeof want);
+    /* PyTorch's Adam step 3 in double on tensor 2 */
+    const double b1 = 0.9, b2 = 0.999;
+    for (int64_t i = 0; i < len[2]; i++) {
+        const double g = buf[0][2][1][i], d = g + 0.1 * p0[i];
+        const double m = b1 * m0[i] + (1 - b1) * d, v = b2 * v0[i] + (1 - b2) * d * d;
+        const double p = p0[i] - 0.01 / (1 - pow(b1, 3)) * m / (sqrt(v) / sqrt(1 - pow(b2, 3)) + 1e-8);
+        ck_assert_msg(fabs(buf[0][2][0][i] - p) <= 1e-5 * fabs(p) + 1e-6, "p[%lld] = %.9g, expected %.9g",
+                      (long long)i, (double)buf[0][2][0][i], p);
+    }
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < 4; j++)
+                free(buf[r][k][j]);
+    free(p0);
+    free(m0);
+    free(v0);
+}
+END_TEST
+
+/* The backend's unscale over many gradients (f32 in place, bf16 into f32)
+ * finds the one NaN in the last element of the last, and only when it is
+ * there; every value is x * inv. */
+START_TEST(test_unscale_many)
+{
+    enum { K = 40, N = 300 };
+    float *f[K], *src[K];
+    uint16_t h[N];
+    te_unscale_args u[K];
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < K; k++) {
+            f[k] = malloc(N * sizeof(float));
+            src[k] = malloc(N * sizeof(float));
+            fill(src[k], N, k);
+            if (k == 7) /* a bf16 one: exactly representable values, widened into f[k] */
+                for (int i = 0; i < N; i++) {
+                    h[i] = te_f32_to_bf16(src[k][i]);
+                    src[k][i] = te_bf16_to_f32(h[i]);
+                }
+            memcpy(f[k], src[k], N * sizeof(float));
+            u[k] = k == 7 ? (te_unscale_args){ h, TE_BF16, f[k], N } : (te_unscale_args){ f[k], TE_F32, f[k], N };
+        }
+        if (pass)
+            f[K - 1][N - 1] = src[K - 1][N - 1] = NAN;
+        ck_assert_int_eq(te_backend_cpu.unscale(u, K, 0.25f), pass == 1);
+        for (int k = 0; k < K; k++) {
+            for (int i = 0; i < N; i++) {
+                const float want = src[k][i] * 0.25f;
+                ck_assert_msg(memcmp(&f[k][i], &want, 4) == 0 || (isnan(want) && isnan(f[k][i])),
+                              "tensor %d [%d] = %a, expected %a", k, i, f[k][i], want);
+            }
+            free(f[k]);
+            free(src[k]);
+        }
+    }
+}
+END_TEST
+
+/* te_optim_state_read: the state te_optim_state points at, TE_ERR_STATE
+ * before the first update, TE_ERR_ARG out of range. */
+START_TEST(test_state_read)
+{
+    te_tensor *w = te_param_new("w", TE_F32, te_shape(5));
+    te_fill(w, 1.0f);
+    te_optim *opt = te_adam_new(&w, 1, &(te_adam_opts){ .lr = 0.1f });
+    float got[5];
+    ck_assert_int_eq(te_optim_state_read(opt, 0, 0, got), TE_ERR_STATE);
+    ck_assert_int_eq(te_optim_state_read(opt, 0, 2, got), TE_ERR_ARG);
+    ck_assert_int_eq(te_optim_state_read(opt, 1, 0, got), TE_ERR_ARG);
+    te_step_begin();
+    te_tensor *loss = te_sum(te_mul(w, w), TE_ALL, false);
+    ck_assert_int_eq(te_backward(loss), TE_OK);
+    ck_assert_int_eq(te_optim_step(opt), TE_OK);
+    te_step_end();
+    for (int slot = 0; slot < 2; slot++) {
+        ck_assert_int_eq(te_optim_state_read(opt, 0, slot, got), TE_OK);
+        ck_assert_mem_eq(got, te_optim_state(opt, 0, slot), sizeof got);
+    }
+    /* v = (1 - beta2) * g^2, g = 2w = 2 */
+    ck_assert_float_eq_tol(got[0], 0.004f, 1e-7f);
+    const float set[5] = { 1, 2, 3, 4, 5 };
+    ck_assert_int_eq(te_optim_state_set(opt, 0, 1, set), TE_OK);
+    ck_assert_int_eq(te_optim_state_read(opt, 0, 1, got), TE_OK);
+    ck_assert_mem_eq(got, set, sizeof got);
+    te_optim_free(opt);
+}
+END_TEST
+
 Suite *suite_optim(void)
 {
     Suite *s = suite_create("optim");
@@ -329,6 +466,9 @@ Suite *suite_optim(void)
     tcase_add_loop_test(tc, test_trajectories_with_stats, 0, 5);
     tcase_add_test(tc, test_update_stats_large);
     tcase_add_test(tc, test_update_stats_after_injection);
+    tcase_add_test(tc, test_multi_tensor_adam);
+    tcase_add_test(tc, test_unscale_many);
+    tcase_add_test(tc, test_state_read);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -308,8 +308,9 @@ START_TEST(test_unscale_values)
         float scaled[N];
         te_copy_to_f32(w->grad, scaled);
         ck_assert_int_eq(te_scaler_unscale(te_params(), te_param_count()), TE_OK);
-        const float *g = dt == TE_F32 ? te_f32(w->grad) : te_scaler_master_grad(w);
-        ck_assert_ptr_nonnull(g);
+        const te_tensor *gt = dt == TE_F32 ? w->grad : te_scaler_master_grad(w);
+        ck_assert_ptr_nonnull(gt);
+        const float *g = te_f32(gt);
         for (int i = 0; i < N; i++) {
             const float want = scaled[i] * (1.0f / 1024.0f);
             ck_assert_msg(memcmp(&g[i], &want, 4) == 0 || (isnan(g[i]) && isnan(want)),

@@ -1,6 +1,7 @@
 /* backend_cpu.c — the CPU backend's table: its memory and services
  * (cpu_services.c) and one kernel table per direction. */
 #include "cpu_kernels.h"
+#include "cpu_optim.h"
 #include "cpu_services.h"
 
 /* Each op and the prefix of its kernels, PREFIX_forward and
@@ -47,6 +48,10 @@ const te_backend te_backend_cpu = {
     .has_nonfinite = cpu_has_nonfinite,
     .round = te_round_host,
     .widen = te_widen_host,
+    .sgd = cpu_sgd,
+    .adam = cpu_adam,
+    .unscale = cpu_unscale,
+    .sumsq = cpu_sumsq,
     .forward = { CPU_KERNELS(CPU_FWD) },
     .backward = { CPU_KERNELS(CPU_BWD) },
     /* Native low-precision kernels: the oneDNN ones (bf16, AVX512-BF16)

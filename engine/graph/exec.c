@@ -64,7 +64,7 @@ static te_status run_act(const tg_kernel *k)
     te_tensor *mid = n->out[0];
     if (mid->data) {
         te_status st = run_node(k, n, false);
-        return st == TE_OK ? te_backend_current()->forward[a->op](a) : st;
+        return st == TE_OK ? te_backend_for(a->out[0])->forward[a->op](a) : st;
     }
     if (n->op == TE_OP_BATCHNORM && a->op == TE_OP_RELU && !k->shadow)
         return tg_bn_relu_forward(n, a); /* one pass: normalise and clamp */
@@ -86,8 +86,35 @@ static te_status run_seed(const tg_kernel *k)
     return TE_OK;
 }
 
+/* The fused kernels of the graph passes (tg_ew_run, tg_bn_relu_*,
+ * tg_act_inplace, tg_bn_fold_run, tg_attn_*) are host code: on another
+ * device they fail, naming the kernel, until that backend has its own. */
+static te_status host_fused(const tg_kernel *k)
+{
+    const te_device d = k->node ? k->node->out[0]->device : te_backend_current()->device;
+    if (d == TE_DEV_CPU)
+        return TE_OK;
+    te_set_error(TE_ERR_DEVICE, "graph mode: %s: this fused kernel runs on the cpu only, its tensors are on %s",
+                 k->desc ? k->desc : "a kernel", te_device_name(d));
+    return TE_ERR_DEVICE;
+}
+
+static bool is_fused(const tg_kernel *k)
+{
+    switch (k->kind) {
+    case TG_K_ACT: return !k->node->out[0]->data; /* in place: tg_act_inplace or tg_bn_relu_forward */
+    case TG_K_ACT_BWD: case TG_K_EW: case TG_K_BN_FOLD: case TG_K_ATTN: case TG_K_ATTN_BWD: return true;
+    default: return false;
+    }
+}
+
 static te_status run_kernel(const tg_kernel *k, int base)
 {
+    if (is_fused(k)) {
+        te_status st = host_fused(k);
+        if (st != TE_OK)
+            return st;
+    }
     switch (k->kind) {
     case TG_K_FWD: return run_node(k, k->node, false);
     case TG_K_BWD: return run_node(k, k->node, true);

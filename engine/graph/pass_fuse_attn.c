@@ -84,12 +84,15 @@ static bool causal_mask(const tg_plan *p, const te_tensor *m, int64_t T)
     if (v < 0 || (p->values[v].kind != TG_CONST && p->values[v].kind != TG_EXTERN) || !m->data ||
         m->dtype != TE_F32 || m->numel != T * T || m->ndim < 2 || m->shape[m->ndim - 1] != T)
         return false;
-    const float *d = te_f32(m);
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++)
-            if ((d[i * T + j] != 0.0f) != (j > i))
-                return false;
-    return true;
+    float *row = malloc((size_t)T * sizeof *row); /* read a row at a time, wherever m lives */
+    bool causal = row != NULL;
+    for (int64_t i = 0; causal && i < T; i++) {
+        causal = te_tensor_read(m, i * T, T, row) == TE_OK;
+        for (int64_t j = 0; causal && j < T; j++)
+            causal = (row[j] != 0.0f) == (j > i);
+    }
+    free(row);
+    return causal;
 }
 
 static int kernel_of(const tg_plan *p, const te_node *n, tg_kkind kind)

@@ -84,6 +84,7 @@ static te_tensor *copy_struct(const te_tensor *t)
     if (!c)
         abort();
     c->dtype = t->dtype;
+    c->device = t->device;
     c->ndim = t->ndim;
     memcpy(c->shape, t->shape, sizeof c->shape);
     c->numel = t->numel;
@@ -112,9 +113,10 @@ static int value_for(tg_trace *tr, te_tensor *t)
         te_tensor *c = copy_struct(t);
         tg_kind kind = input >= 0 ? TG_INPUT : t->flags & TE_TENSOR_ABSTRACT ? TG_TEMP : TG_CONST;
         if (kind == TG_CONST) {
-            if (!(c->data = te_mem_alloc(c->nbytes)) && c->nbytes)
+            if (!(c->data = te_mem_alloc_on(t->device, c->nbytes)) && c->nbytes)
                 abort();
-            memcpy(c->data, t->data, c->nbytes);
+            if (c->nbytes)
+                te_backend_for(t)->copy(te_data(c), te_data(t), c->nbytes);
         }
         id = tg_value_add(p, c, kind);
         p->values[id].input = input;

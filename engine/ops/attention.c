@@ -35,10 +35,17 @@ static te_tensor *causal_mask(int64_t T)
     te_tensor *m = te_tensor_persistent(TE_F32, te_shape(T, T));
     if (!m)
         return NULL;
-    float *d = te_f32(m);
-    for (int64_t i = 0; i < T; i++)
+    float *row = malloc((size_t)T * sizeof *row); /* written a row at a time, wherever m lives */
+    if (!row) {
+        te_tensor_free(m);
+        return NULL;
+    }
+    for (int64_t i = 0; i < T; i++) {
         for (int64_t j = 0; j < T; j++)
-            d[i * T + j] = j > i ? 1.0f : 0.0f;
+            row[j] = j > i ? 1.0f : 0.0f;
+        te_tensor_write(m, i * T, T, row);
+    }
+    free(row);
     snprintf(m->name, sizeof m->name, "causal_mask[%lld]", (long long)T);
     causal.masks[causal.n++] = m;
     return m;

@@ -127,9 +127,16 @@ te_tensor *te_embedding_at(te_loc l, te_tensor *weight, te_tensor *idx)
         return te_node_fail(n, TE_ERR_SHAPE, "weight %s and idx %s: idx must have 1 to %d dims", sw,
                             si, TE_MAX_DIMS - 1);
     const int64_t V = weight->shape[0];
-    const int32_t *ip = te_i32(idx);
-    for (int64_t i = 0; i < idx->numel; i++) {
-        if (ip[i] >= 0 && ip[i] < V)
+    /* read to the host a block at a time, wherever idx lives */
+    int32_t ip[1024];
+    for (int64_t i = 0, b = 0; i < idx->numel; i++) {
+        if (i == b + (int64_t)(sizeof ip / sizeof *ip) || i == 0) {
+            b = i;
+            const int64_t m = idx->numel - b < 1024 ? idx->numel - b : 1024;
+            if (te_tensor_read(idx, b, m, ip) != TE_OK)
+                return te_node_fail(n, te_error_code(), "idx %s: %s", si, te_error());
+        }
+        if (ip[i - b] >= 0 && ip[i - b] < V)
             continue;
         /* the position as a multi-index, as the user would write it */
         char pos[SHAPE_BUF];
@@ -142,7 +149,7 @@ te_tensor *te_embedding_at(te_loc l, te_tensor *weight, te_tensor *idx)
         return te_node_fail(n, TE_ERR_ARG,
                             "idx%s = %d (flat position %lld) out of range for weight %s: "
                             "indices must be in [0, %lld)",
-                            pos, (int)ip[i], (long long)i, sw, (long long)V);
+                            pos, (int)ip[i - b], (long long)i, sw, (long long)V);
     }
     int64_t out[TE_MAX_DIMS];
     for (int d = 0; d < idx->ndim; d++)
