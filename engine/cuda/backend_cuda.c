@@ -90,6 +90,7 @@ const te_backend te_backend_cuda = {
     .sgd = cuda_sgd,
     .adam = cuda_adam,
     .unscale = cuda_unscale,
+    .sumsq = cuda_sumsq,
     .forward = { CUDA_KERNELS(CUDA_FWD) },
     .backward = { CUDA_KERNELS(CUDA_BWD) },
     /* Tensor cores: f16/bf16 operands, f32 sums, rounded once. */

@@ -222,6 +222,23 @@ int cuda_unscale_first(const te_unscale_args *u, int count, float inv, te_status
     return *st == TE_OK ? (int)first : -1;
 }
 
+double cuda_sumsq(const te_unscale_args *u, int count)
+{
+    /* Per tensor in a fixed order, the stats kernel's sum of squares (of
+     * finite values, in double); a NaN or Inf makes the total what the
+     * CPU's plain sum would be, so that clipping goes bad alike. */
+    double total = 0.0;
+    for (int i = 0; i < count; i++) {
+        te_kstats k;
+        if (stats_to_host(u[i].src, u[i].dt, u[i].n, true, &k) != TE_OK)
+            return NAN;
+        if (k.nan > 0)
+            return NAN;
+        total += k.n - k.fin - k.nan > 0 ? INFINITY : k.sq;
+    }
+    return total;
+}
+
 bool cuda_unscale(const te_unscale_args *u, int count, float inv)
 {
     te_status st;

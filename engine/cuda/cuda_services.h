@@ -34,6 +34,8 @@ void cuda_adam(const te_adam_opts *o, int64_t t, const te_update_args *u, int co
  * true when any source held a NaN or Inf (also on a device error, so that
  * the step is skipped rather than taken on garbage). */
 bool cuda_unscale(const te_unscale_args *u, int count, float inv);
+/* The backend's sumsq: the squares of count tensors summed in double. */
+double cuda_sumsq(const te_unscale_args *u, int count);
 /* The same, returning the index in u of the first gradient that held a
  * NaN or Inf (the scaler names its parameter), -1 when none, and *st. */
 int cuda_unscale_first(const te_unscale_args *u, int count, float inv, te_status *st);
