@@ -50,6 +50,9 @@ int main(void)
     srunner_add_suite(sr, suite_dump_damage());
     srunner_add_suite(sr, suite_tdbg_diff());
     srunner_add_suite(sr, suite_dump_amp());
+#ifdef TE_HAVE_CUDA
+    srunner_add_suite(sr, suite_cuda_conv());
+#endif
     /* Skips: the tests (forked by Check) append to this file; the count
      * follows Check's closing line, and TDBG_REQUIRE_ALL=1 (CI) fails the
      * run on any, so that a missing tool cannot pass there unseen. */

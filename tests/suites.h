@@ -42,5 +42,8 @@ Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API,
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
 Suite *suite_amp(void);         /* mixed precision: levels, autocast, rounding against PyTorch, eager/graph parity */
 Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits, loss, gradients, training losses */
+#ifdef TE_HAVE_CUDA
+Suite *suite_cuda_conv(void);   /* conv2d, pools, batch norm on the CUDA backend against the CPU */
+#endif
 
 #endif

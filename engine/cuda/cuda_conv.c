@@ -167,17 +167,22 @@ static te_status plan_make(te_node *n, cudnnHandle_t h, conv_plan *p, const int 
     return plan_algos(n, h, p);
 }
 
-/* The plan of n's shapes, made on first use; NULL after failing n. */
+/* cuDNN's legacy API counts in int: x, w and y must fit. */
+static te_status conv_fits(te_node *n)
+{
+    const te_tensor *big[3] = { n->in[0], n->in[1], n->out[0] };
+    for (int i = 0; i < 3; i++)
+        if (big[i]->numel > INT_MAX)
+            return te_kernel_fail(n, TE_ERR_SHAPE, "conv2d: %lld elements in one tensor: cuDNN takes at most %d",
+                                  (long long)big[i]->numel, INT_MAX);
+    return TE_OK;
+}
+
+/* The plan of n's shapes (conv_fits), made on first use; NULL after
+ * failing n. */
 static conv_plan *plan_of(te_node *n, cudnnHandle_t h)
 {
-    const te_tensor *x = n->in[0], *w = n->in[1], *y = n->out[0];
-    const te_tensor *big[3] = { x, w, y };
-    for (int i = 0; i < 3; i++)
-        if (big[i]->numel > INT_MAX) {
-            te_kernel_fail(n, TE_ERR_SHAPE, "conv2d: %lld elements in one tensor: cuDNN takes at most %d",
-                           (long long)big[i]->numel, INT_MAX);
-            return NULL;
-        }
+    const te_tensor *x = n->in[0], *w = n->in[1];
     const int key[KEY_LEN] = { (int)x->shape[0], (int)x->shape[1], (int)x->shape[2], (int)x->shape[3],
                                (int)w->shape[0], (int)w->shape[2], (int)w->shape[3], n->a.stride, n->a.pad };
     for (int i = 0; i < PLANS; i++)
@@ -251,6 +256,9 @@ te_status cuda_conv2d_forward(te_node *n)
     te_tensor *y = n->out[0];
     if (y->numel == 0)
         return TE_OK;
+    te_status st = conv_fits(n);
+    if (st != TE_OK)
+        return st;
     cudnnHandle_t h = dnn(n);
     if (!h)
         return TE_ERR_DEVICE;
@@ -260,7 +268,7 @@ te_status cuda_conv2d_forward(te_node *n)
     if (!p)
         return te_error_code();
     size_t bytes = 0;
-    te_status st = te_cudnn_ok(n, cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, p->fwd, &bytes),
+    st = te_cudnn_ok(n, cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, p->fwd, &bytes),
                                "conv2d forward: workspace size");
     if (st != TE_OK)
         return st;
@@ -302,6 +310,8 @@ te_status cuda_conv2d_backward(te_node *n)
             return st;
         return dw && !acc_w ? zero(n, dw, wt->nbytes) : TE_OK;
     }
+    if ((st = conv_fits(n)) != TE_OK)
+        return st;
     cudnnHandle_t h = dnn(n);
     if (!h)
         return TE_ERR_DEVICE;
