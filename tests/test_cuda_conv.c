@@ -58,6 +58,7 @@ static te_tensor *dev_new(const te_tensor *like)
     size_t bytes = d->nbytes ? d->nbytes : 4;
     ck_assert_int_eq(cudaMalloc(&d->data, bytes), cudaSuccess);
     ck_assert_int_eq(cudaMemset(d->data, 0, bytes), cudaSuccess);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess); /* the kernels' stream does not wait for the legacy one */
     dev_own[n_dev++] = d;
     return d;
 }
