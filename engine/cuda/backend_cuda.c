@@ -4,8 +4,10 @@
  * waits only where it reads or where its buffer may be reused at once. */
 #include "cuda/cuda_attention.h"
 #include "cuda/cuda_cast.h"
+#include "cuda/cuda_conv.h"
 #include "cuda/cuda_elementwise.h"
 #include "cuda/cuda_linear.h"
+#include "cuda/cuda_norm.h"
 #include "cuda/cuda_reduce.h"
 #include "cuda/cuda_rt.h"
 #include "cuda/cuda_services.h"
@@ -70,7 +72,14 @@ static const char *cuda_lowp_native(void) { return "cuBLAS tensor cores (f16/bf1
     K(GLOBAL_AVGPOOL, cuda_global_avgpool) K(LAYERNORM, cuda_layernorm)                            \
     K(DROPOUT, cuda_dropout) K(RESHAPE, cuda_reshape) K(FLATTEN, cuda_reshape)                     \
     K(TRANSPOSE, cuda_transpose) K(SUM, cuda_sum) K(MEAN, cuda_mean)                               \
-    K(EMBEDDING, cuda_embedding) K(CAST, cuda_cast) K(MASKED_FILL, cuda_masked_fill)
+    K(EMBEDDING, cuda_embedding) K(CAST, cuda_cast) K(MASKED_FILL, cuda_masked_fill)              \
+    K(CONV2D, cuda_conv2d) K(MAXPOOL2D, cuda_maxpool2d) K(AVGPOOL2D, cuda_avgpool2d)               \
+    K(BATCHNORM, cuda_batchnorm)
+
+/* Every op exactly once, or the build stops (as the CPU's table). */
+#define CUDA_ONCE(e, k) cuda_kernels_of_##e,
+enum { CUDA_KERNELS(CUDA_ONCE) CUDA_KERNEL_ROWS };
+_Static_assert((int)CUDA_KERNEL_ROWS == (int)TE_OP_COUNT, "every op needs its kernels in CUDA_KERNELS");
 
 #define CUDA_FWD(e, k) [TE_OP_##e] = k##_forward,
 #define CUDA_BWD(e, k) [TE_OP_##e] = k##_backward,
