@@ -168,7 +168,7 @@ static te_tensor *state_tensor(te_tensor **slot, const te_tensor *p, const char 
             te_set_error(TE_ERR_NOMEM, "optimizer: out of memory for the %s state of %s", what, p->name);
             return NULL;
         }
-        te_backend_for(*slot)->zero((*slot)->data, (*slot)->nbytes);
+        te_backend_for(*slot)->zero(te_data(*slot), (*slot)->nbytes);
         snprintf((*slot)->name, sizeof (*slot)->name, "optim:%s:%.100s", what, param_name(p));
     }
     return *slot;
@@ -257,27 +257,27 @@ static te_status update_buffers(te_optim *o, const te_backend *b, work *w, te_up
     }
     float *next = w->tmp;
     if (p->dtype == TE_F32) {
-        u->p = p->data;
+        u->p = te_data(p);
     } else if (master) {
         const bool fresh = !o->master[w->i];
         if (!state_tensor(&o->master[w->i], p, "master"))
             return TE_ERR_NOMEM;
-        u->p = o->master[w->i]->data;
+        u->p = te_data(o->master[w->i]);
         if (fresh) /* from the parameter's values, as Apex's O2 does */
-            b->widen(p->data, u->p, p->dtype, n);
+            b->widen(te_data(p), u->p, p->dtype, n);
         w->round_back = true;
     } else {
         u->p = next;
         next += n;
-        b->widen(p->data, u->p, p->dtype, n);
+        b->widen(te_data(p), u->p, p->dtype, n);
         w->round_back = true;
     }
     if (g->dtype == TE_F32) {
-        u->g = g->data;
+        u->g = te_data(g);
     } else if (unscaled) {
-        u->g = unscaled->data;
+        u->g = te_data(unscaled);
     } else {
-        b->widen(g->data, next, g->dtype, n);
+        b->widen(te_data(g), next, g->dtype, n);
         u->g = next;
     }
     u->n = n;
@@ -292,12 +292,12 @@ static te_status update_state(te_optim *o, const work *w, te_update_args *u)
     if (o->kind == OPT_ADAM || o->sgd.momentum > 0) {
         if (!state_tensor(&o->m[w->i], p, "m"))
             return TE_ERR_NOMEM;
-        u->m = o->m[w->i]->data;
+        u->m = te_data(o->m[w->i]);
     }
     if (o->kind == OPT_ADAM) {
         if (!state_tensor(&o->v[w->i], p, "v"))
             return TE_ERR_NOMEM;
-        u->v = o->v[w->i]->data;
+        u->v = te_data(o->v[w->i]);
     }
     return TE_OK;
 }
@@ -317,7 +317,7 @@ static void finish_update(const te_optim *o, const te_backend *b, work *w, const
 {
     te_tensor *p = o->params[w->i];
     if (w->round_back)
-        b->round(u->p, p->data, p->dtype, p->numel, NULL);
+        b->round(u->p, te_data(p), p->dtype, p->numel, NULL);
     if (w->tmp)
         te_mem_free_on(p->device, w->tmp, w->tmp_bytes);
     w->tmp = NULL;
@@ -388,7 +388,7 @@ te_status te_optim_step(te_optim *o)
         st = update_buffers(o, b, &w[k], &u[k]);
         if (st == TE_OK)
             st = update_state(o, &w[k], &u[k]);
-        if (st == TE_OK && te_stats_wanted && te_hook_count && !w[k].round_back)
+        if (st == TE_OK && te_stats_wanted && te_hook_count && !te_watch_active() && !w[k].round_back)
             u[k].stats = &w[k].stats;
         k++;
     }
@@ -401,9 +401,11 @@ te_status te_optim_step(te_optim *o)
         return st;
     }
     o->t++;
-    if (te_hook_count || te_inject_count) {
+    if ((te_hook_count && !te_watch_active()) || te_inject_count) {
         /* One update per parameter between its op_begin and its record, so
-         * that a stop at update/B sees update/A done and B not yet. */
+         * that a stop at update/B sees update/A done and B not yet. A
+         * deferred step (watch.c) stops nowhere: one call, each update's
+         * record then only flagged. */
         for (int j = 0; j < k; j++) {
             begin_update(o, o->params[w[j].i]);
             run_update(o, b, &u[j], 1);
@@ -428,7 +430,7 @@ static te_unscale_args clip_source(const te_tensor *p)
     const te_tensor *g = te_scaler_master_grad(p);
     if (!g)
         g = p->grad;
-    return (te_unscale_args){ .src = g->data, .dt = g->dtype, .dst = g->dtype == TE_F32 ? g->data : NULL,
+    return (te_unscale_args){ .src = te_data(g), .dt = g->dtype, .dst = g->dtype == TE_F32 ? te_data(g) : NULL,
                               .n = g->numel };
 }
 
@@ -457,7 +459,7 @@ static te_status clip_scale(const te_backend *b, te_tensor **params, te_unscale_
         if (!params[i]->grad || !params[i]->grad_valid)
             continue;
         if (a[j].dt != TE_F32) /* an f16/bf16 gradient without an f32 copy */
-            b->round(a[j].dst, params[i]->grad->data, a[j].dt, a[j].n, NULL);
+            b->round(a[j].dst, te_data(params[i]->grad), a[j].dt, a[j].n, NULL);
         j++;
     }
     if (tmp)
@@ -546,7 +548,7 @@ const float *te_optim_state(const te_optim *o, int i, int slot)
                      te_device_name(t->device));
         return NULL;
     }
-    return t ? t->data : NULL;
+    return t ? te_data(t) : NULL;
 }
 
 /* Parameter i and slot in range, else TE_ERR_ARG naming them. */

@@ -60,7 +60,7 @@ te_status te_node_rerun_f32(const te_node *n, te_tensor **out)
         const te_tensor *t = n->in[i];
         if (!t)
             continue;
-        if (!t->data) {
+        if (!te_data(t)) {
             te_set_error(TE_ERR_STATE, "%s: its input %s is not in memory (graph mode keeps only the tensors "
                          "it is asked to observe)", n->name, t->name);
             st = TE_ERR_STATE;

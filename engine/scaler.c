@@ -232,7 +232,7 @@ te_status te_scaler_unscale(te_tensor **params, int n)
             m->valid = true;
             o = m->g;
         }
-        u[k] = (te_unscale_args){ .src = p->grad->data, .dt = p->grad->dtype, .dst = o->data, .n = p->numel };
+        u[k] = (te_unscale_args){ .src = te_data(p->grad), .dt = p->grad->dtype, .dst = te_data(o), .n = p->numel };
         used[k] = p;
         in[k] = p->grad;
         out[k++] = o;

@@ -166,7 +166,7 @@ te_tensor *te_tensor_alloc_on(te_device d, te_dtype dt, int ndim, const int64_t 
     }
     if (!(flags & TE_TENSOR_PERSISTENT))
         te_tape_track(t);
-    else if (t->data)
+    else if (te_data(t))
         te_persist_track(t);
     return t;
 }

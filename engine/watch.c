@@ -79,7 +79,7 @@ void te_watch_op(const te_op_record *rec)
      * there: that step runs again, and the hooks judge it. */
     for (int k = 0; k < rec->n_outputs && !(rec->traits & TE_TRAIT_NONFINITE_OK); k++) {
         const te_tensor *t = rec->outputs[k];
-        if (t && t->data && te_dtype_is_float(t->dtype) && t->numel)
+        if (t && te_data(t) && te_dtype_is_float(t->dtype) && t->numel)
             te_backends[t->device]->watch_flag(t, w.kinds, w.slots);
     }
     w.slots++;

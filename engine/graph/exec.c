@@ -62,7 +62,7 @@ static te_status run_act(const tg_kernel *k)
 {
     te_node *n = k->node, *a = k->act;
     te_tensor *mid = n->out[0];
-    if (mid->data) {
+    if (te_data(mid)) {
         te_status st = run_node(k, n, false);
         return st == TE_OK ? te_backend_for(a->out[0])->forward[a->op](a) : st;
     }
@@ -72,7 +72,7 @@ static te_status run_act(const tg_kernel *k)
     te_status st = run_node(k, n, false);
     mid->data = NULL;
     if (st == TE_OK)
-        tg_act_inplace(a->op, a->out[0]->data, a->out[0]->numel);
+        tg_act_inplace(a->op, te_data(a->out[0]), a->out[0]->numel);
     return st;
 }
 
@@ -102,7 +102,7 @@ static te_status host_fused(const tg_kernel *k)
 static bool is_fused(const tg_kernel *k)
 {
     switch (k->kind) {
-    case TG_K_ACT: return !k->node->out[0]->data; /* in place: tg_act_inplace or tg_bn_relu_forward */
+    case TG_K_ACT: return !te_data(k->node->out[0]); /* in place: tg_act_inplace or tg_bn_relu_forward */
     case TG_K_ACT_BWD: case TG_K_EW: case TG_K_BN_FOLD: case TG_K_ATTN: case TG_K_ATTN_BWD: return true;
     default: return false;
     }

@@ -167,7 +167,7 @@ void tg_plan_free(tg_plan *p)
         if (v->kind == TG_EXTERN)
             continue;
         if (v->kind == TG_CONST)
-            te_mem_free_on(v->t->device, v->t->data, v->t->nbytes);
+            te_mem_free_on(v->t->device, te_data(v->t), v->t->nbytes);
         free(v->t);
     }
     for (int i = 0; i < p->n_nodes; i++)

@@ -28,7 +28,8 @@ static bool foldable(const tg_plan *p, const tg_kernel *k)
 static void make_const(tg_plan *p, te_tensor *t)
 {
     tg_value *v = &p->values[tg_value_of(p, t)];
-    if (!(t->data = te_mem_alloc_on(t->device, t->nbytes)) && t->nbytes)
+    t->data = te_mem_alloc_on(t->device, t->nbytes);
+    if (!te_data(t) && t->nbytes)
         abort(); /* out of memory while compiling */
     v->kind = TG_CONST;
     v->materialized = false;

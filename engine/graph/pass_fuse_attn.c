@@ -81,7 +81,7 @@ static te_node *made_by(const tg_plan *p, const te_tensor *t, te_op op)
 static bool causal_mask(const tg_plan *p, const te_tensor *m, int64_t T)
 {
     int v = tg_value_of(p, m);
-    if (v < 0 || (p->values[v].kind != TG_CONST && p->values[v].kind != TG_EXTERN) || !m->data ||
+    if (v < 0 || (p->values[v].kind != TG_CONST && p->values[v].kind != TG_EXTERN) || !te_data(m) ||
         m->dtype != TE_F32 || m->numel != T * T || m->ndim < 2 || m->shape[m->ndim - 1] != T)
         return false;
     float *row = malloc((size_t)T * sizeof *row); /* read a row at a time, wherever m lives */

@@ -113,7 +113,8 @@ static int value_for(tg_trace *tr, te_tensor *t)
         te_tensor *c = copy_struct(t);
         tg_kind kind = input >= 0 ? TG_INPUT : t->flags & TE_TENSOR_ABSTRACT ? TG_TEMP : TG_CONST;
         if (kind == TG_CONST) {
-            if (!(c->data = te_mem_alloc_on(t->device, c->nbytes)) && c->nbytes)
+            c->data = te_mem_alloc_on(t->device, c->nbytes);
+            if (!te_data(c) && c->nbytes)
                 abort();
             if (c->nbytes)
                 te_backend_for(t)->copy(te_data(c), te_data(t), c->nbytes);
