@@ -33,7 +33,7 @@ void te_host_buffer_free(void *p)
 te_status te_tensor_read_async(const te_tensor *t, void *pinned_dst, te_copy_ticket *tk)
 {
     *tk = (te_copy_ticket){ .device = t->device };
-    if (!t->data && t->numel) {
+    if (!te_data(t) && t->numel) {
         te_set_error(TE_ERR_STATE, "te_tensor_read_async: %s has no data (traced)",
                      t->name[0] ? t->name : "the tensor");
         return TE_ERR_STATE;
