@@ -58,6 +58,7 @@ typedef struct item {
     dump_tensor_info ti;  /* ITEM_TENSOR */
     dump_stats_row row;   /* ITEM_STATS */
     void *data;           /* ITEM_TENSOR: the copy */
+    te_copy_ticket ticket; /* ... queued there: waited for before data is read or reused */
     size_t bytes, cap;    /* the copy's size, its buffer's */
     dump_op_row *ops;     /* ITEM_COMMIT: the op table for run.h5, when it grew */
     int n_ops;
@@ -145,8 +146,11 @@ struct dump_session {
 /* A step's tensors have the same sizes every step, so their copies' buffers
  * are used again: a fresh buffer of megabytes is a fresh mapping, faulted in
  * a page at a time by the training thread and unmapped by the writer (a
- * tenth of both threads' time under a full dump). The pool and the queue
- * together hold at most QUEUE_CAP_BYTES. Both take d->mu held. */
+ * tenth of both threads' time under a full dump); on a GPU it is also
+ * pinned memory (te_host_buffer_alloc), which is slow to make and what lets
+ * the device copy into it while training goes on. The pool and the queue
+ * together hold at most QUEUE_CAP_BYTES. Both take d->mu held; a buffer
+ * comes back only once its copy is done (copy_done). */
 static void *copy_get(dump_session *d, size_t n, size_t *cap)
 {
     int best = -1;
@@ -156,7 +160,7 @@ static void *copy_get(dump_session *d, size_t n, size_t *cap)
             best = i;
     if (best < 0) {
         *cap = n;
-        return malloc(n);
+        return te_host_buffer_alloc(n);
     }
     void *p = d->pool[best].buf;
     *cap = d->pool[best].cap;
@@ -173,8 +177,20 @@ static void copy_put(dump_session *d, void *p, size_t cap)
         d->pool[d->n_pool++] = (struct pooled){ p, cap };
         d->pool_bytes += cap;
     } else {
-        free(p);
+        te_host_buffer_free(p);
     }
+}
+
+/* Waits until it's copy is in its buffer: the training thread only queued
+ * it (te_tensor_read_async), so that it waits for neither the device nor
+ * the disk. False, with the message in err, when the copy failed. */
+static bool copy_done(item *it, char *err, size_t n)
+{
+    if (te_copy_wait(&it->ticket) == TE_OK)
+        return true;
+    snprintf(err, n, "copying %s from %s memory failed: %s", it->ti.tensor, te_device_name(it->ticket.device),
+             te_error());
+    return false;
 }
 
 /* ---- the writer thread --------------------------------------------------------- */
@@ -446,6 +462,11 @@ static void *writer_main(void *arg)
         activity(d, +1);
         bool failed = d->failed;
         pthread_mutex_unlock(&d->mu);
+        char err[1024];
+        if (!copy_done(it, err, sizeof err)) { /* waited for even when failed: the buffer goes back */
+            fail(d, err);
+            failed = true;
+        }
         if (!failed)
             write_item(d, &w, &c, it);
         pthread_mutex_lock(&d->mu);
@@ -500,6 +521,8 @@ static void free_items(dump_session *d, item *it)
 {
     while (it) {
         item *next = it->next;
+        char err[1024];
+        copy_done(it, err, sizeof err); /* dropped unwritten: only the buffer matters */
         pthread_mutex_lock(&d->mu);
         copy_put(d, it->data, it->cap);
         pthread_mutex_unlock(&d->mu);
@@ -574,13 +597,19 @@ static void write_current_part(dump_session *d)
 {
     int64_t tensors = 0;
     uint64_t bytes = 0;
-    for (const item *h = d->cur.head; h; h = h->next) {
+    for (item *h = d->cur.head; h; h = h->next) {
         item *it = new_item(h->kind, h->step);
         if (!it)
             return;
         it->ti = h->ti;
         it->row = h->row;
         if (h->data) {
+            char err[1024];
+            if (!copy_done(h, err, sizeof err)) { /* h's copy came this far */
+                fail(d, err);
+                free(it);
+                return;
+            }
             pthread_mutex_lock(&d->mu);
             it->data = copy_get(d, h->bytes + 4, &it->cap); /* 4 to spare: dump_step_add_copy */
             pthread_mutex_unlock(&d->mu);
@@ -704,7 +733,8 @@ static void queue_tensor(dump_session *d, const te_op_record *r, const te_tensor
         free(it);
         return;
     }
-    if (t->numel && te_tensor_read(t, 0, t->numel, it->data) != TE_OK) { /* the one copy off t's device */
+    /* the one copy off t's device, queued: the writer thread waits for it */
+    if (te_tensor_read_async(t, it->data, &it->ticket) != TE_OK) {
         pthread_mutex_lock(&d->mu);
         copy_put(d, it->data, it->cap);
         pthread_mutex_unlock(&d->mu);
@@ -1037,7 +1067,7 @@ void dump_stop(dump_session *d)
         free_items(d, d->ring[(d->ring_start + i) % d->ring_cap].head);
     free(d->ring);
     for (int i = 0; i < d->n_pool; i++)
-        free(d->pool[i].buf);
+        te_host_buffer_free(d->pool[i].buf);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->nonempty);
     pthread_cond_destroy(&d->room);

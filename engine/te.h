@@ -169,6 +169,28 @@ TE_API void te_fill(te_tensor *t, float v);
 TE_API te_status te_tensor_read(const te_tensor *t, int64_t first, int64_t count, void *dst);
 TE_API te_status te_tensor_read_f32(const te_tensor *t, int64_t first, int64_t count, float *dst);
 TE_API te_status te_tensor_write(te_tensor *t, int64_t first, int64_t count, const void *src);
+/* A whole tensor's read that the caller does not wait for (the dumps'):
+ * te_tensor_read_async queues the copy of t's nbytes into pinned_dst (a
+ * buffer from te_host_buffer_alloc), behind the work already queued on t's
+ * device, and fills *tk; te_copy_wait, on any thread, waits until the
+ * values are in pinned_dst. On the CPU the copy is done at once and the
+ * wait returns at once. Every ticket of a TE_OK read is waited for once,
+ * before its buffer is read, reused or freed. TE_ERR_STATE when t has no
+ * data (traced); TE_ERR_DEVICE with the device's message when the copy
+ * cannot be queued (read_async) or failed (wait). */
+typedef struct te_copy_ticket {
+    te_device device; /* whose backend the copy is queued on */
+    void *pending;    /* the backend's ticket; NULL: nothing to wait for */
+} te_copy_ticket;
+TE_API te_status te_tensor_read_async(const te_tensor *t, void *pinned_dst, te_copy_ticket *tk);
+TE_API te_status te_copy_wait(te_copy_ticket *tk);
+/* Host memory for te_tensor_read_async, 64-byte aligned: page-locked
+ * (pinned) when the current backend's device copies into such memory
+ * directly (CUDA), ordinary memory on the CPU; NULL when out of memory.
+ * te_host_buffer_free gives it back to the backend that made it, whichever
+ * is current then (NULL: nothing). */
+TE_API void *te_host_buffer_alloc(size_t bytes);
+TE_API void te_host_buffer_free(void *p);
 /* A new tape tensor on dev with t's dtype, shape, name and values (no
  * gradient flows through it); NULL with TE_ERR_DEVICE when dev has no
  * usable backend, TE_ERR_STATE when t has no data (traced). */

@@ -362,6 +362,19 @@ typedef struct te_backend {
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);
     void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    /* Copies to the host that the caller does not wait for (the dumps'):
+     * host_alloc gives host memory the device copies into directly
+     * (pinned; NULL when out of memory), host_free returns it.
+     * to_host_async queues a copy of bytes from src into host_dst (from
+     * host_alloc), ordered after the work queued before it, and sets
+     * *ticket (NULL: the copy is done already); false, with the error set,
+     * when it could not be queued. wait blocks until the ticket's copy is
+     * in host memory and releases the ticket, on any thread; false, with
+     * the error set, when the copy failed. Every ticket is waited for once. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    bool (*to_host_async)(void *host_dst, const void *src, size_t bytes, void **ticket);
+    bool (*wait)(void *ticket);
     void (*from_host)(void *dst, const void *host_src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*zero)(void *p, size_t bytes);

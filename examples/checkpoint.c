@@ -137,18 +137,22 @@ static bool write_all(hid_t f, const ckpt_info *info, const ckpt_attr *attrs, in
     ok = params >= 0 && og >= 0 && attr_str(og, "kind", kind) && attr_i64(og, "steps", te_optim_steps(opt));
     for (int s = 0; ok && s < n_slots; s++)
         ok = (slots[s] = group(og, te_optim_slot_name(opt, s))) >= 0;
+    /* Host values, read from whatever device holds them: a checkpoint
+     * written on one backend loads on another. */
     float *buf = NULL;
     for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
         const te_tensor *p = te_optim_param(opt, i);
-        float *more = realloc(buf, (size_t)p->numel * sizeof *buf);
+        float *more = realloc(buf, 2 * (size_t)p->numel * sizeof *buf); /* the values, then a buffer's */
         if (!(ok = more != NULL))
             break;
         buf = more;
+        float *state = buf + p->numel;
         te_copy_to_f32(p, buf);
         ok = write_f32(params, pname(p), p, buf);
         for (int s = 0; ok && s < n_slots; s++) {
-            const float *st = te_optim_state(opt, i, s);
-            ok = !st || write_f32(slots[s], pname(p), p, st);
+            /* TE_ERR_STATE: this buffer is absent (no update yet, or no master copy) */
+            const te_status st = te_optim_state_read(opt, i, s, state);
+            ok = st == TE_ERR_STATE || (st == TE_OK && write_f32(slots[s], pname(p), p, state));
         }
     }
     free(buf);

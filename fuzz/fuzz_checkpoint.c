@@ -60,10 +60,12 @@ static uint64_t state_hash(void)
         te_copy_to_f32(p, buf);
         h = hash(h, buf, (size_t)p->numel * sizeof *buf);
         for (int s = 0; s < te_optim_slots(opt); s++) {
-            const float *st = te_optim_state(opt, i, s);
-            h = hash(h, &(bool){ st != NULL }, sizeof(bool));
-            if (st)
-                h = hash(h, st, (size_t)p->numel * sizeof *st);
+            const te_status st = te_optim_state_read(opt, i, s, buf); /* TE_ERR_STATE: absent */
+            if (st != TE_OK && st != TE_ERR_STATE)
+                abort();
+            h = hash(h, &(bool){ st == TE_OK }, sizeof(bool));
+            if (st == TE_OK)
+                h = hash(h, buf, (size_t)p->numel * sizeof *buf);
         }
     }
     free(buf);

@@ -2,14 +2,17 @@
  * test_dump.c — dump sessions end to end: a small training step dumped
  * under several specs, read back with the reader and compared bit for bit
  * with the tensors the engine's hooks saw; selection by each spec key;
- * statistics mode; the size cap; eager and graph dumps alike; a write error.
+ * statistics mode; the size cap; eager and graph dumps alike; a write error;
+ * copies off a device queued by training and waited for by the writer.
  */
 #include "dump.h"
 #include "h5file.h"
 #include "suites.h"
+#include "te_internal.h"
 #include "testutil.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -644,6 +647,191 @@ START_TEST(test_h5py_interop)
 }
 END_TEST
 
+/* ---- copies the training thread does not wait for ------------------------------ */
+
+/* te_tensor_read_async on the CPU: done at once (no ticket), into an aligned
+ * buffer, the same bytes as te_tensor_read, for every dtype. */
+START_TEST(test_read_async_equals_read)
+{
+    static const te_dtype dts[] = { TE_F32, TE_F16, TE_BF16, TE_I32 };
+    for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+        te_tensor *t = te_tensor_new(dts[k], te_shape(37, 29));
+        for (int64_t i = 0; i < t->numel; i++)
+            te_set(t, i, (float)(i % 101) * 0.37f - 11.0f);
+        unsigned char *want = malloc(t->nbytes), *buf = te_host_buffer_alloc(t->nbytes);
+        ck_assert_ptr_nonnull(buf);
+        ck_assert_uint_eq((uintptr_t)buf % 64, 0);
+        memset(buf, 0xa5, t->nbytes);
+        te_copy_ticket tk;
+        ck_assert_int_eq(te_tensor_read_async(t, buf, &tk), TE_OK);
+        ck_assert_int_eq(tk.device, TE_DEV_CPU);
+        ck_assert_ptr_null(tk.pending); /* the CPU's copy is done when the call returns */
+        ck_assert_int_eq(te_copy_wait(&tk), TE_OK);
+        ck_assert_int_eq(te_tensor_read(t, 0, t->numel, want), TE_OK);
+        ck_assert_msg(memcmp(buf, want, t->nbytes) == 0, "%s: the async copy differs", te_dtype_name(dts[k]));
+        te_host_buffer_free(buf);
+        free(want);
+    }
+    te_host_buffer_free(NULL);
+}
+END_TEST
+
+/* A device whose copies to the host really are deferred: host memory behind
+ * a table whose to_host_async only queues the copy, done by wait or by the
+ * next device work that writes or frees memory (a stream orders it after
+ * the copies). Every wait says on which thread it ran. */
+#define DEFER_MAX 256
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    bool done, waited;
+} deferred_copy;
+static struct {
+    pthread_mutex_t mu;
+    deferred_copy q[DEFER_MAX];
+    int n, waits, waits_training, waited_twice, done_by_wait, host_allocs, host_frees;
+    pthread_t training;
+} defer = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void defer_drain(void) /* what the device does before later work */
+{
+    pthread_mutex_lock(&defer.mu);
+    for (int i = 0; i < defer.n; i++)
+        if (!defer.q[i].done) {
+            memcpy(defer.q[i].dst, defer.q[i].src, defer.q[i].bytes);
+            defer.q[i].done = true;
+        }
+    pthread_mutex_unlock(&defer.mu);
+}
+static void *defer_alloc(size_t n) { return malloc(n); }
+static void defer_free(void *p) { defer_drain(); free(p); }
+static void *defer_host_alloc(size_t n)
+{
+    defer.host_allocs++; /* the training thread's */
+    return aligned_alloc(64, (n + 63) & ~(size_t)63);
+}
+static void defer_host_free(void *p)
+{
+    pthread_mutex_lock(&defer.mu);
+    defer.host_frees++;
+    pthread_mutex_unlock(&defer.mu);
+    free(p);
+}
+static void defer_to_host(void *dst, const void *src, size_t n) { memcpy(dst, src, n); } /* reads: no conflict */
+static void defer_from_host(void *dst, const void *src, size_t n) { defer_drain(); memcpy(dst, src, n); }
+static void defer_copy(void *dst, const void *src, size_t n) { defer_drain(); memcpy(dst, src, n); }
+static void defer_zero(void *p, size_t n) { defer_drain(); memset(p, 0, n); }
+static void defer_sync(void) { defer_drain(); }
+static bool defer_to_host_async(void *dst, const void *src, size_t bytes, void **ticket)
+{
+    pthread_mutex_lock(&defer.mu);
+    ck_assert_int_lt(defer.n, DEFER_MAX);
+    defer.q[defer.n] = (deferred_copy){ dst, src, bytes, false, false };
+    *ticket = (void *)(uintptr_t)++defer.n;
+    pthread_mutex_unlock(&defer.mu);
+    return true;
+}
+static bool defer_wait(void *ticket)
+{
+    pthread_mutex_lock(&defer.mu);
+    const int i = (int)(uintptr_t)ticket - 1;
+    if (!defer.q[i].done) {
+        memcpy(defer.q[i].dst, defer.q[i].src, defer.q[i].bytes);
+        defer.q[i].done = true;
+        defer.done_by_wait++;
+    }
+    defer.waited_twice += defer.q[i].waited;
+    defer.q[i].waited = true;
+    defer.waits++;
+    defer.waits_training += pthread_equal(pthread_self(), defer.training) != 0;
+    pthread_mutex_unlock(&defer.mu);
+    return true;
+}
+static te_status defer_add(te_node *n)
+{
+    defer_drain();
+    const float *a = te_f32(n->in[0]), *b = te_f32(n->in[1]);
+    for (int64_t i = 0; i < n->out[0]->numel; i++)
+        te_f32(n->out[0])[i] = a[i] + b[i];
+    return TE_OK;
+}
+static const te_backend defer_backend = {
+    .name = "cuda-deferred",
+    .device = TE_DEV_CUDA,
+    .alloc = defer_alloc,
+    .free = defer_free,
+    .to_host = defer_to_host,
+    .host_alloc = defer_host_alloc,
+    .host_free = defer_host_free,
+    .to_host_async = defer_to_host_async,
+    .wait = defer_wait,
+    .from_host = defer_from_host,
+    .copy = defer_copy,
+    .zero = defer_zero,
+    .sync = defer_sync,
+    .widen = te_widen_host,
+    .forward = { [TE_OP_ADD] = defer_add },
+};
+
+/* A dump of tensors on a device: the training thread only queues their
+ * copies into the device's host buffers, the writer thread waits for each
+ * (once), and the files hold the tensors' values. */
+START_TEST(test_device_copies_waited_by_writer)
+{
+    defer.n = defer.waits = defer.waits_training = defer.waited_twice = defer.done_by_wait = 0;
+    defer.host_allocs = defer.host_frees = 0;
+    defer.training = pthread_self();
+    te_backend_set_test(TE_DEV_CUDA, &defer_backend);
+    ck_assert_int_eq(te_backend_use("cuda"), TE_OK);
+    float va[20], vb[20];
+    for (int i = 0; i < 20; i++)
+        va[i] = (float)i * 0.5f, vb[i] = 3.0f - (float)i;
+    te_tensor *a = te_tensor_persistent(TE_F32, te_shape(4, 5)), *b = te_tensor_persistent(TE_F32, te_shape(4, 5));
+    ck_assert_int_eq(te_tensor_write(a, 0, 20, va), TE_OK);
+    ck_assert_int_eq(te_tensor_write(b, 0, 20, vb), TE_OK);
+    char text[256], err[1024];
+    snprintf(text, sizeof text, "dir=%s;io=both", dir);
+    dump_spec spec;
+    ck_assert_msg(dump_spec_parse(text, &spec, err, sizeof err), "%s", err);
+    dump_session *d = dump_start(&spec, &(dump_run_info){ .command_line = "test" }, err, sizeof err);
+    ck_assert_msg(d != NULL, "%s", err);
+    int h = te_hook_add(&(te_hooks){ .op_end = see }, NULL);
+    for (int s = 0; s < 3; s++) {
+        te_step_begin();
+        te_tensor *y = te_add(a, b);
+        ck_assert_msg(y != NULL, "%s", te_error());
+        ck_assert_msg(te_add(y, a) != NULL, "%s", te_error());
+        if (s < 2)
+            te_set(a, s, (float)(100 + s)); /* a written after its copies were queued */
+        te_step_end();
+    }
+    te_hook_remove(h);
+    dump_stop(d);
+    ck_assert_int_eq(defer.n, 3 * 6); /* 2 ops x (2 inputs + 1 output) x 3 steps */
+    ck_assert_int_eq(defer.waits, defer.n);
+    ck_assert_int_eq(defer.waited_twice, 0);
+    ck_assert_int_eq(defer.waits_training, 0);
+    ck_assert_int_gt(defer.done_by_wait, 0); /* the last step's: no device work came after them */
+    ck_assert_int_gt(defer.host_allocs, 0);
+    ck_assert_int_eq(defer.host_frees, defer.host_allocs);
+    for (int s = 0; s < 3; s++)
+        ck_assert_int_eq(check_against_hooks(s), 6);
+    dump_step_reader *r = open_step(2);
+    float y[20];
+    ck_assert(dump_step_read_f32(r, dump_step_find(r, "/add/out0"), y, err, sizeof err));
+    ck_assert_float_eq(y[0], 100.0f + vb[0]); /* a as steps 0 and 1 left it */
+    ck_assert_float_eq(y[1], 101.0f + vb[1]);
+    ck_assert_float_eq(y[2], va[2] + vb[2]);
+    dump_step_close(r);
+    te_tensor_free(a);
+    te_tensor_free(b);
+    tu_teardown(); /* the device's memory goes back before the device does */
+    te_backend_set_test(TE_DEV_CUDA, NULL);
+    tu_setup();
+}
+END_TEST
+
 Suite *suite_dump(void)
 {
     Suite *s = suite_create("dump");
@@ -651,6 +839,8 @@ Suite *suite_dump(void)
     tcase_set_timeout(tc, 120); /* some run the examples (the CNN twice): seconds under a sanitizer or load */
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_round_trip_every_tensor);
+    tcase_add_test(tc, test_read_async_equals_read);
+    tcase_add_test(tc, test_device_copies_waited_by_writer);
     tcase_add_test(tc, test_run_peak_memory);
     tcase_add_test(tc, test_graph_mode_dumps_the_same);
     tcase_add_test(tc, test_selection);

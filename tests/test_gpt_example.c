@@ -2,8 +2,8 @@
  * test_gpt_example.c — runs examples/gpt on a small text kept in the
  * repository (tests/fixtures/alice.txt): it learns, evaluates, samples
  * deterministically, refuses bad flags and checkpoints, resumes from a
- * checkpoint bit for bit, agrees between eager and graph mode, and a NaN
- * planted in attention is found by tdbg at its op and step; debugged, one
+ * checkpoint bit for bit (and on another backend), agrees between eager and
+ * graph mode, and a NaN planted in attention is found by tdbg at its op and step; debugged, one
  * glob stops in every layer, a head's scores print the dumped values, the
  * causal mask never stops `break nonfinite`, and tdbg-diff calls eager and
  * fused-attention graph mode the same.
@@ -13,6 +13,10 @@
 #include "tsession.h"
 
 #include <hdf5.h>
+
+#ifdef TE_HAVE_CUDA
+#include "cuda/cuda_probe.h"
+#endif
 
 #include <math.h>
 #include <stdarg.h>
@@ -417,6 +421,110 @@ START_TEST(test_gpt_checkpoint_damaged)
 }
 END_TEST
 
+/* Every parameter of /params has its Adam m and v under /optim, of its
+ * size, finite, v never negative, and the update's traces in them (not all
+ * zero): the optimizer's state as host values. */
+static void assert_optim_state_stored(const char *path)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert_msg(f >= 0, "cannot open %s", path);
+    hid_t params = H5Gopen2(f, "params", H5P_DEFAULT);
+    H5G_info_t info;
+    ck_assert(params >= 0 && H5Gget_info(params, &info) >= 0 && info.nlinks > 0);
+    for (hsize_t i = 0; i < info.nlinks; i++) {
+        char name[256], at[300];
+        ck_assert(H5Lget_name_by_idx(params, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name,
+                                     H5P_DEFAULT) > 0);
+        hid_t pd = H5Dopen2(params, name, H5P_DEFAULT), ps = H5Dget_space(pd);
+        const hssize_t n = H5Sget_simple_extent_npoints(ps);
+        H5Sclose(ps);
+        H5Dclose(pd);
+        for (int slot = 0; slot < 2; slot++) {
+            snprintf(at, sizeof at, "optim/%s/%s", slot ? "v" : "m", name);
+            hid_t d = H5Dopen2(f, at, H5P_DEFAULT);
+            ck_assert_msg(d >= 0, "%s: no %s", path, at);
+            hid_t sp = H5Dget_space(d);
+            ck_assert_int_eq(H5Sget_simple_extent_npoints(sp), n);
+            float *v = malloc((size_t)n * sizeof *v);
+            ck_assert(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+            bool any = false;
+            for (hssize_t k = 0; k < n; k++) {
+                ck_assert_msg(isfinite(v[k]) && (slot == 0 || v[k] >= 0.0f), "%s[%lld] = %g", at, (long long)k,
+                              (double)v[k]);
+                any = any || v[k] != 0.0f;
+            }
+            ck_assert_msg(any, "%s is all zeros after 11 updates", at);
+            free(v);
+            H5Sclose(sp);
+            H5Dclose(d);
+        }
+    }
+    H5Gclose(params);
+    H5Fclose(f);
+}
+
+/* Is there a CUDA device to run the examples on? Prints why not, once per test. */
+static bool cuda_device(const char *test)
+{
+#ifdef TE_HAVE_CUDA
+    char why[512];
+    if (te_cuda_probe(why, sizeof why))
+        return true;
+#else
+    const char *why = "built without CUDA (./configure --with-cuda)";
+#endif
+    printf("%s: skipped: no CUDA device (%s)\n", test, why);
+    return false;
+}
+
+/* Checkpoints hold host values (parameters through te_copy_to_f32, the
+ * optimizer's state through te_optim_state_read), so one written on one
+ * backend loads on another. On the CPU: the state is in the file and the
+ * run resumes from it on the CPU at step 11. With a GPU: saved on CUDA and
+ * resumed on the CPU, and the reverse; each resumed run's losses are the
+ * uninterrupted CPU run's within the backends' f32 differences. */
+START_TEST(test_gpt_checkpoint_across_backends)
+{
+    char dir[512], ck[600];
+    tu_scratch_sub(scratch, dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck.h5", dir);
+    const char *args = TINY " --steps 24 --warmup 4 --eval-every 8 --dropout 0";
+    gpt_run full = run_gpt("%s --backend cpu", args);
+    assert_ok(&full, "uninterrupted on the CPU");
+    gpt_run first = run_gpt("%s --backend cpu --stop-at 11 --save '%s'", args, ck);
+    assert_ok(&first, "saved on the CPU");
+    assert_optim_state_stored(ck);
+    gpt_run rest = run_gpt("%s --backend cpu --load '%s'", args, ck);
+    assert_ok(&rest, "resumed on the CPU");
+    ts_has(&rest.s, "resumed: ");
+    ck_assert_msg(!rest.logged[10] && rest.logged[11] && rest.loss[23] == full.loss[23],
+                  "resumed on the CPU:\n%s", rest.s.out);
+    ts_free(&first.s);
+    ts_free(&rest.s);
+    if (!cuda_device("gpt_checkpoint_across_backends")) {
+        ts_free(&full.s);
+        return;
+    }
+    static const char *const ways[][2] = { { "cuda", "cpu" }, { "cpu", "cuda" } };
+    for (int w = 0; w < 2; w++) {
+        first = run_gpt("%s --backend %s --stop-at 11 --save '%s'", args, ways[w][0], ck);
+        assert_ok(&first, ways[w][0]);
+        assert_optim_state_stored(ck);
+        rest = run_gpt("%s --backend %s --load '%s'", args, ways[w][1], ck);
+        assert_ok(&rest, ways[w][1]);
+        ts_has(&rest.s, "resumed: ");
+        for (int s = 11; s < 24; s++)
+            ck_assert_msg(rest.logged[s] && fabsf(rest.loss[s] - full.loss[s]) <= 1e-3f * fabsf(full.loss[s]),
+                          "saved on %s, resumed on %s: step %d loss %g, %g uninterrupted on the CPU", ways[w][0],
+                          ways[w][1], s, (double)rest.loss[s], (double)full.loss[s]);
+        ck_assert_msg(!rest.logged[10], "resumed at step 11:\n%s", rest.s.out);
+        ts_free(&first.s);
+        ts_free(&rest.s);
+    }
+    ts_free(&full.s);
+}
+END_TEST
+
 START_TEST(test_gpt_checkpoint_h5py)
 {
     if (system("/usr/bin/python3 -c 'import h5py' 2>/dev/null") != 0) {
@@ -670,6 +778,7 @@ Suite *suite_gpt_example(void)
     tcase_add_test(tc, test_gpt_checkpoint_damaged);
     tcase_add_test(tc, test_gpt_checkpoint_amp);
     tcase_add_test(tc, test_gpt_checkpoint_h5py);
+    tcase_add_test(tc, test_gpt_checkpoint_across_backends);
     suite_add_tcase(s, tc);
     tc = tcase_create("debugger");
     tcase_set_timeout(tc, 120);

@@ -8,6 +8,8 @@
 void *cpu_alloc(size_t bytes);
 void cpu_free(void *p);
 void cpu_to_host(void *host_dst, const void *src, size_t bytes);
+bool cpu_to_host_async(void *host_dst, const void *src, size_t bytes, void **ticket);
+bool cpu_wait(void *ticket);
 void cpu_from_host(void *dst, const void *host_src, size_t bytes);
 void cpu_copy(void *dst, const void *src, size_t bytes);
 void cpu_zero(void *p, size_t bytes);

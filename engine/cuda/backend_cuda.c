@@ -16,6 +16,8 @@
 
 #include <stdlib.h>
 
+#include <pthread.h>
+
 /* The memory entries return nothing: a failure becomes the error of the
  * moment, named after what failed. */
 static void check(cudaError_t e, const char *what)
@@ -41,6 +43,77 @@ static void cuda_to_host(void *host_dst, const void *src, size_t bytes)
     cudaStream_t s = te_cuda_stream();
     check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync to the host");
     cuda_sync();
+}
+
+/* Pinned memory: the DMA engine copies into it while the stream runs on,
+ * where a copy into pageable memory is staged and blocks the host. */
+static void *cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    return cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess ? p : NULL;
+}
+
+static void cuda_host_free(void *p) { check(cudaFreeHost(p), "cudaFreeHost"); }
+
+/* The events of to_host_async's tickets, kept for reuse (made without
+ * timing: only completion is asked). Taken on the training thread, given
+ * back on the dump writer's, hence the lock. More are made when all are
+ * out; those beyond EVENT_POOL are destroyed when given back. */
+#define EVENT_POOL 64
+static struct {
+    pthread_mutex_t mu;
+    cudaEvent_t free[EVENT_POOL];
+    int n;
+} events = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static cudaError_t event_get(cudaEvent_t *e)
+{
+    pthread_mutex_lock(&events.mu);
+    *e = events.n ? events.free[--events.n] : NULL;
+    pthread_mutex_unlock(&events.mu);
+    return *e ? cudaSuccess : cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+}
+
+static void event_put(cudaEvent_t e)
+{
+    pthread_mutex_lock(&events.mu);
+    if (events.n < EVENT_POOL) {
+        events.free[events.n++] = e;
+        e = NULL;
+    }
+    pthread_mutex_unlock(&events.mu);
+    if (e)
+        cudaEventDestroy(e);
+}
+
+/* The copy and an event behind it on the stream; the ticket is the event. */
+static bool cuda_to_host_async(void *host_dst, const void *src, size_t bytes, void **ticket)
+{
+    cudaStream_t s = te_cuda_stream();
+    cudaEvent_t e;
+    *ticket = NULL;
+    if (te_cuda_ok(NULL, event_get(&e), "cudaEventCreate for a copy to the host") != TE_OK)
+        return false;
+    if (te_cuda_ok(NULL, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s),
+                   "cudaMemcpyAsync to a pinned buffer") != TE_OK) {
+        event_put(e);
+        return false;
+    }
+    if (te_cuda_ok(NULL, cudaEventRecord(e, s), "cudaEventRecord after a copy to the host") != TE_OK) {
+        cudaStreamSynchronize(s); /* the copy may be queued: done before the caller reuses host_dst */
+        event_put(e);
+        return false;
+    }
+    *ticket = e;
+    return true;
+}
+
+static bool cuda_wait(void *ticket)
+{
+    cudaEvent_t e = ticket;
+    cudaError_t err = cudaEventSynchronize(e);
+    event_put(e);
+    return te_cuda_ok(NULL, err, "waiting for a copy to the host") == TE_OK;
 }
 
 /* The caller may reuse host_src as soon as this returns. */
@@ -157,6 +230,10 @@ const te_backend te_backend_cuda = {
     .alloc = cuda_alloc,
     .free = cuda_free,
     .to_host = cuda_to_host,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .to_host_async = cuda_to_host_async,
+    .wait = cuda_wait,
     .from_host = cuda_from_host,
     .copy = cuda_copy,
     .zero = cuda_zero,
