@@ -119,7 +119,7 @@ static void save_state(const tg_plan *p, host_state *h)
 {
     for (int v = 0; v < p->n_values; v++) {
         const te_tensor *t = p->values[v].t;
-        h[v] = (host_state){ .data = t->data, .grad = t->grad, .grad_data = t->grad ? t->grad->data : NULL,
+        h[v] = (host_state){ .data = te_data(t), .grad = t->grad, .grad_data = t->grad ? te_data(t->grad) : NULL,
                              .grad_valid = t->grad_valid };
     }
 }
@@ -128,8 +128,8 @@ static bool same_state(const tg_plan *p, const host_state *h)
 {
     for (int v = 0; v < p->n_values; v++) {
         const te_tensor *t = p->values[v].t;
-        if (h[v].data != t->data || h[v].grad != t->grad || h[v].grad_valid != t->grad_valid ||
-            (t->grad && h[v].grad_data != t->grad->data))
+        if (h[v].data != te_data(t) || h[v].grad != t->grad || h[v].grad_valid != t->grad_valid ||
+            (t->grad && h[v].grad_data != te_data(t->grad)))
             return false;
     }
     return true;
