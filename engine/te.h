@@ -676,6 +676,7 @@ typedef struct te_graph_stats {
     size_t lower_bound;    /* most bytes live at once: no plan does better */
     size_t naive_bytes;    /* sum of its temporaries: no sharing at all */
     double compile_ms;     /* trace and compile time of the last plan */
+    int captured_segments; /* runs of its kernels replayed as one device graph each (CUDA Graphs) */
 } te_graph_stats;
 TE_API te_graph_stats te_graph_stats_get(const te_graph *g);
 

@@ -352,6 +352,38 @@ typedef struct te_unscale_args {
     int64_t n;
 } te_unscale_args;
 
+/* Graph mode's fused kernels (engine/graph/exec.c runs them through the
+ * backend of the kernel's tensors) and its stream capture. An entry left
+ * NULL is a kernel this backend lacks: the executor fails naming it. */
+struct tg_ew;
+struct tg_kernel;
+struct tg_attn;
+typedef struct te_graph_kernels {
+    te_status (*ew_run)(const struct tg_ew *ew);             /* TG_K_EW */
+    te_status (*act_inplace)(te_op act, float *y, int64_t n); /* TG_K_ACT's activation */
+    te_status (*bn_relu_forward)(te_node *bn, te_node *relu);
+    te_status (*bn_relu_backward)(te_node *bn, te_node *relu);
+    te_status (*bn_fold_run)(struct tg_kernel *k);
+    te_status (*attn_forward)(const struct tg_attn *a);
+    te_status (*attn_backward)(const struct tg_attn *a);
+    /* Optional: a linear and its activation in one kernel, written into
+     * lin->out[0]; NULL: the linear, then act_inplace. */
+    te_status (*linear_act)(te_node *lin, te_op act);
+    /* Optional, with the four below: whether n's kernel waits for the host
+     * (reads a bad-data flag back), so that it cannot be captured. */
+    bool (*host_wait)(const te_node *n, bool backward);
+    /* Capture of this backend's queued work into a replayable graph (CUDA
+     * Graphs); NULL: none, kernels run one by one. capture_end instantiates
+     * into *exec, or fails with TE_ERR_DEVICE and the reason set. */
+    te_status (*capture_begin)(void);
+    te_status (*capture_end)(void **exec);
+    te_status (*launch)(void *exec);
+    void (*exec_free)(void *exec);
+    /* Whether memory exec uses beside the plan's (a workspace) has moved
+     * since its capture: it is captured again. */
+    bool (*exec_stale)(const void *exec);
+} te_graph_kernels;
+
 /* A backend: its memory, the services the engine needs on that memory,
  * and its kernels. Only a backend's own code dereferences its memory; the
  * rest of the engine goes through these entries (docs/engine.md
@@ -411,6 +443,7 @@ typedef struct te_backend {
     te_kernel_fn backward_lowp[TE_OP_COUNT];
     /* Names what runs them, or NULL when this machine cannot (NULL: never). */
     const char *(*lowp_native)(void);
+    te_graph_kernels graph;
 } te_backend;
 
 /* ---- native low-precision kernels (lowp_native.c) ----------------------

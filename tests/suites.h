@@ -50,5 +50,6 @@ Suite *suite_cuda_linear(void); /* CUDA matmul, linear (f32, f16/bf16 tensor cor
 Suite *suite_cuda_reduce(void); /* CUDA: reductions, losses, layer norm, pooling, statistics, optimizer, unscale */
 Suite *suite_cuda_conv(void);   /* conv2d, pools, batch norm on the CUDA backend against the CPU */
 #endif
+Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to, devices, dispatch, per-device memory */
 
 #endif

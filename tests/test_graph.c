@@ -1011,6 +1011,103 @@ START_TEST(test_record_traits)
 }
 END_TEST
 
+/* ---- capture segments ------------------------------------------------------- */
+
+static void no_op_end(const te_op_record *r, void *user)
+{
+    (void)r;
+    (void)user;
+}
+
+/* A fake predicate: every kernel but those whose bit is set in ctx. */
+static bool all_but(const tg_plan *p, const tg_kernel *k, void *ctx)
+{
+    const unsigned *off = ctx;
+    return !(*off >> (k - p->kernels) & 1u);
+}
+
+static int cut(const tg_plan *p, tg_capturable_fn ok, void *ctx, tg_segment *seg)
+{
+    const int n = tg_segments_cut(p, ok, ctx, seg);
+    /* The segments tile the kernels in order. */
+    for (int s = 0, at = 0; s < n; at += seg[s++].count) {
+        ck_assert_int_eq(seg[s].first, at);
+        ck_assert(seg[s].count >= 1 && seg[s].capture == (seg[s].count >= 2));
+        if (s == n - 1)
+            ck_assert_int_eq(at + seg[s].count, p->n_kernels);
+    }
+    return n;
+}
+
+static int kernel_of(const tg_plan *p, tg_kkind kind)
+{
+    for (int i = 0; i < p->n_kernels; i++)
+        if (p->kernels[i].kind == kind)
+            return i;
+    ck_abort_msg("no %s kernel", tg_kernel_kind_name(kind));
+    return -1;
+}
+
+/* Where a compiled training step comes back to the host: at the gradient
+ * seed and the optimizer, after an observed tensor's kernel, at every op
+ * while a hook is attached; the runs between them are what CUDA Graphs
+ * capture. On the CPU nothing is captured. */
+START_TEST(test_capture_segments)
+{
+    model m = { .w = param("w", te_shape(16, 16), -0.3f, 0.3f), .b = param("b", te_shape(16), -0.1f, 0.1f) };
+    m.opt = te_sgd_new(te_params(), te_param_count(), &(te_sgd_opts){ .lr = 0.01f });
+    te_tensor *in[2] = { input(te_shape(8, 16), 3), input(te_shape(8, 16), 4) };
+    run_out r = run_mode(mlp_step, &m, TE_MODE_GRAPH, ALL_PASSES, in, 2);
+    const tg_plan *p = tg_graph_plan(r.g);
+    ck_assert(p->device == TE_DEV_CPU && p->cap == NULL);
+    ck_assert_int_eq(te_graph_stats_get(r.g).captured_segments, 0);
+    tg_segment seg[64];
+    ck_assert(p->n_kernels <= 64 && p->n_kernels >= 6);
+
+    /* The executor's predicate: forward | seed | backward | optimizer. */
+    const int sd = kernel_of(p, TG_K_SEED), op = kernel_of(p, TG_K_OPTIM);
+    ck_assert(sd >= 2 && op == p->n_kernels - 1 && op - sd - 1 >= 2);
+    for (int i = 0; i < p->n_kernels; i++)
+        ck_assert(!tg_host_after(p, &p->kernels[i]));
+    int n = cut(p, tg_kernel_capturable, (void *)&te_backend_cpu, seg);
+    ck_assert_int_eq(n, 4);
+    ck_assert(seg[0].first == 0 && seg[0].count == sd && seg[0].capture);
+    ck_assert(seg[1].first == sd && !seg[1].capture);
+    ck_assert(seg[2].first == sd + 1 && seg[2].count == op - sd - 1 && seg[2].capture);
+    ck_assert(seg[3].first == op && !seg[3].capture);
+
+    /* A fake predicate: kernel 1 stays on the host, cutting the rest. */
+    unsigned off = 1u << 1;
+    n = cut(p, all_but, &off, seg);
+    ck_assert_int_eq(n, 3);
+    ck_assert(seg[0].count == 1 && seg[1].first == 1 && seg[1].count == 1);
+    ck_assert(seg[2].first == 2 && seg[2].count == p->n_kernels - 2);
+    off = 0;
+    ck_assert_int_eq(cut(p, all_but, &off, seg), 1);
+
+    /* A hook sees every op as it happens: nothing is captured. */
+    int h = te_hook_add(&(te_hooks){ .op_end = no_op_end }, NULL);
+    n = cut(p, tg_kernel_capturable, (void *)&te_backend_cpu, seg);
+    te_hook_remove(h);
+    ck_assert_int_eq(n, p->n_kernels);
+    run_free(&r);
+
+    /* An observed tensor ends its kernel's run, even for a predicate that
+     * would capture everything. */
+    ck_assert(te_observe_add("fc1/relu") == TE_OK);
+    r = run_mode(mlp_step, &m, TE_MODE_GRAPH, ALL_PASSES, in, 2);
+    te_observe_clear();
+    p = tg_graph_plan(r.g);
+    const int d = value_named(r.g, "fc1/relu:out0")->def;
+    ck_assert(d >= 0 && d < p->n_kernels - 1 && tg_host_after(p, &p->kernels[d]));
+    n = cut(p, all_but, &off, seg);
+    ck_assert_int_eq(n, 2);
+    ck_assert(seg[0].first == 0 && seg[0].count == d + 1 && seg[1].first == d + 1);
+    run_free(&r);
+    te_optim_free(m.opt);
+}
+END_TEST
+
 static void teardown(void)
 {
     free_inputs();
@@ -1044,6 +1141,7 @@ Suite *suite_graph(void)
     tcase_add_test(tc, test_trace_errors);
     tcase_add_test(tc, test_save_graph);
     tcase_add_test(tc, test_record_traits);
+    tcase_add_test(tc, test_capture_segments);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("parity");

@@ -3,6 +3,7 @@
 #include "cpu_kernels.h"
 #include "cpu_optim.h"
 #include "cpu_services.h"
+#include "graph/graph.h"
 
 /* Each op and the prefix of its kernels, PREFIX_forward and
  * PREFIX_backward; Flatten is Reshape's copy. */
@@ -71,4 +72,8 @@ const te_backend te_backend_cpu = {
 #ifdef HAVE_DNNL
     .lowp_native = cpu_lowp_native,
 #endif
+    /* Graph mode's fused kernels (cpu_fused.c, cpu_attention.c); no capture. */
+    .graph = { .ew_run = tg_ew_run, .act_inplace = tg_act_inplace, .bn_relu_forward = tg_bn_relu_forward,
+               .bn_relu_backward = tg_bn_relu_backward, .bn_fold_run = tg_bn_fold_run,
+               .attn_forward = tg_attn_forward, .attn_backward = tg_attn_backward },
 };

@@ -42,23 +42,24 @@ static float act1(te_op op, float x)
     }
 }
 
-void tg_act_inplace(te_op act, float *y, int64_t n)
+te_status tg_act_inplace(te_op act, float *y, int64_t n)
 {
     if (act == TE_OP_RELU) { /* the common case, vectorised */
 #pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++)
             y[i] = y[i] < 0.0f ? 0.0f : y[i];
-        return;
+        return TE_OK;
     }
     if (act == TE_OP_GELU) { /* the transformer's, vectorised */
 #pragma omp parallel for simd if (n > TE_PAR_MIN) schedule(static)
         for (int64_t i = 0; i < n; i++)
             y[i] = cpu_gelu(y[i]);
-        return;
+        return TE_OK;
     }
 #pragma omp parallel for if (n > TE_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] = act1(act, y[i]);
+    return TE_OK;
 }
 
 /* Elements [lo, lo+m) of input t as seen from an output of `numel`
@@ -118,7 +119,7 @@ static void step_block(te_op op, const float *restrict a, const float *restrict 
     }
 }
 
-void tg_ew_run(const tg_ew *ew)
+te_status tg_ew_run(const tg_ew *ew)
 {
     const int64_t numel = ew->numel, blocks = (numel + BLOCK - 1) / BLOCK;
 #pragma omp parallel for if (numel > TE_PAR_MIN) schedule(static)
@@ -136,6 +137,7 @@ void tg_ew_run(const tg_ew *ew)
                     out[lo + i] = reg[d][i];
         }
     }
+    return TE_OK;
 }
 
 te_status tg_bn_relu_forward(te_node *bn, te_node *relu) { return cpu_batchnorm_relu_forward(bn, relu); }
@@ -167,6 +169,6 @@ te_status tg_bn_fold_run(tg_kernel *k)
     tmp.out[0] = &out;
     te_status st = te_backend_current()->forward[TE_OP_CONV2D](&tmp);
     if (st == TE_OK && k->act2)
-        tg_act_inplace(k->act2->op, te_f32(dst), dst->numel);
+        st = tg_act_inplace(k->act2->op, te_f32(dst), dst->numel);
     return st;
 }

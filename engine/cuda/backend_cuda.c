@@ -6,6 +6,7 @@
 #include "cuda/cuda_cast.h"
 #include "cuda/cuda_conv.h"
 #include "cuda/cuda_elementwise.h"
+#include "cuda/cuda_graph.h"
 #include "cuda/cuda_linear.h"
 #include "cuda/cuda_norm.h"
 #include "cuda/cuda_reduce.h"
@@ -254,4 +255,12 @@ const te_backend te_backend_cuda = {
     .forward_lowp = { [TE_OP_MATMUL] = cuda_matmul_forward_lowp, [TE_OP_LINEAR] = cuda_linear_forward_lowp },
     .backward_lowp = { [TE_OP_MATMUL] = cuda_matmul_backward_lowp, [TE_OP_LINEAR] = cuda_linear_backward_lowp },
     .lowp_native = cuda_lowp_native,
+    /* Graph mode's fused kernels, and its steps as CUDA Graphs (cuda_graph.c). */
+    .graph = { .ew_run = cuda_tg_ew_run, .act_inplace = cuda_tg_act_inplace,
+               .bn_relu_forward = cuda_tg_bn_relu_forward, .bn_relu_backward = cuda_tg_bn_relu_backward,
+               .bn_fold_run = cuda_tg_bn_fold_run, .attn_forward = cuda_tg_attn_forward,
+               .attn_backward = cuda_tg_attn_backward, .linear_act = cuda_linear_act_forward,
+               .host_wait = cuda_graph_host_wait, .capture_begin = cuda_graph_capture_begin,
+               .capture_end = cuda_graph_capture_end, .launch = cuda_graph_launch,
+               .exec_free = cuda_graph_exec_free, .exec_stale = cuda_graph_exec_stale },
 };

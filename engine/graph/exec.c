@@ -56,23 +56,50 @@ static te_status run_node(const tg_kernel *k, te_node *n, bool backward)
     return k->fn(n);
 }
 
+/* The backend of the kernel's tensors: the one whose graph entries run it. */
+static const te_backend *kernel_backend(const tg_kernel *k)
+{
+    if (k->node)
+        return te_backends[k->node->device];
+    if (k->ew)
+        return te_backends[k->ew->out[0]->device];
+    if (k->attn)
+        return te_backends[k->attn->scores->device];
+    return te_backend_current();
+}
+
+/* A graph entry the backend lacks: the kernel fails, named. */
+static te_status missing(const tg_kernel *k, const te_backend *be, const char *entry)
+{
+    te_set_error(TE_ERR_DEVICE, "graph mode: %s: the %s backend has no %s kernel",
+                 k->desc ? k->desc : tg_kernel_kind_name(k->kind), be->name, entry);
+    return TE_ERR_DEVICE;
+}
+
+#define GRAPH_ENTRY(k, be, e) ((be)->graph.e ? TE_OK : missing(k, be, #e))
+
 /* Producer then activation: in place in the activation's buffer when the
  * producer's own output is not needed in memory. */
 static te_status run_act(const tg_kernel *k)
 {
     te_node *n = k->node, *a = k->act;
     te_tensor *mid = n->out[0];
+    const te_backend *be = kernel_backend(k);
     if (te_data(mid)) {
         te_status st = run_node(k, n, false);
         return st == TE_OK ? te_backend_for(a->out[0])->forward[a->op](a) : st;
     }
-    if (n->op == TE_OP_BATCHNORM && a->op == TE_OP_RELU && !k->shadow)
-        return tg_bn_relu_forward(n, a); /* one pass: normalise and clamp */
+    te_status st;
+    if (n->op == TE_OP_BATCHNORM && a->op == TE_OP_RELU && !k->shadow) /* one pass: normalise and clamp */
+        return (st = GRAPH_ENTRY(k, be, bn_relu_forward)) == TE_OK ? be->graph.bn_relu_forward(n, a) : st;
+    const bool one = n->op == TE_OP_LINEAR && be->graph.linear_act && !k->shadow;
+    if (!one && (st = GRAPH_ENTRY(k, be, act_inplace)) != TE_OK)
+        return st;
     mid->data = a->out[0]->data;
-    te_status st = run_node(k, n, false);
+    st = one ? be->graph.linear_act(n, a->op) : run_node(k, n, false);
     mid->data = NULL;
-    if (st == TE_OK)
-        tg_act_inplace(a->op, te_data(a->out[0]), a->out[0]->numel);
+    if (st == TE_OK && !one)
+        st = be->graph.act_inplace(a->op, te_data(a->out[0]), a->out[0]->numel);
     return st;
 }
 
@@ -86,44 +113,31 @@ static te_status run_seed(const tg_kernel *k)
     return TE_OK;
 }
 
-/* The fused kernels of the graph passes (tg_ew_run, tg_bn_relu_*,
- * tg_act_inplace, tg_bn_fold_run, tg_attn_*) are host code: on another
- * device they fail, naming the kernel, until that backend has its own. */
-static te_status host_fused(const tg_kernel *k)
+/* A fused kernel through its backend's graph entry. */
+static te_status run_fused(const tg_kernel *k)
 {
-    const te_device d = k->node ? k->node->out[0]->device : te_backend_current()->device;
-    if (d == TE_DEV_CPU)
-        return TE_OK;
-    te_set_error(TE_ERR_DEVICE, "graph mode: %s: this fused kernel runs on the cpu only, its tensors are on %s",
-                 k->desc ? k->desc : "a kernel", te_device_name(d));
-    return TE_ERR_DEVICE;
-}
-
-static bool is_fused(const tg_kernel *k)
-{
+    const te_backend *be = kernel_backend(k);
+    te_status st;
     switch (k->kind) {
-    case TG_K_ACT: return !te_data(k->node->out[0]); /* in place: tg_act_inplace or tg_bn_relu_forward */
-    case TG_K_ACT_BWD: case TG_K_EW: case TG_K_BN_FOLD: case TG_K_ATTN: case TG_K_ATTN_BWD: return true;
-    default: return false;
+    case TG_K_ACT_BWD:
+        return (st = GRAPH_ENTRY(k, be, bn_relu_backward)) == TE_OK ? be->graph.bn_relu_backward(k->node, k->act) : st;
+    case TG_K_EW: return (st = GRAPH_ENTRY(k, be, ew_run)) == TE_OK ? be->graph.ew_run(k->ew) : st;
+    case TG_K_BN_FOLD:
+        return (st = GRAPH_ENTRY(k, be, bn_fold_run)) == TE_OK ? be->graph.bn_fold_run((tg_kernel *)k) : st;
+    case TG_K_ATTN: return (st = GRAPH_ENTRY(k, be, attn_forward)) == TE_OK ? be->graph.attn_forward(k->attn) : st;
+    case TG_K_ATTN_BWD:
+        return (st = GRAPH_ENTRY(k, be, attn_backward)) == TE_OK ? be->graph.attn_backward(k->attn) : st;
+    default: return TE_ERR_STATE;
     }
 }
 
-static te_status run_kernel(const tg_kernel *k, int base)
+te_status tg_kernel_run(const tg_kernel *k, int base)
 {
-    if (is_fused(k)) {
-        te_status st = host_fused(k);
-        if (st != TE_OK)
-            return st;
-    }
     switch (k->kind) {
     case TG_K_FWD: return run_node(k, k->node, false);
     case TG_K_BWD: return run_node(k, k->node, true);
     case TG_K_ACT: return run_act(k);
-    case TG_K_ACT_BWD: return tg_bn_relu_backward(k->node, k->act);
-    case TG_K_EW: tg_ew_run(k->ew); return TE_OK;
-    case TG_K_BN_FOLD: return tg_bn_fold_run((tg_kernel *)k);
-    case TG_K_ATTN: return tg_attn_forward(k->attn);
-    case TG_K_ATTN_BWD: return tg_attn_backward(k->attn);
+    case TG_K_ACT_BWD: case TG_K_EW: case TG_K_BN_FOLD: case TG_K_ATTN: case TG_K_ATTN_BWD: return run_fused(k);
     case TG_K_RECOMPUTE: /* into the output's backward life; the same bits again */
         k->node->out[0]->data = k->redo_data;
         return run_node(k, k->node, false);
@@ -140,6 +154,48 @@ static te_status run_kernel(const tg_kernel *k, int base)
     return TE_ERR_STATE;
 }
 
+te_status tg_kernel_exec(const tg_plan *p, int i, int base)
+{
+    const tg_kernel *k = &p->kernels[i];
+    te_set_phase(k->phase);
+    if (te_hook_count || te_inject_count)
+        for (int j = 0; j < k->n_orig; j++)
+            te_node_starting(k->orig[j].node, k->orig[j].backward, base + k->orig[j].exec, k->desc);
+    te_status st = tg_kernel_run(k, base);
+    if (st != TE_OK)
+        return st;
+    if (te_hook_count || te_inject_count)
+        for (int j = 0; j < k->n_orig; j++)
+            report(k, &k->orig[j], base);
+    return TE_OK;
+}
+
+/* Binds the step's inputs: their memory, or (captured plans) a copy in
+ * their fixed arena slot, queued on the device like the kernels. */
+static te_status bind_inputs(tg_plan *p, te_tensor *const *inputs)
+{
+    for (int v = 0; v < p->n_values; v++) {
+        tg_value *val = &p->values[v];
+        if (val->kind != TG_INPUT)
+            continue;
+        const te_tensor *in = inputs[val->input];
+        if (!val->staged) {
+            val->t->data = in->data;
+            continue;
+        }
+        if (in->device != p->device) {
+            te_set_error(TE_ERR_DEVICE, "graph mode: input %d (%s) is on %s but the step's parameters are on %s",
+                         val->input, in->name[0] ? in->name : "unnamed", te_device_name(in->device),
+                         te_device_name(p->device));
+            return TE_ERR_DEVICE;
+        }
+        val->t->data = (char *)p->arena + val->offset;
+        if (val->t->nbytes)
+            te_backends[p->device]->copy(te_data(val->t), te_data(in), val->t->nbytes);
+    }
+    return TE_OK;
+}
+
 te_status tg_execute(tg_plan *p, te_tensor *const *inputs, te_tensor **outputs)
 {
     for (int v = 0; v < p->n_values; v++) {
@@ -147,25 +203,19 @@ te_status tg_execute(tg_plan *p, te_tensor *const *inputs, te_tensor **outputs)
         if (val->kind == TG_EXTERN)
             continue;
         val->t->grad_valid = false;
-        if (val->kind == TG_INPUT)
-            val->t->data = inputs[val->input]->data;
         if (val->recompute >= 0) /* back to its forward life */
             val->t->data = (char *)p->arena + val->offset;
     }
+    te_status st = bind_inputs(p, inputs);
+    if (st != TE_OK)
+        return st;
     int base = te_exec_index();
-    for (int i = 0; i < p->n_kernels; i++) {
-        const tg_kernel *k = &p->kernels[i];
-        te_set_phase(k->phase);
-        if (te_hook_count || te_inject_count)
-            for (int j = 0; j < k->n_orig; j++)
-                te_node_starting(k->orig[j].node, k->orig[j].backward, base + k->orig[j].exec, k->desc);
-        te_status st = run_kernel(k, base);
-        if (st != TE_OK)
-            return st;
-        if (te_hook_count || te_inject_count)
-            for (int j = 0; j < k->n_orig; j++)
-                report(k, &k->orig[j], base);
-    }
+    if (p->cap)
+        st = tg_capture_run(p, base);
+    for (int i = 0; i < p->n_kernels && st == TE_OK && !p->cap; i++)
+        st = tg_kernel_exec(p, i, base);
+    if (st != TE_OK)
+        return st;
     te_set_exec_index(base + p->exec_total);
     for (int i = 0; i < p->n_outputs; i++)
         outputs[i] = p->values[p->outputs[i]].t;

@@ -201,7 +201,8 @@ static unsigned env_disabled(void)
     } names[] = { { "dce", TE_PASS_DCE }, { "fold", TE_PASS_FOLD }, { "cse", TE_PASS_CSE },
                   { "bn-fold", TE_PASS_BN_FOLD }, { "fuse-act", TE_PASS_FUSE_ACT },
                   { "fuse-ew", TE_PASS_FUSE_EW }, { "fuse-attn", TE_PASS_FUSE_ATTN },
-                  { "recompute", TE_PASS_RECOMPUTE } };
+                  { "recompute", TE_PASS_RECOMPUTE },
+                  { "capture", 0 } /* not a pass: capture.c reads it */ };
     const char *env = getenv("TDBG_GRAPH_DISABLE");
     unsigned bits = 0;
     while (env && *env) {
@@ -218,7 +219,7 @@ static unsigned env_disabled(void)
         if (!known && len && !warned) {
             warned = true;
             fprintf(stderr, "tdbg: TDBG_GRAPH_DISABLE: no pass '%.*s' (dce, fold, cse, bn-fold, fuse-act, "
-                            "fuse-ew, fuse-attn, recompute, all)\n", (int)len, env);
+                            "fuse-ew, fuse-attn, recompute, capture, all)\n", (int)len, env);
         }
         env += len + (env[len] == ',');
     }
@@ -430,6 +431,7 @@ te_graph_stats te_graph_stats_get(const te_graph *g)
     s.lower_bound = p->lower_bound;
     s.naive_bytes = p->naive_bytes;
     s.compile_ms = p->compile_ms;
+    s.captured_segments = tg_captured_segments(p);
     return s;
 }
 

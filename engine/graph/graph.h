@@ -43,6 +43,9 @@ typedef struct tg_value {
      * [recompute, last_use] at offset2. */
     int recompute, fwd_last;
     size_t offset2;
+    /* TG_INPUT of a captured plan: a fixed slot in the arena at offset, into
+     * which each step's input is copied, so that captured kernels find it. */
+    bool staged;
 } tg_value;
 
 /* ---- kernels --------------------------------------------------------------- */
@@ -153,10 +156,12 @@ typedef struct tg_plan {
     int exec_total;         /* ops the step reports */
     int traced_ops;         /* forward + backward ops traced */
 
-    void *arena;
+    te_device device;       /* of its inputs and parameters: the arena's, its kernels' */
+    void *arena;            /* one allocation on device */
     size_t arena_bytes, lower_bound, naive_bytes;
     double compile_ms;
     struct tg_ptrmap *map;  /* tensor -> value id */
+    struct tg_capture *cap; /* capture.c's state, or NULL: kernels run one by one */
 } tg_plan;
 
 /* ---- tracing (called by tape.c, optim.c, params.c) ------------------------ */
@@ -227,12 +232,52 @@ void tg_print(const tg_plan *p, FILE *f, const char *title);
 /* ---- running ----------------------------------------------------------------- */
 
 te_status tg_execute(tg_plan *p, te_tensor *const *inputs, te_tensor **outputs);
+/* Kernel i of p with its hook and injection calls around it (exec.c). */
+te_status tg_kernel_exec(const tg_plan *p, int i, int base);
+/* Kernel k alone, through the graph entries of its device's backend. */
+te_status tg_kernel_run(const tg_kernel *k, int base);
+
+/* ---- capture into device graphs (segments.c, capture.c) -------------------
+ * On a backend with capture entries (CUDA Graphs), the kernel list is cut
+ * at host points into segments; a segment of two or more capturable
+ * kernels is captured once and then replayed with one launch. */
+
+typedef struct tg_segment {
+    int first, count; /* kernels [first, first + count) */
+    bool capture;     /* count >= 2 capturable kernels: captured, replayed */
+} tg_segment;
+
+/* Whether kernel k may be captured; ctx is the predicate's own. */
+typedef bool (*tg_capturable_fn)(const tg_plan *p, const tg_kernel *k, void *ctx);
+/* Must the host act right after k (it writes an observed value)? */
+bool tg_host_after(const tg_plan *p, const tg_kernel *k);
+/* The executor's predicate, ctx the plan device's te_backend: false for
+ * kernels that need the host inside the step (the gradient seed, the
+ * optimizer, unscale, clipping, zero_grad, f16/bf16 shadow kernels,
+ * dropout's per-step seed, a kernel that reads a bad-data flag back,
+ * every op kernel while hooks or injections are attached). */
+bool tg_kernel_capturable(const tg_plan *p, const tg_kernel *k, void *ctx);
+/* Cuts p's kernels into segments (seg has room for p->n_kernels): maximal
+ * runs of capturable kernels, cut after every host point; a kernel that is
+ * not capturable is a segment of its own. Returns how many. */
+int tg_segments_cut(const tg_plan *p, tg_capturable_fn ok, void *ctx, tg_segment *seg);
+
+/* Whether p will be captured: its device's backend captures and
+ * TDBG_GRAPH_DISABLE does not name "capture". */
+bool tg_capture_wanted(const tg_plan *p);
+/* Makes p->cap (after the memory plan): captures happen on later runs. */
+te_status tg_capture_init(tg_plan *p);
+/* Runs p's kernels by segments, capturing and replaying (capture.c). */
+te_status tg_capture_run(tg_plan *p, int base);
+/* Segments captured and replayed now (te_graph_stats.captured_segments). */
+int tg_captured_segments(const tg_plan *p);
+void tg_capture_free(tg_plan *p);
 /* The plan g ran last (for tests and tools that inspect it), or NULL. */
 const tg_plan *tg_graph_plan(const te_graph *g);
 
-/* The fused CPU kernels. */
-void tg_ew_run(const tg_ew *ew);
-void tg_act_inplace(te_op act, float *y, int64_t n);
+/* The fused CPU kernels: the CPU backend's graph entries (te_graph_kernels). */
+te_status tg_ew_run(const tg_ew *ew);
+te_status tg_act_inplace(te_op act, float *y, int64_t n);
 te_status tg_bn_fold_run(tg_kernel *k);
 te_status tg_bn_relu_forward(te_node *bn, te_node *relu);
 te_status tg_bn_relu_backward(te_node *bn, te_node *relu);

@@ -172,8 +172,9 @@ void tg_plan_free(tg_plan *p)
     }
     for (int i = 0; i < p->n_nodes; i++)
         free(p->nodes[i]);
+    tg_capture_free(p); /* its graphs first: they point into the arena */
     if (p->arena)
-        te_mem_free(p->arena, p->arena_bytes);
+        te_mem_free_on(p->device, p->arena, p->arena_bytes);
     map_free(p->map);
     free(p->values);
     free(p->kernels);

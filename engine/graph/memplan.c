@@ -13,8 +13,20 @@
 
 #include <stdlib.h>
 
+/* The device of the step's inputs and parameters (the first one seen; the
+ * trace has checked that ops do not mix devices), else of its first op. */
+static te_device plan_device(const tg_plan *p)
+{
+    for (int v = 0; v < p->n_values; v++)
+        if (p->values[v].kind == TG_INPUT || p->values[v].kind == TG_EXTERN)
+            return p->values[v].t->device;
+    return p->n_nodes ? p->nodes[0]->device : te_backend_current()->device;
+}
+
 te_status tg_plan_memory(tg_plan *p)
 {
+    p->device = plan_device(p);
+    const bool stage = tg_capture_wanted(p); /* inputs get fixed slots */
     for (int v = 0; v < p->n_values; v++) {
         p->values[v].def = -1;
         p->values[v].last_use = -1;
@@ -67,6 +79,12 @@ te_status tg_plan_memory(tg_plan *p)
     p->naive_bytes = 0;
     for (int v = 0; v < p->n_values; v++) {
         tg_value *val = &p->values[v];
+        if (val->kind == TG_INPUT && stage) { /* a slot for the whole step */
+            val->staged = true;
+            bufs[n] = (te_plan_buf){ .size = val->t->nbytes, .def = 0, .last_use = p->n_kernels };
+            which[n++] = v;
+            continue;
+        }
         if (val->kind != TG_TEMP || val->def < 0) {
             if (val->kind == TG_TEMP)
                 val->materialized = false; /* nothing writes it: merged or fused away */
@@ -87,8 +105,9 @@ te_status tg_plan_memory(tg_plan *p)
     if (st == TE_OK)
         st = te_plan_verify(bufs, n, off, p->arena_bytes);
     p->lower_bound = te_plan_lower_bound(bufs, n);
-    if (st == TE_OK && p->arena_bytes && !(p->arena = te_mem_alloc(p->arena_bytes))) {
-        te_set_error(TE_ERR_NOMEM, "graph: cannot allocate the %zu-byte arena", p->arena_bytes);
+    if (st == TE_OK && p->arena_bytes && !(p->arena = te_mem_alloc_on(p->device, p->arena_bytes))) {
+        te_set_error(TE_ERR_NOMEM, "graph: cannot allocate the %zu-byte arena on %s", p->arena_bytes,
+                     te_device_name(p->device));
         st = TE_ERR_NOMEM;
     }
     if (st == TE_OK)
@@ -96,7 +115,7 @@ te_status tg_plan_memory(tg_plan *p)
             tg_value *val = &p->values[which[i]];
             val->offset = off[i];
             val->t->data = (char *)p->arena + off[i];
-            if (val->last_use < p->n_kernels)
+            if (val->last_use < p->n_kernels && !val->staged)
                 val->t->flags |= TE_TENSOR_TRANSIENT;
             if (val->recompute >= 0) { /* the next buffer is its backward life */
                 val->offset2 = off[++i];
@@ -106,5 +125,7 @@ te_status tg_plan_memory(tg_plan *p)
     free(which);
     free(bufs);
     free(off);
+    if (st == TE_OK && stage)
+        st = tg_capture_init(p);
     return st;
 }
