@@ -13,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 /* ---- the fake device: host memory behind a counted table ---------------- */
 
@@ -349,6 +347,8 @@ END_TEST
 
 START_TEST(test_cuda_device)
 {
+    if (!tu_cuda_device("residency"))
+        return;
     ck_assert_int_eq(te_backend_use("cuda"), TE_OK);
     te_tensor *x = te_tensor_from(TE_F32, te_shape(3, 1000), (const float[3000]){ [0] = 1, [2999] = -4 });
     ck_assert_int_eq(x->device, TE_DEV_CUDA);
@@ -372,34 +372,6 @@ START_TEST(test_cuda_device)
 }
 END_TEST
 
-/* Whether the CUDA backend is usable, asked in a child process: CUDA does
- * not survive the fork of each test, so this process must not start it.
- * why gets the reason when it is not. */
-static bool cuda_usable(char *why, size_t n)
-{
-    int fd[2];
-    snprintf(why, n, "the probe could not be run");
-    if (pipe(fd) != 0)
-        return false;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        const bool ok = te_backend_need("probe", TE_DEV_CUDA) != NULL;
-        const char *msg = ok ? "" : te_error() + strlen("probe: cuda: ");
-        ssize_t w = write(fd[1], msg, strlen(msg));
-        _exit(ok && w == 0 ? 0 : 1);
-    }
-    close(fd[1]);
-    ssize_t got = pid > 0 ? read(fd[0], why, n - 1) : -1;
-    close(fd[0]);
-    int st = 0;
-    if (pid > 0)
-        waitpid(pid, &st, 0);
-    if (got > 0)
-        why[got] = '\0';
-    return pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
-
 Suite *suite_residency(void)
 {
     Suite *s = suite_create("residency");
@@ -419,18 +391,10 @@ Suite *suite_residency(void)
     tcase_add_test(fk, test_missing_kernel_fails);
     suite_add_tcase(s, fk);
 
-    /* The real device: its checks exist only where it does, and the
-     * reason it is missing is said once. */
-    char why[512];
-    if (cuda_usable(why, sizeof why)) {
-        TCase *gpu = tcase_create("cuda");
-        tcase_add_checked_fixture(gpu, tu_setup, tu_teardown);
-        tcase_add_test(gpu, test_cuda_device);
-        suite_add_tcase(s, gpu);
-    } else {
-        const char *only = getenv("CK_RUN_SUITE");
-        if (!only || strcmp(only, "residency") == 0)
-            fprintf(stderr, "residency: cuda: skipped: no CUDA device (%s)\n", why);
-    }
+    /* The real device: without one the test says why and returns. */
+    TCase *gpu = tcase_create("cuda");
+    tcase_add_checked_fixture(gpu, tu_setup, tu_teardown);
+    tcase_add_test(gpu, test_cuda_device);
+    suite_add_tcase(s, gpu);
     return s;
 }
