@@ -22,7 +22,8 @@
  * output holds one (an op_end hook) shows at the same op, step, phase and
  * index on both backends. Without a device each of those prints
  * "cuda_ops: skipped: no CUDA device (REASON)" and returns (tu_cuda_device);
- * the host-only test checks that the table covers every op.
+ * the host-only tests check that the table covers every op and that the
+ * NaN is seen where it was injected on the CPU.
  */
 #include "suites.h"
 #include "te_internal.h"
@@ -352,8 +353,9 @@ START_TEST(test_op_on_cuda)
 }
 END_TEST
 
-/* Host only: every op of the table has a case, and the case's op is that
- * op (its output's node), running forward and backward on the CPU. */
+/* Host only: every op of the table has a case, the case's op is that op
+ * (its output's node), and the whole run (forward, backward, what is kept)
+ * works on the CPU. */
 START_TEST(test_table_covers_every_op)
 {
     bool seen[TE_OP_COUNT] = { false };
@@ -366,6 +368,10 @@ START_TEST(test_table_covers_every_op)
         ck_assert_msg(y->node && y->node->op == c.op, "the case of %s runs %s", te_op_type_name(c.op),
                       y->node ? te_op_type_name(y->node->op) : "no op");
         te_tape_reset();
+        kept k;
+        run_on(&c, TE_DEV_CPU, &k);
+        ck_assert_int_eq(k.n, 1 + (te_dtype_is_float(c.dt) ? c.n_leaves : 0) + c.n_aux);
+        kept_free(&k);
         case_free(&c);
     }
     for (int op = 0; op < TE_OP_COUNT; op++)
@@ -523,15 +529,23 @@ static first_nan nan_run(te_device dev)
     return f;
 }
 
+/* Host only: on the CPU the hook sees the NaN where it was injected. */
+START_TEST(test_nan_stop_on_cpu)
+{
+    const first_nan cpu = nan_run(TE_DEV_CPU);
+    ck_assert_msg(cpu.seen && cpu.step == 2 && cpu.phase == TE_PHASE_FORWARD && strcmp(cpu.name, "relu") == 0 &&
+                      cpu.index == 5,
+                  "on the CPU the first NaN is at %s, step %lld, %s, element %lld", cpu.seen ? cpu.name : "-",
+                  (long long)cpu.step, te_phase_name(cpu.phase), (long long)cpu.index);
+}
+END_TEST
+
 START_TEST(test_nan_stops_alike)
 {
     if (!tu_cuda_device("cuda_ops"))
         return;
     const first_nan cpu = nan_run(TE_DEV_CPU), cuda = nan_run(TE_DEV_CUDA);
-    ck_assert_msg(cpu.seen && cpu.step == 2 && cpu.phase == TE_PHASE_FORWARD && strcmp(cpu.name, "relu") == 0 &&
-                      cpu.index == 5,
-                  "on the CPU the first NaN is at %s, step %lld, %s, element %lld", cpu.seen ? cpu.name : "-",
-                  (long long)cpu.step, te_phase_name(cpu.phase), (long long)cpu.index);
+    ck_assert_msg(cpu.seen, "no NaN seen on the CPU");
     ck_assert_msg(cuda.seen && cuda.step == cpu.step && cuda.phase == cpu.phase && strcmp(cuda.name, cpu.name) == 0 &&
                       cuda.index == cpu.index,
                   "on CUDA the first NaN is at %s, step %lld, %s, element %lld; on the CPU at %s, step %lld, %s, "
@@ -547,7 +561,9 @@ Suite *suite_cuda_ops(void)
     Suite *s = suite_create("cuda_ops");
     TCase *host = tcase_create("table");
     tcase_add_checked_fixture(host, tu_setup, tu_teardown);
+    tcase_set_timeout(host, 60);
     tcase_add_test(host, test_table_covers_every_op);
+    tcase_add_test(host, test_nan_stop_on_cpu);
     suite_add_tcase(s, host);
 
     TCase *tc = tcase_create("cuda");
