@@ -245,7 +245,7 @@ static void run_on(const op_case *c, te_device dev, kept *k)
                       te_device_name(dev), te_error());
         for (int i = 0; i < c->n_leaves; i++) {
             char what[32];
-            snprintf(what, sizeof what, "d%s", c->leaf[i]->name);
+            snprintf(what, sizeof what, "din%d", i); /* the gradient of in<i> */
             ck_assert_msg(in[i]->grad && in[i]->grad_valid, "%s: %s has no gradient", te_op_type_name(c->op), what);
             keep(k, in[i]->grad, what);
         }
