@@ -211,7 +211,8 @@ static void kept_free(kept *k)
         free(k->bytes[i]);
 }
 
-/* Runs the case on dev: copies of its inputs there, the op, and the
+/* Runs the case on dev: copies of its inputs there (te_tensor_to; the aux
+ * ones persistent, made there), the op, and the
  * backward of sum(output * W); keeps the output, the inputs' gradients and
  * the aux tensors (written in place by some ops). The tape is reset after,
  * so that both runs name their ops alike (dropout's mask follows the name). */
@@ -225,9 +226,10 @@ static void run_on(const op_case *c, te_device dev, kept *k)
         ck_assert_msg(in[i] != NULL, "%s", te_error());
         in[i]->requires_grad = c->leaf[i]->requires_grad;
     }
-    for (int i = 0; i < c->n_aux; i++) {
-        a[i] = te_tensor_to(c->aux[i], dev);
-        ck_assert_msg(a[i] != NULL, "%s", te_error());
+    for (int i = 0; i < c->n_aux; i++) { /* persistent, as running statistics must be */
+        a[i] = te_tensor_persistent(c->aux[i]->dtype, c->aux[i]->ndim, c->aux[i]->shape);
+        ck_assert_msg(a[i] != NULL && a[i]->device == dev, "%s", te_error());
+        tu_copy(a[i], c->aux[i]);
     }
     te_tensor *y = run_op(c, in, a);
     ck_assert_msg(y != NULL, "%s on %s: %s", te_op_type_name(c->op), te_device_name(dev), te_error());
@@ -256,6 +258,8 @@ static void run_on(const op_case *c, te_device dev, kept *k)
         keep(k, a[i], what);
     }
     te_tape_reset();
+    for (int i = 0; i < c->n_aux; i++)
+        te_tensor_free(a[i]);
     ck_assert_int_eq(te_backend_use("cpu"), TE_OK);
 }
 
