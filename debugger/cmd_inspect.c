@@ -150,6 +150,18 @@ static void info_memory(void)
     }
 }
 
+/* The deferred watch (engine/watch.c): how many steps ran with the
+ * non-finite check on the device and op hooks skipped, and how many of
+ * them ran again op by op after a flag. */
+static void info_watch(void)
+{
+    int64_t deferred, replayed;
+    te_watch_counts(&deferred, &replayed);
+    fprintf(dbg_out, "watch: %lld steps deferred (checked on the device, read once at the step's end), %lld of them "
+                     "run again op by op after a NaN or Inf\n",
+            (long long)deferred, (long long)replayed);
+}
+
 static bool cmd_info(const char *args)
 {
     char w[32];
@@ -161,18 +173,19 @@ static bool cmd_info(const char *args)
                       : strcmp(w, "dump") == 0            ? "dump"
                       : strcmp(w, "amp") == 0             ? "amp"
                       : strcmp(w, "memory") == 0          ? "memory"
+                      : strcmp(w, "watch") == 0           ? "watch"
                       : strcmp(w, "op") == 0              ? "op"
                       : n >= 2 && strncmp(w, "step", n) == 0 ? "step"
                                                              : NULL;
     if (!sub) {
-        dbg_error("info: expected breakpoints, ops, op [NAME], step, dump, amp or memory%s%s%s", n ? ", got '" : "", w,
+        dbg_error("info: expected breakpoints, ops, op [NAME], step, dump, amp, memory or watch%s%s%s", n ? ", got '" : "", w,
                   n ? "'" : "");
         return false;
     }
     if (rest[0] && strcmp(sub, "op") != 0) { /* only `info op` takes a word more */
         char extra[64];
         dbg_word(rest, extra, sizeof extra);
-        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|memory)",
+        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|memory|watch)",
                   sub, extra);
         return false;
     }
@@ -186,6 +199,8 @@ static bool cmd_info(const char *args)
         dbg_info_amp();
     else if (strcmp(sub, "memory") == 0)
         info_memory();
+    else if (strcmp(sub, "watch") == 0)
+        info_watch();
     else if (strcmp(sub, "op") == 0 && rest[0])
         info_op(rest);
     else if (strcmp(sub, "op") == 0)
@@ -367,7 +382,7 @@ static bool cmd_set(const char *args)
 }
 
 const dbg_cmd dbg_cmds_inspect[] = {
-    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump|amp|memory",
+    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump|amp|memory|watch",
       .help = "the breakpoints, the step's ops, one op (the one stopped at without NAME), the step, the dump,\n"
       "mixed precision (level, dtype, each op's precision, the loss scale's history and skipped steps),\n"
       "the engine's memory (bytes held by tensors now and at the peak)",

@@ -405,7 +405,9 @@ void dbg_crash_setup(void)
         fprintf(stderr, "tdbg: cannot start the helper that names a crash's frames (%s): a backtrace "
                         "will show addresses only\n", strerror(errno));
     te_hooks h = { .op_begin = on_op_begin, .op_end = on_op_end, .step_end = on_step_end };
-    if (te_hook_add(&h, NULL) < 0)
+    const int handle = te_hook_add(&h, NULL);
+    if (handle < 0)
         fprintf(stderr, "tdbg: %s: a crash report will not name the last ops\n", te_error());
+    te_hook_defer(handle, TE_HOOK_NO_DATA); /* names only: no reason to see every op's data */
     on_exit(on_program_exit, NULL);
 }

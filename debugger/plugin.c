@@ -78,7 +78,7 @@ int dbg_plugin_start(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     te_hooks h = { .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end, .phase_begin = dbg_on_phase,
                    .op_end = dbg_on_op_end };
-    if (te_hook_add(&h, NULL) < 0) {
+    if ((dbg.hook = te_hook_add(&h, NULL)) < 0) {
         fprintf(stderr, "tdbg: %s\n", te_error());
         return 1;
     }

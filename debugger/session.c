@@ -192,9 +192,32 @@ static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, con
     dbg_stop_leave();
 }
 
+/* What this step may defer on (engine/watch.c): with only non-finite
+ * breakpoints armed, running on, nothing to trace and no terminal UI to
+ * keep current, the session needs to hear of an op only when its outputs
+ * hold a NaN or an Inf; a step where one does is run again op by op. 0:
+ * every op, as always. */
+static unsigned defer_kinds(void)
+{
+    if (dbg.mode != RUN_GO || dbg.n_watch ||
+        (dbg_frontend_active && strcmp(dbg_frontend_active->name, "tui") == 0))
+        return 0;
+    unsigned kinds = 0;
+    for (int i = 0; i < dbg.n_breaks; i++) {
+        const dbg_break *b = &dbg.breaks[i];
+        if (!b->enabled || b->kind == BK_STEP)
+            continue;
+        if (b->cond || (b->kind != BK_NAN && b->kind != BK_INF && b->kind != BK_NONFINITE))
+            return 0;
+        kinds |= b->kind == BK_NAN ? TE_WATCH_NAN : b->kind == BK_INF ? TE_WATCH_INF : TE_WATCH_NAN | TE_WATCH_INF;
+    }
+    return kinds;
+}
+
 void dbg_on_step_begin(int64_t step, void *user)
 {
     (void)user;
+    te_hook_defer(dbg.hook, defer_kinds());
     dbg.step = step;
     dbg.in_step = true;
     dbg.phase = TE_PHASE_FORWARD;

@@ -108,6 +108,7 @@ typedef struct dbg_session {
     int n_watch, n_observed_watch;
     char **script;           /* batch / -ex commands still to run */
     int n_script, script_pos;
+    int hook;                /* the session's engine hook (te_hook_add), -1 before */
 } dbg_session;
 
 extern dbg_session dbg;

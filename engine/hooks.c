@@ -7,6 +7,7 @@ static struct {
     te_hooks h;
     void *user;
     bool used;
+    unsigned defer; /* TE_WATCH_* it defers on; 0: every op */
 } hooks[MAX_HOOKS];
 
 /* Read on every op: zero means the whole hook path is one untaken branch. */
@@ -20,6 +21,7 @@ int te_hook_add(const te_hooks *h, void *user)
         hooks[i].h = *h;
         hooks[i].user = user;
         hooks[i].used = true;
+        hooks[i].defer = 0;
         te_hook_count++;
         return i;
     }
@@ -35,6 +37,25 @@ void te_hook_remove(int handle)
     te_hook_count--;
 }
 
+void te_hook_defer(int handle, unsigned kinds)
+{
+    if (handle >= 0 && handle < MAX_HOOKS && hooks[handle].used)
+        hooks[handle].defer = kinds & (TE_WATCH_NAN | TE_WATCH_INF | TE_HOOK_NO_DATA);
+}
+
+unsigned te_hooks_defer_kinds(void)
+{
+    unsigned kinds = 0;
+    for (int i = 0; i < MAX_HOOKS; i++) {
+        if (!hooks[i].used)
+            continue;
+        if (!hooks[i].defer)
+            return 0;
+        kinds |= hooks[i].defer & (TE_WATCH_NAN | TE_WATCH_INF);
+    }
+    return kinds;
+}
+
 void te_hooks_step(int64_t step, bool begin)
 {
     for (int i = 0; i < MAX_HOOKS; i++) {
@@ -48,15 +69,18 @@ void te_hooks_step(int64_t step, bool begin)
 
 void te_hooks_phase(int64_t step, te_phase p)
 {
+    if (te_watch_active())
+        return;
     for (int i = 0; i < MAX_HOOKS; i++)
         if (hooks[i].used && hooks[i].h.phase_begin)
             hooks[i].h.phase_begin(step, p, hooks[i].user);
 }
 
-static void hooks_op_end(const te_op_record *rec)
+/* no_data_only: a deferred step's calls, to the hooks that read no data. */
+static void hooks_op_end(const te_op_record *rec, bool no_data_only)
 {
     for (int i = 0; i < MAX_HOOKS; i++)
-        if (hooks[i].used && hooks[i].h.op_end)
+        if (hooks[i].used && hooks[i].h.op_end && (!no_data_only || hooks[i].defer & TE_HOOK_NO_DATA))
             hooks[i].h.op_end(rec, hooks[i].user);
 }
 
@@ -90,6 +114,10 @@ void te_op_done(const te_op_record *rec)
             rec = &altered;
         }
     }
-    if (te_hook_count)
-        hooks_op_end(rec);
+    if (te_watch_active()) {
+        te_watch_op(rec);
+        hooks_op_end(rec, true);
+    } else if (te_hook_count) {
+        hooks_op_end(rec, false);
+    }
 }

@@ -36,6 +36,33 @@ struct te_optim {
     int64_t t;        /* updates done */
 };
 
+/* The live optimizers, for the step's snapshot (snapshot.c). */
+static te_optim **live;
+static int n_live, cap_live;
+
+static bool live_add(te_optim *o)
+{
+    if (n_live == cap_live) {
+        int cap = cap_live ? 2 * cap_live : 4;
+        te_optim **nl = realloc(live, (size_t)cap * sizeof *nl);
+        if (!nl)
+            return false;
+        live = nl;
+        cap_live = cap;
+    }
+    live[n_live++] = o;
+    return true;
+}
+
+static void live_remove(const te_optim *o)
+{
+    for (int i = 0; i < n_live; i++)
+        if (live[i] == o) {
+            live[i] = live[--n_live];
+            return;
+        }
+}
+
 static te_optim *optim_new(opt_kind kind, te_tensor **params, int n)
 {
     te_optim *o = calloc(1, sizeof *o);
@@ -58,6 +85,8 @@ static te_optim *optim_new(opt_kind kind, te_tensor **params, int n)
         }
         o->params[i] = params[i];
     }
+    if (!live_add(o))
+        goto nomem;
     return o;
 nomem:
     te_set_error(TE_ERR_NOMEM, "optimizer: out of memory");
@@ -103,6 +132,7 @@ void te_optim_free(te_optim *o)
 {
     if (!o)
         return;
+    live_remove(o);
     for (int i = 0; i < o->n; i++) {
         if (o->m) te_tensor_free(o->m[i]);
         if (o->v) te_tensor_free(o->v[i]);
@@ -558,4 +588,72 @@ te_status te_optim_state_set(te_optim *o, int i, int slot, const float *values)
     if (!t)
         return TE_ERR_NOMEM;
     return te_tensor_write(t, 0, t->numel, values);
+}
+
+/* ---- the step's snapshot ------------------------------------------------ */
+
+struct te_optim_saved {
+    te_optim *o;
+    int64_t t;
+    te_tensor **m, **v, **master; /* the state tensors it had (NULL: none yet) */
+};
+
+void te_optim_snap_free(te_optim_snap *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        free(s->o[i].m);
+        free(s->o[i].v);
+        free(s->o[i].master);
+    }
+    free(s->o);
+    *s = (te_optim_snap){ 0 };
+}
+
+te_status te_optim_snap_take(te_optim_snap *s)
+{
+    *s = (te_optim_snap){ .o = calloc((size_t)(n_live ? n_live : 1), sizeof *s->o) };
+    if (!s->o)
+        return TE_ERR_NOMEM;
+    for (int k = 0; k < n_live; k++) {
+        const te_optim *o = live[k];
+        struct te_optim_saved *d = &s->o[s->n++];
+        const size_t bytes = (size_t)(o->n ? o->n : 1) * sizeof(te_tensor *);
+        *d = (struct te_optim_saved){ .o = live[k], .t = o->t, .m = malloc(bytes), .v = malloc(bytes),
+                                      .master = malloc(bytes) };
+        if (!d->m || !d->v || !d->master) {
+            te_optim_snap_free(s);
+            return TE_ERR_NOMEM;
+        }
+        memcpy(d->m, o->m, bytes);
+        memcpy(d->v, o->v, bytes);
+        memcpy(d->master, o->master, bytes);
+    }
+    return TE_OK;
+}
+
+/* State made since the snapshot goes: the replayed update makes it again
+ * from nothing, as the first one did. */
+static void drop_newer(te_tensor **now, te_tensor *const *then, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (now[i] != then[i]) {
+            te_tensor_free(now[i]);
+            now[i] = then[i];
+        }
+}
+
+void te_optim_snap_restore(const te_optim_snap *s)
+{
+    for (int k = 0; k < s->n; k++) {
+        const struct te_optim_saved *d = &s->o[k];
+        bool alive = false;
+        for (int j = 0; j < n_live && !alive; j++)
+            alive = live[j] == d->o;
+        if (!alive)
+            continue;
+        d->o->t = d->t;
+        drop_newer(d->o->m, d->m, d->o->n);
+        drop_newer(d->o->v, d->v, d->o->n);
+        drop_newer(d->o->master, d->master, d->o->n);
+    }
 }

@@ -301,3 +301,27 @@ static void rule(void)
     if (isfinite(grown))
         sc.scale = grown;
 }
+
+void te_scaler_snap_take(te_scaler_snap *s)
+{
+    *s = (te_scaler_snap){ .sc = sc, .pending = pending, .n_mg = n_mg };
+    if (n_mg && (s->valid = malloc((size_t)n_mg * sizeof *s->valid)))
+        for (int i = 0; i < n_mg; i++)
+            s->valid[i] = mg[i].valid;
+}
+
+void te_scaler_snap_restore(const te_scaler_snap *s)
+{
+    sc = s->sc;
+    pending = s->pending;
+    for (int i = 0; i < n_mg; i++)
+        mg[i].valid = i < s->n_mg && s->valid[i];
+    if (scale_t)
+        write_scale();
+}
+
+void te_scaler_snap_free(te_scaler_snap *s)
+{
+    free(s->valid);
+    s->valid = NULL;
+}

@@ -165,6 +165,7 @@ te_status te_step_resume(int64_t step)
     return TE_OK;
 }
 te_phase te_current_phase(void) { return eng.phase; }
+void te_phase_restore(te_phase p) { eng.phase = p; }
 int te_next_exec_index(void) { return eng.exec_index++; }
 int te_exec_index(void) { return eng.exec_index; }
 void te_set_exec_index(int i) { eng.exec_index = i; }
@@ -493,6 +494,46 @@ static unsigned result_flags(void) { return te_tracing ? TE_TENSOR_ABSTRACT : 0;
 /* Tape tensors made so far: a tracer rolls back to this mark. */
 int te_tape_mark(void) { return eng.n_tensors; }
 int te_tape_node_mark(void) { return eng.n_nodes; }
+
+/* The names counted so far this step (name_op's "_K"), for a step that
+ * runs again from a mark: nothing to copy when no op ran before it. */
+struct te_names_saved {
+    uint32_t gen;
+    name_slot *slots; /* NULL: none counted then */
+};
+
+te_names_saved *te_tape_names_save(void)
+{
+    te_names_saved *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->gen = eng.name_gen;
+    if (eng.n_nodes > 0) {
+        n->slots = malloc(NAME_SLOTS * sizeof *n->slots);
+        if (!n->slots) {
+            free(n);
+            return NULL;
+        }
+        memcpy(n->slots, eng.names, NAME_SLOTS * sizeof *n->slots);
+    }
+    return n;
+}
+
+void te_tape_names_free(te_names_saved *n)
+{
+    if (n)
+        free(n->slots);
+    free(n);
+}
+
+void te_tape_names_restore(te_names_saved *n)
+{
+    if (n->slots)
+        memcpy(eng.names, n->slots, NAME_SLOTS * sizeof *n->slots);
+    else if (eng.name_gen == n->gen)
+        eng.name_gen++; /* every count of this step stale: as at its start */
+    te_tape_names_free(n);
+}
 
 void te_tape_rollback(int tensors, int nodes)
 {

@@ -493,6 +493,28 @@ typedef struct te_hooks {
 TE_API int te_hook_add(const te_hooks *hooks, void *user);
 TE_API void te_hook_remove(int handle);
 
+/* ---- the deferred watch (watch.c) ---------------------------------------
+ * A hook that only needs to hear of ops whose outputs hold a NaN
+ * (TE_WATCH_NAN) or an Inf (TE_WATCH_INF) says so with te_hook_defer;
+ * 0 (the default) wants every op. When every attached hook defers, a step
+ * run through te_graph_run checks each op's outputs on the device and
+ * reads the flags once at its end, without calling the op hooks; on a
+ * flag it puts back what the step changed and runs it again with every
+ * hook called per op, so that a hook stops at the exact op (docs/engine.md
+ * "The deferred watch"). Where: on an asynchronous backend (CUDA) by
+ * default; te_watch_policy (or TDBG_WATCH_DEFER=1 / 0) forces it on any
+ * backend or never. te_watch_counts: steps run deferred, and of them
+ * replayed after a flag. */
+enum { TE_WATCH_NAN = 1u << 0, TE_WATCH_INF = 1u << 1 };
+/* te_hook_defer(h, TE_HOOK_NO_DATA): h never reads tensor data (a crash
+ * reporter noting op names): it keeps its op calls in a deferred step and
+ * does not keep steps from being deferred. */
+enum { TE_HOOK_NO_DATA = 1u << 2 };
+typedef enum { TE_WATCH_AUTO, TE_WATCH_ALWAYS, TE_WATCH_NEVER } te_watch_mode;
+TE_API void te_hook_defer(int handle, unsigned kinds);
+TE_API void te_watch_policy(te_watch_mode mode);
+TE_API void te_watch_counts(int64_t *deferred, int64_t *replayed);
+
 /* ---- fault injection ---------------------------------------------------
  * "KIND@op=GLOB,step=N[,value=X][,index=I]", KIND one of nan, inf, scale,
  * noise, zero, segv, abort, fpe. After an op whose name matches GLOB runs

@@ -378,6 +378,14 @@ typedef struct te_backend {
     /* The optimizer's update of count parameters, fused where it can be. */
     void (*sgd)(const te_sgd_opts *o, const te_update_args *u, int count);
     void (*adam)(const te_adam_opts *o, int64_t t, const te_update_args *u, int count);
+    /* The deferred watch (watch.c): watch_flag marks flag `slot` when t
+     * holds a NaN (TE_WATCH_NAN) or an Inf (TE_WATCH_INF) among kinds,
+     * queued without waiting; watch_take waits, returns the first marked
+     * slot below n (-1 when none) and clears them all. async: kernels run
+     * behind the host's back, so deferring pays (the CPU's: false). */
+    void (*watch_flag)(const te_tensor *t, unsigned kinds, int slot);
+    int (*watch_take)(int n);
+    bool async;
     /* The scaler's unscale of count gradients; true if any held NaN/Inf. */
     bool (*unscale)(const te_unscale_args *u, int count, float inv);
     /* Gradient clipping's sum of squares of count sources (src, dt, n;
@@ -473,6 +481,55 @@ void te_params_shutdown(void);
  * the f16/bf16 parameter p this step (a tensor on p's device), or NULL. */
 bool te_scaler_skip_step(void);
 te_tensor *te_scaler_master_grad(const te_tensor *p);
+
+/* ---- the deferred watch (watch.c) ---------------------------------------
+ * te_graph_run runs a step through te_watch_run, which defers it when the
+ * hooks allow. While a deferred attempt runs, te_op_done hands each record
+ * to te_watch_op instead of the op hooks, and phase hooks are not called.
+ * te_hooks_defer_kinds: what every attached hook defers on (0 when any
+ * wants every op, or none is attached). */
+te_status te_watch_run(te_status (*run)(void *ctx), void *ctx);
+bool te_watch_active(void);
+void te_watch_op(const te_op_record *rec);
+unsigned te_hooks_defer_kinds(void);
+/* The phase as it was at a step's start, without phase hooks. */
+void te_phase_restore(te_phase p);
+
+/* ---- a step's snapshot (snapshot.c) -------------------------------------
+ * What one step changes, saved at its start and put back: every persistent
+ * tensor's bytes (on its device) and grad_valid, the optimizers' and the
+ * scaler's host state, the step's op counter. tensor.c registers each
+ * persistent tensor with memory (te_persist_track) and forgets it when
+ * freed. NULL from take: out of memory, the error set. */
+typedef struct te_snapshot te_snapshot;
+void te_persist_track(te_tensor *t);
+void te_persist_forget(te_tensor *t);
+te_snapshot *te_snapshot_take(void);
+void te_snapshot_restore(const te_snapshot *s);
+void te_snapshot_free(te_snapshot *s);
+
+/* The optimizers' part: each live optimizer's update count and which state
+ * tensors it had (state made since is freed again on restore, so that a
+ * first step starts from nothing twice alike). */
+typedef struct te_optim_snap {
+    int n;
+    struct te_optim_saved *o;
+} te_optim_snap;
+te_status te_optim_snap_take(te_optim_snap *s);
+void te_optim_snap_restore(const te_optim_snap *s);
+void te_optim_snap_free(te_optim_snap *s);
+
+/* The scaler's part: its state, whether this step's unscale has run, and
+ * which master gradients held this step's values. */
+typedef struct te_scaler_snap {
+    te_scaler_state sc;
+    bool pending;
+    int n_mg;
+    bool *valid;
+} te_scaler_snap;
+void te_scaler_snap_take(te_scaler_snap *s);
+void te_scaler_snap_restore(const te_scaler_snap *s);
+void te_scaler_snap_free(te_scaler_snap *s);
 /* With TDBG set, loads the debugger once per process (plugin.c). */
 void te_plugin_load(void);
 
@@ -538,6 +595,12 @@ bool te_node_needs_shadow(const te_node *n);
 int te_tape_mark(void);
 int te_tape_node_mark(void);
 void te_tape_rollback(int tensors, int nodes);
+/* The op names counted this step (for "_K" suffixes), saved at a mark and
+ * put back (and freed) when the step runs again from it; NULL: no memory. */
+typedef struct te_names_saved te_names_saved;
+te_names_saved *te_tape_names_save(void);
+void te_tape_names_restore(te_names_saved *n);
+void te_tape_names_free(te_names_saved *n);
 
 /* The RNG key of the RANDOM op NAME at a step (dropout's mask). */
 uint64_t te_dropout_seed(const char *name, int64_t step);

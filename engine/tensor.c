@@ -166,6 +166,8 @@ te_tensor *te_tensor_alloc_on(te_device d, te_dtype dt, int ndim, const int64_t 
     }
     if (!(flags & TE_TENSOR_PERSISTENT))
         te_tape_track(t);
+    else if (t->data)
+        te_persist_track(t);
     return t;
 }
 
@@ -262,6 +264,7 @@ void te_tensor_free(te_tensor *t)
     }
     if (t->grad && (t->grad->flags & TE_TENSOR_PERSISTENT))
         te_tensor_free(t->grad);
+    te_persist_forget(t);
     te_mem_free_on(t->device, te_data(t), t->nbytes);
     free(t);
 }

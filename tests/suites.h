@@ -42,6 +42,8 @@ Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API,
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
 Suite *suite_amp(void);         /* mixed precision: levels, autocast, rounding against PyTorch, eager/graph parity */
 Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits, loss, gradients, training losses */
+Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to, devices, dispatch, per-device memory */
+Suite *suite_watch(void);      /* the deferred NaN watch: the same stops, replays bit for bit */
 #ifdef TE_HAVE_CUDA
 Suite *suite_cuda_elementwise(void); /* CUDA elementwise, shape and cast kernels against the CPU's; their shared per-element code */
 Suite *suite_cuda_linear(void); /* CUDA matmul, linear (f32, f16/bf16 tensor cores, epilogues), fused attention against the CPU's */
@@ -49,6 +51,5 @@ Suite *suite_cuda_reduce(void); /* CUDA: reductions, losses, layer norm, pooling
 Suite *suite_cuda_conv(void);   /* conv2d, pools, batch norm on the CUDA backend against the CPU */
 Suite *suite_cuda_ops(void);    /* every op of the op table on CUDA against the CPU; eager/graph; the NaN stop */
 #endif
-Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to, devices, dispatch, per-device memory */
 
 #endif

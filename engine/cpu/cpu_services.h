@@ -14,5 +14,7 @@ void cpu_zero(void *p, size_t bytes);
 void cpu_sync(void);
 void cpu_stats(const te_tensor *t, te_stats *s, bool quick);
 bool cpu_has_nonfinite(const te_tensor *t);
+void cpu_watch_flag(const te_tensor *t, unsigned kinds, int slot);
+int cpu_watch_take(int n);
 
 #endif

@@ -12,6 +12,9 @@
 #include "cuda/cuda_rt.h"
 #include "cuda/cuda_services.h"
 #include "cuda/cuda_shape.h"
+#include "cuda/k_watch.h"
+
+#include <stdlib.h>
 
 /* The memory entries return nothing: a failure becomes the error of the
  * moment, named after what failed. */
@@ -59,6 +62,71 @@ static void cuda_zero(void *p, size_t bytes)
     check(cudaMemsetAsync(p, 0, bytes, te_cuda_stream()), "cudaMemsetAsync");
 }
 
+/* ---- the deferred watch's flags (engine/watch.c) ------------------------
+ * One word per op of the step in device memory, grown (stream-ordered) when
+ * a step has more ops than ever; read with one copy at the step's end. */
+static struct {
+    unsigned *dev, *host;
+    int cap;
+} wf;
+
+static bool watch_room(int slot)
+{
+    if (slot < wf.cap)
+        return true;
+    cudaStream_t s = te_cuda_stream();
+    int cap = wf.cap ? wf.cap : 4096;
+    while (cap <= slot)
+        cap *= 2;
+    unsigned *dev = NULL, *host = malloc((size_t)cap * sizeof *host);
+    if (!host || cudaMallocAsync((void **)&dev, (size_t)cap * sizeof *dev, s) != cudaSuccess) {
+        free(host);
+        return false;
+    }
+    check(cudaMemsetAsync(dev, 0, (size_t)cap * sizeof *dev, s), "cudaMemsetAsync");
+    if (wf.dev) {
+        check(cudaMemcpyAsync(dev, wf.dev, (size_t)wf.cap * sizeof *dev, cudaMemcpyDeviceToDevice, s),
+              "cudaMemcpyAsync");
+        check(cudaFreeAsync(wf.dev, s), "cudaFreeAsync");
+    }
+    free(wf.host);
+    wf.dev = dev;
+    wf.host = host;
+    wf.cap = cap;
+    return true;
+}
+
+static void cuda_watch_flag(const te_tensor *t, unsigned kinds, int slot)
+{
+    /* No room for this op's own word (out of memory): the last word says
+     * "some op", and the step runs again op by op all the same. */
+    if (!watch_room(slot)) {
+        if (!wf.cap)
+            return;
+        slot = wf.cap - 1;
+    }
+    const int dtype = t->dtype == TE_F16 ? 1 : t->dtype == TE_BF16 ? 2 : 0;
+    k_watch_flag(t->data, dtype, t->numel, kinds, wf.dev, slot, te_cuda_blocks(t->numel, 256), te_cuda_stream());
+    check(cudaGetLastError(), "the watch's flag kernel");
+}
+
+static int cuda_watch_take(int n)
+{
+    if (!wf.cap || n <= 0)
+        return -1;
+    if (n > wf.cap)
+        n = wf.cap;
+    cudaStream_t s = te_cuda_stream();
+    check(cudaMemcpyAsync(wf.host, wf.dev, (size_t)n * sizeof *wf.host, cudaMemcpyDeviceToHost, s),
+          "reading the watch's flags");
+    cuda_sync();
+    check(cudaMemsetAsync(wf.dev, 0, (size_t)n * sizeof *wf.dev, s), "cudaMemsetAsync");
+    for (int i = 0; i < n; i++)
+        if (wf.host[i])
+            return i;
+    return -1;
+}
+
 static const char *cuda_lowp_native(void) { return "cuBLAS tensor cores (f16/bf16 in, f32 sums)"; }
 
 /* Each op and the prefix of its kernels, PREFIX_forward and
@@ -100,6 +168,9 @@ const te_backend te_backend_cuda = {
     .adam = cuda_adam,
     .unscale = cuda_unscale,
     .sumsq = cuda_sumsq,
+    .watch_flag = cuda_watch_flag,
+    .watch_take = cuda_watch_take,
+    .async = true,
     .forward = { CUDA_KERNELS(CUDA_FWD) },
     .backward = { CUDA_KERNELS(CUDA_BWD) },
     /* Tensor cores: f16/bf16 operands, f32 sums, rounded once. */

@@ -346,6 +346,35 @@ static tg_plan *find_or_compile(te_graph *g, te_tensor *const *inputs, te_tensor
     return p;
 }
 
+/* One attempt at a step: the step function (eager) or the plan. */
+typedef struct {
+    te_graph *g;
+    te_tensor *const *inputs;
+    te_tensor **outputs;
+} graph_call;
+
+static te_status run_step(void *ctx)
+{
+    const graph_call *c = ctx;
+    te_graph *g = c->g;
+    if (g->o.mode == TE_MODE_EAGER) {
+        for (int i = 0; i < g->o.n_outputs; i++)
+            c->outputs[i] = NULL;
+        te_status st = g->fn(g->ctx, c->inputs, c->outputs);
+        for (int i = 0; i < g->o.n_outputs && st == TE_OK; i++)
+            if (!c->outputs[i]) {
+                te_set_error(TE_ERR_STATE, "graph %s: the step function left output %d unset", g->name, i);
+                st = TE_ERR_STATE;
+            }
+        return st;
+    }
+    tg_plan *p = find_or_compile(g, c->inputs, c->outputs);
+    if (!p)
+        return te_error_code() != TE_OK ? te_error_code() : TE_ERR_STATE;
+    g->last = p;
+    return tg_execute(p, c->inputs, c->outputs);
+}
+
 te_status te_graph_run(te_graph *g, te_tensor *const *inputs, te_tensor **outputs)
 {
     for (int i = 0; i < g->o.n_inputs; i++)
@@ -354,22 +383,10 @@ te_status te_graph_run(te_graph *g, te_tensor *const *inputs, te_tensor **output
                 te_set_error(TE_ERR_INPUT, "graph %s: input %d is NULL", g->name, i);
             return TE_ERR_INPUT;
         }
-    if (g->o.mode == TE_MODE_EAGER) {
-        for (int i = 0; i < g->o.n_outputs; i++)
-            outputs[i] = NULL;
-        te_status st = g->fn(g->ctx, inputs, outputs);
-        for (int i = 0; i < g->o.n_outputs && st == TE_OK; i++)
-            if (!outputs[i]) {
-                te_set_error(TE_ERR_STATE, "graph %s: the step function left output %d unset", g->name, i);
-                st = TE_ERR_STATE;
-            }
-        return st;
-    }
-    tg_plan *p = find_or_compile(g, inputs, outputs);
-    if (!p)
-        return te_error_code() != TE_OK ? te_error_code() : TE_ERR_STATE;
-    g->last = p;
-    return tg_execute(p, inputs, outputs);
+    /* Through the deferred watch (watch.c): a step it defers and finds a
+     * NaN in runs again, op by op, from its start. */
+    graph_call c = { g, inputs, outputs };
+    return te_watch_run(run_step, &c);
 }
 
 te_status te_graph_save(te_graph *g, const char *dir)
