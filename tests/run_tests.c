@@ -59,6 +59,7 @@ int main(void)
     srunner_add_suite(sr, suite_cuda_linear());
     srunner_add_suite(sr, suite_cuda_reduce());
     srunner_add_suite(sr, suite_cuda_conv());
+    srunner_add_suite(sr, suite_cuda_ops());
 #endif
     /* Skips: the tests (forked by Check) append to this file; the count
      * follows Check's closing line, and TDBG_REQUIRE_ALL=1 (CI) fails the

@@ -49,6 +49,7 @@ Suite *suite_cuda_elementwise(void); /* CUDA elementwise, shape and cast kernels
 Suite *suite_cuda_linear(void); /* CUDA matmul, linear (f32, f16/bf16 tensor cores, epilogues), fused attention against the CPU's */
 Suite *suite_cuda_reduce(void); /* CUDA: reductions, losses, layer norm, pooling, statistics, optimizer, unscale */
 Suite *suite_cuda_conv(void);   /* conv2d, pools, batch norm on the CUDA backend against the CPU */
+Suite *suite_cuda_ops(void);    /* every op of the op table on CUDA against the CPU; eager/graph; the NaN stop */
 #endif
 Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to, devices, dispatch, per-device memory */
 

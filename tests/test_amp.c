@@ -58,7 +58,7 @@ static te_tensor *filled(te_dtype dt, int ndim, const int64_t *shape, uint32_t s
     te_tensor *t = te_tensor_new(TE_F32, ndim, shape);
     float *v = malloc((size_t)t->numel * sizeof *v);
     tu_fill_uniform(v, t->numel, seed, -1.0f, 1.0f);
-    memcpy(t->data, v, (size_t)t->numel * sizeof *v);
+    tu_write(t, v);
     free(v);
     return dt == TE_F32 ? t : te_cast(t, dt);
 }
@@ -144,7 +144,7 @@ START_TEST(test_o2_params_and_classes)
     te_tensor *g = te_param_new("ln.weight", TE_F32, te_shape(3));
     te_tensor *own = te_param_new("own", TE_BF16, te_shape(3)); /* the program's own low dtype */
     static const float wv[6] = { 1.0f / 3.0f, 70000.0f, -1e-8f, 1.0f, 2049.0f, -0.1f };
-    memcpy(w->data, wv, sizeof wv);
+    tu_write(w, wv);
     te_fill(g, 1.0f);
     ck_assert_int_eq(te_amp_set(TE_AMP_O2, TE_F16), TE_OK);
     ck_assert_int_eq(w->dtype, TE_F16);

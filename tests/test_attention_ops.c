@@ -112,29 +112,40 @@ START_TEST(test_matmul_batched_parallel)
     ck_assert_msg(y && y->ndim == 4 && y->shape[0] == 4 && y->shape[3] == 48, "%s", te_error());
     ck_assert(te_backward_with(y, dy) == TE_OK);
     float *db_sum = calloc((size_t)b->numel, sizeof *db_sum);
+    float *av = tu_f32(a), *bv = tu_f32(b), *dyv = tu_f32(dy), *yv = tu_f32(y), *dav = tu_f32(a->grad),
+          *dbv = tu_f32(b->grad);
     for (int i = 0; i < 4; i++)
         for (int h = 0; h < 2; h++) {
             int64_t r = i * 2 + h;
-            te_tensor *ai = te_tensor_from(TE_F32, te_shape(48, 40), te_f32(a) + r * 48 * 40);
-            te_tensor *bi = te_tensor_from(TE_F32, te_shape(40, 48), te_f32(b) + h * 40 * 48);
-            te_tensor *gi = te_tensor_from(TE_F32, te_shape(48, 48), te_f32(dy) + r * 48 * 48);
+            te_tensor *ai = te_tensor_from(TE_F32, te_shape(48, 40), av + r * 48 * 40);
+            te_tensor *bi = te_tensor_from(TE_F32, te_shape(40, 48), bv + h * 40 * 48);
+            te_tensor *gi = te_tensor_from(TE_F32, te_shape(48, 48), dyv + r * 48 * 48);
             ai->requires_grad = bi->requires_grad = true;
             te_tensor *yi = te_matmul(ai, bi);
             ck_assert(te_backward_with(yi, gi) == TE_OK);
+            float *yiv = tu_f32(yi), *daiv = tu_f32(ai->grad), *dbiv = tu_f32(bi->grad);
             for (int64_t e = 0; e < yi->numel; e++)
-                ck_assert_msg(fabsf(te_f32(yi)[e] - te_f32(y)[r * yi->numel + e]) <= 1e-5f,
+                ck_assert_msg(fabsf(yiv[e] - yv[r * yi->numel + e]) <= 1e-5f,
                               "y batch %lld element %lld", (long long)r, (long long)e);
             for (int64_t e = 0; e < ai->numel; e++)
-                ck_assert_msg(fabsf(te_f32(ai->grad)[e] - te_f32(a->grad)[r * ai->numel + e]) <= 1e-5f,
+                ck_assert_msg(fabsf(daiv[e] - dav[r * ai->numel + e]) <= 1e-5f,
                               "da batch %lld element %lld", (long long)r, (long long)e);
             for (int64_t e = 0; e < bi->numel; e++)
-                db_sum[h * bi->numel + e] += te_f32(bi->grad)[e];
+                db_sum[h * bi->numel + e] += dbiv[e];
+            free(yiv);
+            free(daiv);
+            free(dbiv);
         }
     for (int64_t e = 0; e < b->numel; e++)
-        ck_assert_msg(fabsf(db_sum[e] - te_f32(b->grad)[e]) <= 1e-4f * fmaxf(1.0f, fabsf(db_sum[e])),
-                      "db element %lld: %g, the batches' sum %g", (long long)e, te_f32(b->grad)[e],
-                      db_sum[e]);
+        ck_assert_msg(fabsf(db_sum[e] - dbv[e]) <= 1e-4f * fmaxf(1.0f, fabsf(db_sum[e])),
+                      "db element %lld: %g, the batches' sum %g", (long long)e, dbv[e], db_sum[e]);
     free(db_sum);
+    free(av);
+    free(bv);
+    free(dyv);
+    free(yv);
+    free(dav);
+    free(dbv);
     te_tape_reset();
     te_tensor_free(a);
     te_tensor_free(b);
@@ -162,9 +173,9 @@ START_TEST(test_matmul_batched_half)
 {
     te_tensor *a = gc_random(te_shape(2, 3, 8), -1, 1, 5), *b = gc_random(te_shape(2, 4, 8), -1, 1, 6);
     te_tensor *ah = tu_as_dtype(a, TE_F16), *bh = tu_as_dtype(b, TE_BF16);
-    te_copy_to_f32(ah, a->data);
+    tu_copy(a, ah);
     te_tensor *bf = tu_as_dtype(b, TE_F16);
-    te_copy_to_f32(bf, b->data);
+    tu_copy(b, bf);
     a->requires_grad = b->requires_grad = ah->requires_grad = bf->requires_grad = true;
     te_tensor *y = te_matmul_t(a, b, false, true), *yh = te_matmul_t(ah, bf, false, true);
     ck_assert_msg(yh && yh->dtype == TE_F16, "%s", te_error());
@@ -425,7 +436,7 @@ START_TEST(test_attention_half)
     for (int i = 0; i < 3; i++) {
         in[i] = gc_random(te_shape(1, 2, 5, 4), -1, 1, 40 + i);
         half[i] = tu_as_dtype(in[i], TE_F16);
-        te_copy_to_f32(half[i], in[i]->data);
+        tu_copy(in[i], half[i]);
         in[i]->requires_grad = half[i]->requires_grad = true;
     }
     te_tensor *y = te_causal_attention(in[0], in[1], in[2], 0.0f);
@@ -632,12 +643,12 @@ START_TEST(test_tied_weight)
     te_tensor *w_emb = te_param_new("emb_only", TE_F32, te_shape(V, C));
     te_tensor *w_head = te_param_new("head_only", TE_F32, te_shape(V, C));
     te_init_normal(wte, 0.0f, 0.5f);
-    memcpy(w_emb->data, wte->data, wte->nbytes);
-    memcpy(w_head->data, wte->data, wte->nbytes);
+    tu_copy(w_emb, wte);
+    tu_copy(w_head, wte);
     te_tensor *idx = te_tensor_persistent(TE_I32, te_shape(N)), *labels = te_tensor_persistent(TE_I32, te_shape(N));
     for (int i = 0; i < N; i++) {
-        te_i32(idx)[i] = (i * 3) % V;
-        te_i32(labels)[i] = (i * 5 + 1) % V;
+        te_set(idx, i, (float)((i * 3) % V));
+        te_set(labels, i, (float)((i * 5 + 1) % V));
     }
     te_zero_grad();
     te_step_begin();

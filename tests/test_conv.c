@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ATOL 1e-4
@@ -272,8 +273,16 @@ static void conv_vs_reference(const geom *g)
     te_tensor *rdx = te_tensor_new(TE_F32, x->ndim, x->shape);
     te_tensor *rdw = te_tensor_new(TE_F32, w->ndim, w->shape);
     te_tensor *rdb = te_tensor_new(TE_F32, b->ndim, b->shape);
-    conv_reference(g, x->data, w->data, b->data, dy->data, ry->data, rdx->data, rdw->data,
-                   rdb->data);
+    float *xv = tu_f32(x), *wv = tu_f32(w), *bv = tu_f32(b), *dyv = tu_f32(dy);
+    float *ryv = tu_f32(ry), *rdxv = tu_f32(rdx), *rdwv = tu_f32(rdw), *rdbv = tu_f32(rdb);
+    conv_reference(g, xv, wv, bv, dyv, ryv, rdxv, rdwv, rdbv);
+    tu_write(ry, ryv);
+    tu_write(rdx, rdxv);
+    tu_write(rdw, rdwv);
+    tu_write(rdb, rdbv);
+    float *host[] = { xv, wv, bv, dyv, ryv, rdxv, rdwv, rdbv };
+    for (int i = 0; i < 8; i++)
+        free(host[i]);
     ck_assert(te_backward_with(y, dy) == TE_OK);
     snprintf(what, sizeof what, "conv %dx%d stride %d pad %d", g->KH, g->KW, g->stride, g->pad);
     fx_assert_close(y, ry, 1e-4, 1e-4, what);
@@ -307,7 +316,8 @@ START_TEST(test_pool_large)
     te_tensor *yavg = te_tensor_new(TE_F32, te_shape(2, 16, OH, OW));
     te_tensor *dmax = te_tensor_zeros(TE_F32, te_shape(2, 16, H, W));
     te_tensor *davg = te_tensor_zeros(TE_F32, te_shape(2, 16, H, W));
-    const float *xs = x->data, *dys = dy->data;
+    float *xs = tu_f32(x), *dys = tu_f32(dy), *ymaxv = tu_f32(ymax), *yavgv = tu_f32(yavg);
+    float *dmaxv = tu_f32(dmax), *davgv = tu_f32(davg);
     for (int p = 0; p < P; p++)
         for (int oy = 0; oy < OH; oy++)
             for (int ox = 0; ox < OW; ox++) {
@@ -322,12 +332,19 @@ START_TEST(test_pool_large)
                         sum += xs[xi];
                         if (best < 0 || xs[xi] > xs[best])
                             best = xi;
-                        te_set(davg, xi, te_get(davg, xi) + dys[o] / (K * K));
+                        davgv[xi] += dys[o] / (K * K);
                     }
-                te_set(ymax, o, xs[best]);
-                te_set(dmax, best, te_get(dmax, best) + dys[o]);
-                te_set(yavg, o, (float)(sum / (K * K)));
+                ymaxv[o] = xs[best];
+                dmaxv[best] += dys[o];
+                yavgv[o] = (float)(sum / (K * K));
             }
+    tu_write(ymax, ymaxv);
+    tu_write(yavg, yavgv);
+    tu_write(dmax, dmaxv);
+    tu_write(davg, davgv);
+    float *host[] = { xs, dys, ymaxv, yavgv, dmaxv, davgv };
+    for (int i = 0; i < 6; i++)
+        free(host[i]);
     te_tensor *m = te_maxpool2d(x, K, S, PAD);
     fx_assert_close(m, ymax, 0, 0, "maxpool 32x32");
     ck_assert(te_backward_with(m, dy) == TE_OK);
@@ -358,9 +375,8 @@ START_TEST(test_conv_deterministic)
             first = tu_as_dtype(y, TE_F32);
             first_dw = tu_as_dtype(w->grad, TE_F32);
         } else {
-            ck_assert_msg(memcmp(first->data, y->data, y->nbytes) == 0, "forward differs");
-            ck_assert_msg(memcmp(first_dw->data, w->grad->data, w->grad->nbytes) == 0,
-                          "dw differs");
+            ck_assert_msg(tu_same_bytes(first, y), "forward differs");
+            ck_assert_msg(tu_same_bytes(first_dw, w->grad), "dw differs");
         }
         te_tape_reset();
     }
@@ -441,9 +457,9 @@ START_TEST(test_conv_half)
     te_tensor *b = gc_random(te_shape(4), -1, 1, 53);
     te_tensor *xh = tu_as_dtype(x, TE_F16), *wh = tu_as_dtype(w, TE_F16);
     te_tensor *bh = tu_as_dtype(b, TE_F16);
-    te_copy_to_f32(xh, x->data);
-    te_copy_to_f32(wh, w->data);
-    te_copy_to_f32(bh, b->data);
+    tu_copy(x, xh);
+    tu_copy(w, wh);
+    tu_copy(b, bh);
     te_tensor *t[] = { x, w, b, xh, wh, bh };
     for (int i = 0; i < 6; i++)
         t[i]->requires_grad = true;

@@ -15,7 +15,6 @@
  */
 #include "cuda/cuda_conv.h"
 #include "cuda/cuda_norm.h"
-#include "cuda/cuda_probe.h"
 #include "cuda/cuda_reduce.h"
 #include "cuda/cuda_rt.h"
 #include "graph/graph.h"
@@ -36,14 +35,7 @@ static te_tensor *dev_own[MAX_OWN], *host_own[MAX_OWN];
 static int n_dev, n_host;
 
 /* True (after saying why) when this process has no device to run on. */
-static bool no_device(const char *test)
-{
-    char why[256];
-    if (te_cuda_probe(why, sizeof why))
-        return false;
-    printf("%s: skipped: no CUDA device (%s)\n", test, why);
-    return true;
-}
+static bool no_device(const char *test) { return !tu_cuda_device(test); }
 
 /* A zeroed device tensor shaped like `like` (no grad, no node). */
 static te_tensor *dev_new(const te_tensor *like)

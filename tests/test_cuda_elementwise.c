@@ -16,7 +16,6 @@
 #include "cpu/cpu_math.h"
 #include "cuda/cuda_cast.h"
 #include "cuda/cuda_elementwise.h"
-#include "cuda/cuda_probe.h"
 #include "cuda/cuda_shape.h"
 #include "cuda/k_shape.h"
 #include "suites.h"
@@ -310,22 +309,11 @@ END_TEST
 
 /* ---- device: helpers ----------------------------------------------------------- */
 
-/* Check runs each test in a child of its own, and the runner (the parent)
- * must not touch CUDA, which does not survive a fork: every test probes in
- * its child, and the first of them says why it skips. */
-static bool have_device(bool say)
-{
-    char why[512];
-    if (te_cuda_probe(why, sizeof why))
-        return true;
-    if (say)
-        printf("cuda_elementwise: skipped: no CUDA device (%s)\n", why);
-    return false;
-}
-
-#define NEED_DEVICE(say)                                                                           \
+/* Every test probes in its own (forked) child through tu_cuda_device:
+ * CUDA does not survive a fork, so the runner must not start it. */
+#define NEED_DEVICE()                                                                              \
     do {                                                                                           \
-        if (!have_device(say))                                                                     \
+        if (!tu_cuda_device("cuda_elementwise"))                                                   \
             return;                                                                                \
     } while (0)
 
@@ -503,7 +491,7 @@ UN_FN(relu) UN_FN(gelu) UN_FN(tanh) UN_FN(sigmoid) UN_FN(exp) UN_FN(log) UN_FN(s
 
 START_TEST(test_binary_ops)
 {
-    NEED_DEVICE(true);
+    NEED_DEVICE();
     const struct {
         te_tensor *(*op)(te_tensor *, te_tensor *);
         te_kernel_fn fwd, bwd;
@@ -529,7 +517,7 @@ static te_tensor *scale_half(te_tensor *x) { return te_scale(x, -0.5f); }
 
 START_TEST(test_unary_ops)
 {
-    NEED_DEVICE(false);
+    NEED_DEVICE();
     const struct {
         te_tensor *(*op)(te_tensor *);
         te_kernel_fn fwd, bwd;
@@ -555,7 +543,7 @@ END_TEST
 
 START_TEST(test_masked_fill_and_dropout)
 {
-    NEED_DEVICE(false);
+    NEED_DEVICE();
     te_tensor *x = ramp(te_shape(3, 4, 5), -1.0f, 0.1f, true);
     te_tensor *m = te_tensor_zeros(TE_F32, te_shape(4, 1));
     te_f32(m)[1] = te_f32(m)[3] = 1.0f;
@@ -574,7 +562,7 @@ END_TEST
 
 START_TEST(test_shape_ops)
 {
-    NEED_DEVICE(false);
+    NEED_DEVICE();
     te_tensor *x = ramp(te_shape(2, 3, 4, 5), -1.0f, 0.1f, true);
     check_op(te_reshape(x, 6, -1), cuda_reshape_forward, cuda_reshape_backward, "reshape");
     check_op(te_flatten(x), cuda_reshape_forward, cuda_reshape_backward, "flatten");
@@ -590,7 +578,7 @@ END_TEST
 /* A bad index fails on the device with the CPU front end's message. */
 START_TEST(test_embedding_bad_index)
 {
-    NEED_DEVICE(false);
+    NEED_DEVICE();
     te_tensor *w = ramp(te_shape(5, 3), -1.0f, 0.1f, false);
     int32_t iv[] = { 0, 1, 2, 3, 4, 0, 1, 2 };
     te_tensor *y = te_embedding(w, te_tensor_from(TE_I32, te_shape(2, 4), iv));
@@ -614,7 +602,7 @@ END_TEST
 
 START_TEST(test_cast)
 {
-    NEED_DEVICE(false);
+    NEED_DEVICE();
     const te_dtype dts[] = { TE_F32, TE_F16, TE_BF16 };
     te_tensor *x32 = ramp(te_shape(7, 50), -4.0f, 0.9f, true);
     te_f32(x32)[0] = 70000.0f; /* f16 overflow */
@@ -641,7 +629,7 @@ END_TEST
 /* The services on the device against te_round_block and te_half_to_f32. */
 START_TEST(test_round_widen_services)
 {
-    NEED_DEVICE(false);
+    NEED_DEVICE();
     enum { N = 65536 };
     static float src[N], back[N], cpu_back[N];
     static uint16_t half[N], cpu_half[N], all[N];
@@ -685,7 +673,7 @@ END_TEST
 /* Graph mode's fused chain and in-place activations against the CPU's. */
 START_TEST(test_fused)
 {
-    NEED_DEVICE(false);
+    NEED_DEVICE();
     te_tensor *a = ramp(te_shape(40, 30), -2.0f, 0.01f, false), *b = ramp(te_shape(30), -0.5f, 0.03f, false);
     te_tensor *c = ramp(te_shape(1), 1.5f, 0.0f, false);
     te_tensor *t[4];

@@ -14,14 +14,13 @@
  * reference being the CPU's f32 kernel on the same low-precision values,
  * rounded once: what the shadow path computes.
  *
- * Without a device the tests that need one return at once, and
- * test_cuda_device prints "skipped: no CUDA device (REASON)" once; the
- * host-only ones (the batch plan, the native kernels declining) run.
+ * Without a device the tests that need one print "cuda_linear: skipped:
+ * no CUDA device (REASON)" and return (tu_cuda_device); the host-only
+ * ones (the batch plan, the native kernels declining) run.
  */
 #include "cpu/cpu_kernels.h"
 #include "cuda/cuda_attention.h"
 #include "cuda/cuda_linear.h"
-#include "cuda/cuda_probe.h"
 #include "suites.h"
 #include "testutil.h"
 
@@ -32,25 +31,8 @@
 #include <string.h>
 
 /* Whether device 0 can run the kernels; the tests that need it return
- * without one (test_cuda_device says why, once). */
-static bool have_device(void)
-{
-    char why[256];
-    return te_cuda_probe(why, sizeof why);
-}
-
-/* No device: the probe's reason is one this build gives (CI runs this
- * suite without a GPU); printed once for the whole suite. */
-START_TEST(test_cuda_device)
-{
-    char why[256];
-    if (te_cuda_probe(why, sizeof why))
-        return;
-    printf("cuda_linear: skipped: no CUDA device (%s)\n", why);
-    fflush(stdout);
-    ck_assert_msg(tu_cuda_reason(why) != NULL, "the probe's reason: %s", why);
-}
-END_TEST
+ * without one, saying why. */
+static bool have_device(void) { return tu_cuda_device("cuda_linear"); }
 
 /* ---- tensors made by hand: host ones, and device copies ------------------ */
 
@@ -575,7 +557,6 @@ Suite *suite_cuda_linear(void)
     TCase *tc = tcase_create("cuda_linear");
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_cuda_device);
     tcase_add_loop_test(tc, test_cuda_mm_plan, 0, N_MM);
     tcase_add_test(tc, test_cuda_lowp_declines);
     tcase_add_loop_test(tc, test_cuda_matmul_f32, 0, N_MM);

@@ -12,7 +12,6 @@
 #include "suites.h"
 #include "testutil.h"
 
-#include "cuda/cuda_probe.h"
 #include "cuda/cuda_reduce.h"
 #include "cuda/cuda_rt.h"
 #include "cuda/cuda_services.h"
@@ -181,15 +180,7 @@ END_TEST
 
 /* True when a device runs this build; otherwise prints why (a reason this
  * build gives, checked) and the caller returns. */
-static bool have_device(void)
-{
-    char why[768];
-    if (te_cuda_probe(why, sizeof why))
-        return true;
-    ck_assert_msg(tu_cuda_reason(why) != NULL, "no reason this build can give in: %s", why);
-    fprintf(stderr, "skipped: no CUDA device (%s)\n", why);
-    return false;
-}
+static bool have_device(void) { return tu_cuda_device("cuda_reduce"); }
 
 static void cu(cudaError_t e, const char *what)
 {

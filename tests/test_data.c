@@ -455,10 +455,8 @@ static void load_run(const te_dataset *d, int workers, int prefetch, bool drop, 
         te_tensor *x, *y;
         ck_assert_msg(te_loader_next(l, &x, &y) == TE_OK, "te_loader_next: %s", te_error());
         r->count[b] = x->shape[0];
-        r->x[b] = malloc(x->nbytes);
-        r->y[b] = malloc(y->nbytes);
-        memcpy(r->x[b], x->data, x->nbytes);
-        memcpy(r->y[b], y->data, y->nbytes);
+        r->x[b] = tu_bytes(x);
+        r->y[b] = tu_bytes(y);
     }
     te_loader_free(l);
     te_tape_reset();

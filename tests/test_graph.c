@@ -986,7 +986,7 @@ START_TEST(test_record_traits)
     ce_model m = { .w = param("w", te_shape(4, 16), -1, 1), .b = param("b", te_shape(4), -1, 1) };
     te_tensor *labels = te_tensor_persistent(TE_I32, te_shape(8));
     for (int i = 0; i < 8; i++)
-        te_i32(labels)[i] = i % 4;
+        te_set(labels, i, (float)(i % 4));
     te_tensor *in[2] = { input(te_shape(8, 16), 11), labels }, *out[2];
     for (int mode = 0; mode < 2; mode++) {
         te_graph *g = te_graph_new(ce_step, &m, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 2,

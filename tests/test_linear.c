@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ATOL 1e-4
@@ -86,7 +87,7 @@ START_TEST(test_matmul_accumulates)
 
     float av[4] = { 1, 2, 3, 4 }, dv[4] = { 1, -1, 0.5f, 2 };
     te_tensor *sq = te_tensor_persistent(TE_F32, te_shape(2, 2));
-    memcpy(sq->data, av, sizeof av);
+    tu_write(sq, av);
     sq->requires_grad = true;
     te_tensor *dy = te_tensor_from(TE_F32, te_shape(2, 2), dv);
     ck_assert(te_backward_with(te_matmul(sq, sq), dy) == TE_OK);
@@ -138,8 +139,8 @@ START_TEST(test_matmul_half)
 {
     te_tensor *a = gc_random(te_shape(3, 8), -1, 1, 5), *b = gc_random(te_shape(8, 2), -1, 1, 6);
     te_tensor *ah = tu_as_dtype(a, TE_F16), *bh = tu_as_dtype(b, TE_F16);
-    te_copy_to_f32(ah, a->data); /* same values in both precisions */
-    te_copy_to_f32(bh, b->data);
+    tu_copy(a, ah); /* same values in both precisions */
+    tu_copy(b, bh);
     a->requires_grad = b->requires_grad = ah->requires_grad = bh->requires_grad = true;
 
     te_tensor *y = te_matmul(a, b), *yh = te_matmul(ah, bh);
@@ -233,7 +234,7 @@ START_TEST(test_linear_accumulates)
     /* y = x x^T: x is both input and weight */
     float xv[4] = { 1, 2, 3, 4 }, dv[4] = { 1, -1, 0.5f, 2 };
     te_tensor *sq = te_tensor_persistent(TE_F32, te_shape(2, 2));
-    memcpy(sq->data, xv, sizeof xv);
+    tu_write(sq, xv);
     sq->requires_grad = true;
     ck_assert(te_backward_with(te_linear(sq, sq, NULL), te_tensor_from(TE_F32, te_shape(2, 2), dv)) ==
               TE_OK);
@@ -295,9 +296,9 @@ START_TEST(test_linear_half)
     te_tensor *b = gc_random(te_shape(3), -1, 1, 10);
     te_tensor *xh = tu_as_dtype(x, TE_F16), *wh = tu_as_dtype(w, TE_F16);
     te_tensor *bh = tu_as_dtype(b, TE_F16);
-    te_copy_to_f32(xh, x->data);
-    te_copy_to_f32(wh, w->data);
-    te_copy_to_f32(bh, b->data);
+    tu_copy(x, xh);
+    tu_copy(w, wh);
+    tu_copy(b, bh);
     te_tensor *t[] = { x, w, b, xh, wh, bh };
     for (int i = 0; i < 6; i++)
         t[i]->requires_grad = true;
@@ -330,14 +331,19 @@ START_TEST(test_linear_large)
     te_tensor *b = gc_random(te_shape(O), -1, 1, 14);
     te_tensor *y = te_linear(x, w, b);
     te_tensor *want = te_tensor_new(TE_F32, te_shape(N, O));
-    const float *xs = x->data, *ws = w->data, *bs = b->data;
+    float *xs = tu_f32(x), *ws = tu_f32(w), *bs = tu_f32(b), *wv = tu_f32(want);
     for (int i = 0; i < N; i++)
         for (int o = 0; o < O; o++) {
             double s = bs[o];
             for (int k = 0; k < K; k++)
                 s += (double)xs[i * K + k] * ws[o * K + k];
-            te_set(want, i * O + o, (float)s);
+            wv[i * O + o] = (float)s;
         }
+    tu_write(want, wv);
+    free(xs);
+    free(ws);
+    free(bs);
+    free(wv);
     fx_assert_close(y, want, 1e-4, 1e-4, "linear 64x300 @ 300x200");
     te_tensor_free(x);
     te_tensor_free(w);

@@ -89,7 +89,10 @@ static void lp_run_case(const lp_case *c, te_dtype dt, bool native, lp_result *r
     r->fwd = y1->node->round[0];
     te_tensor *y = te_add(y1, y2);
     te_tensor *dy = te_tensor_new(TE_F32, y->ndim, y->shape);
-    tu_fill_uniform(te_f32(dy), dy->numel, 7, -1.0f, 1.0f);
+    float *dyv = tu_f32(dy);
+    tu_fill_uniform(dyv, dy->numel, 7, -1.0f, 1.0f);
+    tu_write(dy, dyv);
+    free(dyv);
     ck_assert_msg(te_backward_with(y, dy) == TE_OK, "%s: %s", c->name, te_error());
     r->runs = te_lowp_native_runs() - before;
     r->v[0] = lp_floats(y1, &r->n[0]);
@@ -252,19 +255,9 @@ typedef struct ew_result {
     int64_t runs;
 } ew_result;
 
-static uint16_t *ew_bits(const te_tensor *t)
-{
-    uint16_t *v = malloc((size_t)t->numel * 2);
-    memcpy(v, t->data, (size_t)t->numel * 2);
-    return v;
-}
+static uint16_t *ew_bits(const te_tensor *t) { return tu_bytes(t); }
 
-static float *ew_f32(const te_tensor *t)
-{
-    float *v = malloc((size_t)t->numel * sizeof *v);
-    memcpy(v, t->data, (size_t)t->numel * sizeof *v);
-    return v;
-}
+static float *ew_f32(const te_tensor *t) { return tu_bytes(t); }
 
 /* x [4,3,6,6] (for BN [4,6,5,5]) with specials planted. */
 static te_tensor *ew_input(ew_op op, te_dtype dt)
@@ -289,7 +282,7 @@ static te_tensor *ew_input(ew_op op, te_dtype dt)
     te_copy_from_f32(x, v);
     free(v);
     if (!bn) /* a signalling NaN: the shadow path's rounding quiets it */
-        ((uint16_t *)x->data)[4] = dt == TE_F16 ? 0xfc01u : 0xff81u;
+        ck_assert_int_eq(te_tensor_write(x, 4, 1, &(uint16_t){ dt == TE_F16 ? 0xfc01u : 0xff81u }), TE_OK);
     x->requires_grad = true;
     return x;
 }
@@ -307,10 +300,10 @@ static void ew_run(ew_op op, te_dtype dt, bool twice, bool native, ew_result *r)
         b = te_tensor_persistent(TE_F32, te_shape(6));
         rm = te_tensor_persistent(TE_F32, te_shape(6));
         rv = te_tensor_persistent(TE_F32, te_shape(6));
-        memcpy(g->data, (float[]){ 0.75f, big, tiny, -1.25f, 2.0f, -tiny }, 6 * sizeof(float));
-        memcpy(b->data, (float[]){ 0.1f, 0.0f, 0.0f, -0.3f, 0.5f, 0.0f }, 6 * sizeof(float));
-        memcpy(rm->data, (float[]){ 0.1f, -0.2f, 0.0f, 0.3f, -0.1f, 0.2f }, 6 * sizeof(float));
-        memcpy(rv->data, (float[]){ 1.0f, 0.5f, 2.0f, 1.5f, 0.8f, 1.2f }, 6 * sizeof(float));
+        tu_write(g, (float[]){ 0.75f, big, tiny, -1.25f, 2.0f, -tiny });
+        tu_write(b, (float[]){ 0.1f, 0.0f, 0.0f, -0.3f, 0.5f, 0.0f });
+        tu_write(rm, (float[]){ 0.1f, -0.2f, 0.0f, 0.3f, -0.1f, 0.2f });
+        tu_write(rv, (float[]){ 1.0f, 0.5f, 2.0f, 1.5f, 0.8f, 1.2f });
         g->requires_grad = b->requires_grad = true;
     }
     te_set_training(op != EW_BN_EVAL);
@@ -328,7 +321,7 @@ static void ew_run(ew_op op, te_dtype dt, bool twice, bool native, ew_result *r)
     r->fwd_rounded = y1->node->rounded;
     te_tensor *y = twice ? te_add(y1, y2) : y1;
     te_tensor *dy = te_tensor_new(TE_F32, y->ndim, y->shape);
-    float *d = te_f32(dy);
+    float *d = tu_f32(dy);
     tu_fill_uniform(d, dy->numel, 9, -2.0f, 2.0f);
     const float big = dt == TE_F16 ? 40000.0f : 2.0e38f, tiny = dt == TE_F16 ? 3e-8f : 1e-38f;
     for (int64_t i = 0; i < dy->numel; i += 5)
@@ -337,6 +330,8 @@ static void ew_run(ew_op op, te_dtype dt, bool twice, bool native, ew_result *r)
     d[2] = NAN;
     d[10] = NAN;      /* at ReLU's x = -0: NaN * 0 */
     d[13] = INFINITY; /* at ReLU's x = -Inf: Inf * 0 */
+    tu_write(dy, d);
+    free(d);
     ck_assert_msg(te_backward_with(y, dy) == TE_OK, "%s", te_error());
     r->runs = te_lowp_native_runs() - before;
     r->bwd = y1->node->round[0];

@@ -19,8 +19,8 @@ static model model_new(void)
     model m = { .fx = fx_open("optim.bin") };
     m.w = te_param_new("w", TE_F32, te_shape(3, 4));
     m.b = te_param_new("b", TE_F32, te_shape(3));
-    te_copy_from_f32(m.w, fx_tensor(m.fx, "w0")->data);
-    te_copy_from_f32(m.b, fx_tensor(m.fx, "b0")->data);
+    tu_copy(m.w, fx_tensor(m.fx, "w0"));
+    tu_copy(m.b, fx_tensor(m.fx, "b0"));
     return m;
 }
 
@@ -28,8 +28,11 @@ static model model_new(void)
 static float loss_backward(model *m, int lo, int hi, float scale)
 {
     te_tensor *x = fx_tensor(m->fx, "x"), *t = fx_tensor(m->fx, "t");
-    te_tensor *xs = te_tensor_from(TE_F32, te_shape(hi - lo, 4), (const float *)x->data + lo * 4);
-    te_tensor *ts = te_tensor_from(TE_F32, te_shape(hi - lo, 3), (const float *)t->data + lo * 3);
+    float *xv = tu_f32(x), *tv = tu_f32(t);
+    te_tensor *xs = te_tensor_from(TE_F32, te_shape(hi - lo, 4), xv + lo * 4);
+    te_tensor *ts = te_tensor_from(TE_F32, te_shape(hi - lo, 3), tv + lo * 3);
+    free(xv);
+    free(tv);
     te_tensor *loss = te_mse(te_linear(xs, m->w, m->b), ts);
     if (scale != 1.0f)
         loss = te_scale(loss, scale);
@@ -149,8 +152,8 @@ START_TEST(test_step_consumes_grads)
     te_optim_step(opt);
     ck_assert(!m.w->grad_valid);
     te_step_end();
-    te_copy_from_f32(m.w, fx_tensor(m.fx, "w0")->data);
-    te_copy_from_f32(m.b, fx_tensor(m.fx, "b0")->data);
+    tu_copy(m.w, fx_tensor(m.fx, "w0"));
+    tu_copy(m.b, fx_tensor(m.fx, "b0"));
     te_step_begin();
     loss_backward(&m, 0, 6, 1.0f);
     ck_assert_float_eq_tol(te_get(m.w->grad, 0), g0, 1e-7f);

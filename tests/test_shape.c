@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float *fdata(const te_tensor *t) { return (float *)t->data; }
-static int32_t *idata(const te_tensor *t) { return (int32_t *)t->data; }
 
 /* ---- reshape and flatten ---------------------------------------------------- */
 
@@ -56,12 +54,14 @@ START_TEST(test_reshape_i32_and_flatten)
     te_tensor *r = te_reshape(i, 3, 2);
     ck_assert_msg(r && r->dtype == TE_I32 && r->shape[0] == 3 && r->shape[1] == 2, "%s",
                   te_error());
-    ck_assert_msg(memcmp(r->data, v, sizeof v) == 0, "i32 reshape changed the values");
+    int32_t *rv = tu_bytes(r);
+    ck_assert_msg(memcmp(rv, v, sizeof v) == 0, "i32 reshape changed the values");
+    free(rv);
 
     te_tensor *x = gc_random(te_shape(2, 3, 2, 2), -1, 1, 3);
     te_tensor *fl = te_flatten(x);
     ck_assert_msg(fl && fl->ndim == 2 && fl->shape[0] == 2 && fl->shape[1] == 12, "%s", te_error());
-    ck_assert_msg(memcmp(fl->data, x->data, x->nbytes) == 0, "flatten changed the values");
+    ck_assert_msg(tu_same_bytes(fl, x), "flatten changed the values");
     ck_assert_str_eq(fl->name, "flatten:out0"); /* named as called, not "reshape" */
     te_tensor_free(x);
 }
@@ -135,9 +135,10 @@ START_TEST(test_transpose_i32_and_errors)
     ck_assert_msg(t && t->dtype == TE_I32 && t->shape[0] == 3 && t->shape[1] == 2, "%s",
                   te_error());
     const int32_t want[6] = { 0, 3, 1, 4, 2, 5 };
+    int32_t got[6];
+    ck_assert_int_eq(te_tensor_read(t, 0, 6, got), TE_OK);
     for (int i = 0; i < 6; i++)
-        ck_assert_msg(((int32_t *)t->data)[i] == want[i], "element %d: %d, expected %d", i,
-                      ((int32_t *)t->data)[i], want[i]);
+        ck_assert_msg(got[i] == want[i], "element %d: %d, expected %d", i, got[i], want[i]);
 
     te_tensor *x = te_tensor_zeros(TE_F32, te_shape(2, 3, 4));
     int line = __LINE__ + 1;
@@ -167,12 +168,16 @@ START_TEST(test_cast_bit_patterns)
     ck_assert_msg(h && b && h->dtype == TE_F16 && b->dtype == TE_BF16, "%s", te_error());
     te_tensor *hb = te_cast(h, TE_F32), *bb = te_cast(b, TE_F32);
     ck_assert_msg(hb && bb && hb->dtype == TE_F32, "%s", te_error());
+    uint16_t hv[6], bv[6];
+    float hbv[6], bbv[6];
+    ck_assert(te_tensor_read(h, 0, 6, hv) == TE_OK && te_tensor_read(b, 0, 6, bv) == TE_OK);
+    ck_assert(te_tensor_read(hb, 0, 6, hbv) == TE_OK && te_tensor_read(bb, 0, 6, bbv) == TE_OK);
     for (int i = 0; i < 6; i++) {
-        uint16_t gh = ((uint16_t *)h->data)[i], gb = ((uint16_t *)b->data)[i];
+        uint16_t gh = hv[i], gb = bv[i];
         ck_assert_msg(gh == f16[i], "f16(%g) = 0x%04x, expected 0x%04x", (double)v[i], gh, f16[i]);
         ck_assert_msg(gb == bf16[i], "bf16(%g) = 0x%04x, expected 0x%04x", (double)v[i], gb,
                       bf16[i]);
-        float rh = fdata(hb)[i], rb = fdata(bb)[i];
+        float rh = hbv[i], rb = bbv[i];
         ck_assert_msg(memcmp(&rh, &f16_back[i], 4) == 0, "f32(f16(%g)) = %.9g, expected %.9g",
                       (double)v[i], (double)rh, (double)f16_back[i]);
         ck_assert_msg(memcmp(&rb, &bf16_back[i], 4) == 0, "f32(bf16(%g)) = %.9g, expected %.9g",
@@ -180,10 +185,10 @@ START_TEST(test_cast_bit_patterns)
     }
     /* between the halves: f16 -> bf16 goes through f32 exactly once */
     te_tensor *hbf = te_cast(h, TE_BF16);
-    ck_assert_msg(hbf && ((uint16_t *)hbf->data)[0] == 0x3f80 &&
-                      ((uint16_t *)hbf->data)[1] == 0x4780,
-                  "f16 -> bf16 of 1 and 65504: 0x%04x 0x%04x", ((uint16_t *)hbf->data)[0],
-                  ((uint16_t *)hbf->data)[1]);
+    uint16_t hbfv[2] = { 0, 0 };
+    ck_assert_msg(hbf && te_tensor_read(hbf, 0, 2, hbfv) == TE_OK, "%s", te_error());
+    ck_assert_msg(hbfv[0] == 0x3f80 && hbfv[1] == 0x4780, "f16 -> bf16 of 1 and 65504: 0x%04x 0x%04x",
+                  hbfv[0], hbfv[1]);
 }
 END_TEST
 
@@ -193,16 +198,19 @@ START_TEST(test_cast_int)
     const int32_t want[6] = { 2, -2, 0, 2147483647, (-2147483647 - 1), 16777216 };
     te_tensor *i = te_cast(te_tensor_from(TE_F32, te_shape(6), v), TE_I32);
     ck_assert_msg(i && i->dtype == TE_I32, "%s", te_error());
+    int32_t iw[6];
+    ck_assert_int_eq(te_tensor_read(i, 0, 6, iw), TE_OK);
     for (int k = 0; k < 6; k++)
-        ck_assert_msg(idata(i)[k] == want[k], "i32(%g) = %d, expected %d", (double)v[k],
-                      idata(i)[k], want[k]);
+        ck_assert_msg(iw[k] == want[k], "i32(%g) = %d, expected %d", (double)v[k], iw[k], want[k]);
     const int32_t iv[4] = { 3, -7, 16777217, 2048 };
     te_tensor *src = te_tensor_from(TE_I32, te_shape(4), iv);
     te_tensor *f = te_cast(src, TE_F32), *h = te_cast(src, TE_F16);
     ck_assert_msg(f && h, "%s", te_error());
     const float fw[4] = { 3.0f, -7.0f, 16777216.0f, 2048.0f };
+    float fv[4];
+    ck_assert_int_eq(te_tensor_read(f, 0, 4, fv), TE_OK);
     for (int k = 0; k < 4; k++) {
-        ck_assert_msg(fdata(f)[k] == fw[k], "f32(%d) = %.9g", iv[k], (double)fdata(f)[k]);
+        ck_assert_msg(fv[k] == fw[k], "f32(%d) = %.9g", iv[k], (double)fv[k]);
         ck_assert_msg(te_get(h, k) == (k == 2 ? INFINITY : fw[k]), "f16(%d) = %g", iv[k],
                       (double)te_get(h, k));
     }
@@ -438,15 +446,19 @@ START_TEST(test_round_block_exact)
             te_tensor *t = te_tensor_new(dt, te_shape(n));
             te_round_stats st, want;
             te_round_f32(t, x, &st);
-            recount(x, t->data, n, dt, &want);
+            uint16_t *tb = tu_bytes(t);
+            recount(x, tb, n, dt, &want);
+            free(tb);
             ck_assert_int_eq(st.overflow, want.overflow);
             ck_assert_int_eq(st.underflow, want.underflow);
             ck_assert_int_eq(st.nonzero, want.nonzero);
             ck_assert_uint_eq(fbits(st.absmax), fbits(want.absmax));
-            memset(t->data, 0, t->nbytes);
+            te_fill(t, 0.0f);
             te_copy_from_f32(t, x);
+            tb = tu_bytes(t);
             for (int64_t i = 0; i < n; i++)
-                ck_assert_uint_eq(((uint16_t *)t->data)[i], d ? te_f32_to_bf16(x[i]) : te_f32_to_f16(x[i]));
+                ck_assert_uint_eq(tb[i], d ? te_f32_to_bf16(x[i]) : te_f32_to_f16(x[i]));
+            free(tb);
         }
     }
     te_lowp_portable = false;
@@ -477,7 +489,7 @@ START_TEST(test_embedding_gradcheck)
 {
     const int32_t iv[6] = { 2, 0, 2, 3, 3, 2 };
     te_tensor *idx = te_tensor_persistent(TE_I32, te_shape(2, 3));
-    memcpy(idx->data, iv, sizeof iv);
+    tu_write(idx, iv);
     te_tensor *w = gc_random(te_shape(5, 4), -1, 1, 8);
     gc_check("embedding weight", embedding_fn, idx, &w, 1, (bool[]){ true }, 1e-2f, 1e-3f);
     /* rows 1 and 4 are never picked: exactly zero grad */
@@ -520,8 +532,10 @@ END_TEST
 static double kept_fraction(te_tensor *y)
 {
     int64_t kept = 0;
+    float *v = tu_f32(y);
     for (int64_t i = 0; i < y->numel; i++)
-        kept += fdata(y)[i] != 0.0f;
+        kept += v[i] != 0.0f;
+    free(v);
     return (double)kept / (double)y->numel;
 }
 
@@ -538,10 +552,12 @@ START_TEST(test_dropout_statistics)
         ck_assert_msg(fabs(f - (1.0 - ps[k])) < 0.011, "p %g kept %.4f, expected ~%.4f",
                       (double)ps[k], f, 1.0 - ps[k]);
         const float scale = 1.0f / (1.0f - ps[k]);
+        float *yv = tu_f32(y);
         for (int64_t i = 0; i < y->numel; i++)
-            ck_assert_msg(fdata(y)[i] == 0.0f || fdata(y)[i] == scale,
+            ck_assert_msg(yv[i] == 0.0f || yv[i] == scale,
                           "p %g element %lld is %g: 0 or %g expected", (double)ps[k], (long long)i,
-                          (double)fdata(y)[i], (double)scale);
+                          (double)yv[i], (double)scale);
+        free(yv);
     }
 }
 END_TEST
@@ -549,8 +565,10 @@ END_TEST
 /* The mask of one dropout op at one step: 1 kept, 0 dropped. */
 static void mask_of(const te_tensor *y, unsigned char *m)
 {
+    float *v = tu_f32(y);
     for (int64_t i = 0; i < y->numel; i++)
-        m[i] = fdata(y)[i] != 0.0f;
+        m[i] = v[i] != 0.0f;
+    free(v);
 }
 
 static int64_t mask_diff(const unsigned char *a, const unsigned char *b, int64_t n)
@@ -607,18 +625,22 @@ START_TEST(test_dropout_backward_mask)
     x->requires_grad = true;
     te_tensor *y = te_dropout(x, p);
     te_tensor *dy = te_tensor_new(TE_F32, te_shape(3000));
+    static float dyv[3000], yv[3000], xv[3000], dxv[3000];
     for (int64_t i = 0; i < 3000; i++)
-        fdata(dy)[i] = te_rand_uniform(3, 3, (uint64_t)i) - 0.5f;
+        dyv[i] = te_rand_uniform(3, 3, (uint64_t)i) - 0.5f;
+    tu_write(dy, dyv);
     ck_assert_msg(y && te_backward_with(y, dy) == TE_OK, "%s", te_error());
+    ck_assert(te_tensor_read(y, 0, 3000, yv) == TE_OK && te_tensor_read(x, 0, 3000, xv) == TE_OK &&
+              te_tensor_read(x->grad, 0, 3000, dxv) == TE_OK);
     const float scale = 1.0f / (1.0f - p);
     for (int64_t i = 0; i < 3000; i++) {
-        bool kept = fdata(y)[i] != 0.0f;
-        float want_y = kept ? fdata(x)[i] * scale : 0.0f;
-        float want_dx = kept ? fdata(dy)[i] * scale : 0.0f;
-        ck_assert_msg(fdata(y)[i] == want_y, "y[%lld] = %g, expected %g", (long long)i,
-                      (double)fdata(y)[i], (double)want_y);
-        ck_assert_msg(fdata(x->grad)[i] == want_dx, "dx[%lld] = %g, expected %g (kept %d)",
-                      (long long)i, (double)fdata(x->grad)[i], (double)want_dx, kept);
+        bool kept = yv[i] != 0.0f;
+        float want_y = kept ? xv[i] * scale : 0.0f;
+        float want_dx = kept ? dyv[i] * scale : 0.0f;
+        ck_assert_msg(yv[i] == want_y, "y[%lld] = %g, expected %g", (long long)i, (double)yv[i],
+                      (double)want_y);
+        ck_assert_msg(dxv[i] == want_dx, "dx[%lld] = %g, expected %g (kept %d)", (long long)i,
+                      (double)dxv[i], (double)want_dx, kept);
     }
     te_tensor_free(x);
 }
@@ -648,7 +670,7 @@ START_TEST(test_dropout_identity)
     for (int mode = 0; mode < 2; mode++) {
         te_set_training(mode == 1);
         te_tensor *y = te_dropout(x, mode == 1 ? 0.0f : 0.9f);
-        ck_assert_msg(y && memcmp(y->data, x->data, x->nbytes) == 0,
+        ck_assert_msg(y && tu_same_bytes(y, x),
                       "%s: dropout is not the identity", mode ? "p 0" : "eval");
         ck_assert_msg(te_backward_with(y, dy) == TE_OK, "%s", te_error());
         for (int i = 0; i < 50; i++)

@@ -67,7 +67,7 @@ static void make_inputs(op_case *c)
         leaf(c, te_shape(3, 4));
         te_tensor *labels = aux(c, TE_I32, te_shape(3));
         for (int i = 0; i < 3; i++)
-            ((int32_t *)labels->data)[i] = i;
+            te_set(labels, i, (float)i);
         return;
     }
     case TE_OP_CONV2D: leaf(c, te_shape(1, 2, 5, 5)); leaf(c, te_shape(3, 2, 3, 3)); leaf(c, te_shape(3)); return;
@@ -88,7 +88,7 @@ static void make_inputs(op_case *c)
         leaf(c, te_shape(5, 3));
         te_tensor *idx = aux(c, TE_I32, te_shape(4));
         for (int i = 0; i < 4; i++)
-            ((int32_t *)idx->data)[i] = (i * 3) % 5;
+            te_set(idx, i, (float)((i * 3) % 5));
         return;
     }
     case TE_OP_MASKED_FILL: {

@@ -1,6 +1,10 @@
 /* testutil.c — helpers shared by the suites (see testutil.h). */
 #include "testutil.h"
 
+#ifdef TE_HAVE_CUDA
+#include "cuda/cuda_probe.h"
+#endif
+
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +16,45 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-void tu_setup(void) { te_init(&(te_config){ .seed = 1, .threads = 2 }); }
+/* Whether $name is "1". */
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && strcmp(v, "1") == 0;
+}
+
+void tu_setup(void)
+{
+    te_init(&(te_config){ .seed = 1, .threads = 2 });
+    const char *backend = getenv(TU_BACKEND_ENV);
+    if (!backend || !backend[0] || te_backend_use(backend) == TE_OK)
+        return;
+    /* "te_backend_use: cuda: REASON": a backend that is unknown is a
+     * mistake of the caller and fails; one without a device fails only
+     * where the GPU is required, and otherwise the test runs on the CPU. */
+    ck_assert_msg(te_error_code() == TE_ERR_DEVICE && !env_on(TU_REQUIRE_GPU_ENV), "%s=%s: %s",
+                  TU_BACKEND_ENV, backend, te_error());
+    const char *why = strstr(te_error(), ": cuda: ");
+    why = why ? why + strlen(": cuda: ") : te_error();
+    ck_assert_msg(tu_cuda_reason(why) != NULL, "%s=%s: no reason this build can give in: %s", TU_BACKEND_ENV,
+                  backend, te_error());
+    printf("%s=%s: skipped: no CUDA device (%s); running on the CPU\n", TU_BACKEND_ENV, backend, why);
+}
+
+bool tu_cuda_device(const char *suite)
+{
+    char why[512];
+#ifdef TE_HAVE_CUDA
+    if (te_cuda_probe(why, sizeof why))
+        return true;
+#else
+    snprintf(why, sizeof why, "built without CUDA (./configure --with-cuda)");
+#endif
+    ck_assert_msg(!env_on(TU_REQUIRE_GPU_ENV), "%s: %s=1 and no CUDA device: %s", suite, TU_REQUIRE_GPU_ENV, why);
+    printf("%s: skipped: no CUDA device (%s)\n", suite, why);
+    ck_assert_msg(tu_cuda_reason(why) != NULL, "%s: no reason this build can give in: %s", suite, why);
+    return false;
+}
 
 void tu_teardown(void)
 {
@@ -54,7 +96,11 @@ void tu_assert_half_close(const te_tensor *h, const te_tensor *ref, const char *
 {
     ck_assert_msg(h && ref, "%s: no tensor (error: %s)", what, te_error());
     ck_assert_msg(te_same_shape(h, ref), "%s: shapes differ", what);
-    const uint16_t *bits = h->data;
+    ck_assert_msg(h->dtype == TE_F16 || h->dtype == TE_BF16, "%s: %s, not f16 or bf16", what,
+                  te_dtype_name(h->dtype));
+    uint16_t *bits = malloc((size_t)h->numel * sizeof *bits);
+    ck_assert(bits != NULL || h->numel == 0);
+    ck_assert_int_eq(te_tensor_read(h, 0, h->numel, bits), TE_OK);
     for (int64_t i = 0; i < h->numel; i++) {
         float r = te_get(ref, i);
         uint16_t want = h->dtype == TE_F16 ? te_f32_to_f16(r) : te_f32_to_bf16(r);
@@ -62,14 +108,55 @@ void tu_assert_half_close(const te_tensor *h, const te_tensor *ref, const char *
                       "%s[%lld]: %g (0x%04x), expected %g (0x%04x)", what, (long long)i,
                       te_get(h, i), bits[i], r, want);
     }
+    free(bits);
 }
 
 te_tensor *tu_as_dtype(const te_tensor *t, te_dtype dt)
 {
     te_tensor *r = te_tensor_persistent(dt, t->ndim, t->shape);
-    for (int64_t i = 0; i < t->numel; i++)
-        te_set(r, i, te_get(t, i));
+    tu_copy(r, t); /* te_copy_from_f32 rounds as te_set does */
     return r;
+}
+
+float *tu_f32(const te_tensor *t)
+{
+    float *v = malloc((size_t)t->numel * sizeof *v + sizeof *v);
+    ck_assert(v != NULL);
+    ck_assert_msg(te_tensor_read_f32(t, 0, t->numel, v) == TE_OK, "%s", te_error());
+    return v;
+}
+
+void *tu_bytes(const te_tensor *t)
+{
+    void *v = malloc(t->nbytes + 4);
+    ck_assert(v != NULL);
+    ck_assert_msg(te_tensor_read(t, 0, t->numel, v) == TE_OK, "%s", te_error());
+    return v;
+}
+
+void tu_write(te_tensor *t, const void *src)
+{
+    ck_assert_msg(te_tensor_write(t, 0, t->numel, src) == TE_OK, "%s", te_error());
+}
+
+void tu_copy(te_tensor *dst, const te_tensor *src)
+{
+    ck_assert_msg(dst->numel == src->numel, "tu_copy: %lld elements into %lld", (long long)src->numel,
+                  (long long)dst->numel);
+    float *v = tu_f32(src);
+    te_copy_from_f32(dst, v);
+    free(v);
+}
+
+bool tu_same_bytes(const te_tensor *a, const te_tensor *b)
+{
+    if (a->dtype != b->dtype || a->numel != b->numel)
+        return false;
+    void *x = tu_bytes(a), *y = tu_bytes(b);
+    bool same = memcmp(x, y, a->nbytes) == 0;
+    free(x);
+    free(y);
+    return same;
 }
 
 /* ---- scratch directories, and tools run in this process ------------------ */
@@ -239,7 +326,6 @@ const char *tu_cuda_reason(const char *msg)
         "no CUDA driver, or one older than this CUDA runtime (cudaErrorInsufficientDriver: ",
         "no device (", "the CUDA driver cannot be used (cudaError", "device 0 cannot be opened (cudaError",
         "out of memory on ", "cannot run this build's kernels",
-        "the CUDA backend's kernels are not built yet (issue 18)",
 #else
         "built without CUDA (./configure --with-cuda)",
 #endif

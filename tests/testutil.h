@@ -9,11 +9,25 @@
 #include "h5file.h"
 #include "te.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
+/* $TDBG_TEST_BACKEND (e.g. "cuda"): the backend tu_setup puts every test
+ * on, so that the op suites (linear elementwise reduce loss conv norm shape
+ * attention_ops optim scaler graph fused_attention amp lowp_native gpt)
+ * run their tensors there against the same golden values. Tests therefore
+ * never dereference tensor data: te_tensor_read/_write, te_get/te_set. */
+#define TU_BACKEND_ENV "TDBG_TEST_BACKEND"
+/* $TDBG_REQUIRE_GPU=1: a missing CUDA device fails the test (with the
+ * probe's reason) instead of skipping the GPU part. */
+#define TU_REQUIRE_GPU_ENV "TDBG_REQUIRE_GPU"
+
 /* The checked fixture of every TCase: te_init with seed 1 on 2 threads before
- * each test; te_tape_reset and te_shutdown after it. */
+ * each test, then te_backend_use($TDBG_TEST_BACKEND) when that is set: a
+ * backend without a device fails the test under TDBG_REQUIRE_GPU=1, and
+ * otherwise prints "TDBG_TEST_BACKEND=cuda: skipped: no CUDA device
+ * (REASON); running on the CPU". te_tape_reset and te_shutdown after it. */
 void tu_setup(void);
 void tu_teardown(void);
 
@@ -42,6 +56,19 @@ void tu_assert_half_close(const te_tensor *h, const te_tensor *ref, const char *
 
 /* A persistent copy of t in dtype dt (values rounded to it). */
 te_tensor *tu_as_dtype(const te_tensor *t, te_dtype dt);
+
+/* Host copies of a tensor on any device (tests never dereference tensor
+ * data; see TU_BACKEND_ENV): tu_f32 its values widened to f32, tu_bytes
+ * its elements in its own dtype, both malloc'd (free them; the test fails
+ * when the read does). tu_write fills t from numel host elements in t's
+ * dtype; tu_copy gives dst src's values (through f32, rounded to dst's
+ * dtype), shapes' element counts equal. */
+float *tu_f32(const te_tensor *t);
+void *tu_bytes(const te_tensor *t);
+void tu_write(te_tensor *t, const void *src);
+void tu_copy(te_tensor *dst, const te_tensor *src);
+/* Whether a and b hold the same bytes (same dtype and element count). */
+bool tu_same_bytes(const te_tensor *a, const te_tensor *b);
 
 /* n values spread evenly over [lo, hi), the same for the same seed on every
  * machine (a linear congruential sequence, not te_rand). */
@@ -82,10 +109,23 @@ tu_result tu_run_tool(int (*main_fn)(int, char **, FILE *, FILE *), const char *
                       const char *const *args);
 void tu_result_free(tu_result *r);
 
+/* Whether a CUDA device runs this build's kernels (te_cuda_probe), asked
+ * inside the (forked) test: CUDA does not survive a fork, so never in the
+ * runner's parent. Without one it fails the test with the probe's reason
+ * under TDBG_REQUIRE_GPU=1; otherwise it prints "SUITE: skipped: no CUDA
+ * device (REASON)", checks that REASON is one tu_cuda_reason knows, and
+ * returns false: the test returns at once.
+ *
+ * The rule for GPU tests: skip through this, never tdbg_skip. CI runs with
+ * TDBG_REQUIRE_ALL=1 (every tdbg_skip fails the run) and builds
+ * --with-cuda on a machine without a GPU, so a GPU test that used
+ * tdbg_skip would fail CI; the printed lines are counted there instead. */
+bool tu_cuda_device(const char *suite);
+
 /* The reason a message of te_backend_use("cuda") gives, among those this
  * build can give on any machine ("built without CUDA" without
- * --with-cuda; no driver, no device, out of memory, no kernel image, or
- * kernels not built yet with it), or NULL when it names none. */
+ * --with-cuda; no driver, no device, out of memory, no kernel image with
+ * it), or NULL when it names none. */
 const char *tu_cuda_reason(const char *msg);
 
 /* ---- skips ------------------------------------------------------------------
