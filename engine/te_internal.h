@@ -537,6 +537,10 @@ te_tensor *te_scaler_master_grad(const te_tensor *p);
 te_status te_watch_run(te_status (*run)(void *ctx), void *ctx);
 bool te_watch_active(void);
 void te_watch_op(const te_op_record *rec);
+/* The flags taken so far this step; a replayed device graph (graph/capture.c)
+ * moves the count on by what its captured flag kernels took. */
+int te_watch_slots(void);
+void te_watch_advance(int n);
 unsigned te_hooks_defer_kinds(void);
 /* The phase as it was at a step's start, without phase hooks. */
 void te_phase_restore(te_phase p);

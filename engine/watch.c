@@ -53,6 +53,8 @@ void te_watch_counts(int64_t *deferred, int64_t *replayed)
 }
 
 bool te_watch_active(void) { return w.active; }
+int te_watch_slots(void) { return w.slots; }
+void te_watch_advance(int n) { w.slots += n; }
 
 /* Defer this step? Only with hooks attached, all of them deferrable, on a
  * backend that can flag and where the policy says so. */

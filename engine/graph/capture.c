@@ -33,6 +33,7 @@ typedef struct seg_state {
     void *exec;                /* the backend's replayable graph, or NULL */
     bool direct;               /* its capture failed: kernel by kernel from now on */
     host_state *before, *after; /* per value, at capture */
+    int watch_slots;           /* the deferred watch's flags its captured kernels set */
 } seg_state;
 
 typedef struct tg_capture {
@@ -40,7 +41,8 @@ typedef struct tg_capture {
     tg_segment *seg;
     seg_state *st;
     int n_seg;
-    bool cut, hooks; /* cut yet; hooks or injections attached when cut */
+    bool cut;
+    int hooks; /* when cut: 0 none, 1 only deferring ones in a deferred step, 2 others or injections */
     long runs;
 } tg_capture;
 
@@ -194,6 +196,7 @@ static te_status replay(tg_plan *p, int s, int base)
             return TE_ERR_NOMEM;
         }
         save_state(p, ss->before);
+        const int slots = te_watch_slots();
         if (capture(p, sg, base, &ss->exec) != TE_OK) {
             fprintf(stderr, "tdbg: graph mode: cannot capture kernels k%d..k%d on %s (%s); running them one by one\n",
                     sg->first, sg->first + sg->count - 1, c->be->name, te_error());
@@ -203,10 +206,15 @@ static te_status replay(tg_plan *p, int s, int base)
             return run_direct(p, sg, base);
         }
         save_state(p, ss->after);
+        ss->watch_slots = te_watch_slots() - slots;
     }
     te_status st = c->be->graph.launch(ss->exec);
     if (st != TE_OK)
         return st;
+    /* The watch's flag kernels are in the graph, at the slots they took
+     * when captured: the step's count moves on as if they ran one by one. */
+    if (te_watch_active())
+        te_watch_advance(ss->watch_slots);
     set_state(p, ss->after);
     te_set_phase(p->kernels[sg->first + sg->count - 1].phase);
     return TE_OK;
@@ -215,12 +223,13 @@ static te_status replay(tg_plan *p, int s, int base)
 te_status tg_capture_run(tg_plan *p, int base)
 {
     tg_capture *c = p->cap;
-    const bool hooks = te_hook_count || te_inject_count;
+    const int hooks = (te_hook_count && !te_watch_active()) || te_inject_count ? 2 : te_watch_active() ? 1 : 0;
     if (!c->cut || hooks != c->hooks) { /* hooks came or went: the host points moved */
         forget(c);
         c->n_seg = tg_segments_cut(p, tg_kernel_capturable, (void *)c->be, c->seg);
         c->hooks = hooks;
         c->cut = true;
+        c->runs = 0; /* a warm run again: what the new segments allocate (the watch's flags) */
     }
     const bool warm = c->runs++ == 0; /* the first run allocates what capture cannot */
     te_status st = TE_OK;
