@@ -11,14 +11,13 @@
  */
 #include "cuda/cuda_attention.h"
 
+#include "cuda/cuda_cast.h"
 #include "cuda/cuda_rt.h"
 #include "cuda/k_attention.h"
-#include "cuda/k_linear.h"
+#include "cuda/k_cast.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#define COUNTS_BYTES 64 /* k_round_counts at the workspace's start; floats after */
 
 static k_attn k_args(const cuda_attn *a)
 {
@@ -47,29 +46,11 @@ static te_status kernel_ok(te_node *n, const cuda_attn *a, cudaError_t e, const 
     return fail(n, TE_ERR_DEVICE, msg);
 }
 
-static char *scratch(te_node *n, size_t bytes, te_status *st)
+static float *scratch(te_node *n, size_t bytes, te_status *st)
 {
-    char *p = te_cuda_workspace(COUNTS_BYTES + bytes);
+    float *p = te_cuda_workspace(bytes);
     *st = p ? TE_OK : fail(n, TE_ERR_NOMEM, "out of device memory for attention's f32 scratch");
     return p;
-}
-
-/* dst (count values of dtype dt) = src rounded; its counts added to *rs
- * (NULL: not counted), as cpu_attention.c's stats_add. */
-static te_status round_add(te_node *n, const float *src, void *dst, te_dtype dt, int64_t count, k_round_counts *cnt,
-                           te_round_stats *rs)
-{
-    k_round_counts h;
-    te_status st = te_cuda_ok(n, k_blas_round(src, dst, dt, count, cnt, &h, te_cuda_stream()), "attention: rounding");
-    if (st != TE_OK || !rs)
-        return st;
-    float amax;
-    memcpy(&amax, &h.absmax_bits, sizeof amax);
-    rs->overflow += (int64_t)h.overflow;
-    rs->underflow += (int64_t)h.underflow;
-    rs->nonzero += (int64_t)h.nonzero;
-    rs->absmax = amax > rs->absmax ? amax : rs->absmax;
-    return TE_OK;
 }
 
 te_status cuda_attention_forward(te_node *n, const cuda_attn *a, const void *q, const void *k, const void *v,
@@ -81,12 +62,13 @@ te_status cuda_attention_forward(te_node *n, const cuda_attn *a, const void *q, 
     if (a->dt == TE_F32)
         return kernel_ok(n, a, k_attn_forward(&ka, q, k, v, o, lse, s), "attention forward");
     te_status st;
-    char *ws = scratch(n, (size_t)numel * sizeof(float), &st);
-    if (!ws)
+    float *of = scratch(n, (size_t)numel * sizeof(float), &st);
+    if (!of)
         return st;
-    float *of = (float *)(ws + COUNTS_BYTES);
     st = kernel_ok(n, a, k_attn_forward(&ka, q, k, v, of, lse, s), "attention forward");
-    return st == TE_OK ? round_add(n, of, o, a->dt, numel, (k_round_counts *)ws, a->round_o) : st;
+    /* what rounding did added to a->round_o (NULL: not counted), as
+     * cpu_attention.c's stats_add */
+    return st == TE_OK ? cuda_round_on(n, of, o, a->dt, numel, a->round_o, "attention: rounding") : st;
 }
 
 te_status cuda_attention_backward(te_node *n, const cuda_attn *a, const void *q, const void *k, const void *v,
@@ -101,21 +83,21 @@ te_status cuda_attention_backward(te_node *n, const cuda_attn *a, const void *q,
     const bool acc[3] = { g->acc_q, g->acc_k, g->acc_v };
     te_round_stats *const rs[3] = { g->round_q, g->round_k, g->round_v };
     te_status st;
-    char *ws = scratch(n, (size_t)(rows + (low ? 3 * numel : 0)) * sizeof(float), &st);
-    if (!ws)
+    float *drow = scratch(n, (size_t)(rows + (low ? 3 * numel : 0)) * sizeof(float), &st), *f[3];
+    if (!drow)
         return st;
-    float *drow = (float *)(ws + COUNTS_BYTES), *f[3];
     for (int i = 0; i < 3; i++) {
         f[i] = !out[i] ? NULL : low ? drow + rows + i * numel : (float *)out[i];
         if (low && out[i] && acc[i] && st == TE_OK) /* the old gradient, to add onto in f32 */
-            st = te_cuda_ok(n, k_widen(out[i], a->dt, f[i], numel, 0, s), "attention: widening a gradient");
+            st = te_cuda_ok(n, k_convert(out[i], (k_dtype)a->dt, f[i], K_F32, numel, 0, NULL, s),
+                            "attention: widening a gradient");
     }
     if (st == TE_OK)
         st = kernel_ok(n, a, k_attn_backward(&ka, q, k, v, o, lse, dout, drow, f[0], f[1], f[2], acc[0], acc[1], acc[2], s),
                        "attention backward");
     for (int i = 0; low && i < 3 && st == TE_OK; i++)
         if (out[i])
-            st = round_add(n, f[i], out[i], a->dt, numel, (k_round_counts *)ws, rs[i]);
+            st = cuda_round_on(n, f[i], out[i], a->dt, numel, rs[i], "attention: rounding");
     return st;
 }
 

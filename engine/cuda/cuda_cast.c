@@ -89,6 +89,12 @@ void cuda_round(const float *src, void *dst, te_dtype dt, int64_t n, te_round_st
     convert_counted(NULL, src, TE_F32, dst, dt, n, 0, st, "rounding to f16/bf16 on the device");
 }
 
+te_status cuda_round_on(te_node *n, const float *src, void *dst, te_dtype dt, int64_t count, te_round_stats *st,
+                        const char *what)
+{
+    return convert_counted(n, src, TE_F32, dst, dt, count, 0, st, what);
+}
+
 void cuda_widen(const uint16_t *src, float *dst, te_dtype dt, int64_t n)
 {
     te_cuda_ok(NULL, k_convert(src, (k_dtype)dt, dst, K_F32, n, 0, NULL, te_cuda_stream()),

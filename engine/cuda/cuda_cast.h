@@ -17,6 +17,10 @@ te_status cuda_cast_backward(te_node *n);
  * the host does not wait). Device pointers; *st on the host. On a CUDA
  * error the engine's error is set (te_error) and *st is left alone. */
 void cuda_round(const float *src, void *dst, te_dtype dt, int64_t n, te_round_stats *st);
+/* cuda_round for a kernel's glue (matmul, linear, attention): a CUDA error
+ * is recorded on n (NULL: the engine's error) as "what: ...". */
+te_status cuda_round_on(te_node *n, const float *src, void *dst, te_dtype dt, int64_t count, te_round_stats *st,
+                        const char *what);
 /* n f16 or bf16 values widened exactly to f32. Device pointers. */
 void cuda_widen(const uint16_t *src, float *dst, te_dtype dt, int64_t n);
 

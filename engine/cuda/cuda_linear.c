@@ -13,6 +13,7 @@
  */
 #include "cuda/cuda_linear.h"
 
+#include "cuda/cuda_cast.h"
 #include "cuda/cuda_rt.h"
 #include "cuda/k_linear.h"
 
@@ -348,52 +349,41 @@ static te_dtype lp_takes(const te_node *n)
     return dt;
 }
 
-#define LP_COUNTS_BYTES 64 /* room for k_round_counts, keeping the floats aligned */
-
-/* f32 scratch of numel floats; *cnt the counters before it. */
-static float *lp_scratch(te_node *n, int64_t numel, k_round_counts **cnt, te_status *st)
+/* f32 scratch of numel floats. */
+static float *lp_scratch(te_node *n, int64_t numel, te_status *st)
 {
-    char *p = te_cuda_workspace(LP_COUNTS_BYTES + (size_t)numel * sizeof(float));
-    if (!p) {
-        *st = te_kernel_fail(n, TE_ERR_NOMEM, "out of device memory for a %lld-element f32 result",
-                             (long long)numel);
-        return NULL;
-    }
-    *cnt = (k_round_counts *)p;
-    *st = TE_OK;
-    return (float *)(p + LP_COUNTS_BYTES);
+    float *p = te_cuda_workspace((size_t)numel * sizeof(float));
+    *st = p ? TE_OK
+            : te_kernel_fail(n, TE_ERR_NOMEM, "out of device memory for a %lld-element f32 result", (long long)numel);
+    return p;
 }
 
 /* t = f rounded (f: t->numel f32 values), what rounding did into *rs. */
-static te_status lp_round(te_node *n, const float *f, te_tensor *t, k_round_counts *cnt, te_round_stats *rs)
+static te_status lp_round(te_node *n, const float *f, te_tensor *t, te_round_stats *rs)
 {
-    k_round_counts h;
-    te_status st = te_cuda_ok(n, k_blas_round(f, t->data, t->dtype, t->numel, cnt, &h, te_cuda_stream()),
-                              "rounding the f32 result");
+    te_round_stats c = { .dtype = t->dtype };
+    te_status st = cuda_round_on(n, f, t->data, t->dtype, t->numel, &c, "rounding the f32 result");
     if (st != TE_OK)
         return st;
-    memset(rs, 0, sizeof *rs);
-    rs->dtype = t->dtype;
-    rs->overflow = (int64_t)h.overflow;
-    rs->underflow = (int64_t)h.underflow;
-    rs->nonzero = (int64_t)h.nonzero;
-    memcpy(&rs->absmax, &h.absmax_bits, sizeof rs->absmax);
+    *rs = c;
     n->rounded = true;
     return TE_OK;
 }
 
 /* Input i's gradient from f (its f32 value, overwritten): added to the
  * old gradient in f32 when it accumulates, then rounded once. */
-static te_status lp_grad_done(te_node *n, int i, float *f, k_round_counts *cnt, int acc)
+static te_status lp_grad_done(te_node *n, int i, float *f, int acc)
 {
     te_tensor *x = n->in[i];
     if (acc) {
-        te_status st = te_cuda_ok(n, k_widen(x->grad->data, x->dtype, f, x->numel, 1, te_cuda_stream()),
+        te_status st = te_cuda_ok(n,
+                                  k_convert(x->grad->data, (k_dtype)x->dtype, f, K_F32, x->numel, 1, NULL,
+                                            te_cuda_stream()),
                                   "adding the old gradient");
         if (st != TE_OK)
             return st;
     }
-    return lp_round(n, f, x->grad, cnt, &n->round[i]);
+    return lp_round(n, f, x->grad, &n->round[i]);
 }
 
 te_status cuda_matmul_forward_lowp(te_node *n)
@@ -403,12 +393,11 @@ te_status cuda_matmul_forward_lowp(te_node *n)
         return TE_LOWP_DECLINED;
     cuda_mm_plan p;
     cuda_mm_plan_of(n, &p);
-    k_round_counts *cnt = NULL;
     te_status st;
-    float *y = lp_scratch(n, n->out[0]->numel, &cnt, &st);
+    float *y = lp_scratch(n, n->out[0]->numel, &st);
     if (y)
         st = mm_forward(n, &p, dt, y);
-    return st == TE_OK ? lp_round(n, y, n->out[0], cnt, &n->round[0]) : st;
+    return st == TE_OK ? lp_round(n, y, n->out[0], &n->round[0]) : st;
 }
 
 te_status cuda_matmul_backward_lowp(te_node *n)
@@ -424,13 +413,12 @@ te_status cuda_matmul_backward_lowp(te_node *n)
             continue;
         int acc;
         te_grad_buf(x, &acc);
-        k_round_counts *cnt = NULL;
         te_status st;
-        float *g = lp_scratch(n, x->numel, &cnt, &st);
+        float *g = lp_scratch(n, x->numel, &st);
         if (g)
             st = mm_grad(n, &p, which, dt, g, false);
         if (st == TE_OK)
-            st = lp_grad_done(n, which, g, cnt, acc);
+            st = lp_grad_done(n, which, g, acc);
         if (st != TE_OK)
             return st;
     }
@@ -442,12 +430,11 @@ te_status cuda_linear_forward_lowp(te_node *n)
     const te_dtype dt = lp_takes(n);
     if (dt == TE_F32)
         return TE_LOWP_DECLINED;
-    k_round_counts *cnt = NULL;
     te_status st;
-    float *y = lp_scratch(n, n->out[0]->numel, &cnt, &st);
+    float *y = lp_scratch(n, n->out[0]->numel, &st);
     if (y)
         st = linear_forward(n, dt, y);
-    return st == TE_OK ? lp_round(n, y, n->out[0], cnt, &n->round[0]) : st;
+    return st == TE_OK ? lp_round(n, y, n->out[0], &n->round[0]) : st;
 }
 
 te_status cuda_linear_backward_lowp(te_node *n)
@@ -461,9 +448,8 @@ te_status cuda_linear_backward_lowp(te_node *n)
             continue;
         int acc;
         te_grad_buf(x, &acc);
-        k_round_counts *cnt = NULL;
         te_status st;
-        float *g = lp_scratch(n, x->numel, &cnt, &st);
+        float *g = lp_scratch(n, x->numel, &st);
         if (g && i < 2) {
             gemm_args a = i == 0 ? linear_dx(n, dt, g) : linear_dw(n, dt, g);
             st = gemm(n, &a, 0.0f);
@@ -472,7 +458,7 @@ te_status cuda_linear_backward_lowp(te_node *n)
                                           te_cuda_stream()), "linear bias gradient");
         }
         if (st == TE_OK)
-            st = lp_grad_done(n, i, g, cnt, acc);
+            st = lp_grad_done(n, i, g, acc);
         if (st != TE_OK)
             return st;
     }

@@ -18,7 +18,7 @@
  * Each thread owns its output row, so every sum runs in one fixed order:
  * no atomics, the same bits on every run.
  *
- * The exponentials are the CPU's (kb_exp_nonpos). Rows a thread owns are
+ * The exponentials are the CPU's (k_exp_nonpos). Rows a thread owns are
  * stored D + 1 floats apart in shared memory, so that the 32 threads of a
  * block, each at its own row, hit 32 different banks.
  */
@@ -27,20 +27,12 @@
 
 #define TR 32 /* rows per tile, threads per block */
 
-/* splitmix64's finaliser and increment (te_internal.h's te_mix64). */
-__device__ __forceinline__ uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* The dropout factor of flat element e of the [B,H,T,T] probabilities. */
 __device__ __forceinline__ float keep(const k_attn &a, int64_t e)
 {
     if (!a.drop)
         return 1.0f;
-    return mix64(a.key + (uint64_t)e * 0x9e3779b97f4a7c15ULL) >= a.thr ? a.keep_scale : 0.0f;
+    return k_dropout_kept(a.key, a.thr, e) ? a.keep_scale : 0.0f; /* k_math.h: te_dropout_kept */
 }
 
 /* Where row i of slice bh of o (and dout) starts. */
@@ -95,11 +87,11 @@ static __global__ void attn_fwd_kernel(k_attn a, const void *q, const void *k, c
             sr[c] = dot * a.scale;
             mx = fmaxf(mx, sr[c]);
         }
-        const float alpha = kb_exp_nonpos(m - mx); /* 0 on the first tile */
+        const float alpha = k_exp_nonpos(m - mx); /* 0 on the first tile */
         const int64_t flat = ((int64_t)bh * a.T + i) * a.T + j0;
         float psum = 0.0f;
         for (int c = 0; c < n; c++) {
-            const float p = kb_exp_nonpos(sr[c] - mx);
+            const float p = k_exp_nonpos(sr[c] - mx);
             psum += p;
             sr[c] = p * keep(a, flat + c);
         }
@@ -179,7 +171,7 @@ static __global__ void attn_dkdv_kernel(k_attn a, const void *q, const void *k, 
                 dot += qi[d] * kr[d];
                 da += doi[d] * vr[d];
             }
-            const float p = kb_exp_nonpos(dot * a.scale - ls[c]);
+            const float p = k_exp_nonpos(dot * a.scale - ls[c]);
             const float z = keep(a, ((int64_t)bh * a.T + i) * a.T + j);
             const float dsc = p * (da * z - ds[c]) * a.scale, pz = p * z;
             for (int d = 0; d < D; d++) {
@@ -227,7 +219,7 @@ static __global__ void attn_dq_kernel(k_attn a, const void *q, const void *k, co
                 dot += qr[d] * kj[d];
                 da += dor[d] * vj[d];
             }
-            const float p = kb_exp_nonpos(dot * a.scale - li);
+            const float p = k_exp_nonpos(dot * a.scale - li);
             const float z = keep(a, ((int64_t)bh * a.T + i) * a.T + j0 + c);
             const float dsc = p * (da * z - di) * a.scale;
             for (int d = 0; d < D; d++)
