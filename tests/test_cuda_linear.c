@@ -21,6 +21,7 @@
 #include "cpu/cpu_kernels.h"
 #include "cuda/cuda_attention.h"
 #include "cuda/cuda_linear.h"
+#include "kernel_geom.h"
 #include "suites.h"
 #include "testutil.h"
 
@@ -229,8 +230,8 @@ START_TEST(test_cuda_mm_plan)
     te_tensor *a = host_t(TE_F32, c->na, c->as, 0), *b = host_t(TE_F32, c->nb, c->bs, 0),
               *y = host_t(TE_F32, ny, ys, 0);
     te_node n = node_of(TE_OP_MATMUL, (te_tensor *[]){ a, b }, 2, y, c->ta, c->tb);
-    cuda_mm_plan p;
-    cuda_mm_plan_of(&n, &p);
+    te_mm_plan p;
+    te_mm_plan_of(&n, &p);
     ck_assert_msg(p.tall == c->tall && p.strided == c->strided, "case %d: tall %d strided %d", _i, p.tall, p.strided);
     int64_t batches = 1;
     for (int i = 0; i < ny - 2; i++)
@@ -239,7 +240,7 @@ START_TEST(test_cuda_mm_plan)
     if (_i == 4) { /* a [2,1], b [1,3]: batch r = (i, j) reads a's i and b's j */
         for (int64_t r = 0; r < 6; r++) {
             int64_t ia, ib;
-            cuda_mm_batch(&p, r, &ia, &ib);
+            te_mm_batch(&p, r, &ia, &ib);
             ck_assert_int_eq(ia, r / 3);
             ck_assert_int_eq(ib, r % 3);
         }
@@ -497,16 +498,16 @@ static void check_attention(const shape4 *s, te_dtype dt, float p, bool acc, boo
     const bool low = dt != TE_F32;
     const float scale = 1.0f / sqrtf((float)s->D);
     const uint64_t seed = 0x1234567;
-    cpu_attn ca = { .B = s->B, .H = s->H, .T = s->T, .D = s->D, .scale = scale, .p = p, .seed = seed,
+    te_attn ca = { .B = s->B, .H = s->H, .T = s->T, .D = s->D, .scale = scale, .p = p, .seed = seed,
                     .merged = merged, .dt = dt, .round_o = low ? &ro : NULL };
-    cuda_attn da = { .B = s->B, .H = s->H, .T = s->T, .D = s->D, .scale = scale, .p = p, .seed = seed,
+    te_attn da = { .B = s->B, .H = s->H, .T = s->T, .D = s->D, .scale = scale, .p = p, .seed = seed,
                      .merged = merged, .dt = dt, .round_o = low ? &ro_d : NULL };
     cpu_attention_forward(&ca, q->data, k->data, v->data, o->data, te_f32(lse));
     ck_assert_msg(cuda_attention_forward(NULL, &da, Dq->data, Dk->data, Dv->data, Do->data, te_f32(Dlse)) == TE_OK,
                   "%s", te_error());
-    cpu_attn_grads cg = { dq->data, dk->data, dv->data, acc, acc, acc, low ? &rg[0] : NULL, low ? &rg[1] : NULL,
+    te_attn_grads cg = { dq->data, dk->data, dv->data, acc, acc, acc, low ? &rg[0] : NULL, low ? &rg[1] : NULL,
                           low ? &rg[2] : NULL };
-    cuda_attn_grads dg = { Ddq->data, Ddk->data, Ddv->data, acc, acc, acc, low ? &rg_d[0] : NULL,
+    te_attn_grads dg = { Ddq->data, Ddk->data, Ddv->data, acc, acc, acc, low ? &rg_d[0] : NULL,
                            low ? &rg_d[1] : NULL, low ? &rg_d[2] : NULL };
     cpu_attention_backward(&ca, q->data, k->data, v->data, o->data, te_f32(lse), dout->data, &cg);
     ck_assert_msg(cuda_attention_backward(NULL, &da, Dq->data, Dk->data, Dv->data, Do->data, te_f32(Dlse),

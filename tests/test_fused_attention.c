@@ -176,10 +176,10 @@ static void check_kernel(int si, float p, bool acc, bool merged)
     ck_assert(o && lse);
     uint64_t seed = 0;
     float *z = p > 0.0f ? dropout_mask(s, p, &seed) : NULL;
-    cpu_attn a = { .B = s.B, .H = s.H, .T = s.T, .D = s.D, .scale = 1.0f / sqrtf((float)s.D), .p = p, .seed = seed,
+    te_attn a = { .B = s.B, .H = s.H, .T = s.T, .D = s.D, .scale = 1.0f / sqrtf((float)s.D), .p = p, .seed = seed,
                    .merged = merged };
     cpu_attention_forward(&a, q, k, v, o, lse);
-    cpu_attn_grads g = { .dq = dq, .dk = dk, .dv = dv, .acc_q = acc, .acc_k = acc, .acc_v = acc };
+    te_attn_grads g = { .dq = dq, .dk = dk, .dv = dv, .acc_q = acc, .acc_k = acc, .acc_v = acc };
     float *dout_k = merged ? heads_merged(s, dout, true) : dout;
     cpu_attention_backward(&a, q, k, v, o, lse, dout_k, &g);
     if (merged) {
@@ -262,7 +262,7 @@ START_TEST(test_kernel_large_scores)
     ck_assert(o && lse);
     for (size_t i = 0; i < n; i++)
         q[i] *= 30.0f; /* scores up to ~100: exp overflows without the running max */
-    cpu_attn a = { .B = s.B, .H = s.H, .T = s.T, .D = s.D, .scale = 1.0f / sqrtf((float)s.D) };
+    te_attn a = { .B = s.B, .H = s.H, .T = s.T, .D = s.D, .scale = 1.0f / sqrtf((float)s.D) };
     cpu_attention_forward(&a, q, k, v, o, lse);
     float *dout = filled(n, 9, -1, 1);
     naive r = naive_attention(s, q, k, v, NULL, dout);

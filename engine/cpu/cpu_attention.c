@@ -190,7 +190,7 @@ static inline float sum_tile(const float *x)
 /* Query tile it of slice bh (q, k, v, o, lse point at the slice; o's rows
  * ldo elements apart): o and lse of its rows, o's rounding counted in st.
  * ws holds 4 TB*DP + TB*TB floats. */
-CPU_CLONES static void fwd_tile(const cpu_attn *a, const void *q, const void *k, const void *v, void *o,
+CPU_CLONES static void fwd_tile(const te_attn *a, const void *q, const void *k, const void *v, void *o,
                                 size_t ldo, float *lse, int64_t bh, int it, float *ws, te_round_stats *st)
 {
     const int T = a->T, D = a->D, DP = pad_d(D), i0 = it * TB;
@@ -282,9 +282,9 @@ static void store_rows(void *restrict dst, te_dtype dt, float *restrict src, int
  * rows ldo elements apart), the rounding of dq, dk, dv counted in st[0..3).
  * ws holds 3 T'*DP + T' + 5 TB*DP + 3 TB*TB floats, T' = T up to a multiple
  * of TB. */
-CPU_CLONES static void bwd_slice(const cpu_attn *a, const void *q, const void *k, const void *v, const void *o,
+CPU_CLONES static void bwd_slice(const te_attn *a, const void *q, const void *k, const void *v, const void *o,
                                  size_t ldo, const float *lse, const void *dout, void *dq, void *dk, void *dv,
-                                 const cpu_attn_grads *g, int64_t bh, float *ws, te_round_stats *st)
+                                 const te_attn_grads *g, int64_t bh, float *ws, te_round_stats *st)
 {
     const int T = a->T, D = a->D, DP = pad_d(D), nt = (T + TB - 1) / TB, TP = nt * TB;
     const size_t td = (size_t)TB * DP, tt = (size_t)TB * TB;
@@ -362,14 +362,14 @@ CPU_CLONES static void bwd_slice(const cpu_attn *a, const void *q, const void *k
 }
 
 /* Where slice bh of o starts, and its row stride. */
-static size_t o_base(const cpu_attn *a, int64_t bh, size_t *ldo)
+static size_t o_base(const te_attn *a, int64_t bh, size_t *ldo)
 {
     const int64_t b = bh / a->H, h = bh % a->H;
     *ldo = a->merged ? (size_t)a->H * a->D : (size_t)a->D;
     return a->merged ? ((size_t)b * a->T * a->H + (size_t)h) * a->D : (size_t)bh * a->T * a->D;
 }
 
-void cpu_attention_forward(const cpu_attn *a, const void *q, const void *k, const void *v, void *o, float *lse)
+void cpu_attention_forward(const te_attn *a, const void *q, const void *k, const void *v, void *o, float *lse)
 {
     const int BH = a->B * a->H, T = a->T, DP = pad_d(a->D), nt = (T + TB - 1) / TB;
 #pragma omp parallel
@@ -394,8 +394,8 @@ void cpu_attention_forward(const cpu_attn *a, const void *q, const void *k, cons
     }
 }
 
-void cpu_attention_backward(const cpu_attn *a, const void *q, const void *k, const void *v, const void *o,
-                            const float *lse, const void *dout, const cpu_attn_grads *g)
+void cpu_attention_backward(const te_attn *a, const void *q, const void *k, const void *v, const void *o,
+                            const float *lse, const void *dout, const te_attn_grads *g)
 {
     const int BH = a->B * a->H, T = a->T, D = a->D, DP = pad_d(D), TP = (T + TB - 1) / TB * TB;
     te_round_stats *const sum[3] = { g->round_q, g->round_k, g->round_v };
@@ -424,41 +424,9 @@ void cpu_attention_backward(const cpu_attn *a, const void *q, const void *k, con
 
 /* ---- graph mode's fused kernels (pass_fuse_attn.c) ----------------------- */
 
-static cpu_attn attn_args(const tg_attn *t)
-{
-    const te_tensor *q = t->scores->in[0];
-    const te_node *dr = t->dropout;
-    const bool drop = dr && dr->a.training && dr->a.p > 0.0f;
-    return (cpu_attn){ .B = (int)q->shape[0], .H = (int)q->shape[1], .T = (int)q->shape[2],
-                       .D = (int)q->shape[3], .scale = t->scale->a.scale, .p = drop ? dr->a.p : 0.0f,
-                       .seed = drop ? dr->a.seed : 0, .merged = t->merged, .dt = q->dtype };
-}
-
-/* Nothing of the chain's ops rounded yet: the fused kernel rounds only
- * what leaves it, and reports that on the ops whose results those are. */
-static void round_clear(const tg_attn *t)
-{
-    te_node *const ns[] = { t->scores, t->scale, t->mask, t->cast_up, t->softmax, t->dropout, t->cast_down, t->out };
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-        if (ns[i]) {
-            memset(ns[i]->round, 0, sizeof ns[i]->round);
-            ns[i]->rounded = false;
-        }
-}
-
 te_status tg_attn_forward(const tg_attn *t)
 {
-    /* The Dropout op's key for this step, as its own kernel would draw it. */
-    if (t->dropout)
-        t->dropout->a.seed = te_dropout_seed(t->dropout->name, te_step());
-    cpu_attn a = attn_args(t);
-    round_clear(t);
-    const bool low = a.dt != TE_F32;
-    if (low) { /* o's rounding is out's (the merge's copies round nothing) */
-        t->out->round[0].dtype = a.dt;
-        t->out->rounded = true;
-        a.round_o = &t->out->round[0];
-    }
+    const te_attn a = tg_attn_forward_args(t);
     cpu_attention_forward(&a, t->scores->in[0]->data, t->scores->in[1]->data, t->out->in[1]->data, t->o->data,
                           te_f32(t->lse));
     return TE_OK;
@@ -466,32 +434,9 @@ te_status tg_attn_forward(const tg_attn *t)
 
 te_status tg_attn_backward(const tg_attn *t)
 {
-    te_tensor *q = t->scores->in[0], *k = t->scores->in[1], *v = t->out->in[1];
-    const cpu_attn a = attn_args(t);
-    cpu_attn_grads g = { 0 };
-    int acc;
-    round_clear(t);
-    const bool low = a.dt != TE_F32;
-    /* dq, dk are the scores' input gradients, dv out's second */
-    te_round_stats *rs[3] = { &t->scores->round[0], &t->scores->round[1], &t->out->round[1] };
-    if (te_needs_grad(q)) {
-        g.dq = te_grad_buf(q, &acc);
-        g.acc_q = acc;
-        g.round_q = low ? rs[0] : NULL;
-    }
-    if (te_needs_grad(k)) {
-        g.dk = te_grad_buf(k, &acc);
-        g.acc_k = acc;
-        g.round_k = low ? rs[1] : NULL;
-    }
-    if (te_needs_grad(v)) {
-        g.dv = te_grad_buf(v, &acc);
-        g.acc_v = acc;
-        g.round_v = low ? rs[2] : NULL;
-    }
-    for (int i = 0; i < 3 && low; i++)
-        rs[i]->dtype = a.dt;
-    t->scores->rounded = t->out->rounded = low;
-    cpu_attention_backward(&a, q->data, k->data, v->data, t->o->data, te_f32(t->lse), t->o->grad->data, &g);
+    te_attn_grads g;
+    const te_attn a = tg_attn_backward_args(t, &g);
+    cpu_attention_backward(&a, t->scores->in[0]->data, t->scores->in[1]->data, t->out->in[1]->data, t->o->data,
+                           te_f32(t->lse), t->o->grad->data, &g);
     return TE_OK;
 }

@@ -5,6 +5,7 @@
 #ifndef TE_CPU_KERNELS_H
 #define TE_CPU_KERNELS_H
 
+#include "../kernel_geom.h"
 #include "../te_internal.h"
 
 /* Row-major C = alpha * op(A) op(B) + beta * C, split across the OpenMP
@@ -109,30 +110,10 @@ te_status cpu_cast_backward(te_node *n);
 te_status cpu_masked_fill_forward(te_node *n);
 te_status cpu_masked_fill_backward(te_node *n);
 
-/* Fused causal self-attention (cpu_attention.c): q, k, v [B,H,T,D]; o and
- * its gradient dout [B,H,T,D], or [B,T,H,D] when merged (the heads side by
- * side, as the next linear reads them); the log-sum-exp of each score row
- * lse [B,H,T] (f32); dropout p with the key of the Dropout op it stands for
- * (p 0: none). q, k, v, o, dout and the gradients are all of dtype dt: f32,
- * or f16/bf16, read as f32 and written rounded once (te_round_block), what
- * rounding did added to round_o and round_q/k/v (NULL: not counted). */
-typedef struct cpu_attn {
-    int B, H, T, D;
-    float scale, p;
-    uint64_t seed;
-    bool merged;
-    te_dtype dt;
-    te_round_stats *round_o;
-} cpu_attn;
-/* The gradients to write (NULL: not wanted), each overwritten or added to
- * (in f32, then rounded once when dt is low). */
-typedef struct cpu_attn_grads {
-    void *dq, *dk, *dv;
-    bool acc_q, acc_k, acc_v;
-    te_round_stats *round_q, *round_k, *round_v;
-} cpu_attn_grads;
-void cpu_attention_forward(const cpu_attn *a, const void *q, const void *k, const void *v, void *o, float *lse);
-void cpu_attention_backward(const cpu_attn *a, const void *q, const void *k, const void *v, const void *o,
-                            const float *lse, const void *dout, const cpu_attn_grads *g);
+/* Fused causal self-attention (cpu_attention.c): kernel_geom.h's te_attn;
+ * f16/bf16 results rounded once by te_round_block. */
+void cpu_attention_forward(const te_attn *a, const void *q, const void *k, const void *v, void *o, float *lse);
+void cpu_attention_backward(const te_attn *a, const void *q, const void *k, const void *v, const void *o,
+                            const float *lse, const void *dout, const te_attn_grads *g);
 
 #endif

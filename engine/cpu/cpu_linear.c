@@ -10,81 +10,25 @@
 static int ld(int64_t cols) { return cols > 0 ? (int)cols : 1; }
 
 /* ---- matmul: y[..., M, N] = op(a)[..., M, K] @ op(b)[..., K, N] ------------
- * op() reads an operand transposed in its last two dims when the node says
- * so (the GEMM's trans flag). One GEMM per batch index of y, each operand
- * at its own matrix (the same one along a dim it is broadcast on), batches
- * spread over the threads when there are enough of them, else each GEMM
- * split by cpu_sgemm. When b is one matrix shared by every batch and a is
- * not transposed, a's matrices stack into one tall GEMM ([B*T,C] @ [C,N]).
+ * kernel_geom.h's plan: one GEMM per batch index of y, batches spread over
+ * the threads when there are enough of them, else each GEMM split by
+ * cpu_sgemm; a tall plan stacks a's matrices into one GEMM.
  */
-typedef struct {
-    int M, N, K;
-    bool ta, tb;
-    int nb;                                /* batch dims of y */
-    int64_t d[TE_MAX_DIMS];                /* their sizes */
-    int64_t sa[TE_MAX_DIMS], sb[TE_MAX_DIMS]; /* a's and b's strides in matrices, 0 where broadcast */
-    int64_t batches, na, nbm;              /* matrices of y, a and b */
-    int lda, ldb;
-} mm_plan;
-
-static void mm_plan_of(const te_node *n, mm_plan *p)
-{
-    const te_tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
-    p->ta = n->a.trans_a;
-    p->tb = n->a.trans_b;
-    p->M = (int)y->shape[y->ndim - 2];
-    p->N = (int)y->shape[y->ndim - 1];
-    p->K = (int)a->shape[a->ndim - (p->ta ? 2 : 1)];
-    p->lda = ld(p->ta ? p->M : p->K);
-    p->ldb = ld(p->tb ? p->K : p->N);
-    p->nb = y->ndim - 2;
-    int64_t ma = 1, mb = 1, my = 1;
-    for (int i = p->nb - 1; i >= 0; i--) {
-        int ia = i - (y->ndim - a->ndim), ib = i - (y->ndim - b->ndim);
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
-        p->d[i] = y->shape[i];
-        p->sa[i] = da == 1 ? 0 : ma;
-        p->sb[i] = db == 1 ? 0 : mb;
-        ma *= da;
-        mb *= db;
-        my *= y->shape[i];
-    }
-    p->na = ma;
-    p->nbm = mb;
-    p->batches = my;
-}
-
-/* The matrices of a and b that batch r of y multiplies. */
-static void mm_batch(const mm_plan *p, int64_t r, int64_t *ia, int64_t *ib)
-{
-    int64_t ja = 0, jb = 0;
-    for (int i = p->nb - 1; i >= 0; i--) {
-        int64_t idx = r % p->d[i];
-        r /= p->d[i];
-        ja += idx * p->sa[i];
-        jb += idx * p->sb[i];
-    }
-    *ia = ja;
-    *ib = jb;
-}
 
 /* Go parallel over `count` independent products rather than within each? */
-static bool mm_par(const mm_plan *p, int64_t count)
+static bool mm_par(const te_mm_plan *p, int64_t count)
 {
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     return threads > 1 && count >= threads && (double)p->M * p->N * p->K * p->batches >= (1 << 18);
 }
 
-/* b shared by every batch, a read as is: a's matrices are the rows of one. */
-static bool mm_stacks(const mm_plan *p) { return p->nbm == 1 && !p->ta; }
-
 te_status cpu_matmul_forward(te_node *n)
 {
-    mm_plan p;
-    mm_plan_of(n, &p);
+    te_mm_plan p;
+    te_mm_plan_of(n, &p);
     const float *A = te_f32(n->in[0]), *B = te_f32(n->in[1]);
     float *Y = te_f32(n->out[0]);
-    if (mm_stacks(&p)) {
+    if (p.tall) {
         cpu_sgemm(false, p.tb, (int)(p.batches * p.M), p.N, p.K, 1.0f, A, p.lda, B, p.ldb, 0.0f, Y,
                   ld(p.N));
         return TE_OK;
@@ -93,7 +37,7 @@ te_status cpu_matmul_forward(te_node *n)
 #pragma omp parallel for schedule(static) if (mm_par(&p, p.batches))
     for (int64_t r = 0; r < p.batches; r++) {
         int64_t ia, ib;
-        mm_batch(&p, r, &ia, &ib);
+        te_mm_batch(&p, r, &ia, &ib);
         cpu_sgemm(p.ta, p.tb, p.M, p.N, p.K, 1.0f, A + ia * sa, p.lda, B + ib * sb, p.ldb, 0.0f,
                   Y + r * sy, ld(p.N));
     }
@@ -101,7 +45,7 @@ te_status cpu_matmul_forward(te_node *n)
 }
 
 /* One batch's share of da: dy [M,N] with b's matrix, beta 0 or 1. */
-static void mm_grad_a(const mm_plan *p, const float *G, const float *B, float *D, float beta)
+static void mm_grad_a(const te_mm_plan *p, const float *G, const float *B, float *D, float beta)
 {
     if (!p->ta) /* da [M,K] = dy @ op(b)^T */
         cpu_sgemm(false, !p->tb, p->M, p->K, p->N, 1.0f, G, ld(p->N), B, p->ldb, beta, D, ld(p->K));
@@ -110,7 +54,7 @@ static void mm_grad_a(const mm_plan *p, const float *G, const float *B, float *D
 }
 
 /* One batch's share of db: dy [M,N] with a's matrix, beta 0 or 1. */
-static void mm_grad_b(const mm_plan *p, const float *G, const float *A, float *D, float beta)
+static void mm_grad_b(const te_mm_plan *p, const float *G, const float *A, float *D, float beta)
 {
     if (!p->tb) /* db [K,N] = op(a)^T @ dy */
         cpu_sgemm(!p->ta, false, p->K, p->N, p->M, 1.0f, A, p->lda, G, ld(p->N), beta, D, ld(p->N));
@@ -121,7 +65,7 @@ static void mm_grad_b(const mm_plan *p, const float *G, const float *A, float *D
 /* The gradient of operand `which` (0 a, 1 b): matrix j of it sums the
  * products of every batch of y that used it, in batch order, so a
  * broadcast operand gets its sum, the same on any thread count. */
-static void mm_grad(te_node *n, const mm_plan *p, int which)
+static void mm_grad(te_node *n, const te_mm_plan *p, int which)
 {
     te_tensor *x = n->in[which];
     int acc;
@@ -135,7 +79,7 @@ static void mm_grad(te_node *n, const mm_plan *p, int which)
         bool first = true;
         for (int64_t r = 0; r < p->batches; r++) {
             int64_t ia, ib;
-            mm_batch(p, r, &ia, &ib);
+            te_mm_batch(p, r, &ia, &ib);
             if ((which ? ib : ia) != j)
                 continue;
             float beta = first && !acc ? 0.0f : 1.0f;
@@ -153,13 +97,13 @@ static void mm_grad(te_node *n, const mm_plan *p, int which)
 
 te_status cpu_matmul_backward(te_node *n)
 {
-    mm_plan p;
-    mm_plan_of(n, &p);
+    te_mm_plan p;
+    te_mm_plan_of(n, &p);
     te_tensor *a = n->in[0], *b = n->in[1];
     const float *G = te_f32(n->out[0]->grad);
-    if (mm_stacks(&p)) { /* the tall product's gradients, one GEMM each */
+    if (p.tall) { /* the tall product's gradients, one GEMM each */
         int acc;
-        mm_plan tall = p;
+        te_mm_plan tall = p;
         tall.M = (int)(p.batches * p.M);
         if (te_needs_grad(a)) {
             float *D = te_grad_buf(a, &acc);

@@ -17,9 +17,8 @@
 #include "cuda/k_cast.h"
 
 #include <stdio.h>
-#include <string.h>
 
-static k_attn k_args(const cuda_attn *a)
+static k_attn k_args(const te_attn *a)
 {
     const bool drop = a->p > 0.0f;
     return (k_attn){ .B = a->B, .H = a->H, .T = a->T, .D = a->D, .scale = a->scale,
@@ -37,7 +36,7 @@ static te_status fail(te_node *n, te_status code, const char *msg)
     return code;
 }
 
-static te_status kernel_ok(te_node *n, const cuda_attn *a, cudaError_t e, const char *what)
+static te_status kernel_ok(te_node *n, const te_attn *a, cudaError_t e, const char *what)
 {
     if (e != cudaErrorInvalidValue)
         return te_cuda_ok(n, e, what);
@@ -53,7 +52,7 @@ static float *scratch(te_node *n, size_t bytes, te_status *st)
     return p;
 }
 
-te_status cuda_attention_forward(te_node *n, const cuda_attn *a, const void *q, const void *k, const void *v,
+te_status cuda_attention_forward(te_node *n, const te_attn *a, const void *q, const void *k, const void *v,
                                  void *o, float *lse)
 {
     const k_attn ka = k_args(a);
@@ -71,8 +70,8 @@ te_status cuda_attention_forward(te_node *n, const cuda_attn *a, const void *q, 
     return st == TE_OK ? cuda_round_on(n, of, o, a->dt, numel, a->round_o, "attention: rounding") : st;
 }
 
-te_status cuda_attention_backward(te_node *n, const cuda_attn *a, const void *q, const void *k, const void *v,
-                                  const void *o, const float *lse, const void *dout, const cuda_attn_grads *g)
+te_status cuda_attention_backward(te_node *n, const te_attn *a, const void *q, const void *k, const void *v,
+                                  const void *o, const float *lse, const void *dout, const te_attn_grads *g)
 {
     const k_attn ka = k_args(a);
     const int64_t rows = (int64_t)a->B * a->H * a->T, numel = rows * a->D;
@@ -103,72 +102,17 @@ te_status cuda_attention_backward(te_node *n, const cuda_attn *a, const void *q,
 
 /* ---- graph mode's fused kernels (pass_fuse_attn.c) ----------------------- */
 
-static cuda_attn attn_args(const tg_attn *t)
-{
-    const te_tensor *q = t->scores->in[0];
-    const te_node *dr = t->dropout;
-    const bool drop = dr && dr->a.training && dr->a.p > 0.0f;
-    return (cuda_attn){ .B = (int)q->shape[0], .H = (int)q->shape[1], .T = (int)q->shape[2],
-                        .D = (int)q->shape[3], .scale = t->scale->a.scale, .p = drop ? dr->a.p : 0.0f,
-                        .seed = drop ? dr->a.seed : 0, .merged = t->merged, .dt = q->dtype };
-}
-
-/* Nothing of the chain's ops rounded yet: the fused kernel rounds only
- * what leaves it, and reports that on the ops whose results those are. */
-static void round_clear(const tg_attn *t)
-{
-    te_node *const ns[] = { t->scores, t->scale, t->mask, t->cast_up, t->softmax, t->dropout, t->cast_down, t->out };
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-        if (ns[i]) {
-            memset(ns[i]->round, 0, sizeof ns[i]->round);
-            ns[i]->rounded = false;
-        }
-}
-
 te_status cuda_tg_attn_forward(const tg_attn *t)
 {
-    /* The Dropout op's key for this step, as its own kernel would draw it. */
-    if (t->dropout)
-        t->dropout->a.seed = te_dropout_seed(t->dropout->name, te_step());
-    cuda_attn a = attn_args(t);
-    round_clear(t);
-    if (a.dt != TE_F32) { /* o's rounding is out's (the merge's copies round nothing) */
-        t->out->round[0].dtype = a.dt;
-        t->out->rounded = true;
-        a.round_o = &t->out->round[0];
-    }
+    const te_attn a = tg_attn_forward_args(t);
     return cuda_attention_forward(t->out, &a, t->scores->in[0]->data, t->scores->in[1]->data, t->out->in[1]->data,
                                   t->o->data, te_f32(t->lse));
 }
 
 te_status cuda_tg_attn_backward(const tg_attn *t)
 {
-    te_tensor *q = t->scores->in[0], *k = t->scores->in[1], *v = t->out->in[1];
-    const cuda_attn a = attn_args(t);
-    cuda_attn_grads g = { 0 };
-    int acc;
-    round_clear(t);
-    const bool low = a.dt != TE_F32;
-    /* dq, dk are the scores' input gradients, dv out's second */
-    te_round_stats *rs[3] = { &t->scores->round[0], &t->scores->round[1], &t->out->round[1] };
-    if (te_needs_grad(q)) {
-        g.dq = te_grad_buf(q, &acc);
-        g.acc_q = acc;
-        g.round_q = low ? rs[0] : NULL;
-    }
-    if (te_needs_grad(k)) {
-        g.dk = te_grad_buf(k, &acc);
-        g.acc_k = acc;
-        g.round_k = low ? rs[1] : NULL;
-    }
-    if (te_needs_grad(v)) {
-        g.dv = te_grad_buf(v, &acc);
-        g.acc_v = acc;
-        g.round_v = low ? rs[2] : NULL;
-    }
-    for (int i = 0; i < 3 && low; i++)
-        rs[i]->dtype = a.dt;
-    t->scores->rounded = t->out->rounded = low;
-    return cuda_attention_backward(t->scores, &a, q->data, k->data, v->data, t->o->data, te_f32(t->lse),
-                                   t->o->grad->data, &g);
+    te_attn_grads g;
+    const te_attn a = tg_attn_backward_args(t, &g);
+    return cuda_attention_backward(t->scores, &a, t->scores->in[0]->data, t->scores->in[1]->data,
+                                   t->out->in[1]->data, t->o->data, te_f32(t->lse), t->o->grad->data, &g);
 }

@@ -16,6 +16,7 @@
 #include "cuda/cuda_cast.h"
 #include "cuda/cuda_rt.h"
 #include "cuda/k_linear.h"
+#include "kernel_geom.h"
 
 #include <string.h>
 
@@ -89,60 +90,15 @@ static te_status gemm(te_node *n, const gemm_args *g, float beta)
 }
 
 /* ---- matmul: y[..., M, N] = op(a)[..., M, K] @ op(b)[..., K, N] ------------
- * cpu_linear.c's plan: one product per batch of y, each operand at its own
- * matrix (the same one along a dim it is broadcast on). Where each operand
+ * kernel_geom.h's plan (cpu_linear.c's too): one product per batch of y,
+ * each operand at its own matrix (the same one along a dim it is broadcast
+ * on). Where each operand
  * has either a matrix per batch or one for all, the batches are one
  * strided-batched GEMM (stride 0 for the shared one); b one matrix and a
  * not transposed: one tall GEMM, as on the CPU; other broadcasts: a GEMM
  * per batch, queued in order.
  */
-void cuda_mm_plan_of(const te_node *n, cuda_mm_plan *p)
-{
-    const te_tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
-    memset(p, 0, sizeof *p);
-    p->ta = n->a.trans_a;
-    p->tb = n->a.trans_b;
-    p->M = (int)y->shape[y->ndim - 2];
-    p->N = (int)y->shape[y->ndim - 1];
-    p->K = (int)a->shape[a->ndim - (p->ta ? 2 : 1)];
-    p->lda = ld(p->ta ? p->M : p->K);
-    p->ldb = ld(p->tb ? p->K : p->N);
-    p->nb = y->ndim - 2;
-    int64_t ma = 1, mb = 1, my = 1;
-    for (int i = p->nb - 1; i >= 0; i--) {
-        int ia = i - (y->ndim - a->ndim), ib = i - (y->ndim - b->ndim);
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
-        p->d[i] = y->shape[i];
-        p->sa[i] = da == 1 ? 0 : ma;
-        p->sb[i] = db == 1 ? 0 : mb;
-        ma *= da;
-        mb *= db;
-        my *= y->shape[i];
-    }
-    p->na = ma;
-    p->nbm = mb;
-    p->batches = my;
-    p->tall = p->nbm == 1 && !p->ta;
-    /* A dim of a either y's or 1, so na == batches only when none is 1
-     * where y's is not: then batch r reads a's matrix r. */
-    p->strided = (p->na == p->batches || p->na == 1) && (p->nbm == p->batches || p->nbm == 1);
-}
-
-void cuda_mm_batch(const cuda_mm_plan *p, int64_t r, int64_t *ia, int64_t *ib)
-{
-    int64_t ja = 0, jb = 0;
-    for (int i = p->nb - 1; i >= 0; i--) {
-        int64_t idx = r % p->d[i];
-        r /= p->d[i];
-        ja += idx * p->sa[i];
-        jb += idx * p->sb[i];
-    }
-    *ia = ja;
-    *ib = jb;
-}
-
-/* y (f32, at Y) of node n, operands of dtype dt. */
-static te_status mm_forward(te_node *n, const cuda_mm_plan *p, te_dtype dt, float *Y)
+static te_status mm_forward(te_node *n, const te_mm_plan *p, te_dtype dt, float *Y)
 {
     const void *A = n->in[0]->data, *B = n->in[1]->data;
     const int64_t sa = (int64_t)p->M * p->K, sb = (int64_t)p->K * p->N, sy = (int64_t)p->M * p->N;
@@ -161,7 +117,7 @@ static te_status mm_forward(te_node *n, const cuda_mm_plan *p, te_dtype dt, floa
     }
     for (int64_t r = 0; r < p->batches; r++) {
         int64_t ia, ib;
-        cuda_mm_batch(p, r, &ia, &ib);
+        te_mm_batch(p, r, &ia, &ib);
         g.A = at(A, dt, ia * sa);
         g.B = at(B, dt, ib * sb);
         g.C = Y + r * sy;
@@ -175,7 +131,7 @@ static te_status mm_forward(te_node *n, const cuda_mm_plan *p, te_dtype dt, floa
 /* One batch's share of the gradient of operand `which` (0 a, 1 b): dy G
  * [M,N] with the other operand's matrix O, into D; sG, sO, sD their
  * strides when batched. The products of cpu_linear.c's mm_grad_a/b. */
-static gemm_args grad_args(const cuda_mm_plan *p, int which, const void *G, const void *O, float *D, te_dtype dt,
+static gemm_args grad_args(const te_mm_plan *p, int which, const void *G, const void *O, float *D, te_dtype dt,
                            int64_t sG, int64_t sO, int64_t sD)
 {
     const int ldg = ld(p->N);
@@ -194,11 +150,11 @@ static gemm_args grad_args(const cuda_mm_plan *p, int which, const void *G, cons
  * batch order (beta 0 for the first unless acc), as cpu_linear.c's
  * mm_grad; a strided-batched GEMM where each of its matrices has exactly
  * one batch. */
-static te_status mm_grad(te_node *n, const cuda_mm_plan *p, int which, te_dtype dt, float *D, bool acc)
+static te_status mm_grad(te_node *n, const te_mm_plan *p, int which, te_dtype dt, float *D, bool acc)
 {
     const void *G = n->out[0]->grad->data, *O = n->in[1 - which]->data;
     if (p->tall) {
-        cuda_mm_plan tall = *p;
+        te_mm_plan tall = *p;
         tall.M = (int)(p->batches * p->M);
         gemm_args g = grad_args(&tall, which, G, O, D, dt, 0, 0, 0);
         return gemm(n, &g, acc ? 1.0f : 0.0f);
@@ -216,7 +172,7 @@ static te_status mm_grad(te_node *n, const cuda_mm_plan *p, int which, te_dtype 
         bool first = true;
         for (int64_t r = 0; r < p->batches; r++) {
             int64_t ia, ib;
-            cuda_mm_batch(p, r, &ia, &ib);
+            te_mm_batch(p, r, &ia, &ib);
             if ((which ? ib : ia) != j)
                 continue;
             gemm_args g = grad_args(p, which, at(G, dt, r * sy), at(O, dt, (which ? ia : ib) * so), D + j * sx, dt,
@@ -237,15 +193,15 @@ static te_status mm_grad(te_node *n, const cuda_mm_plan *p, int which, te_dtype 
 
 te_status cuda_matmul_forward(te_node *n)
 {
-    cuda_mm_plan p;
-    cuda_mm_plan_of(n, &p);
+    te_mm_plan p;
+    te_mm_plan_of(n, &p);
     return mm_forward(n, &p, TE_F32, te_f32(n->out[0]));
 }
 
 te_status cuda_matmul_backward(te_node *n)
 {
-    cuda_mm_plan p;
-    cuda_mm_plan_of(n, &p);
+    te_mm_plan p;
+    te_mm_plan_of(n, &p);
     for (int which = 0; which < 2; which++) {
         te_tensor *x = n->in[which];
         if (!te_needs_grad(x))
@@ -391,8 +347,8 @@ te_status cuda_matmul_forward_lowp(te_node *n)
     const te_dtype dt = lp_takes(n);
     if (dt == TE_F32)
         return TE_LOWP_DECLINED;
-    cuda_mm_plan p;
-    cuda_mm_plan_of(n, &p);
+    te_mm_plan p;
+    te_mm_plan_of(n, &p);
     te_status st;
     float *y = lp_scratch(n, n->out[0]->numel, &st);
     if (y)
@@ -405,8 +361,8 @@ te_status cuda_matmul_backward_lowp(te_node *n)
     const te_dtype dt = lp_takes(n);
     if (dt == TE_F32)
         return TE_LOWP_DECLINED;
-    cuda_mm_plan p;
-    cuda_mm_plan_of(n, &p);
+    te_mm_plan p;
+    te_mm_plan_of(n, &p);
     for (int which = 0; which < 2; which++) {
         te_tensor *x = n->in[which];
         if (!te_needs_grad(x))

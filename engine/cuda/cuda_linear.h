@@ -38,21 +38,4 @@ te_status cuda_linear_act_forward(te_node *lin, te_op act);
  * (errors recorded on n). */
 te_status cuda_act_inplace(te_node *n, te_op act, float *y, int64_t count);
 
-/* How a matmul node's batches map onto cuBLAS calls (shape logic only,
- * no device access; exposed for the host-only test). */
-typedef struct cuda_mm_plan {
-    int M, N, K;
-    bool ta, tb;
-    int nb;                                   /* batch dims of y */
-    int64_t d[TE_MAX_DIMS];                   /* their sizes */
-    int64_t sa[TE_MAX_DIMS], sb[TE_MAX_DIMS]; /* a's and b's strides in matrices, 0 where broadcast */
-    int64_t batches, na, nbm;                 /* matrices of y, a and b */
-    int lda, ldb;
-    bool tall;    /* b one matrix, a not transposed: a's matrices are the rows of one GEMM */
-    bool strided; /* each operand its own matrix per batch or one for all: one strided-batched GEMM */
-} cuda_mm_plan;
-void cuda_mm_plan_of(const te_node *n, cuda_mm_plan *p);
-/* The matrices of a and b that batch r of y multiplies. */
-void cuda_mm_batch(const cuda_mm_plan *p, int64_t r, int64_t *ia, int64_t *ib);
-
 #endif
