@@ -3,6 +3,42 @@
 
 #include <string.h>
 
+void te_bcast_plan(te_bcast *p, const te_tensor *a, const te_tensor *b, const te_tensor *y)
+{
+    bool fa[TE_MAX_DIMS], fb[TE_MAX_DIMS]; /* operand spans the dim (not broadcast) */
+    int k = 0;
+    for (int i = 0; i < y->ndim; i++) {
+        int64_t dy = y->shape[i];
+        if (dy == 1)
+            continue;
+        int ia = i - (y->ndim - a->ndim), ib = i - (y->ndim - b->ndim);
+        bool ha = ia >= 0 && a->shape[ia] == dy, hb = ib >= 0 && b->shape[ib] == dy;
+        if (k > 0 && fa[k - 1] == ha && fb[k - 1] == hb) {
+            p->d[k - 1] *= dy;
+        } else {
+            p->d[k] = dy;
+            fa[k] = ha;
+            fb[k] = hb;
+            k++;
+        }
+    }
+    if (k == 0) { /* one element */
+        p->d[0] = 1;
+        fa[0] = fb[0] = true;
+        k = 1;
+    }
+    int64_t ma = 1, mb = 1;
+    for (int i = k - 1; i >= 0; i--) {
+        p->sa[i] = fa[i] ? ma : 0;
+        p->sb[i] = fb[i] ? mb : 0;
+        ma *= fa[i] ? p->d[i] : 1;
+        mb *= fb[i] ? p->d[i] : 1;
+    }
+    p->k = k;
+    p->len = p->d[k - 1];
+    p->rows = p->len ? y->numel / p->len : 0; /* an empty tensor has no rows */
+}
+
 /* A leading dimension BLAS accepts: at least 1 even for an empty dim. */
 static int ld(int64_t cols) { return cols > 0 ? (int)cols : 1; }
 

@@ -10,6 +10,19 @@
 #include "graph/graph.h"
 #include "te_internal.h"
 
+/* ---- broadcasting -----------------------------------------------------------
+ * A binary op's output as merged dims: dims aligned at the end, size-1
+ * output dims dropped and neighbouring dims that a and b broadcast alike
+ * merged: [4,3]+[3] is 4 rows of 3, [4,3]*[1] one row of 12 with b's stride
+ * 0, [2,1,3]*[1,4,1] 8 rows of 3. */
+typedef struct te_bcast {
+    int k;                                    /* merged dims, 1..TE_MAX_DIMS */
+    int64_t d[TE_MAX_DIMS];                   /* their sizes (entries from k on unset) */
+    int64_t sa[TE_MAX_DIMS], sb[TE_MAX_DIMS]; /* element strides, 0 where broadcast */
+    int64_t rows, len;                        /* rows of len elements (the last merged dim) */
+} te_bcast;
+void te_bcast_plan(te_bcast *p, const te_tensor *a, const te_tensor *b, const te_tensor *y);
+
 /* ---- matmul: y[..., M, N] = op(a)[..., M, K] @ op(b)[..., K, N] ------------
  * op() reads an operand transposed in its last two dims when the node says
  * so (the GEMM's trans flag). One product per batch index of y, each

@@ -6,57 +6,12 @@
 #include <string.h>
 
 /* ---- broadcasting ----------------------------------------------------------
- * A binary op walks its output as rows. Dims are aligned at the end, size-1
- * output dims dropped and neighbouring dims that a and b broadcast alike
- * merged: [4,3]+[3] is 4 rows of 3, [4,3]*[1] one row of 12 with b's stride
- * 0, [2,1,3]*[1,4,1] 8 rows of 3. The innermost stride of each operand is
- * then 0 or 1, which keeps the row loops simple enough to vectorise.
+ * A binary op walks its output as rows of kernel_geom.h's plan
+ * (te_bcast_plan). The innermost stride of each operand is 0 or 1, which
+ * keeps the row loops simple enough to vectorise.
  */
-typedef struct {
-    int k;                                    /* merged dims, 1..TE_MAX_DIMS */
-    int64_t d[TE_MAX_DIMS];                   /* their sizes */
-    int64_t sa[TE_MAX_DIMS], sb[TE_MAX_DIMS]; /* element strides, 0 where broadcast */
-    int64_t rows, len;                        /* rows of len elements */
-} bcast;
-
-static void bcast_plan(bcast *p, const te_tensor *a, const te_tensor *b, const te_tensor *y)
-{
-    bool fa[TE_MAX_DIMS], fb[TE_MAX_DIMS]; /* operand spans the dim (not broadcast) */
-    int k = 0;
-    for (int i = 0; i < y->ndim; i++) {
-        int64_t dy = y->shape[i];
-        if (dy == 1)
-            continue;
-        int ia = i - (y->ndim - a->ndim), ib = i - (y->ndim - b->ndim);
-        bool ha = ia >= 0 && a->shape[ia] == dy, hb = ib >= 0 && b->shape[ib] == dy;
-        if (k > 0 && fa[k - 1] == ha && fb[k - 1] == hb) {
-            p->d[k - 1] *= dy;
-        } else {
-            p->d[k] = dy;
-            fa[k] = ha;
-            fb[k] = hb;
-            k++;
-        }
-    }
-    if (k == 0) { /* one element */
-        p->d[0] = 1;
-        fa[0] = fb[0] = true;
-        k = 1;
-    }
-    int64_t ma = 1, mb = 1;
-    for (int i = k - 1; i >= 0; i--) {
-        p->sa[i] = fa[i] ? ma : 0;
-        p->sb[i] = fb[i] ? mb : 0;
-        ma *= fa[i] ? p->d[i] : 1;
-        mb *= fb[i] ? p->d[i] : 1;
-    }
-    p->k = k;
-    p->len = p->d[k - 1];
-    p->rows = p->len ? y->numel / p->len : 0; /* an empty tensor has no rows */
-}
-
 /* Offsets of row r's first elements in a and b. */
-static inline void bcast_row(const bcast *p, int64_t r, int64_t *oa, int64_t *ob)
+static inline void bcast_row(const te_bcast *p, int64_t r, int64_t *oa, int64_t *ob)
 {
     int64_t ja = 0, jb = 0;
     for (int i = p->k - 2; i >= 0; i--) {
@@ -119,8 +74,8 @@ static te_status binary_forward(te_node *n, bin_row_fn row)
 {
     const te_tensor *a = n->in[0], *b = n->in[1];
     te_tensor *y = n->out[0];
-    bcast p;
-    bcast_plan(&p, a, b, y);
+    te_bcast p;
+    te_bcast_plan(&p, a, b, y);
     const float *A = te_f32(a), *B = te_f32(b);
     float *Y = te_f32(y);
     const int64_t sa = p.sa[p.k - 1], sb = p.sb[p.k - 1];
@@ -202,8 +157,8 @@ static void binary_grad(te_node *n, int which, grad_row_fn row)
     const te_tensor *a = n->in[0], *b = n->in[1], *y = n->out[0];
     int acc;
     float *D = te_grad_buf(x, &acc);
-    bcast p;
-    bcast_plan(&p, a, b, y);
+    te_bcast p;
+    te_bcast_plan(&p, a, b, y);
     const float *A = te_f32(a), *B = te_f32(b), *G = te_f32(y->grad);
     /* Add's and Sub's rows read neither operand (te_op_bwd_reads: none), so
      * graph mode may have left them out of memory: point at the gradient,
@@ -268,8 +223,8 @@ te_status cpu_masked_fill_forward(te_node *n)
 {
     const te_tensor *x = n->in[0], *m = n->in[1];
     te_tensor *y = n->out[0];
-    bcast p;
-    bcast_plan(&p, x, m, y);
+    te_bcast p;
+    te_bcast_plan(&p, x, m, y);
     const float *X = te_f32(x), *M = te_f32(m);
     float *Y = te_f32(y);
     const float value = n->a.value;
@@ -296,8 +251,8 @@ te_status cpu_masked_fill_backward(te_node *n)
     const te_tensor *m = n->in[1], *y = n->out[0];
     int acc;
     float *D = te_grad_buf(x, &acc);
-    bcast p;
-    bcast_plan(&p, x, m, y);
+    te_bcast p;
+    te_bcast_plan(&p, x, m, y);
     const float *M = te_f32(m), *G = te_f32(y->grad);
     const int64_t sm = p.sb[p.k - 1];
 #pragma omp parallel for if (y->numel > TE_PAR_MIN) schedule(static)

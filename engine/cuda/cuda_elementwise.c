@@ -6,45 +6,22 @@
 
 #include "cuda/cuda_rt.h"
 #include "cuda/k_shape.h"
+#include "kernel_geom.h"
 
 _Static_assert(K_MAX_DIMS == TE_MAX_DIMS, "k_bcast holds te.h's dims");
 _Static_assert(K_EW_MAX == TG_EW_MAX, "k_ew_prog holds graph.h's fused chains");
 
-/* cpu_elementwise.c's bcast_plan, into the kernels' struct: dims aligned
- * at the end, size-1 output dims dropped, neighbours that a and b
- * broadcast alike merged, strides 0 where an operand is broadcast. */
+/* kernel_geom.h's te_bcast_plan (the CPU's), into the kernels' struct. */
 void cuda_bcast_plan(k_bcast *p, const te_tensor *a, const te_tensor *b, const te_tensor *y)
 {
-    bool fa[TE_MAX_DIMS], fb[TE_MAX_DIMS];
-    int k = 0;
-    for (int i = 0; i < y->ndim; i++) {
-        int64_t dy = y->shape[i];
-        if (dy == 1)
-            continue;
-        int ia = i - (y->ndim - a->ndim), ib = i - (y->ndim - b->ndim);
-        bool ha = ia >= 0 && a->shape[ia] == dy, hb = ib >= 0 && b->shape[ib] == dy;
-        if (k > 0 && fa[k - 1] == ha && fb[k - 1] == hb) {
-            p->d[k - 1] *= dy;
-        } else {
-            p->d[k] = dy;
-            fa[k] = ha;
-            fb[k] = hb;
-            k++;
-        }
+    te_bcast g;
+    te_bcast_plan(&g, a, b, y);
+    p->k = g.k;
+    for (int i = 0; i < g.k; i++) {
+        p->d[i] = g.d[i];
+        p->sa[i] = g.sa[i];
+        p->sb[i] = g.sb[i];
     }
-    if (k == 0) {
-        p->d[0] = 1;
-        fa[0] = fb[0] = true;
-        k = 1;
-    }
-    int64_t ma = 1, mb = 1;
-    for (int i = k - 1; i >= 0; i--) {
-        p->sa[i] = fa[i] ? ma : 0;
-        p->sb[i] = fb[i] ? mb : 0;
-        ma *= fa[i] ? p->d[i] : 1;
-        mb *= fb[i] ? p->d[i] : 1;
-    }
-    p->k = k;
 }
 
 /* ---- binary ops ------------------------------------------------------------- */

@@ -26,7 +26,7 @@ CUDA_EW_KERNELS(CUDA_EW_DECLARE)
 te_status cuda_tg_ew_run(const tg_ew *ew);
 te_status cuda_tg_act_inplace(te_op act, float *y, int64_t n);
 
-/* For tests: a binary op's broadcast plan (cpu_elementwise.c's bcast_plan),
+/* For tests: a binary op's broadcast plan (kernel_geom.h's te_bcast_plan),
  * and the kernel's code of an op with a fused formula, or -1. */
 void cuda_bcast_plan(k_bcast *p, const te_tensor *a, const te_tensor *b, const te_tensor *y);
 int cuda_ew_op(te_op op);

@@ -22,7 +22,7 @@ extern "C" {
 
 #define K_MAX_DIMS 4 /* te.h's TE_MAX_DIMS; cuda_elementwise.c checks */
 
-/* A binary op's output as merged dims (cpu_elementwise.c's bcast_plan:
+/* A binary op's output as merged dims (kernel_geom.h's te_bcast_plan:
  * size-1 output dims dropped, neighbours broadcast alike merged), with
  * each operand's element stride per dim, 0 where it is broadcast. The
  * output is contiguous over d. */
