@@ -3,6 +3,20 @@
 
 #include <string.h>
 
+void te_axis_split(const te_tensor *x, int axis, int64_t *outer, int64_t *len, int64_t *inner)
+{
+    if (axis == TE_ALL) {
+        *outer = 1, *len = x->numel, *inner = 1;
+        return;
+    }
+    int64_t o = 1, i = 1;
+    for (int d = 0; d < axis; d++)
+        o *= x->shape[d];
+    for (int d = axis + 1; d < x->ndim; d++)
+        i *= x->shape[d];
+    *outer = o, *len = x->shape[axis], *inner = i;
+}
+
 void te_bcast_plan(te_bcast *p, const te_tensor *a, const te_tensor *b, const te_tensor *y)
 {
     bool fa[TE_MAX_DIMS], fb[TE_MAX_DIMS]; /* operand spans the dim (not broadcast) */

@@ -10,6 +10,10 @@
 #include "graph/graph.h"
 #include "te_internal.h"
 
+/* The reduced axis splits x into [outer, len, inner]: element (o, k, i) is
+ * at (o * len + k) * inner + i. TE_ALL is [1, numel, 1]. */
+void te_axis_split(const te_tensor *x, int axis, int64_t *outer, int64_t *len, int64_t *inner);
+
 /* ---- broadcasting -----------------------------------------------------------
  * A binary op's output as merged dims: dims aligned at the end, size-1
  * output dims dropped and neighbouring dims that a and b broadcast alike

@@ -5,22 +5,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* The reduced axis splits x into [outer, len, inner]: element (o, k, i) is
- * at (o * len + k) * inner + i. TE_ALL is [1, numel, 1]. */
-static void axis_split(const te_tensor *x, int axis, int64_t *outer, int64_t *len, int64_t *inner)
-{
-    if (axis == TE_ALL) {
-        *outer = 1, *len = x->numel, *inner = 1;
-        return;
-    }
-    int64_t o = 1, i = 1;
-    for (int d = 0; d < axis; d++)
-        o *= x->shape[d];
-    for (int d = axis + 1; d < x->ndim; d++)
-        i *= x->shape[d];
-    *outer = o, *len = x->shape[axis], *inner = i;
-}
-
 /* ---- sum and mean -------------------------------------------------------- */
 
 #define BLOCK 1024
@@ -67,7 +51,7 @@ static te_status reduce_forward(te_node *n, bool mean)
 {
     const te_tensor *x = n->in[0];
     int64_t outer, len, inner;
-    axis_split(x, n->a.axis, &outer, &len, &inner);
+    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     const float *X = te_f32(x);
     float *Y = te_f32(n->out[0]);
     const double div = mean ? (double)len : 1.0;
@@ -110,7 +94,7 @@ static te_status reduce_backward(te_node *n, bool mean)
     if (!te_needs_grad(x))
         return TE_OK;
     int64_t outer, len, inner;
-    axis_split(x, n->a.axis, &outer, &len, &inner);
+    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     int acc;
     float *D = te_grad_buf(x, &acc);
     const float *G = te_f32(n->out[0]->grad);
@@ -225,7 +209,7 @@ static te_status softmax_forward(te_node *n, bool log)
 {
     const te_tensor *x = n->in[0];
     int64_t outer, len, inner;
-    axis_split(x, n->a.axis, &outer, &len, &inner);
+    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     if (len == 0)
         return TE_OK; /* rows of nothing */
     const float *X = te_f32(x);
@@ -244,7 +228,7 @@ static te_status softmax_backward(te_node *n, bool log)
     if (!te_needs_grad(x))
         return TE_OK;
     int64_t outer, len, inner;
-    axis_split(x, n->a.axis, &outer, &len, &inner);
+    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     int acc;
     float *D = te_grad_buf(x, &acc);
     const float *Y = te_f32(n->out[0]), *G = te_f32(n->out[0]->grad);

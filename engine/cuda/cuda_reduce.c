@@ -3,6 +3,7 @@
 #include "cuda/cuda_reduce.h"
 #include "cuda/cuda_rt.h"
 #include "cuda/k_reduce.h"
+#include "kernel_geom.h"
 
 /* Device scratch of n doubles (at least one), or NULL with n's failure
  * recorded in *st. */
@@ -13,28 +14,13 @@ static double *scratch(te_node *n, int64_t count, te_status *st)
     return p;
 }
 
-/* The reduced axis splits x into [outer, len, inner] (cpu_reduce.c's). */
-static void axis_split(const te_tensor *x, int axis, int64_t *outer, int64_t *len, int64_t *inner)
-{
-    if (axis == TE_ALL) {
-        *outer = 1, *len = x->numel, *inner = 1;
-        return;
-    }
-    int64_t o = 1, i = 1;
-    for (int d = 0; d < axis; d++)
-        o *= x->shape[d];
-    for (int d = axis + 1; d < x->ndim; d++)
-        i *= x->shape[d];
-    *outer = o, *len = x->shape[axis], *inner = i;
-}
-
 /* ---- sum and mean ---------------------------------------------------------- */
 
 static te_status reduce_forward(te_node *n, bool mean)
 {
     const te_tensor *x = n->in[0];
     int64_t outer, len, inner;
-    axis_split(x, n->a.axis, &outer, &len, &inner);
+    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     const double div = mean ? (double)len : 1.0;
     cudaError_t e;
     if (inner == 1) {
@@ -55,7 +41,7 @@ static te_status reduce_backward(te_node *n, bool mean)
     if (!te_needs_grad(x))
         return TE_OK;
     int64_t outer, len, inner;
-    axis_split(x, n->a.axis, &outer, &len, &inner);
+    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     int acc;
     float *d = te_grad_buf(x, &acc);
     const float scale = mean ? (float)(1.0 / (double)len) : 1.0f;
@@ -75,7 +61,7 @@ static te_status softmax_forward(te_node *n, bool log)
 {
     const te_tensor *x = n->in[0];
     int64_t outer, len, inner;
-    axis_split(x, n->a.axis, &outer, &len, &inner);
+    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     return te_cuda_ok(n, kr_softmax(te_f32(x), outer, len, inner, log, te_f32(n->out[0]), te_cuda_stream()),
                       log ? "log_softmax forward" : "softmax forward");
 }
@@ -86,7 +72,7 @@ static te_status softmax_backward(te_node *n, bool log)
     if (!te_needs_grad(x))
         return TE_OK;
     int64_t outer, len, inner;
-    axis_split(x, n->a.axis, &outer, &len, &inner);
+    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     int acc;
     float *d = te_grad_buf(x, &acc);
     return te_cuda_ok(n, kr_softmax_grad(te_f32(n->out[0]), te_f32(n->out[0]->grad), outer, len, inner, log, acc,
