@@ -17,6 +17,18 @@ void te_axis_split(const te_tensor *x, int axis, int64_t *outer, int64_t *len, i
     *outer = o, *len = x->shape[axis], *inner = i;
 }
 
+te_tr_dims te_tr_split(const te_tensor *t, int a, int b)
+{
+    te_tr_dims d = { 1, t->shape[a], 1, t->shape[b], 1 };
+    for (int i = 0; i < a; i++)
+        d.pre *= t->shape[i];
+    for (int i = a + 1; i < b; i++)
+        d.mid *= t->shape[i];
+    for (int i = b + 1; i < t->ndim; i++)
+        d.post *= t->shape[i];
+    return d;
+}
+
 void te_bcast_plan(te_bcast *p, const te_tensor *a, const te_tensor *b, const te_tensor *y)
 {
     bool fa[TE_MAX_DIMS], fb[TE_MAX_DIMS]; /* operand spans the dim (not broadcast) */

@@ -14,6 +14,14 @@
  * at (o * len + k) * inner + i. TE_ALL is [1, numel, 1]. */
 void te_axis_split(const te_tensor *x, int axis, int64_t *outer, int64_t *len, int64_t *inner);
 
+/* A transpose of a source of shape s with dims a < b swapped: the source
+ * viewed as five blocks (pre, s[a], mid, s[b], post) becomes (pre, s[b],
+ * mid, s[a], post), so each move is a contiguous run of `post` elements. */
+typedef struct te_tr_dims {
+    int64_t pre, m0, mid, m1, post;
+} te_tr_dims;
+te_tr_dims te_tr_split(const te_tensor *t, int a, int b);
+
 /* ---- broadcasting -----------------------------------------------------------
  * A binary op's output as merged dims: dims aligned at the end, size-1
  * output dims dropped and neighbouring dims that a and b broadcast alike

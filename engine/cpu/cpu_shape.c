@@ -39,31 +39,11 @@ te_status cpu_reshape_backward(te_node *n)
     return TE_OK;
 }
 
-/* ---- transpose -------------------------------------------------------------
- * A source of shape s with dims a < b swapped is viewed as five blocks
- * (pre, s[a], mid, s[b], post); the result is (pre, s[b], mid, s[a], post),
- * so each move is a contiguous run of `post` elements.
- */
-
-typedef struct {
-    int64_t pre, m0, mid, m1, post;
-} tr_dims;
-
-static tr_dims tr_split(const te_tensor *t, int a, int b)
-{
-    tr_dims d = { 1, t->shape[a], 1, t->shape[b], 1 };
-    for (int i = 0; i < a; i++)
-        d.pre *= t->shape[i];
-    for (int i = a + 1; i < b; i++)
-        d.mid *= t->shape[i];
-    for (int i = b + 1; i < t->ndim; i++)
-        d.post *= t->shape[i];
-    return d;
-}
+/* ---- transpose: kernel_geom.h's te_tr_split ------------------------------ */
 
 /* dst (pre, m1, mid, m0, post) from src (pre, m0, mid, m1, post): copies
  * 4-byte elements bit for bit, or adds them as floats when acc. */
-static void tr_move(const void *src, void *dst, tr_dims d, int acc)
+static void tr_move(const void *src, void *dst, te_tr_dims d, int acc)
 {
     const int64_t outer = d.pre * d.m1, numel = outer * d.mid * d.m0 * d.post;
     const size_t run = (size_t)d.post * 4;
@@ -89,7 +69,7 @@ static void tr_move(const void *src, void *dst, tr_dims d, int acc)
 
 te_status cpu_transpose_forward(te_node *n)
 {
-    tr_move(n->in[0]->data, n->out[0]->data, tr_split(n->in[0], n->a.dim0, n->a.dim1), 0);
+    tr_move(n->in[0]->data, n->out[0]->data, te_tr_split(n->in[0], n->a.dim0, n->a.dim1), 0);
     return TE_OK;
 }
 
@@ -99,7 +79,7 @@ te_status cpu_transpose_backward(te_node *n)
     int acc;
     float *dx = te_grad_buf(x, &acc);
     /* the transpose of the gradient, split along the output's shape */
-    tr_move(n->out[0]->grad->data, dx, tr_split(n->out[0], n->a.dim0, n->a.dim1), acc);
+    tr_move(n->out[0]->grad->data, dx, te_tr_split(n->out[0], n->a.dim0, n->a.dim1), acc);
     return TE_OK;
 }
 

@@ -5,6 +5,7 @@
 
 #include "cuda/cuda_rt.h"
 #include "cuda/k_shape.h"
+#include "kernel_geom.h"
 
 /* dst = src or dst += src over n floats. */
 static te_status copy_or_add(te_node *n, float *dst, const float *src, int64_t count, int acc, const char *what)
@@ -36,16 +37,11 @@ te_status cuda_reshape_backward(te_node *n)
 
 /* ---- transpose: dims dim0 < dim1 swapped ------------------------------------ */
 
+/* kernel_geom.h's te_tr_split (the CPU's), as the kernel's struct. */
 static k_tr_dims tr_split(const te_tensor *t, int a, int b)
 {
-    k_tr_dims d = { 1, t->shape[a], 1, t->shape[b], 1 };
-    for (int i = 0; i < a; i++)
-        d.pre *= t->shape[i];
-    for (int i = a + 1; i < b; i++)
-        d.mid *= t->shape[i];
-    for (int i = b + 1; i < t->ndim; i++)
-        d.post *= t->shape[i];
-    return d;
+    const te_tr_dims g = te_tr_split(t, a, b);
+    return (k_tr_dims){ g.pre, g.m0, g.mid, g.m1, g.post };
 }
 
 te_status cuda_transpose_forward(te_node *n)

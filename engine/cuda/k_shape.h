@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-/* A transpose as cpu_shape.c's tr_dims: the source (pre, m0, mid, m1,
+/* A transpose as kernel_geom.h's te_tr_dims: the source (pre, m0, mid, m1,
  * post) becomes (pre, m1, mid, m0, post). */
 typedef struct k_tr_dims {
     int64_t pre, m0, mid, m1, post;
