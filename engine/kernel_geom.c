@@ -180,3 +180,17 @@ te_attn tg_attn_backward_args(const tg_attn *t, te_attn_grads *g)
     t->scores->rounded = t->out->rounded = low;
     return a;
 }
+
+te_tensor *tg_bn_fold_conv(const tg_kernel *k, te_node *tmp, te_tensor *out)
+{
+    const te_node *conv = k->node;
+    *tmp = *conv;
+    tmp->in[1] = k->fold_w;
+    tmp->in[2] = k->fold_b;
+    tmp->n_in = 3;
+    te_tensor *dst = k->act2 ? k->act2->out[0] : k->act->out[0];
+    *out = *conv->out[0];
+    out->data = dst->data;
+    tmp->out[0] = out;
+    return dst;
+}

@@ -88,4 +88,12 @@ te_attn tg_attn_forward_args(const tg_attn *t);
  * is t->o->grad. */
 te_attn tg_attn_backward_args(const tg_attn *t, te_attn_grads *g);
 
+/* ---- graph mode's batch norm fold (TG_K_BN_FOLD, pass_bn_fold.c) --------
+ * The conv that runs with the folded weight and bias (k->fold_w, k->fold_b,
+ * filled by the backend): *tmp a copy of k's conv node reading them, its
+ * output *out a copy of the conv's whose data is the destination's, which
+ * is returned: the output of the activation after the batch norm when
+ * there is one (to apply in place), else the batch norm's. */
+te_tensor *tg_bn_fold_conv(const tg_kernel *k, te_node *tmp, te_tensor *out);
+
 #endif

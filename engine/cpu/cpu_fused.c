@@ -159,14 +159,9 @@ te_status tg_bn_fold_run(tg_kernel *k)
             fw[o * per + i] = wo[i] * s;
         fb[o] = (b ? te_f32(b)[o] : 0.0f) * s + (beta ? beta[o] : 0.0f) - rm[o] * s;
     }
-    te_node tmp = *conv;
-    tmp.in[1] = k->fold_w;
-    tmp.in[2] = k->fold_b;
-    tmp.n_in = 3;
-    te_tensor *dst = k->act2 ? k->act2->out[0] : bn->out[0];
-    te_tensor out = *conv->out[0];
-    out.data = dst->data;
-    tmp.out[0] = &out;
+    te_node tmp;
+    te_tensor out;
+    te_tensor *dst = tg_bn_fold_conv(k, &tmp, &out);
     te_status st = te_backend_current()->forward[TE_OP_CONV2D](&tmp);
     if (st == TE_OK && k->act2)
         st = tg_act_inplace(k->act2->op, te_f32(dst), dst->numel);

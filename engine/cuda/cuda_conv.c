@@ -20,6 +20,7 @@
 #include "cuda/k_bn.h"
 #include "cuda/k_pool.h"
 #include "graph/graph.h"
+#include "kernel_geom.h"
 
 #include <limits.h>
 #include <string.h>
@@ -440,14 +441,9 @@ te_status cuda_tg_bn_fold_run(struct tg_kernel *k)
     te_status st = te_cuda_ok(conv, cudaGetLastError(), "batch norm fold");
     if (st != TE_OK)
         return st;
-    te_node tmp = *conv;
-    tmp.in[1] = k->fold_w;
-    tmp.in[2] = k->fold_b;
-    tmp.n_in = 3;
-    te_tensor *dst = k->act2 ? k->act2->out[0] : bn->out[0];
-    te_tensor out = *conv->out[0];
-    out.data = dst->data;
-    tmp.out[0] = &out;
+    te_node tmp;
+    te_tensor out;
+    te_tensor *dst = tg_bn_fold_conv(k, &tmp, &out);
     st = cuda_conv2d_forward(&tmp);
     if (st != TE_OK || !k->act2)
         return st;
