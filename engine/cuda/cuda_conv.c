@@ -78,6 +78,17 @@ static bool gemm_like_bwd_filter(cudnnConvolutionBwdFilterAlgo_t a)
 /* Workspace an algorithm may ask for before we pass it over. */
 #define WS_CAP ((size_t)1 << 30)
 
+/* Into dst the first algorithm of cuDNN's ranking perf[0..got) that ran,
+ * is deterministic, is one that like() accepts and needs at most WS_CAP of
+ * workspace; dst stays as it is when none does. */
+#define PICK_ALGO(perf, got, like, dst)                                                                     \
+    for (int i_ = 0; i_ < (got); i_++)                                                                      \
+        if ((perf)[i_].status == CUDNN_STATUS_SUCCESS && (perf)[i_].determinism == CUDNN_DETERMINISTIC &&     \
+            like((perf)[i_].algo) && (perf)[i_].memory <= WS_CAP) {                                         \
+            (dst) = (perf)[i_].algo;                                                                        \
+            break;                                                                                          \
+        }
+
 /* The algorithms for p's shapes: cuDNN's ranking, filtered. */
 static te_status plan_algos(te_node *n, cudnnHandle_t h, conv_plan *p)
 {
@@ -89,12 +100,7 @@ static te_status plan_algos(te_node *n, cudnnHandle_t h, conv_plan *p)
     if (st != TE_OK)
         return st;
     p->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM; /* needs no workspace, takes every shape */
-    for (int i = 0; i < got; i++)
-        if (fp[i].status == CUDNN_STATUS_SUCCESS && fp[i].determinism == CUDNN_DETERMINISTIC &&
-            gemm_like_fwd(fp[i].algo) && fp[i].memory <= WS_CAP) {
-            p->fwd = fp[i].algo;
-            break;
-        }
+    PICK_ALGO(fp, got, gemm_like_fwd, p->fwd);
 
     cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     st = te_cudnn_ok(n, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x,
@@ -103,12 +109,7 @@ static te_status plan_algos(te_node *n, cudnnHandle_t h, conv_plan *p)
     if (st != TE_OK)
         return st;
     p->bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    for (int i = 0; i < got; i++)
-        if (dp[i].status == CUDNN_STATUS_SUCCESS && dp[i].determinism == CUDNN_DETERMINISTIC &&
-            gemm_like_bwd_data(dp[i].algo) && dp[i].memory <= WS_CAP) {
-            p->bwd_data = dp[i].algo;
-            break;
-        }
+    PICK_ALGO(dp, got, gemm_like_bwd_data, p->bwd_data);
 
     cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     st = te_cudnn_ok(n, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w,
@@ -117,12 +118,7 @@ static te_status plan_algos(te_node *n, cudnnHandle_t h, conv_plan *p)
     if (st != TE_OK)
         return st;
     p->bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    for (int i = 0; i < got; i++)
-        if (wp[i].status == CUDNN_STATUS_SUCCESS && wp[i].determinism == CUDNN_DETERMINISTIC &&
-            gemm_like_bwd_filter(wp[i].algo) && wp[i].memory <= WS_CAP) {
-            p->bwd_filter = wp[i].algo;
-            break;
-        }
+    PICK_ALGO(wp, got, gemm_like_bwd_filter, p->bwd_filter);
     return TE_OK;
 }
 

@@ -26,16 +26,28 @@ static __device__ void covering(int i, int kernel, int stride, int pad, int out,
     *hi = last < out ? last : out;
 }
 
+/* Output o's window (o of planes of out_plane outputs), clipped to its
+ * input plane: rows [y0, y1), columns [x0, x1). */
+typedef struct {
+    int64_t plane;
+    int y0, y1, x0, x1;
+} pool_window;
+
+static __device__ __forceinline__ pool_window window_of(const k_pool_geom &g, int64_t o, int64_t out_plane)
+{
+    const int r = (int)(o % out_plane), oy = r / g.OW, ox = r % g.OW;
+    const int ys = oy * g.stride - g.pad, xs = ox * g.stride - g.pad;
+    return { o / out_plane, ys > 0 ? ys : 0, ys + g.kernel < g.H ? ys + g.kernel : g.H, xs > 0 ? xs : 0,
+             xs + g.kernel < g.W ? xs + g.kernel : g.W };
+}
+
 static __global__ void maxpool_fwd(k_pool_geom g, const float *x, float *y, int32_t *idx)
 {
     const int64_t out_plane = (int64_t)g.OH * g.OW;
     GRID_STRIDE(o, g.planes * out_plane) {
-        const int64_t p = o / out_plane;
-        const int r = (int)(o % out_plane), oy = r / g.OW, ox = r % g.OW;
-        const float *xp = x + p * g.H * g.W;
-        const int ys = oy * g.stride - g.pad, xs = ox * g.stride - g.pad;
-        const int y0 = ys > 0 ? ys : 0, y1 = ys + g.kernel < g.H ? ys + g.kernel : g.H;
-        const int x0 = xs > 0 ? xs : 0, x1 = xs + g.kernel < g.W ? xs + g.kernel : g.W;
+        const pool_window wn = window_of(g, o, out_plane);
+        const int y0 = wn.y0, y1 = wn.y1, x0 = wn.x0, x1 = wn.x1;
+        const float *xp = x + wn.plane * g.H * g.W;
         float m = -INFINITY;
         int at = y0 * g.W + x0;
         for (int iy = y0; iy < y1; iy++)
@@ -77,12 +89,9 @@ static __global__ void avgpool_fwd(k_pool_geom g, const float *x, float *y)
     const int64_t out_plane = (int64_t)g.OH * g.OW;
     const float inv = 1.0f / (float)(g.kernel * g.kernel);
     GRID_STRIDE(o, g.planes * out_plane) {
-        const int64_t p = o / out_plane;
-        const int r = (int)(o % out_plane), oy = r / g.OW, ox = r % g.OW;
-        const float *xp = x + p * g.H * g.W;
-        const int ys = oy * g.stride - g.pad, xs = ox * g.stride - g.pad;
-        const int y0 = ys > 0 ? ys : 0, y1 = ys + g.kernel < g.H ? ys + g.kernel : g.H;
-        const int x0 = xs > 0 ? xs : 0, x1 = xs + g.kernel < g.W ? xs + g.kernel : g.W;
+        const pool_window wn = window_of(g, o, out_plane);
+        const int y0 = wn.y0, y1 = wn.y1, x0 = wn.x0, x1 = wn.x1;
+        const float *xp = x + wn.plane * g.H * g.W;
         float sum = 0.0f;
         for (int iy = y0; iy < y1; iy++)
             for (int ix = x0; ix < x1; ix++)
