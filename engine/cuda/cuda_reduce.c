@@ -14,6 +14,18 @@ static double *scratch(te_node *n, int64_t count, te_status *st)
     return p;
 }
 
+/* false when the input wants no gradient; else *d its gradient buffer
+ * (te_grad_buf) and its reduced axis split as [outer, len, inner]. */
+static bool grad_split(te_node *n, float **d, int *acc, int64_t *outer, int64_t *len, int64_t *inner)
+{
+    te_tensor *x = n->in[0];
+    if (!te_needs_grad(x))
+        return false;
+    te_axis_split(x, n->a.axis, outer, len, inner);
+    *d = te_grad_buf(x, acc);
+    return true;
+}
+
 /* ---- sum and mean ---------------------------------------------------------- */
 
 static te_status reduce_forward(te_node *n, bool mean)
@@ -37,13 +49,11 @@ static te_status reduce_forward(te_node *n, bool mean)
 
 static te_status reduce_backward(te_node *n, bool mean)
 {
-    te_tensor *x = n->in[0];
-    if (!te_needs_grad(x))
-        return TE_OK;
     int64_t outer, len, inner;
-    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     int acc;
-    float *d = te_grad_buf(x, &acc);
+    float *d;
+    if (!grad_split(n, &d, &acc, &outer, &len, &inner))
+        return TE_OK;
     const float scale = mean ? (float)(1.0 / (double)len) : 1.0f;
     return te_cuda_ok(n, kr_broadcast_grad(te_f32(n->out[0]->grad), outer, len, inner, scale, 0, acc, d,
                                            te_cuda_stream()),
@@ -68,13 +78,11 @@ static te_status softmax_forward(te_node *n, bool log)
 
 static te_status softmax_backward(te_node *n, bool log)
 {
-    te_tensor *x = n->in[0];
-    if (!te_needs_grad(x))
-        return TE_OK;
     int64_t outer, len, inner;
-    te_axis_split(x, n->a.axis, &outer, &len, &inner);
     int acc;
-    float *d = te_grad_buf(x, &acc);
+    float *d;
+    if (!grad_split(n, &d, &acc, &outer, &len, &inner))
+        return TE_OK;
     return te_cuda_ok(n, kr_softmax_grad(te_f32(n->out[0]), te_f32(n->out[0]->grad), outer, len, inner, log, acc,
                                          d, te_cuda_stream()),
                       log ? "log_softmax backward" : "softmax backward");
