@@ -262,11 +262,14 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
         s = &l->slots[0];
         build_batch(l, &l->prod[0], seq / l->batches, seq % l->batches, s);
     } else {
+        uint64_t t0 = te_prof_on ? te_prof_now() : 0;
         s = &l->slots[seq % l->capacity];
         pthread_mutex_lock(&l->mu);
         while (s->seq != seq)
             pthread_cond_wait(&l->ready, &l->mu);
         pthread_mutex_unlock(&l->mu);
+        if (te_prof_on)
+            te_prof_interval("data", t0, te_prof_now());
     }
 
     int64_t xshape[TE_MAX_DIMS] = { s->count };

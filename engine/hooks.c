@@ -86,6 +86,8 @@ static void hooks_op_end(const te_op_record *rec, bool no_data_only)
 
 void te_op_begin(const te_op_record *rec)
 {
+    if (te_prof_on)
+        te_prof_op_begin(rec);
     if (te_hook_count)
         for (int i = 0; i < MAX_HOOKS; i++)
             if (hooks[i].used && hooks[i].h.op_begin)
@@ -97,6 +99,8 @@ void te_op_begin(const te_op_record *rec)
 void te_op_done(const te_op_record *rec)
 {
     te_op_record altered;
+    if (te_prof_on)
+        te_prof_op_done(rec);
     te_names_seen(rec);
     if (te_inject_count) {
         /* An injection changes the values after the op: the statistics it
@@ -114,10 +118,16 @@ void te_op_done(const te_op_record *rec)
             rec = &altered;
         }
     }
+    if (!te_watch_active() && !te_hook_count)
+        return;
+    /* The profiler counts the hooks' time (the debugger's) to the step. */
+    uint64_t t0 = te_prof_on ? te_prof_now() : 0;
     if (te_watch_active()) {
         te_watch_op(rec);
         hooks_op_end(rec, true);
-    } else if (te_hook_count) {
+    } else {
         hooks_op_end(rec, false);
     }
+    if (te_prof_on)
+        te_prof_interval("hooks", t0, te_prof_now());
 }

@@ -321,7 +321,7 @@ static void finish_update(const te_optim *o, const te_backend *b, work *w, const
     if (w->tmp)
         te_mem_free_on(p->device, w->tmp, w->tmp_bytes);
     w->tmp = NULL;
-    if (te_hook_count || te_inject_count)
+    if (te_prof_observed())
         record_update(o, p, u->stats);
     else
         te_next_exec_index();

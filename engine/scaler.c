@@ -201,7 +201,7 @@ te_status te_scaler_unscale(te_tensor **params, int n)
         return TE_ERR_NOMEM;
     }
     te_tensor **in = io, **out = io + n, **used = io + 2 * n;
-    const bool report = te_hook_count || te_inject_count;
+    const bool report = te_prof_observed();
     te_op_record rec = {
         .step = te_step(), .phase = TE_PHASE_UPDATE, .op_id = -1, .exec_index = te_exec_index(),
         .name = "amp/unscale", .type = "Unscale", .loc = { __FILE__, __LINE__ },

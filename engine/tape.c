@@ -136,6 +136,8 @@ void te_step_begin(void)
     eng.in_step = true;
     eng.exec_index = 0;
     eng.phase = TE_PHASE_FORWARD;
+    if (te_prof_on)
+        te_prof_step(true);
     if (te_hook_count) {
         te_hooks_step(eng.step, true);
         te_hooks_phase(eng.step, TE_PHASE_FORWARD);
@@ -148,6 +150,8 @@ void te_step_end(void)
         te_names_step_end();
     if (te_hook_count && eng.in_step)
         te_hooks_step(eng.step, false);
+    if (te_prof_on && eng.in_step)
+        te_prof_step(false);
     eng.in_step = false;
     te_tape_reset();
 }
@@ -176,6 +180,8 @@ void te_set_phase(te_phase p)
     if (p == eng.phase)
         return;
     eng.phase = p;
+    if (te_prof_on && !te_tracing)
+        te_prof_phase(p);
     if (te_hook_count && !te_tracing)
         te_hooks_phase(te_step(), p);
 }
@@ -762,13 +768,13 @@ te_tensor *te_node_run(te_node *n)
         te_trace_fwd(n, te_next_exec_index());
         return n->out[0];
     }
-    if (te_inject_count || te_hook_count)
+    if (te_prof_observed())
         te_node_starting(n, false, te_exec_index(), NULL);
     if (te_node_dispatch(n, false) != TE_OK) {
         drop_node(n);
         return NULL;
     }
-    if (te_inject_count || te_hook_count) {
+    if (te_prof_observed()) {
         te_op_record rec = {
             .step = te_step(), .phase = eng.phase, .op_id = n->id,
             .exec_index = te_next_exec_index(), .name = n->name, .type = te_op_type_name(n->op),
@@ -837,7 +843,7 @@ static te_status backward_node(te_node *n)
                 te_grad_buf(n->in[i], &acc);
         te_trace_bwd(n, te_next_exec_index());
     } else {
-        if (te_inject_count || te_hook_count)
+        if (te_prof_observed())
             te_node_starting(n, true, te_exec_index(), NULL);
         te_status st = te_node_dispatch(n, true);
         if (st != TE_OK)
@@ -846,7 +852,7 @@ static te_status backward_node(te_node *n)
     for (int i = 0; i < n->n_in; i++)
         grads_out[i] = te_needs_grad(n->in[i]) ? n->in[i]->grad : NULL;
     int exec = te_tracing ? -1 : te_next_exec_index();
-    if (!te_tracing && (te_inject_count || te_hook_count)) {
+    if (!te_tracing && te_prof_observed()) {
         te_tensor *reads[TE_BWD_READS_MAX];
         te_op_record rec = {
             .step = te_step(), .phase = TE_PHASE_BACKWARD, .op_id = n->id, .exec_index = exec,

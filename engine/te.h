@@ -902,6 +902,40 @@ TE_API int64_t te_loader_epoch(const te_loader *l);
 TE_API int64_t te_loader_batches_per_epoch(const te_loader *l);
 TE_API void te_loader_free(te_loader *l);
 
+/* ---- the profiler (prof.c, prof_json.c; docs/engine.md "Profiling") ------
+ * Records every op of the selected steps (start and end, thread, shape,
+ * dtype, FLOPs and bytes, the allocator's live and peak bytes after it)
+ * and each step's phases into a ring of the last `keep` steps, and writes
+ * them as Chrome trace event JSON (Perfetto, chrome://tracing). Off, it
+ * costs one branch per op. */
+typedef enum { TE_PROF_ALWAYS, TE_PROF_BREAK } te_profile_when;
+typedef struct te_profile_opts {
+    char file[512];        /* "" : written only by te_profile_save(FILE) */
+    int64_t first, last;   /* steps recorded: first..last; last -1 = no end */
+    char ops[128];         /* fnmatch glob on op names; "" or "*" = every op */
+    int keep;              /* steps in the ring (1..TE_PROF_KEEP_MAX) */
+    te_profile_when when;  /* ALWAYS: file written at stop or after step `last`;
+                            * BREAK: only when a front end calls te_profile_save */
+} te_profile_opts;
+#define TE_PROF_KEEP_MAX 1000
+#define TE_PROF_KEEP_DEFAULT 10
+/* "file=P;steps=A-B;ops=GLOB;keep=K;when=always|break", every key optional
+ * (steps: "N", "A-B", "A-"; defaults: every step, every op, keep 10,
+ * when=always). TE_ERR_ARG naming the bad key or value in te_error(). */
+TE_API te_status te_profile_parse(const char *spec, te_profile_opts *o);
+/* Starts recording into an empty ring (NULL: the defaults). TE_ERR_NOMEM. */
+TE_API te_status te_profile_start(const te_profile_opts *o);
+/* Stops recording; with when=always and a file, writes it (te_profile_save).
+ * The ring stays for te_profile_save until the next start. */
+TE_API te_status te_profile_stop(void);
+/* Writes the ring's finished steps to file (NULL: the opts' file). TE_ERR_IO,
+ * TE_ERR_STATE when nothing was recorded or no file is named. */
+TE_API te_status te_profile_save(const char *file);
+TE_API bool te_profile_active(void);
+/* Time another part of the program waited for its own reason ("dump": the
+ * dump writer's queue), added to the current step's args; any thread. */
+TE_API void te_profile_note_wait(const char *what, int64_t ns);
+
 #ifdef __cplusplus
 }
 #endif

@@ -586,6 +586,22 @@ void te_plugin_load(void);
 /* Hooks and injections cost one predictable branch each when none is set. */
 extern int te_hook_count;
 extern int te_inject_count;
+/* The profiler's part (prof.c): nonzero while it records. te_prof_observed()
+ * is the one branch op call sites take to build records at all. */
+extern int te_prof_on;
+static inline bool te_prof_observed(void) { return (te_hook_count | te_inject_count | te_prof_on) != 0; }
+void te_prof_op_begin(const te_op_record *rec);
+void te_prof_op_done(const te_op_record *rec);
+void te_prof_step(bool begin);
+void te_prof_phase(te_phase p);
+/* An interval of the current step outside any op: "data" (the loader's wait),
+ * "compile" (a graph's compile), "hooks" (adds to the step's hooks time). */
+void te_prof_interval(const char *what, uint64_t t0_ns, uint64_t t1_ns);
+uint64_t te_prof_now(void);
+/* The cost model beside the op table (prof_cost.c): the FLOPs and bytes
+ * moved of the op a record describes; 0 FLOPs where the table cannot say. */
+double te_prof_flops(const te_op_record *rec);
+uint64_t te_prof_bytes(const te_op_record *rec);
 void te_hooks_step(int64_t step, bool begin);
 void te_hooks_phase(int64_t step, te_phase p);
 /* True when it altered the op's output. round holds rec->n_outputs

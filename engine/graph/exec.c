@@ -158,13 +158,13 @@ te_status tg_kernel_exec(const tg_plan *p, int i, int base)
 {
     const tg_kernel *k = &p->kernels[i];
     te_set_phase(k->phase);
-    if (te_hook_count || te_inject_count)
+    if (te_prof_observed())
         for (int j = 0; j < k->n_orig; j++)
             te_node_starting(k->orig[j].node, k->orig[j].backward, base + k->orig[j].exec, k->desc);
     te_status st = tg_kernel_run(k, base);
     if (st != TE_OK)
         return st;
-    if (te_hook_count || te_inject_count)
+    if (te_prof_observed())
         for (int j = 0; j < k->n_orig; j++)
             report(k, &k->orig[j], base);
     return TE_OK;

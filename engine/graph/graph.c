@@ -316,6 +316,7 @@ static tg_plan *find_or_compile(te_graph *g, te_tensor *const *inputs, te_tensor
         return NULL;
     }
     double t0 = now_ms();
+    uint64_t prof_t0 = te_prof_on ? te_prof_now() : 0;
     tg_plan *p = tg_trace_step(g->fn, g->ctx, inputs, g->o.n_inputs, outputs, g->o.n_outputs);
     if (!p) {
         free(key);
@@ -336,6 +337,8 @@ static tg_plan *find_or_compile(te_graph *g, te_tensor *const *inputs, te_tensor
         return NULL;
     }
     p->compile_ms = now_ms() - t0;
+    if (te_prof_on)
+        te_prof_interval("compile", prof_t0, te_prof_now());
     tg_plan **q = realloc(g->plans, (size_t)(g->n_plans + 1) * sizeof *q);
     if (!q) {
         tg_plan_free(p);

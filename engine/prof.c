@@ -1,0 +1,414 @@
+/*
+ * prof.c — the profiler's recording: the spec, start and stop, and the
+ * ring of the last `keep` steps that te_op_begin/te_op_done, the step and
+ * phase changes, the loader, the hooks and the graph compiler feed.
+ * Recording runs on the thread that drives the steps; only
+ * te_profile_note_wait is called from others (an atomic add).
+ */
+#define _GNU_SOURCE
+#include "prof_internal.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int te_prof_on;
+prof_state te_prof;
+static uint64_t pending_dump_ns; /* te_profile_note_wait("dump"), any thread */
+
+uint64_t te_prof_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int32_t thread_id(void)
+{
+    static _Thread_local int32_t tid;
+    if (!tid)
+        tid = (int32_t)syscall(SYS_gettid);
+    return tid;
+}
+
+/* ---- the spec ---------------------------------------------------------- */
+
+static te_status spec_fail(const char *fmt, const char *a, int an, const char *b, int bn)
+{
+    te_set_error(TE_ERR_ARG, fmt, an, a, bn, b);
+    return TE_ERR_ARG;
+}
+
+static bool parse_i64(const char *s, const char *end, int64_t *v)
+{
+    if (s == end || *s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *e;
+    long long x = strtoll(s, &e, 10);
+    if (e != end || errno)
+        return false;
+    *v = x;
+    return true;
+}
+
+te_status te_profile_parse(const char *spec, te_profile_opts *o)
+{
+    if (!spec || !o) {
+        te_set_error(TE_ERR_ARG, "te_profile_parse: %s is NULL", !spec ? "spec" : "opts");
+        return TE_ERR_ARG;
+    }
+    *o = (te_profile_opts){ .last = -1, .keep = TE_PROF_KEEP_DEFAULT, .when = TE_PROF_ALWAYS };
+    const char *p = spec;
+    while (*p) {
+        const char *end = strchr(p, ';');
+        if (!end)
+            end = p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        int n = (int)(end - p);
+        if (n == 0) {
+            p = *end ? end + 1 : end;
+            continue;
+        }
+        if (!eq)
+            return spec_fail("profile spec: '%.*s%.*s' is not key=value "
+                             "(keys: file, steps, ops, keep, when)", p, n, "", 0);
+        int kn = (int)(eq - p), vn = (int)(end - eq - 1);
+        const char *v = eq + 1;
+#define KEY(k) (kn == (int)strlen(k) && strncmp(p, k, (size_t)kn) == 0)
+        if (KEY("file")) {
+            if (vn == 0 || vn >= (int)sizeof o->file)
+                return spec_fail("profile spec: file=%.*s: %.*s", v, vn,
+                                 vn ? "the path is too long" : "the path is empty", -1);
+            memcpy(o->file, v, (size_t)vn);
+            o->file[vn] = 0;
+        } else if (KEY("steps")) {
+            const char *dash = memchr(v, '-', (size_t)vn);
+            int64_t a, b = -1;
+            bool ok = dash ? parse_i64(v, dash, &a) && (dash + 1 == end || parse_i64(dash + 1, end, &b))
+                           : parse_i64(v, end, &a);
+            if (ok && !dash)
+                b = a;
+            if (!ok)
+                return spec_fail("profile spec: steps=%.*s: %.*s", v, vn,
+                                 "expected N, A-B or A- (steps count from 0)", -1);
+            if (b >= 0 && b < a)
+                return spec_fail("profile spec: steps=%.*s: %.*s", v, vn, "the range ends before it starts", -1);
+            o->first = a;
+            o->last = b;
+        } else if (KEY("ops")) {
+            if (vn == 0 || vn >= (int)sizeof o->ops)
+                return spec_fail("profile spec: ops=%.*s: %.*s", v, vn,
+                                 vn ? "the glob is too long" : "the glob is empty", -1);
+            memcpy(o->ops, v, (size_t)vn);
+            o->ops[vn] = 0;
+        } else if (KEY("keep")) {
+            int64_t k;
+            if (!parse_i64(v, end, &k) || k < 1 || k > TE_PROF_KEEP_MAX)
+                return spec_fail("profile spec: keep=%.*s: %.*s", v, vn, "expected a step count from 1 to 1000", -1);
+            o->keep = (int)k;
+        } else if (KEY("when")) {
+            if (vn == 6 && strncmp(v, "always", 6) == 0)
+                o->when = TE_PROF_ALWAYS;
+            else if (vn == 5 && strncmp(v, "break", 5) == 0)
+                o->when = TE_PROF_BREAK;
+            else
+                return spec_fail("profile spec: when=%.*s: %.*s", v, vn, "expected always or break", -1);
+        } else {
+            return spec_fail("profile spec: unknown key '%.*s'%.*s", p, kn,
+                             " (keys: file, steps, ops, keep, when)", -1);
+        }
+#undef KEY
+        p = *end ? end + 1 : end;
+    }
+    return TE_OK;
+}
+
+/* ---- start, stop, save -------------------------------------------------- */
+
+static void ring_free(void)
+{
+    if (te_prof.ring)
+        for (int i = 0; i < te_prof.o.keep; i++) {
+            free(te_prof.ring[i].ev);
+            free(te_prof.ring[i].pool);
+        }
+    free(te_prof.ring);
+    te_prof = (prof_state){ .open_phase = -1 };
+}
+
+te_status te_profile_start(const te_profile_opts *o)
+{
+    te_profile_opts d = { .last = -1, .keep = TE_PROF_KEEP_DEFAULT };
+    if (!o)
+        o = &d;
+    if (o->keep < 1 || o->keep > TE_PROF_KEEP_MAX) {
+        te_set_error(TE_ERR_ARG, "te_profile_start: keep=%d: expected a step count from 1 to %d", o->keep,
+                     TE_PROF_KEEP_MAX);
+        return TE_ERR_ARG;
+    }
+    te_prof_on = 0;
+    ring_free();
+    te_prof.o = *o;
+    if (!(te_prof.ring = calloc((size_t)o->keep, sizeof *te_prof.ring))) {
+        te_set_error(TE_ERR_NOMEM, "te_profile_start: out of memory for a ring of %d steps", o->keep);
+        return TE_ERR_NOMEM;
+    }
+    __atomic_store_n(&pending_dump_ns, 0, __ATOMIC_RELAXED);
+    te_prof_on = 1;
+    if (te_in_step() && te_step() >= o->first && (o->last < 0 || te_step() <= o->last))
+        te_prof_step(true); /* started mid-step: record the rest of it */
+    return TE_OK;
+}
+
+bool te_profile_active(void) { return te_prof_on != 0; }
+
+/* P, then P-1.json, P-2.json... for the captures that follow. */
+static void capture_name(char *buf, size_t n, const char *file, int capture)
+{
+    const char *dot = strrchr(file, '.');
+    const char *slash = strrchr(file, '/');
+    if (capture == 0)
+        snprintf(buf, n, "%s", file);
+    else if (dot && (!slash || dot > slash))
+        snprintf(buf, n, "%.*s-%d%s", (int)(dot - file), file, capture, dot);
+    else
+        snprintf(buf, n, "%s-%d", file, capture);
+}
+
+te_status te_profile_save(const char *file)
+{
+    if (!te_prof.ring) {
+        te_set_error(TE_ERR_STATE, "te_profile_save: the profiler has not run (te_profile_start)");
+        return TE_ERR_STATE;
+    }
+    char name[sizeof te_prof.o.file + 16];
+    if (!file) {
+        if (!te_prof.o.file[0]) {
+            te_set_error(TE_ERR_STATE, "te_profile_save: no file given and the spec names none (file=)");
+            return TE_ERR_STATE;
+        }
+        capture_name(name, sizeof name, te_prof.o.file, te_prof.captures);
+        file = name;
+    }
+    te_status st = te_prof_write_json(&te_prof, file);
+    if (st == TE_OK && file == name)
+        te_prof.captures++;
+    return st;
+}
+
+te_status te_profile_stop(void)
+{
+    if (!te_prof_on)
+        return TE_OK;
+    te_prof_on = 0;
+    if (te_prof.cur)
+        te_prof.cur->done = false; /* a step cut short is not written */
+    te_prof.cur = NULL;
+    if (te_prof.o.when == TE_PROF_ALWAYS && te_prof.o.file[0] && te_prof.recorded > 0)
+        return te_profile_save(NULL);
+    return TE_OK;
+}
+
+void te_profile_note_wait(const char *what, int64_t ns)
+{
+    if (te_prof_on && what && strcmp(what, "dump") == 0 && ns > 0)
+        __atomic_add_fetch(&pending_dump_ns, (uint64_t)ns, __ATOMIC_RELAXED);
+}
+
+/* ---- recording ---------------------------------------------------------- */
+
+/* Room for one more event; NULL (the event is dropped) when out of memory. */
+static prof_ev *push(prof_step *s, int kind)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 256;
+        prof_ev *e = realloc(s->ev, (size_t)cap * sizeof *e);
+        if (!e)
+            return NULL;
+        s->ev = e;
+        s->cap = cap;
+    }
+    prof_ev *e = &s->ev[s->n++];
+    *e = (prof_ev){ .kind = (uint8_t)kind, .name = PROF_NONE, .type = PROF_NONE, .kernel = PROF_NONE,
+                    .tid = thread_id() };
+    return e;
+}
+
+static uint32_t intern(prof_step *s, const char *str)
+{
+    if (!str)
+        return PROF_NONE;
+    size_t n = strlen(str) + 1;
+    if (s->pool_n + n > s->pool_cap) {
+        size_t cap = s->pool_cap ? s->pool_cap : 4096;
+        while (cap < s->pool_n + n)
+            cap *= 2;
+        char *p = realloc(s->pool, cap);
+        if (!p)
+            return PROF_NONE;
+        s->pool = p;
+        s->pool_cap = cap;
+    }
+    memcpy(s->pool + s->pool_n, str, n);
+    s->pool_n += n;
+    return (uint32_t)(s->pool_n - n);
+}
+
+static void open_phase(prof_step *s, int phase, uint64_t t)
+{
+    prof_ev *e = push(s, PROF_PHASE);
+    te_prof.open_phase = e ? s->n - 1 : -1;
+    if (e) {
+        e->t0 = e->t1 = t;
+        e->phase = (uint8_t)phase;
+    }
+}
+
+static void close_phase(prof_step *s, uint64_t t)
+{
+    if (te_prof.open_phase >= 0)
+        s->ev[te_prof.open_phase].t1 = t;
+    te_prof.open_phase = -1;
+}
+
+void te_prof_step(bool begin)
+{
+    uint64_t t = te_prof_now();
+    if (begin) {
+        int64_t step = te_step();
+        te_prof.cur = NULL;
+        if (step < te_prof.o.first || (te_prof.o.last >= 0 && step > te_prof.o.last)) {
+            te_prof.data_t0 = te_prof.data_t1 = 0;
+            return;
+        }
+        prof_step *s = &te_prof.ring[te_prof.recorded % te_prof.o.keep];
+        s->step = step;
+        s->t0 = te_prof.data_t1 ? te_prof.data_t0 : t;
+        s->tid = thread_id();
+        s->done = false;
+        s->n = 0;
+        s->pool_n = 0;
+        s->hooks_ns = s->compile_ns = s->dump_ns = 0;
+        s->data_ns = te_prof.data_t1 - te_prof.data_t0;
+        if (te_prof.data_t1) { /* the wait for this step's batch came before it */
+            prof_ev *e = push(s, PROF_DATA);
+            if (e) {
+                e->t0 = te_prof.data_t0;
+                e->t1 = te_prof.data_t1;
+            }
+        }
+        te_prof.data_t0 = te_prof.data_t1 = 0;
+        te_prof.cur = s;
+        open_phase(s, te_current_phase(), t);
+        return;
+    }
+    prof_step *s = te_prof.cur;
+    if (!s)
+        return;
+    close_phase(s, t);
+    s->t1 = t;
+    s->dump_ns = __atomic_exchange_n(&pending_dump_ns, 0, __ATOMIC_RELAXED);
+    s->done = true;
+    te_prof.cur = NULL;
+    te_prof.recorded++;
+    if (te_prof.o.last >= 0 && s->step >= te_prof.o.last) {
+        te_prof_on = 0; /* the range is recorded: the capture is complete */
+        if (te_prof.o.when == TE_PROF_ALWAYS && te_prof.o.file[0])
+            te_profile_save(NULL);
+    }
+}
+
+void te_prof_phase(te_phase p)
+{
+    prof_step *s = te_prof.cur;
+    if (!s)
+        return;
+    uint64_t t = te_prof_now();
+    close_phase(s, t);
+    open_phase(s, p, t);
+}
+
+void te_prof_interval(const char *what, uint64_t t0, uint64_t t1)
+{
+    prof_step *s = te_prof.cur;
+    if (strcmp(what, "hooks") == 0) {
+        if (s)
+            s->hooks_ns += t1 - t0;
+        return;
+    }
+    bool data = strcmp(what, "data") == 0;
+    if (!s) {
+        if (data) { /* before the step: it opens the next one */
+            te_prof.data_t0 = te_prof.data_t1 ? te_prof.data_t0 : t0;
+            te_prof.data_t1 = t1;
+        }
+        return;
+    }
+    if (data)
+        s->data_ns += t1 - t0;
+    else
+        s->compile_ns += t1 - t0;
+    prof_ev *e = push(s, data ? PROF_WAIT : PROF_COMPILE);
+    if (e) {
+        e->t0 = t0;
+        e->t1 = t1;
+        e->phase = (uint8_t)te_current_phase();
+    }
+}
+
+/* Where the op's time starts: its te_op_begin, or for the second and later
+ * ops of a fused graph kernel (begun together, reported one by one after
+ * it), the previous report's end, so the kernel's ops tile its time. */
+static _Thread_local uint64_t op_t0, last_done;
+static _Thread_local bool op_open;
+
+void te_prof_op_begin(const te_op_record *rec)
+{
+    (void)rec;
+    if (!op_open) {
+        op_t0 = te_prof_now();
+        op_open = true;
+    }
+}
+
+void te_prof_op_done(const te_op_record *rec)
+{
+    uint64_t t = te_prof_now();
+    uint64_t t0 = op_open ? op_t0 : last_done ? last_done : t;
+    op_open = false;
+    last_done = t;
+    prof_step *s = te_prof.cur;
+    if (!s || (te_prof.o.ops[0] && fnmatch(te_prof.o.ops, rec->name ? rec->name : "", 0) != 0))
+        return;
+    prof_ev *e = push(s, PROF_OP);
+    if (!e)
+        return;
+    e->t0 = t0;
+    e->t1 = t;
+    e->phase = (uint8_t)rec->phase;
+    e->name = intern(s, rec->name);
+    e->type = intern(s, rec->type);
+    e->kernel = intern(s, rec->kernel);
+    const te_tensor *out = NULL;
+    for (int k = 0; k < rec->n_outputs && !out; k++)
+        out = rec->outputs[k];
+    te_device dev = out ? out->device : te_backend_device();
+    if (out) {
+        e->dtype = (uint8_t)out->dtype;
+        e->ndim = (uint8_t)out->ndim;
+        memcpy(e->shape, out->shape, (size_t)out->ndim * sizeof *e->shape);
+    }
+    e->device = (uint8_t)dev;
+    e->flops = te_prof_flops(rec);
+    e->bytes = te_prof_bytes(rec);
+    te_mem_stats m = te_mem_stats_of(dev);
+    e->live = m.current;
+    e->peak = m.peak;
+}

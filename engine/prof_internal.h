@@ -1,0 +1,49 @@
+/* prof_internal.h — the profiler's ring, shared by prof.c (recording) and
+ * prof_json.c (writing). */
+#ifndef TE_PROF_INTERNAL_H
+#define TE_PROF_INTERNAL_H
+#include "te_internal.h"
+
+/* What an event is: an op, a phase of the step, or an interval inside one. */
+/* DATA: the wait for a batch before the step (a phase); WAIT: one inside a phase. */
+enum { PROF_OP, PROF_PHASE, PROF_DATA, PROF_WAIT, PROF_COMPILE };
+#define PROF_NONE UINT32_MAX /* no string */
+
+/* One fixed-size record; its strings live in the step's pool. */
+typedef struct prof_ev {
+    uint64_t t0, t1; /* CLOCK_MONOTONIC ns */
+    uint64_t live, peak, bytes;
+    double flops;
+    int64_t shape[TE_MAX_DIMS];
+    uint32_t name, type, kernel; /* offsets into the pool, or PROF_NONE */
+    int32_t tid;
+    uint8_t kind, phase, dtype, ndim, device;
+} prof_ev;
+
+typedef struct prof_step {
+    int64_t step;
+    uint64_t t0, t1;
+    int32_t tid;
+    bool done;
+    prof_ev *ev; /* grown geometrically, kept across the steps the slot holds */
+    int n, cap;
+    char *pool;
+    size_t pool_n, pool_cap;
+    uint64_t hooks_ns, data_ns, compile_ns, dump_ns;
+} prof_step;
+
+typedef struct prof_state {
+    te_profile_opts o;
+    prof_step *ring; /* o.keep slots; step k's slot: its count modulo keep */
+    int64_t recorded; /* steps begun since start */
+    prof_step *cur;   /* the step being recorded, or NULL */
+    int open_phase;   /* index of the open phase event in cur, or -1 */
+    uint64_t data_t0, data_t1; /* a loader wait before the step it feeds */
+    int captures;     /* files written since start */
+} prof_state;
+
+extern prof_state te_prof;
+static inline const char *prof_str(const prof_step *s, uint32_t off) { return off == PROF_NONE ? NULL : s->pool + off; }
+/* Writes the ring's finished steps, oldest first, as Chrome trace JSON. */
+te_status te_prof_write_json(const prof_state *p, const char *file);
+#endif

@@ -1,0 +1,158 @@
+/*
+ * prof_json.c — the ring as Chrome trace event JSON (docs/engine.md
+ * "Profiling"): "X" events of categories step, phase, op, wait and compile
+ * with ts and dur in microseconds, a "memory" counter after every op, a
+ * thread_name per thread, and otherData {"tdbg": 1, "program", "steps"}.
+ */
+#include "prof_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A JSON string; op names are user text. */
+static void put_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* Nanoseconds as microseconds with 3 decimals, exactly. */
+static void put_us(FILE *f, uint64_t ns) { fprintf(f, "%" PRIu64 ".%03u", ns / 1000, (unsigned)(ns % 1000)); }
+
+static void event_head(FILE *f, bool *first, const char *ph, const char *cat, const char *name, uint64_t t0,
+                       int32_t tid)
+{
+    fputs(*first ? "\n" : ",\n", f);
+    *first = false;
+    fprintf(f, "{\"ph\":\"%s\",\"cat\":\"%s\",\"name\":", ph, cat);
+    put_str(f, name);
+    fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":", (int)getpid(), (int)tid);
+    put_us(f, t0);
+}
+
+static void put_x(FILE *f, bool *first, const char *cat, const char *name, uint64_t t0, uint64_t t1, int32_t tid)
+{
+    event_head(f, first, "X", cat, name, t0, tid);
+    fputs(",\"dur\":", f);
+    put_us(f, t1 > t0 ? t1 - t0 : 0);
+}
+
+static void put_op(FILE *f, bool *first, const prof_step *s, const prof_ev *e)
+{
+    put_x(f, first, "op", prof_str(s, e->name), e->t0, e->t1, e->tid);
+    fprintf(f, ",\"args\":{\"step\":%" PRId64 ",\"phase\":\"%s\",\"type\":", s->step, te_phase_name(e->phase));
+    put_str(f, prof_str(s, e->type));
+    fputs(",\"shape\":[", f);
+    for (int d = 0; d < e->ndim; d++)
+        fprintf(f, "%s%" PRId64, d ? "," : "", e->shape[d]);
+    fprintf(f, "],\"dtype\":\"%s\",\"flops\":%.0f,\"bytes\":%" PRIu64 ",\"device\":\"%s\"",
+            e->ndim ? te_dtype_name(e->dtype) : "", e->flops, e->bytes, te_device_name(e->device));
+    if (e->kernel != PROF_NONE) {
+        fputs(",\"kernel\":", f);
+        put_str(f, prof_str(s, e->kernel));
+    }
+    fputs("}}", f);
+    event_head(f, first, "C", "memory", "memory", e->t1, e->tid);
+    fprintf(f, ",\"args\":{\"live\":%" PRIu64 ",\"peak\":%" PRIu64 "}}", e->live, e->peak);
+}
+
+static void put_step(FILE *f, bool *first, const prof_step *s)
+{
+    char name[32];
+    snprintf(name, sizeof name, "step %" PRId64, s->step);
+    put_x(f, first, "step", name, s->t0, s->t1, s->tid);
+    fprintf(f, ",\"args\":{\"step\":%" PRId64 ",\"data_ns\":%" PRIu64 ",\"hooks_ns\":%" PRIu64
+               ",\"compile_ns\":%" PRIu64 ",\"dump_ns\":%" PRIu64 "}}",
+            s->step, s->data_ns, s->hooks_ns, s->compile_ns, s->dump_ns);
+    for (int i = 0; i < s->n; i++) {
+        const prof_ev *e = &s->ev[i];
+        switch (e->kind) {
+        case PROF_OP: put_op(f, first, s, e); continue;
+        case PROF_PHASE: put_x(f, first, "phase", te_phase_name(e->phase), e->t0, e->t1, e->tid); break;
+        case PROF_DATA: put_x(f, first, "phase", "data", e->t0, e->t1, e->tid); break;
+        case PROF_WAIT: put_x(f, first, "wait", "data", e->t0, e->t1, e->tid); break;
+        case PROF_COMPILE: put_x(f, first, "compile", "compile", e->t0, e->t1, e->tid); break;
+        }
+        fprintf(f, ",\"args\":{\"step\":%" PRId64 "}}", s->step);
+    }
+}
+
+static const char *program_name(char *buf, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
+    if (len <= 0)
+        return "";
+    buf[len] = 0;
+    const char *slash = strrchr(buf, '/');
+    return slash ? slash + 1 : buf;
+}
+
+te_status te_prof_write_json(const prof_state *p, const char *file)
+{
+    int64_t lo = p->recorded > p->o.keep ? p->recorded - p->o.keep : 0;
+    int64_t first_step = -1, last_step = -1;
+    for (int64_t i = lo; i < p->recorded; i++) {
+        const prof_step *s = &p->ring[i % p->o.keep];
+        if (s->done) {
+            first_step = first_step < 0 ? s->step : first_step;
+            last_step = s->step;
+        }
+    }
+    if (first_step < 0) {
+        te_set_error(TE_ERR_STATE, "profile: no finished step recorded to write to %s", file);
+        return TE_ERR_STATE;
+    }
+    FILE *f = fopen(file, "w");
+    if (!f) {
+        te_set_error(TE_ERR_IO, "profile: cannot write %s: %s", file, strerror(errno));
+        return TE_ERR_IO;
+    }
+    bool first = true;
+    fputs("{\"traceEvents\":[", f);
+    int32_t tids[64];
+    int n_tids = 0;
+    for (int64_t i = lo; i < p->recorded; i++) {
+        const prof_step *s = &p->ring[i % p->o.keep];
+        if (!s->done)
+            continue;
+        put_step(f, &first, s);
+        for (int k = -1; k < s->n; k++) {
+            int32_t tid = k < 0 ? s->tid : s->ev[k].tid;
+            int j = 0;
+            while (j < n_tids && tids[j] != tid)
+                j++;
+            if (j == n_tids && n_tids < 64)
+                tids[n_tids++] = tid;
+        }
+    }
+    char exe[512];
+    const char *prog = program_name(exe, sizeof exe);
+    for (int j = 0; j < n_tids; j++) {
+        event_head(f, &first, "M", "__metadata", "thread_name", 0, tids[j]);
+        fprintf(f, ",\"args\":{\"name\":\"%s\"}}", j == 0 ? "steps" : "thread");
+    }
+    fputs("\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"tdbg\":1,\"program\":", f);
+    put_str(f, prog);
+    fprintf(f, ",\"steps\":[%" PRId64 ",%" PRId64 "]}}\n", first_step, last_step);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
+        te_set_error(TE_ERR_IO, "profile: cannot write %s: %s", file, strerror(errno));
+        return TE_ERR_IO;
+    }
+    return TE_OK;
+}
