@@ -5,7 +5,6 @@
  * Recording runs on the thread that drives the steps; only
  * te_profile_note_wait is called from others (an atomic add).
  */
-#define _GNU_SOURCE
 #include "prof_internal.h"
 
 #include <errno.h>
