@@ -277,6 +277,20 @@ static void close_phase(prof_step *s, uint64_t t)
     te_prof.open_phase = -1;
 }
 
+/* Where the op's time starts: its te_op_begin, or for the second and later
+ * ops of a fused graph kernel (begun together, reported one by one after
+ * it), the previous report's end, so the kernel's ops tile its time. */
+static _Thread_local uint64_t op_t0, last_done;
+static _Thread_local bool op_open;
+
+/* A step or phase boundary: an op reported without a te_op_begin (the
+ * optimizer's batched updates) starts there, not in the phase before. */
+static void op_mark(uint64_t t)
+{
+    last_done = t;
+    op_open = false;
+}
+
 void te_prof_step(bool begin)
 {
     uint64_t t = te_prof_now();
@@ -305,6 +319,7 @@ void te_prof_step(bool begin)
         }
         te_prof.data_t0 = te_prof.data_t1 = 0;
         te_prof.cur = s;
+        op_mark(t);
         open_phase(s, te_current_phase(), t);
         return;
     }
@@ -331,6 +346,7 @@ void te_prof_phase(te_phase p)
         return;
     uint64_t t = te_prof_now();
     close_phase(s, t);
+    op_mark(t);
     open_phase(s, p, t);
 }
 
@@ -362,11 +378,6 @@ void te_prof_interval(const char *what, uint64_t t0, uint64_t t1)
     }
 }
 
-/* Where the op's time starts: its te_op_begin, or for the second and later
- * ops of a fused graph kernel (begun together, reported one by one after
- * it), the previous report's end, so the kernel's ops tile its time. */
-static _Thread_local uint64_t op_t0, last_done;
-static _Thread_local bool op_open;
 
 void te_prof_op_begin(const te_op_record *rec)
 {
