@@ -46,6 +46,7 @@ int main(void)
     srunner_add_suite(sr, suite_dbg_amp());
     srunner_add_suite(sr, suite_debugger());
     srunner_add_suite(sr, suite_names());
+    srunner_add_suite(sr, suite_prof());
     srunner_add_suite(sr, suite_tui());
     srunner_add_suite(sr, suite_crash());
     srunner_add_suite(sr, suite_dump_spec());

@@ -40,6 +40,7 @@ Suite *suite_examples(void);    /* the example programs: flags, convergence, inj
 Suite *suite_gpt_example(void); /* examples/gpt: learning, samples, checkpoints, modes, a NaN in attention */
 Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
+Suite *suite_prof(void);        /* the profiler: spec, ring, Chrome trace JSON, nesting, cost model */
 Suite *suite_amp(void);         /* mixed precision: levels, autocast, rounding against PyTorch, eager/graph parity */
 Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits, loss, gradients, training losses */
 Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to, devices, dispatch, per-device memory */

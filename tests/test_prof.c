@@ -1,0 +1,382 @@
+/*
+ * test_prof.c — the profiler: the spec's values and errors, and a trace of
+ * a small trained model checked in C: well-formed JSON, the ring's steps,
+ * ops nested in phases nested in steps, phases summing to the step, exact
+ * FLOPs of a known matmul, and nothing recorded while off.
+ */
+#include "suites.h"
+#include "te.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static te_profile_opts parse_ok(const char *spec)
+{
+    te_profile_opts o;
+    ck_assert_msg(te_profile_parse(spec, &o) == TE_OK, "'%s': %s", spec, te_error());
+    return o;
+}
+
+static void parse_bad(const char *spec, const char *msg)
+{
+    te_profile_opts o;
+    ck_assert_int_eq(te_profile_parse(spec, &o), TE_ERR_ARG);
+    ck_assert_str_eq(te_error(), msg);
+}
+
+START_TEST(test_spec_good)
+{
+    te_profile_opts o = parse_ok("");
+    ck_assert_str_eq(o.file, "");
+    ck_assert_int_eq(o.first, 0);
+    ck_assert_int_eq(o.last, -1);
+    ck_assert_int_eq(o.keep, TE_PROF_KEEP_DEFAULT);
+    ck_assert_int_eq(o.when, TE_PROF_ALWAYS);
+    o = parse_ok("file=out/p.json;steps=3-7;ops=grad/*;keep=4;when=break");
+    ck_assert_str_eq(o.file, "out/p.json");
+    ck_assert_int_eq(o.first, 3);
+    ck_assert_int_eq(o.last, 7);
+    ck_assert_str_eq(o.ops, "grad/*");
+    ck_assert_int_eq(o.keep, 4);
+    ck_assert_int_eq(o.when, TE_PROF_BREAK);
+    o = parse_ok("steps=5;");
+    ck_assert_int_eq(o.first, 5);
+    ck_assert_int_eq(o.last, 5);
+    o = parse_ok("steps=2-;keep=1000");
+    ck_assert_int_eq(o.first, 2);
+    ck_assert_int_eq(o.last, -1);
+    ck_assert_int_eq(o.keep, 1000);
+}
+END_TEST
+
+START_TEST(test_spec_bad)
+{
+    parse_bad("size=3", "profile spec: unknown key 'size' (keys: file, steps, ops, keep, when)");
+    parse_bad("file", "profile spec: 'file' is not key=value (keys: file, steps, ops, keep, when)");
+    parse_bad("file=", "profile spec: file=: the path is empty");
+    parse_bad("steps=x", "profile spec: steps=x: expected N, A-B or A- (steps count from 0)");
+    parse_bad("steps=-3", "profile spec: steps=-3: expected N, A-B or A- (steps count from 0)");
+    parse_bad("steps=7-3", "profile spec: steps=7-3: the range ends before it starts");
+    parse_bad("keep=0", "profile spec: keep=0: expected a step count from 1 to 1000");
+    parse_bad("keep=1001", "profile spec: keep=1001: expected a step count from 1 to 1000");
+    parse_bad("keep=2x", "profile spec: keep=2x: expected a step count from 1 to 1000");
+    parse_bad("ops=", "profile spec: ops=: the glob is empty");
+    parse_bad("when=sometimes", "profile spec: when=sometimes: expected always or break");
+    parse_bad("keep=3;when=", "profile spec: when=: expected always or break");
+    te_profile_opts o;
+    ck_assert_int_eq(te_profile_parse(NULL, &o), TE_ERR_ARG);
+    ck_assert_int_eq(te_profile_start(&(te_profile_opts){ .keep = 0 }), TE_ERR_ARG);
+}
+END_TEST
+
+/* ---- a trace, read back ------------------------------------------------- */
+
+typedef struct ev {
+    char ph, cat[16], name[96];
+    int tid;
+    double ts, dur;
+    long step;
+    double flops;
+} ev;
+
+/* The JSON's structure: strings closed, escapes valid, braces and brackets
+ * balanced outside strings, nothing after the top-level object. */
+static void check_json_structure(const char *s)
+{
+    char stack[64];
+    int depth = 0;
+    bool in_str = false, closed = false;
+    for (const char *p = s; *p; p++) {
+        if (closed) {
+            ck_assert_msg(*p == '\n' || *p == ' ', "text after the top-level object at %ld", (long)(p - s));
+            continue;
+        }
+        if (in_str) {
+            ck_assert_msg((unsigned char)*p >= 0x20, "control byte in a string at %ld", (long)(p - s));
+            if (*p == '\\') {
+                p++;
+                ck_assert_msg(*p && strchr("\"\\/bfnrtu", *p), "bad escape at %ld", (long)(p - s));
+            } else if (*p == '"') {
+                in_str = false;
+            }
+            continue;
+        }
+        if (*p == '"')
+            in_str = true;
+        else if (*p == '{' || *p == '[') {
+            ck_assert(depth < 64);
+            stack[depth++] = *p;
+        } else if (*p == '}' || *p == ']') {
+            ck_assert_msg(depth > 0 && stack[depth - 1] == (*p == '}' ? '{' : '['), "unbalanced at %ld",
+                          (long)(p - s));
+            closed = --depth == 0;
+        }
+    }
+    ck_assert(!in_str && depth == 0 && closed);
+}
+
+static const char *field(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+    return p ? p + strlen(key) : NULL;
+}
+
+static void str_field(const char *line, const char *key, char *out, size_t n)
+{
+    const char *p = field(line, key);
+    ck_assert_msg(p && *p == '"', "no %s in %s", key, line);
+    size_t i = 0;
+    for (p++; *p && *p != '"' && i + 1 < n; p++)
+        out[i++] = *p;
+    out[i] = 0;
+}
+
+/* Reads the file: one event a line, as prof_json.c writes them. */
+static char *read_trace(const char *path, ev **out, int *n_out)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no trace at %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    rewind(f);
+    char *text = calloc(1, (size_t)len + 1);
+    ck_assert(fread(text, 1, (size_t)len, f) == (size_t)len);
+    fclose(f);
+    check_json_structure(text);
+    ck_assert_msg(strncmp(text, "{\"traceEvents\":[", 16) == 0, "starts %.40s", text);
+    ck_assert(strstr(text, "\"displayTimeUnit\":\"ms\",\"otherData\":{\"tdbg\":1,\"program\":") != NULL);
+    ev *evs = calloc(100000, sizeof *evs);
+    int n = 0;
+    char *copy = strdup(text);
+    for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] != '{' || !strstr(line, "\"ph\":"))
+            continue;
+        ck_assert(n < 100000);
+        ev *e = &evs[n++];
+        char ph[4];
+        str_field(line, "\"ph\":", ph, sizeof ph);
+        e->ph = ph[0];
+        str_field(line, "\"cat\":", e->cat, sizeof e->cat);
+        str_field(line, "\"name\":", e->name, sizeof e->name);
+        ck_assert_msg(field(line, "\"pid\":") && field(line, "\"tid\":") && field(line, "\"ts\":"), "%s", line);
+        ck_assert_int_eq(atoi(field(line, "\"pid\":")), getpid());
+        e->tid = atoi(field(line, "\"tid\":"));
+        e->ts = strtod(field(line, "\"ts\":"), NULL);
+        if (e->ph == 'X') {
+            ck_assert_msg(field(line, "\"dur\":"), "%s", line);
+            e->dur = strtod(field(line, "\"dur\":"), NULL);
+            ck_assert_msg(field(line, "\"step\":"), "%s", line);
+            e->step = atol(field(line, "\"step\":"));
+        }
+        if (field(line, "\"flops\":"))
+            e->flops = strtod(field(line, "\"flops\":"), NULL);
+        if (e->ph == 'C') {
+            ck_assert_str_eq(e->name, "memory");
+            ck_assert(field(line, "\"live\":") && field(line, "\"peak\":"));
+            ck_assert(strtod(field(line, "\"peak\":"), NULL) >= strtod(field(line, "\"live\":"), NULL));
+        }
+    }
+    free(copy);
+    *out = evs;
+    *n_out = n;
+    return text;
+}
+
+static te_tensor *w1, *w2;
+
+/* One training step of a two-layer MLP; its first op is the matmul
+ * "mm/matmul" of [8,16] by [16,32]. */
+static void train_step(te_optim *opt)
+{
+    static float xs[8 * 16];
+    static int32_t ys[8];
+    for (int i = 0; i < 8 * 16; i++)
+        xs[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+    for (int i = 0; i < 8; i++)
+        ys[i] = i % 4;
+    te_step_begin();
+    te_tensor *x = te_tensor_from(TE_F32, te_shape(8, 16), xs);
+    te_tensor *y = te_tensor_from(TE_I32, te_shape(8), ys);
+    te_scope_push("mm");
+    te_tensor *h = te_relu(te_matmul(x, w1));
+    te_scope_pop();
+    te_scope_push("out");
+    te_tensor *z = te_linear(h, w2, NULL);
+    te_scope_pop();
+    te_tensor *loss = te_cross_entropy(z, y);
+    ck_assert_msg(loss != NULL, "%s", te_error());
+    ck_assert_int_eq(te_backward(loss), TE_OK);
+    ck_assert_int_eq(te_optim_step(opt), TE_OK);
+    te_step_end();
+}
+
+static te_optim *model(void)
+{
+    w1 = te_param_new("w1", TE_F32, te_shape(16, 32));
+    w2 = te_param_new("w2", TE_F32, te_shape(4, 32));
+    te_init_linear(w1, NULL);
+    te_init_linear(w2, NULL);
+    return te_sgd_new(te_params(), te_param_count(), &(te_sgd_opts){ .lr = 0.1f });
+}
+
+static bool within(const ev *in, const ev *out)
+{
+    /* ts and dur are exact in ns, written with 3 decimals: compare in ns. */
+    long long a0 = llround(in->ts * 1000), a1 = a0 + llround(in->dur * 1000);
+    long long b0 = llround(out->ts * 1000), b1 = b0 + llround(out->dur * 1000);
+    return in->tid == out->tid && a0 >= b0 && a1 <= b1;
+}
+
+START_TEST(test_trace_of_training)
+{
+    char dir[256], path[300];
+    tu_scratch_make(dir, sizeof dir, "prof");
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    te_optim *opt = model();
+    te_profile_opts o;
+    char spec[400];
+    snprintf(spec, sizeof spec, "file=%s;keep=3", path);
+    ck_assert_int_eq(te_profile_parse(spec, &o), TE_OK);
+    ck_assert_int_eq(te_profile_start(&o), TE_OK);
+    ck_assert(te_profile_active());
+    for (int s = 0; s < 5; s++)
+        train_step(opt);
+    ck_assert_int_eq(te_profile_stop(), TE_OK); /* when=always: writes the file */
+    ck_assert(!te_profile_active());
+
+    ev *e;
+    int n;
+    char *text = read_trace(path, &e, &n);
+    ck_assert(strstr(text, "\"steps\":[2,4]}}") != NULL);
+    int steps[8] = { 0 }, n_steps = 0, n_ops = 0, n_meta = 0;
+    for (int i = 0; i < n; i++) {
+        if (e[i].ph == 'M')
+            n_meta++;
+        if (e[i].ph != 'X')
+            continue;
+        ck_assert_msg(e[i].step >= 2 && e[i].step <= 4, "step %ld in a ring of 2-4", e[i].step);
+        if (strcmp(e[i].cat, "step") == 0) {
+            ck_assert(n_steps < 8);
+            steps[n_steps++] = (int)e[i].step;
+            /* The phases tile the step: their sum within 10% of its wall time. */
+            double sum = 0;
+            for (int j = 0; j < n; j++)
+                if (e[j].ph == 'X' && strcmp(e[j].cat, "phase") == 0 && e[j].step == e[i].step) {
+                    ck_assert_msg(within(&e[j], &e[i]), "phase %s outside step %ld", e[j].name, e[i].step);
+                    sum += e[j].dur;
+                }
+            ck_assert_msg(sum >= 0.9 * e[i].dur && sum <= e[i].dur * 1.0000001, "phases %.3f of step %.3f us",
+                          sum, e[i].dur);
+        }
+        if (strcmp(e[i].cat, "op") == 0) {
+            n_ops++;
+            bool nested = false;
+            for (int j = 0; j < n && !nested; j++)
+                nested = e[j].ph == 'X' && strcmp(e[j].cat, "phase") == 0 && e[j].step == e[i].step &&
+                         within(&e[i], &e[j]);
+            ck_assert_msg(nested, "op %s of step %ld is in no phase", e[i].name, e[i].step);
+            if (strcmp(e[i].name, "mm/matmul") == 0)
+                ck_assert_msg(e[i].flops == 2.0 * 8 * 32 * 16, "matmul flops %.0f", e[i].flops);
+            if (strcmp(e[i].name, "grad/mm/matmul") == 0) /* dW only: x needs no gradient */
+                ck_assert_msg(e[i].flops == 2.0 * 8 * 32 * 16, "matmul grad flops %.0f", e[i].flops);
+            if (strcmp(e[i].name, "out/linear") == 0)
+                ck_assert_msg(e[i].flops == 2.0 * 8 * 4 * 32, "linear flops %.0f", e[i].flops);
+        }
+    }
+    ck_assert_int_eq(n_steps, 3);
+    ck_assert_int_eq(steps[0], 2);
+    ck_assert_int_eq(steps[1], 3);
+    ck_assert_int_eq(steps[2], 4);
+    /* Per step: matmul, relu, linear, cross entropy, their 4 grads, 2 updates. */
+    ck_assert_int_eq(n_ops, 3 * 10);
+    ck_assert_int_ge(n_meta, 1);
+    ck_assert(strstr(text, "\"name\":\"mm/matmul\"") && strstr(text, "\"type\":\"MatMul\",\"shape\":[8,32],\"dtype\":\"f32\""));
+    ck_assert(strstr(text, "\"name\":\"update/w1\"") != NULL);
+    free(e);
+    free(text);
+    tu_scratch_remove(dir);
+}
+END_TEST
+
+/* Off: no events, nothing to save; after a stop, steps add nothing. */
+START_TEST(test_off_records_nothing)
+{
+    char dir[256], a[300], b[300];
+    tu_scratch_make(dir, sizeof dir, "prof");
+    snprintf(a, sizeof a, "%s/a.json", dir);
+    snprintf(b, sizeof b, "%s/b.json", dir);
+    te_optim *opt = model();
+    train_step(opt);
+    ck_assert(!te_profile_active());
+    ck_assert_int_eq(te_profile_save(a), TE_ERR_STATE);
+    ck_assert_int_eq(access(a, F_OK), -1);
+
+    ck_assert_int_eq(te_profile_start(&(te_profile_opts){ .last = -1, .keep = 5, .when = TE_PROF_BREAK }), TE_OK);
+    train_step(opt);
+    ck_assert_int_eq(te_profile_stop(), TE_OK); /* when=break: no file of its own */
+    ck_assert_int_eq(te_profile_save(a), TE_OK);
+    train_step(opt);
+    train_step(opt);
+    ck_assert_int_eq(te_profile_save(b), TE_OK);
+    ev *e;
+    int n, m;
+    char *ta = read_trace(a, &e, &n);
+    free(e);
+    char *tb = read_trace(b, &e, &m);
+    free(e);
+    ck_assert_int_eq(n, m);
+    ck_assert(strstr(ta, "\"steps\":[1,1]}}") && strstr(tb, "\"steps\":[1,1]}}"));
+    free(ta);
+    free(tb);
+    tu_scratch_remove(dir);
+}
+END_TEST
+
+/* steps=A-B with a file: written once step B ends, then off; ops= filters. */
+START_TEST(test_range_and_glob)
+{
+    char dir[256], path[300], spec[400];
+    tu_scratch_make(dir, sizeof dir, "prof");
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    snprintf(spec, sizeof spec, "file=%s;steps=1-2;ops=grad/*", path);
+    te_profile_opts o = parse_ok(spec);
+    te_optim *opt = model();
+    ck_assert_int_eq(te_profile_start(&o), TE_OK);
+    for (int s = 0; s < 4; s++)
+        train_step(opt);
+    ck_assert(!te_profile_active());
+    ev *e;
+    int n, ops = 0;
+    char *text = read_trace(path, &e, &n);
+    ck_assert(strstr(text, "\"steps\":[1,2]}}") != NULL);
+    for (int i = 0; i < n; i++)
+        if (e[i].ph == 'X' && strcmp(e[i].cat, "op") == 0) {
+            ck_assert_msg(strncmp(e[i].name, "grad/", 5) == 0, "op %s passed ops=grad/*", e[i].name);
+            ops++;
+        }
+    ck_assert_int_eq(ops, 2 * 4);
+    free(e);
+    free(text);
+    tu_scratch_remove(dir);
+}
+END_TEST
+
+Suite *suite_prof(void)
+{
+    Suite *s = suite_create("prof");
+    TCase *tc = tcase_create("prof");
+    tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_spec_good);
+    tcase_add_test(tc, test_spec_bad);
+    tcase_add_test(tc, test_trace_of_training);
+    tcase_add_test(tc, test_off_records_nothing);
+    tcase_add_test(tc, test_range_and_glob);
+    suite_add_tcase(s, tc);
+    return s;
+}
