@@ -1,6 +1,8 @@
 /* nest.c — self time. The ops of one thread (pid, tid) form a forest:
  * sorted by start (longest first on a tie), each op is the child of the
- * innermost open op that contains it. An op's self time is its duration
+ * innermost open op that contains it; of two ops with the same span, the
+ * one later in the file is the parent (an op is written when it ends, and
+ * a parent ends after its children). An op's self time is its duration
  * less its direct children's. Two ops of one thread that overlap without
  * one containing the other cannot come from one call stack: the trace is
  * refused, naming both. */
@@ -20,7 +22,7 @@ static int by_thread_start(const void *pa, const void *pb)
         return a->ts < b->ts ? -1 : 1;
     if (a->dur != b->dur)
         return a->dur > b->dur ? -1 : 1;
-    return a->index < b->index ? -1 : a->index > b->index;
+    return a->index > b->index ? -1 : a->index < b->index;   /* the same span: the later event is the parent */
 }
 
 bool prof_nest(prof_trace *t, char *err, size_t n)
