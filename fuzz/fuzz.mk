@@ -15,7 +15,7 @@
 FUZZ_CC ?= clang
 SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS = -std=c11 -g -O1 -fopenmp -D_GNU_SOURCE $(SAN) \
-	-I$(SRCDIR)/engine -I$(SRCDIR)/dump -I$(SRCDIR)/debugger -I$(SRCDIR)/tui -I$(SRCDIR)/examples -I$(SRCDIR)/fuzz \
+	-I$(SRCDIR)/engine -I$(SRCDIR)/dump -I$(SRCDIR)/debugger -I$(SRCDIR)/tui -I$(SRCDIR)/examples -I$(SRCDIR)/prof -I$(SRCDIR)/fuzz \
 	-DTDBG_PLUGIN_PATH='"/nonexistent/libtdbg-debugger.so"' $(FUZZ_CPPFLAGS)
 
 OBJS = $(patsubst %.c,$(OUT)/obj/%.o,$(filter %.c,$(SOURCES)))
