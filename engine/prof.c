@@ -353,9 +353,14 @@ void te_prof_phase(te_phase p)
 void te_prof_interval(const char *what, uint64_t t0, uint64_t t1)
 {
     prof_step *s = te_prof.cur;
+    prof_ev *ph = s && te_prof.open_phase >= 0 ? &s->ev[te_prof.open_phase] : NULL;
     if (strcmp(what, "hooks") == 0) {
         if (s)
             s->hooks_ns += t1 - t0;
+        if (ph)
+            ph->hooks_ns += t1 - t0;
+        if (!op_open) /* an op reported without te_op_begin starts after them */
+            last_done = t1;
         return;
     }
     bool data = strcmp(what, "data") == 0;
@@ -366,10 +371,13 @@ void te_prof_interval(const char *what, uint64_t t0, uint64_t t1)
         }
         return;
     }
-    if (data)
+    if (data) {
         s->data_ns += t1 - t0;
-    else
+        if (ph)
+            ph->data_ns += t1 - t0;
+    } else {
         s->compile_ns += t1 - t0;
+    }
     prof_ev *e = push(s, data ? PROF_WAIT : PROF_COMPILE);
     if (e) {
         e->t0 = t0;

@@ -12,7 +12,11 @@ enum { PROF_OP, PROF_PHASE, PROF_DATA, PROF_WAIT, PROF_COMPILE };
 /* One fixed-size record; its strings live in the step's pool. */
 typedef struct prof_ev {
     uint64_t t0, t1; /* CLOCK_MONOTONIC ns */
-    uint64_t live, peak, bytes;
+    union {
+        struct { uint64_t live, peak; };        /* an op: the allocator's bytes after it */
+        struct { uint64_t hooks_ns, data_ns; }; /* a phase: time inside it in hooks and loader waits */
+    };
+    uint64_t bytes;
     double flops;
     int64_t shape[TE_MAX_DIMS];
     uint32_t name, type, kernel; /* offsets into the pool, or PROF_NONE */

@@ -1,6 +1,6 @@
 /*
- * prof_json.c — the ring as Chrome trace event JSON (docs/engine.md
- * "Profiling"): "X" events of categories step, phase, op, wait and compile
+ * prof_json.c — the ring as Chrome trace event JSON (docs/profiler.md
+ * "The trace format"): "X" events of categories step, phase, op, wait and compile
  * with ts and dur in microseconds, a "memory" counter after every op, a
  * thread_name per thread, and otherData {"tdbg": 1, "program", "steps"}.
  */
@@ -83,7 +83,11 @@ static void put_step(FILE *f, bool *first, const prof_step *s)
         const prof_ev *e = &s->ev[i];
         switch (e->kind) {
         case PROF_OP: put_op(f, first, s, e); continue;
-        case PROF_PHASE: put_x(f, first, "phase", te_phase_name(e->phase), e->t0, e->t1, e->tid); break;
+        case PROF_PHASE:
+            put_x(f, first, "phase", te_phase_name(e->phase), e->t0, e->t1, e->tid);
+            fprintf(f, ",\"args\":{\"step\":%" PRId64 ",\"hooks_ns\":%" PRIu64 ",\"data_ns\":%" PRIu64 "}}", s->step,
+                    e->hooks_ns, e->data_ns);
+            continue;
         case PROF_DATA: put_x(f, first, "phase", "data", e->t0, e->t1, e->tid); break;
         case PROF_WAIT: put_x(f, first, "wait", "data", e->t0, e->t1, e->tid); break;
         case PROF_COMPILE: put_x(f, first, "compile", "compile", e->t0, e->t1, e->tid); break;

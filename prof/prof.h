@@ -40,6 +40,7 @@ typedef struct prof_event {
     int64_t pid, tid;
     int64_t step;           /* args.step, when has_step */
     bool has_step;
+    double hooks, data;     /* a phase's args.hooks_ns and args.data_ns, in us (0 when absent) */
     double flops;           /* args.flops, when has_flops */
     bool has_flops;
 } prof_event;

@@ -10,9 +10,7 @@ const char *const prof_class_names[PROF_CLASS_COUNT] = { "data", "forward", "bac
 prof_class prof_phase_class(const char *name)
 {
     static const struct { const char *name; prof_class cls; } map[] = {
-        { "data", PROF_DATA },       { "data_wait", PROF_DATA }, { "forward", PROF_FORWARD },
-        { "backward", PROF_BACKWARD }, { "update", PROF_UPDATE }, { "optimizer", PROF_UPDATE },
-        { "hooks", PROF_HOOKS },     { "debugger", PROF_HOOKS },
+        { "data", PROF_DATA }, { "forward", PROF_FORWARD }, { "backward", PROF_BACKWARD }, { "update", PROF_UPDATE },
     };
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
         if (!strcmp(name, map[i].name))
@@ -128,8 +126,13 @@ bool prof_steps(const prof_trace *t, prof_step **steps, size_t *n_steps, char *e
     for (size_t i = 0; i < t->n; i++) {
         const prof_event *e = &t->ev[i];
         prof_step *st = e->cat == PROF_PHASE ? find_step(s, k, e->step) : NULL;
-        if (st && prof_phase_class(e->name) != PROF_OTHER)
-            st->cls[prof_phase_class(e->name)] += e->dur;
+        if (!st || prof_phase_class(e->name) == PROF_OTHER)
+            continue;
+        /* the hooks' time and the loader's waits inside a phase go to their own columns */
+        double own = e->dur - e->hooks - e->data;
+        st->cls[prof_phase_class(e->name)] += own > 0 ? own : 0;
+        st->cls[PROF_HOOKS] += e->hooks;
+        st->cls[PROF_DATA] += e->data;
     }
     for (size_t i = 0; i < k; i++) {
         double known = 0;

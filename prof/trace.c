@@ -78,6 +78,23 @@ static bool get_str(loader *l, json_t *args, const char *key, const char **v)
     return true;
 }
 
+/* A phase's optional args.KEY (hooks_ns, data_ns): a number of ns, 0 to
+ * PROF_MAX_US * 1000; stored in us. */
+static bool get_ns(loader *l, json_t *args, const char *key, double *us)
+{
+    json_t *j = args ? json_object_get(args, key) : NULL;
+    *us = 0;
+    if (!j)
+        return true;
+    if (!json_is_number(j))
+        return fail(l->err, l->n, l->file, (long long)l->index, "\"args.%s\" is not a number", key);
+    double v = json_number_value(j);
+    if (!isfinite(v) || v < 0 || v > PROF_MAX_US * 1e3)
+        return fail(l->err, l->n, l->file, (long long)l->index, "\"args.%s\" is out of range (%g)", key, v);
+    *us = v / 1e3;
+    return true;
+}
+
 /* Reads one "X" event of a known category into e. */
 static bool read_x(loader *l, json_t *ev, prof_cat cat, prof_event *e)
 {
@@ -110,6 +127,15 @@ static bool read_x(loader *l, json_t *ev, prof_cat cat, prof_event *e)
                     cat == PROF_STEP ? "step" : "phase");
     if (!get_str(l, args, "type", &e->type) || !get_str(l, args, "phase", &e->phase))
         return false;
+    if (cat == PROF_PHASE) {
+        if (!get_ns(l, args, "hooks_ns", &e->hooks) || !get_ns(l, args, "data_ns", &e->data))
+            return false;
+        /* exact ns from the writer; 1 ns of slack for another writer's rounding */
+        if (e->hooks + e->data > e->dur + 1e-3)
+            return fail(l->err, l->n, l->file, (long long)l->index,
+                        "\"args.hooks_ns\" + \"args.data_ns\" (%g us) exceed the phase's dur (%g us)",
+                        e->hooks + e->data, e->dur);
+    }
     json_t *flops = args ? json_object_get(args, "flops") : NULL;
     if (flops) {
         if (!json_is_number(flops))

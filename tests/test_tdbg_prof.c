@@ -54,6 +54,13 @@ static void step_ev(tbuf *b, int step, double ts, double dur)
         "\"args\":{\"step\":%d}},", step, ts, dur, step);
 }
 
+/* A phase with hooks_ns ns in the hooks and data_ns ns in loader waits inside it. */
+static void phase_in(tbuf *b, const char *name, int step, double ts, double dur, double hooks_ns, double data_ns)
+{
+    add(b, "{\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"%s\",\"ts\":%g,\"dur\":%g,\"pid\":1,\"tid\":1,"
+        "\"args\":{\"step\":%d,\"hooks_ns\":%g,\"data_ns\":%g}},", name, ts, dur, step, hooks_ns, data_ns);
+}
+
 static void phase_ev(tbuf *b, const char *name, int step, double ts, double dur)
 {
     add(b, "{\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"%s\",\"ts\":%g,\"dur\":%g,\"pid\":1,\"tid\":1,"
@@ -98,19 +105,18 @@ static const char *trace_a(char *path, size_t n)
     step_ev(&b, 1, 0, 10000);
     phase_ev(&b, "data", 1, 0, 1000);
     phase_ev(&b, "forward", 1, 1000, 3000);
-    phase_ev(&b, "backward", 1, 4000, 4000);
-    phase_ev(&b, "update", 1, 8000, 1000);
-    phase_ev(&b, "hooks", 1, 9000, 500);
+    phase_in(&b, "backward", 1, 4000, 4500, 500000, 0);   /* 0.5 ms of it in the hooks */
+    phase_ev(&b, "update", 1, 8500, 1000);
     op_ev(&b, "fc1/linear", "linear", "forward", 1000, 2000, 1, 4e9);
     op_ev(&b, "fc1/matmul", "matmul", "forward", 1200, 1500, 1, 3e9);
     op_ev(&b, "relu", "relu", "forward", 3000, 500, 1, -1);
     op_ev(&b, "fc1/linear_bwd", "linear", "backward", 4000, 3000, 1, 8e9);
-    op_ev(&b, "sgd", "sgd", "update", 8000, 1000, 1, -1);
+    op_ev(&b, "sgd", "sgd", "update", 8500, 1000, 1, -1);
     step_ev(&b, 2, 10000, 12000);
-    phase_ev(&b, "data", 2, 10000, 2000);
-    phase_ev(&b, "forward", 2, 12000, 3000);
+    phase_ev(&b, "data", 2, 10000, 1500);
+    phase_in(&b, "forward", 2, 11500, 3500, 0, 500000);   /* 0.5 ms of it waiting for the loader */
     phase_ev(&b, "backward", 2, 15000, 5000);
-    phase_ev(&b, "optimizer", 2, 20000, 1000);   /* another spelling of update */
+    phase_ev(&b, "update", 2, 20000, 1000);
     /* the matmul spans its linear exactly and is written first (ops are written as they end): the child */
     op_ev(&b, "fc1/matmul", "matmul", "forward", 12000, 2000, 1, 3e9);
     op_ev(&b, "fc1/linear", "linear", "forward", 12000, 2000, 1, 4e9);
@@ -267,8 +273,9 @@ START_TEST(test_tables_json_and_top)
     json_t *s2 = json_array_get(steps, 1);
     EQ(s2, "step", 2);
     EQ(s2, "wall_ms", 12);
-    EQ(s2, "data", 2);
-    EQ(s2, "update", 1);   /* from "optimizer" */
+    EQ(s2, "data", 2);   /* 1.5 before the step, 0.5 inside forward */
+    EQ(s2, "forward", 3);
+    EQ(s2, "update", 1);
     EQ(s2, "hooks", 0);
     EQ(s2, "other", 1);
     x = row(j, "flops", 1, "fc1/linear");
@@ -443,6 +450,13 @@ START_TEST(test_damaged)
             "event 1: a step event needs \"args.step\"", false);
     refused(T1("{\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"forward\",\"ts\":0,\"dur\":1,\"pid\":1,\"tid\":1,\"args\":{}}"),
             "event 1: a phase event needs \"args.step\"", false);
+#define PHASE_FIELDS "\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"forward\",\"ts\":0,\"dur\":1,\"pid\":1,\"tid\":1"
+    refused(T1("{" PHASE_FIELDS ",\"args\":{\"step\":0,\"hooks_ns\":\"x\"}}"),
+            "event 1: \"args.hooks_ns\" is not a number", false);
+    refused(T1("{" PHASE_FIELDS ",\"args\":{\"step\":0,\"data_ns\":-3}}"),
+            "event 1: \"args.data_ns\" is out of range (-3)", false);
+    refused(T1("{" PHASE_FIELDS ",\"args\":{\"step\":0,\"hooks_ns\":600,\"data_ns\":500}}"),
+            "event 1: \"args.hooks_ns\" + \"args.data_ns\" (1.1 us) exceed the phase's dur (1 us)", false);
     /* two ops of one thread that overlap without nesting */
     refused("{\"traceEvents\":[{" OP_FIELDS ",\"ts\":0,\"dur\":10},"
             "{\"ph\":\"X\",\"cat\":\"op\",\"name\":\"b\",\"pid\":1,\"tid\":1,\"ts\":5,\"dur\":10}]}",
