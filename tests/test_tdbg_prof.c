@@ -2,15 +2,18 @@
  * here with known numbers: the tables' exact values (self time with
  * nesting, rollups, the step breakdown, GFLOP/s and the fraction of a
  * peak), diff's order and percentages, and every damaged or hostile trace
- * with its exact message and status 2. */
+ * with its exact message and status 2; and end to end, the engine's own
+ * capture of a small training run read back by the tool. */
 #include "prof.h"
 #include "suites.h"
+#include "te.h"
 #include "testutil.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static char suite_dir[64];
 
@@ -539,6 +542,120 @@ START_TEST(test_usage)
 }
 END_TEST
 
+/* ---- end to end: the engine's capture, read by the tool -------------------- */
+
+/* The debugger's stand-in: a hook that spends about 20 us after every op. */
+static void slow_hook(const te_op_record *rec, void *user)
+{
+    (void)rec;
+    (void)user;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 20000);
+}
+
+/* Trains a two-layer MLP (x [8,16] "mm/matmul" w1 [16,32], relu, "out/linear"
+ * to 4 classes) for 4 steps from a loader with the profiler on, and saves
+ * the capture to path. */
+static void capture(const char *path)
+{
+    te_dataset *d = te_dataset_blobs(64, 16, 4, 7);
+    te_loader *l = te_loader_new(d, &(te_loader_opts){ .batch = 8, .workers = 1 });
+    ck_assert_ptr_nonnull(l);
+    te_tensor *w1 = te_param_new("w1", TE_F32, te_shape(16, 32));
+    te_tensor *w2 = te_param_new("w2", TE_F32, te_shape(4, 32));
+    te_init_linear(w1, NULL);
+    te_init_linear(w2, NULL);
+    te_optim *opt = te_sgd_new(te_params(), te_param_count(), &(te_sgd_opts){ .lr = 0.1f });
+    int hook = te_hook_add(&(te_hooks){ .op_end = slow_hook }, NULL);
+    ck_assert_int_ge(hook, 0);
+    te_profile_opts o;
+    ck_assert_int_eq(te_profile_parse("keep=10", &o), TE_OK);
+    ck_assert_int_eq(te_profile_start(&o), TE_OK);
+    for (int s = 0; s < 4; s++) {
+        te_tensor *x, *y;
+        ck_assert_int_eq(te_loader_next(l, &x, &y), TE_OK);
+        te_step_begin();
+        te_scope_push("mm");
+        te_tensor *h = te_relu(te_matmul(x, w1));
+        te_scope_pop();
+        te_scope_push("out");
+        te_tensor *z = te_linear(h, w2, NULL);
+        te_scope_pop();
+        te_tensor *loss = te_cross_entropy(z, y);
+        ck_assert_msg(loss != NULL, "%s", te_error());
+        ck_assert_int_eq(te_backward(loss), TE_OK);
+        ck_assert_int_eq(te_optim_step(opt), TE_OK);
+        te_step_end();
+    }
+    ck_assert_int_eq(te_profile_save(path), TE_OK);
+    ck_assert_int_eq(te_profile_stop(), TE_OK);
+    te_hook_remove(hook);
+    te_optim_free(opt);
+    te_loader_free(l);
+    te_dataset_free(d);
+}
+
+START_TEST(test_end_to_end)
+{
+    char dir[256], a[300], b[300];
+    tu_scratch_sub(suite_dir, dir, sizeof dir);
+    snprintf(a, sizeof a, "%s/a.json", dir);
+    snprintf(b, sizeof b, "%s/b.json", dir);
+    capture(a);
+    tu_result r = RUN("--json", "--top", "0", a);
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    json_t *j = parse_out(&r);
+    EQ(j, "steps", 4);
+    EQ(j, "ops", 4 * 10);   /* matmul, relu, linear, cross entropy, their 4 grads, 2 updates */
+    json_t *steps = json_object_get(j, "step_breakdown");
+    ck_assert_uint_eq(json_array_size(steps), 4);
+    for (size_t i = 0; i < 4; i++) {
+        json_t *s = json_array_get(steps, i);
+        double wall = num(s, "wall_ms"), known = 0;
+        for (int c = 0; c < PROF_OTHER; c++)
+            known += num(s, prof_class_names[c]);
+        /* The columns the phases fill tile the step: other is what is left, small and never negative. */
+        ck_assert_msg(known >= 0.9 * wall && known <= wall * (1 + 1e-9), "step %zu: columns %.6f of %.6f ms", i,
+                      known, wall);
+        ck_assert_double_ge(num(s, "other"), -1e-6);
+        ck_assert_msg(num(s, "hooks") > 0.02 * 10 * 0.5, "step %zu: hooks %.6f ms for 10 ops of 20 us", i,
+                      num(s, "hooks"));
+        ck_assert_double_gt(num(s, "forward"), 0);
+        ck_assert_double_gt(num(s, "backward"), 0);
+        ck_assert_double_gt(num(s, "update"), 0);
+    }
+    /* The top op by FLOPs is the matmul (forward or its weight gradient: the same 2*8*16*32 a step). */
+    json_t *top = json_array_get(json_object_get(j, "flops"), 0);
+    ck_assert_ptr_nonnull(top);
+    const char *name = json_string_value(json_object_get(top, "name"));
+    ck_assert_msg(!strcmp(name, "mm/matmul") || !strcmp(name, "grad/mm/matmul"), "top by FLOPs: %s", name);
+    EQ(top, "gflop", 4 * 2.0 * 8 * 16 * 32 / 1e9);
+    json_decref(j);
+    tu_result_free(&r);
+
+    tu_teardown();   /* a fresh engine: the same parameter names again */
+    tu_setup();
+    capture(b);
+    r = RUN("diff", "--json", a, b);
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    j = parse_out(&r);
+    EQ(j, "a_steps", 4);
+    EQ(j, "b_steps", 4);
+    json_t *ops = json_object_get(j, "ops");
+    ck_assert_uint_eq(json_array_size(ops), 10);   /* the same 10 ops on both sides */
+    for (size_t i = 0; i < 10; i++)
+        ck_assert(json_is_null(json_object_get(json_array_get(ops, i), "only")));
+    json_decref(j);
+    tu_result_free(&r);
+    r = RUN("diff", a, b);
+    ck_assert_msg(r.rc == 0 && strstr(r.out, "mm/matmul") && strstr(r.out, "total"), "rc %d:\n%s", r.rc, r.out);
+    tu_result_free(&r);
+}
+END_TEST
+
 Suite *suite_tdbg_prof(void)
 {
     Suite *s = suite_create("tdbg_prof");
@@ -553,5 +670,11 @@ Suite *suite_tdbg_prof(void)
     tcase_add_test(tc, test_hostile);
     tcase_add_test(tc, test_usage);
     suite_add_tcase(s, tc);
+    TCase *e2e = tcase_create("end to end");
+    tcase_add_unchecked_fixture(e2e, suite_dir_make, suite_dir_remove);
+    tcase_add_checked_fixture(e2e, tu_setup, tu_teardown);
+    tcase_set_timeout(e2e, 120);
+    tcase_add_test(e2e, test_end_to_end);
+    suite_add_tcase(s, e2e);
     return s;
 }
