@@ -309,12 +309,15 @@ void te_prof_step(bool begin)
         s->n = 0;
         s->pool_n = 0;
         s->hooks_ns = s->compile_ns = s->dump_ns = 0;
-        s->data_ns = te_prof.data_t1 - te_prof.data_t0;
-        if (te_prof.data_t1) { /* the wait for this step's batch came before it */
+        /* The wait for this step's batch came before it: the phase "data"
+         * runs from it to here, with the batch's making after the wait, so
+         * that the phases tile the step. */
+        s->loader_ns = te_prof.data_t1 ? t - te_prof.data_t0 : 0;
+        if (te_prof.data_t1) {
             prof_ev *e = push(s, PROF_DATA);
             if (e) {
                 e->t0 = te_prof.data_t0;
-                e->t1 = te_prof.data_t1;
+                e->t1 = t;
             }
         }
         te_prof.data_t0 = te_prof.data_t1 = 0;
@@ -372,9 +375,9 @@ void te_prof_interval(const char *what, uint64_t t0, uint64_t t1)
         return;
     }
     if (data) {
-        s->data_ns += t1 - t0;
+        s->loader_ns += t1 - t0;
         if (ph)
-            ph->data_ns += t1 - t0;
+            ph->loader_ns += t1 - t0;
     } else {
         s->compile_ns += t1 - t0;
     }

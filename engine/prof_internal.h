@@ -14,7 +14,7 @@ typedef struct prof_ev {
     uint64_t t0, t1; /* CLOCK_MONOTONIC ns */
     union {
         struct { uint64_t live, peak; };        /* an op: the allocator's bytes after it */
-        struct { uint64_t hooks_ns, data_ns; }; /* a phase: time inside it in hooks and loader waits */
+        struct { uint64_t hooks_ns, loader_ns; }; /* a phase: time inside it in hooks and loader waits */
     };
     uint64_t bytes;
     double flops;
@@ -33,7 +33,7 @@ typedef struct prof_step {
     int n, cap;
     char *pool;
     size_t pool_n, pool_cap;
-    uint64_t hooks_ns, data_ns, compile_ns, dump_ns;
+    uint64_t hooks_ns, loader_ns, compile_ns, dump_ns;
 } prof_step;
 
 typedef struct prof_state {

@@ -78,7 +78,7 @@ static void put_step(FILE *f, bool *first, const prof_step *s)
     put_x(f, first, "step", name, s->t0, s->t1, s->tid);
     fprintf(f, ",\"args\":{\"step\":%" PRId64 ",\"data_ns\":%" PRIu64 ",\"hooks_ns\":%" PRIu64
                ",\"compile_ns\":%" PRIu64 ",\"dump_ns\":%" PRIu64 "}}",
-            s->step, s->data_ns, s->hooks_ns, s->compile_ns, s->dump_ns);
+            s->step, s->loader_ns, s->hooks_ns, s->compile_ns, s->dump_ns);
     for (int i = 0; i < s->n; i++) {
         const prof_ev *e = &s->ev[i];
         switch (e->kind) {
@@ -86,7 +86,7 @@ static void put_step(FILE *f, bool *first, const prof_step *s)
         case PROF_PHASE:
             put_x(f, first, "phase", te_phase_name(e->phase), e->t0, e->t1, e->tid);
             fprintf(f, ",\"args\":{\"step\":%" PRId64 ",\"hooks_ns\":%" PRIu64 ",\"data_ns\":%" PRIu64 "}}", s->step,
-                    e->hooks_ns, e->data_ns);
+                    e->hooks_ns, e->loader_ns);
             continue;
         case PROF_DATA: put_x(f, first, "phase", "data", e->t0, e->t1, e->tid); break;
         case PROF_WAIT: put_x(f, first, "wait", "data", e->t0, e->t1, e->tid); break;
