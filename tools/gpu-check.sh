@@ -65,11 +65,14 @@ pack() {
         "$packdir"/dump/.libs/tdbg-dump; do
         [ -e "$b" ] && ldd "$b"
     done | awk '$3 ~ /^\// { print $3 }' | sort -u |
-        grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcudnn|libnccl)[.-]' |
+        grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux|libgcc_s|libstdc\+\+)[.-]|/libcu|/libnv|/cuda' |
         while read -r lib; do cp -L "$lib" "$packdir/gpu-libs/"; done
+    # what the build made, without objects, static archives and the fuzz
+    # replays; debug sections stripped (symbols kept, for crash reports)
     (cd "$packdir" && git -C "$here" ls-files > /tmp/tdbg-gpu/tracked &&
-        find . -type f ! -path './.git/*' | sed 's|^\./||' | grep -vxFf /tmp/tdbg-gpu/tracked |
-        grep -vE '\.(o|lo|Po|Plo)$|^autom4te|config\.log' > /tmp/tdbg-gpu/built)
+        find . \( -type f -o -type l \) ! -path './.git/*' ! -path './fuzz/*' | sed 's|^\./||' | grep -vxFf /tmp/tdbg-gpu/tracked |
+        grep -vE '\.(o|lo|a|Po|Plo)$|^autom4te|config\.log' > /tmp/tdbg-gpu/built &&
+        while read -r f; do file -b "$f" | grep -q '^ELF' && strip --strip-debug "$f"; done < /tmp/tdbg-gpu/built)
     tar -C "$packdir" -cJf "$here/gpu-pack.tar.xz" -T /tmp/tdbg-gpu/built
     echo "pack: $here/gpu-pack.tar.xz ($(du -h "$here/gpu-pack.tar.xz" | cut -f1)); carry it with the run"
 }
