@@ -401,9 +401,10 @@ te_status te_optim_step(te_optim *o)
         return st;
     }
     o->t++;
-    if ((te_hook_count && !te_watch_active()) || te_inject_count) {
+    if (te_ops_seen_one_by_one()) {
         /* One update per parameter between its op_begin and its record, so
-         * that a stop at update/B sees update/A done and B not yet. A
+         * that a stop at update/B sees update/A done and B not yet, and the
+         * profiler times each. A
          * deferred step (watch.c) stops nowhere: one call, each update's
          * record then only flagged. */
         for (int j = 0; j < k; j++) {

@@ -433,3 +433,74 @@ void te_prof_op_done(const te_op_record *rec)
     e->live = m.current;
     e->peak = m.peak;
 }
+
+/* ---- the last step, for a live view ------------------------------------- */
+
+static int by_name(const void *a, const void *b, void *s)
+{
+    const prof_step *st = s;
+    const prof_ev *x = *(const prof_ev *const *)a, *y = *(const prof_ev *const *)b;
+    int c = strcmp(prof_str(st, x->name) ? prof_str(st, x->name) : "", prof_str(st, y->name) ? prof_str(st, y->name) : "");
+    return c ? c : (x->phase > y->phase) - (x->phase < y->phase);
+}
+
+static int by_ms(const void *a, const void *b)
+{
+    const te_profile_op *x = a, *y = b;
+    return (x->ms < y->ms) - (x->ms > y->ms);
+}
+
+te_status te_profile_last(te_profile_step *out, te_profile_op *ops, int max)
+{
+    const prof_step *s = NULL;
+    for (int64_t i = te_prof.recorded - 1; te_prof.ring && i >= 0 && i >= te_prof.recorded - te_prof.o.keep; i--)
+        if (te_prof.ring[i % te_prof.o.keep].done) {
+            s = &te_prof.ring[i % te_prof.o.keep];
+            break;
+        }
+    if (!s || !out) {
+        te_set_error(TE_ERR_STATE, "te_profile_last: %s", !out ? "no step to fill" : "no step has finished since te_profile_start");
+        return TE_ERR_STATE;
+    }
+    *out = (te_profile_step){ .step = s->step, .ms = (double)(s->t1 - s->t0) / 1e6,
+                              .data_ms = (double)s->loader_ns / 1e6, .hooks_ms = (double)s->hooks_ns / 1e6 };
+    const prof_ev **op = malloc((size_t)(s->n ? s->n : 1) * sizeof *op);
+    if (!op) {
+        te_set_error(TE_ERR_NOMEM, "te_profile_last: out of memory for %d events", s->n);
+        return TE_ERR_NOMEM;
+    }
+    int n = 0;
+    for (int i = 0; i < s->n; i++) {
+        const prof_ev *e = &s->ev[i];
+        if (e->kind == PROF_OP)
+            op[n++] = e;
+        else if (e->kind == PROF_PHASE && e->phase < TE_PHASE_COUNT)
+            out->phase_ms[e->phase] += (double)(e->t1 - e->t0) / 1e6;
+    }
+    qsort_r(op, (size_t)n, sizeof *op, by_name, (void *)s);
+    te_profile_op *all = calloc((size_t)(n ? n : 1), sizeof *all);
+    if (!all) {
+        free(op);
+        te_set_error(TE_ERR_NOMEM, "te_profile_last: out of memory for %d ops", n);
+        return TE_ERR_NOMEM;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || by_name(&op[i - 1], &op[i], (void *)s) != 0) {
+            te_profile_op *o = &all[m++];
+            snprintf(o->name, sizeof o->name, "%s", prof_str(s, op[i]->name) ? prof_str(s, op[i]->name) : "");
+            snprintf(o->type, sizeof o->type, "%s", prof_str(s, op[i]->type) ? prof_str(s, op[i]->type) : "");
+            o->phase = (te_phase)op[i]->phase;
+        }
+        all[m - 1].calls++;
+        all[m - 1].ms += (double)(op[i]->t1 - op[i]->t0) / 1e6;
+        all[m - 1].flops += op[i]->flops;
+    }
+    qsort(all, (size_t)m, sizeof *all, by_ms);
+    out->n_ops = m;
+    if (ops && max > 0)
+        memcpy(ops, all, (size_t)(m < max ? m : max) * sizeof *ops);
+    free(all);
+    free(op);
+    return TE_OK;
+}

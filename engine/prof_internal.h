@@ -48,6 +48,7 @@ typedef struct prof_state {
 
 extern prof_state te_prof;
 static inline const char *prof_str(const prof_step *s, uint32_t off) { return off == PROF_NONE ? NULL : s->pool + off; }
-/* Writes the ring's finished steps, oldest first, as Chrome trace JSON. */
+/* Writes the ring's finished steps, oldest first, and the step still being
+ * recorded (args.partial: a save at a stop) as Chrome trace JSON. */
 te_status te_prof_write_json(const prof_state *p, const char *file);
 #endif

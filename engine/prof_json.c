@@ -71,20 +71,22 @@ static void put_op(FILE *f, bool *first, const prof_step *s, const prof_ev *e)
     fprintf(f, ",\"args\":{\"live\":%" PRIu64 ",\"peak\":%" PRIu64 "}}", e->live, e->peak);
 }
 
-static void put_step(FILE *f, bool *first, const prof_step *s)
+/* end: the step's end, or for the step still running (a save at a stop),
+ * now; then the phase still open (open_phase) ends there too. */
+static void put_step(FILE *f, bool *first, const prof_step *s, uint64_t end, int open_phase)
 {
     char name[32];
     snprintf(name, sizeof name, "step %" PRId64, s->step);
-    put_x(f, first, "step", name, s->t0, s->t1, s->tid);
+    put_x(f, first, "step", name, s->t0, end, s->tid);
     fprintf(f, ",\"args\":{\"step\":%" PRId64 ",\"data_ns\":%" PRIu64 ",\"hooks_ns\":%" PRIu64
-               ",\"compile_ns\":%" PRIu64 ",\"dump_ns\":%" PRIu64 "}}",
-            s->step, s->loader_ns, s->hooks_ns, s->compile_ns, s->dump_ns);
+               ",\"compile_ns\":%" PRIu64 ",\"dump_ns\":%" PRIu64 "%s}}",
+            s->step, s->loader_ns, s->hooks_ns, s->compile_ns, s->dump_ns, s->done ? "" : ",\"partial\":true");
     for (int i = 0; i < s->n; i++) {
         const prof_ev *e = &s->ev[i];
         switch (e->kind) {
         case PROF_OP: put_op(f, first, s, e); continue;
         case PROF_PHASE:
-            put_x(f, first, "phase", te_phase_name(e->phase), e->t0, e->t1, e->tid);
+            put_x(f, first, "phase", te_phase_name(e->phase), e->t0, i == open_phase ? end : e->t1, e->tid);
             fprintf(f, ",\"args\":{\"step\":%" PRId64 ",\"hooks_ns\":%" PRIu64 ",\"data_ns\":%" PRIu64 "}}", s->step,
                     e->hooks_ns, e->loader_ns);
             continue;
@@ -112,16 +114,24 @@ te_status te_prof_write_json(const prof_state *p, const char *file)
     int64_t first_step = -1, last_step = -1;
     for (int64_t i = lo; i < p->recorded; i++) {
         const prof_step *s = &p->ring[i % p->o.keep];
-        if (s->done) {
+        if (s->done || s == p->cur) {
             first_step = first_step < 0 ? s->step : first_step;
             last_step = s->step;
         }
     }
     if (first_step < 0) {
-        te_set_error(TE_ERR_STATE, "profile: no finished step recorded to write to %s", file);
+        te_set_error(TE_ERR_STATE, "profile: no step recorded to write to %s", file);
         return TE_ERR_STATE;
     }
-    FILE *f = fopen(file, "w");
+    /* Written beside the file and renamed over it: a crash mid-write leaves
+     * the previous capture, never half a trace. */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp%d", file, (int)getpid()) >= (int)sizeof tmp) {
+        te_set_error(TE_ERR_ARG, "profile: the path %s is too long", file);
+        return TE_ERR_ARG;
+    }
+    const uint64_t now = te_prof_now();
+    FILE *f = fopen(tmp, "w");
     if (!f) {
         te_set_error(TE_ERR_IO, "profile: cannot write %s: %s", file, strerror(errno));
         return TE_ERR_IO;
@@ -132,9 +142,9 @@ te_status te_prof_write_json(const prof_state *p, const char *file)
     int n_tids = 0;
     for (int64_t i = lo; i < p->recorded; i++) {
         const prof_step *s = &p->ring[i % p->o.keep];
-        if (!s->done)
+        if (!s->done && s != p->cur)
             continue;
-        put_step(f, &first, s);
+        put_step(f, &first, s, s->done ? s->t1 : now, s->done ? -1 : p->open_phase);
         for (int k = -1; k < s->n; k++) {
             int32_t tid = k < 0 ? s->tid : s->ev[k].tid;
             int j = 0;
@@ -154,8 +164,9 @@ te_status te_prof_write_json(const prof_state *p, const char *file)
     put_str(f, prog);
     fprintf(f, ",\"steps\":[%" PRId64 ",%" PRId64 "]}}\n", first_step, last_step);
     bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) {
+    if (fclose(f) != 0 || bad || rename(tmp, file) != 0) {
         te_set_error(TE_ERR_IO, "profile: cannot write %s: %s", file, strerror(errno));
+        unlink(tmp);
         return TE_ERR_IO;
     }
     return TE_OK;

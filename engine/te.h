@@ -928,10 +928,33 @@ TE_API te_status te_profile_start(const te_profile_opts *o);
 /* Stops recording; with when=always and a file, writes it (te_profile_save).
  * The ring stays for te_profile_save until the next start. */
 TE_API te_status te_profile_stop(void);
-/* Writes the ring's finished steps to file (NULL: the opts' file). TE_ERR_IO,
- * TE_ERR_STATE when nothing was recorded or no file is named. */
+/* Writes the ring's finished steps to file (NULL: the opts' file, then
+ * FILE-1.json, FILE-2.json... for later captures), with the step still
+ * running up to now when called at a stop (args.partial), through a
+ * temporary file renamed over it. TE_ERR_IO, TE_ERR_STATE when nothing
+ * was recorded or no file is named. */
 TE_API te_status te_profile_save(const char *file);
 TE_API bool te_profile_active(void);
+/* The last finished step in the ring, for a front end's live view: its
+ * times, and its ops merged by name, longest total first. */
+typedef struct te_profile_op {
+    char name[TE_NAME_MAX];
+    char type[32];
+    te_phase phase;
+    int calls;    /* times an op of this name ran in the step */
+    double ms;    /* their total time */
+    double flops; /* their total FLOPs (0 where the cost model has none) */
+} te_profile_op;
+typedef struct te_profile_step {
+    int64_t step;
+    double ms;                       /* wall time, the data wait included */
+    double phase_ms[TE_PHASE_COUNT]; /* forward, backward, update */
+    double data_ms, hooks_ms;        /* the loader's waits, the hooks' (debugger's) time */
+    int n_ops;                       /* distinct op names (may be more than max) */
+} te_profile_step;
+/* Fills *s and the first min(max, s->n_ops) of ops. TE_ERR_STATE when no
+ * step has finished since te_profile_start. */
+TE_API te_status te_profile_last(te_profile_step *s, te_profile_op *ops, int max);
 /* Time another part of the program waited for its own reason ("dump": the
  * dump writer's queue), added to the current step's args; any thread. */
 TE_API void te_profile_note_wait(const char *what, int64_t ns);

@@ -590,6 +590,13 @@ extern int te_inject_count;
  * is the one branch op call sites take to build records at all. */
 extern int te_prof_on;
 static inline bool te_prof_observed(void) { return (te_hook_count | te_inject_count | te_prof_on) != 0; }
+/* Someone on the host looks at each op as it happens: a hook that is not
+ * deferred (watch.c), an injection, or the profiler timing each op. Then
+ * updates run one parameter at a time and CUDA graphs capture no ops. */
+static inline bool te_ops_seen_one_by_one(void)
+{
+    return (te_hook_count && !te_watch_active()) || te_inject_count || te_prof_on;
+}
 void te_prof_op_begin(const te_op_record *rec);
 void te_prof_op_done(const te_op_record *rec);
 void te_prof_step(bool begin);

@@ -223,7 +223,7 @@ static te_status replay(tg_plan *p, int s, int base)
 te_status tg_capture_run(tg_plan *p, int base)
 {
     tg_capture *c = p->cap;
-    const int hooks = (te_hook_count && !te_watch_active()) || te_inject_count ? 2 : te_watch_active() ? 1 : 0;
+    const int hooks = te_ops_seen_one_by_one() ? 2 : te_watch_active() ? 1 : 0;
     if (!c->cut || hooks != c->hooks) { /* hooks came or went: the host points moved */
         forget(c);
         c->n_seg = tg_segments_cut(p, tg_kernel_capturable, (void *)c->be, c->seg);

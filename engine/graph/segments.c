@@ -48,9 +48,10 @@ bool tg_kernel_capturable(const tg_plan *p, const tg_kernel *k, void *ctx)
         return false;
     default: break;
     }
-    /* Hooks see each op as it happens; a deferred step's watch (watch.c)
-     * needs no host, its flag kernels are captured with the op's. */
-    if (k->shadow || (((te_hook_count && !te_watch_active()) || te_inject_count) && k->n_orig > 0))
+    /* Hooks and the profiler see each op as it happens; a deferred step's
+     * watch (watch.c) needs no host, its flag kernels are captured with
+     * the op's. */
+    if (k->shadow || (te_ops_seen_one_by_one() && k->n_orig > 0))
         return false;
     for (int j = 0; j < k->n_orig; j++) {
         const te_node *n = k->orig[j].node;
