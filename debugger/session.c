@@ -23,6 +23,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 dbg_session dbg;
@@ -140,9 +141,25 @@ static void record_watched(const te_op_record *r)
     }
 }
 
+/* The last step's wall time, less the time it spent stopped at the
+ * prompt: what the TUI's status bar shows as ms/step. */
+static uint64_t step_t0_ns, paused_ns;
+static double last_step_ms = -1;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+double dbg_last_step_ms(void) { return last_step_ms; }
+
 void dbg_on_step_end(int64_t step, void *user)
 {
     (void)user;
+    if (step_t0_ns)
+        last_step_ms = (double)(now_ns() - step_t0_ns - paused_ns) / 1e6;
     dbg_amp_step_end(step);
     /* The tensors go with the step: keep names and statistics only. */
     dbg_op *t = dbg.last_ops;
@@ -188,7 +205,9 @@ static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, con
         dbg_frontend_active->show_stop(&last_stop);
     if (b && b->temporary) /* as gdb: a tbreak is gone once it stopped */
         dbg_break_remove(b->id);
+    uint64_t t0 = now_ns();
     dbg_command_loop();
+    paused_ns += now_ns() - t0;
     dbg_stop_leave();
 }
 
@@ -217,6 +236,8 @@ static unsigned defer_kinds(void)
 void dbg_on_step_begin(int64_t step, void *user)
 {
     (void)user;
+    step_t0_ns = now_ns();
+    paused_ns = 0;
     te_hook_defer(dbg.hook, defer_kinds());
     dbg.step = step;
     dbg.in_step = true;

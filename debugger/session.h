@@ -251,6 +251,9 @@ void dbg_amp_reset(void);
 
 /* The hooks plugin.c attaches, and its SIGINT handler. */
 void dbg_on_step_begin(int64_t step, void *user);
+/* The last finished step's wall time less its time stopped at the prompt;
+ * -1 before one finished. */
+double dbg_last_step_ms(void);
 void dbg_on_step_end(int64_t step, void *user);
 void dbg_on_phase(int64_t step, te_phase p, void *user);
 void dbg_on_op_end(const te_op_record *r, void *user);
