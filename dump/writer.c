@@ -504,8 +504,15 @@ static void enqueue(dump_session *d, item *it)
     if (it->kind == ITEM_COMMIT)
         attach_run(d, it);
     pthread_mutex_lock(&d->mu);
-    while (d->queued_bytes > 0 && d->queued_bytes + it->bytes > QUEUE_CAP_BYTES && !d->failed)
-        pthread_cond_wait(&d->room, &d->mu);
+    if (d->queued_bytes > 0 && d->queued_bytes + it->bytes > QUEUE_CAP_BYTES && !d->failed) {
+        /* The training thread waits for the writer: the profiler's "dump" time. */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        while (d->queued_bytes > 0 && d->queued_bytes + it->bytes > QUEUE_CAP_BYTES && !d->failed)
+            pthread_cond_wait(&d->room, &d->mu);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        te_profile_note_wait("dump", (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec));
+    }
     it->next = NULL;
     if (d->tail)
         d->tail->next = it;

@@ -26,7 +26,7 @@ typedef enum prof_cat { PROF_STEP, PROF_PHASE, PROF_OP } prof_cat;
 /* The step-time breakdown's columns: phase event names map onto them
  * (prof_phase_class); PROF_OTHER is the rest of the step's wall time. */
 typedef enum prof_class {
-    PROF_DATA, PROF_FORWARD, PROF_BACKWARD, PROF_UPDATE, PROF_HOOKS, PROF_OTHER, PROF_CLASS_COUNT
+    PROF_DATA, PROF_FORWARD, PROF_BACKWARD, PROF_UPDATE, PROF_HOOKS, PROF_DUMP, PROF_OTHER, PROF_CLASS_COUNT
 } prof_class;
 
 typedef struct prof_event {
@@ -41,6 +41,7 @@ typedef struct prof_event {
     int64_t step;           /* args.step, when has_step */
     bool has_step;
     double hooks, data;     /* a phase's args.hooks_ns and args.data_ns, in us (0 when absent) */
+    double dump;            /* a step's args.dump_ns (the dump writer's queue waits, inside hooks), in us */
     double flops;           /* args.flops, when has_flops */
     bool has_flops;
 } prof_event;

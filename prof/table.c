@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const prof_class_names[PROF_CLASS_COUNT] = { "data", "forward", "backward", "update", "hooks", "other" };
+const char *const prof_class_names[PROF_CLASS_COUNT] = { "data", "forward", "backward", "update", "hooks", "dump", "other" };
 
 prof_class prof_phase_class(const char *name)
 {
@@ -108,6 +108,7 @@ bool prof_steps(const prof_trace *t, prof_step **steps, size_t *n_steps, char *e
         if (t->ev[i].cat == PROF_STEP) {
             s[k].step = t->ev[i].step;
             s[k].wall = t->ev[i].dur;
+            s[k].cls[PROF_DUMP] = t->ev[i].dump;
             /* the event index rides in cls[0] until the sort is done */
             s[k++].cls[0] = (double)t->ev[i].index;
         }
@@ -135,6 +136,10 @@ bool prof_steps(const prof_trace *t, prof_step **steps, size_t *n_steps, char *e
         st->cls[PROF_DATA] += e->data;
     }
     for (size_t i = 0; i < k; i++) {
+        /* the dump writer's waits happen inside the hooks: split them off */
+        if (s[i].cls[PROF_DUMP] > s[i].cls[PROF_HOOKS])
+            s[i].cls[PROF_DUMP] = s[i].cls[PROF_HOOKS];
+        s[i].cls[PROF_HOOKS] -= s[i].cls[PROF_DUMP];
         double known = 0;
         for (int c = 0; c < PROF_OTHER; c++)
             known += s[i].cls[c];

@@ -78,7 +78,7 @@ static bool get_str(loader *l, json_t *args, const char *key, const char **v)
     return true;
 }
 
-/* A phase's optional args.KEY (hooks_ns, data_ns): a number of ns, 0 to
+/* An optional args.KEY (hooks_ns, data_ns, dump_ns): a number of ns, 0 to
  * PROF_MAX_US * 1000; stored in us. */
 static bool get_ns(loader *l, json_t *args, const char *key, double *us)
 {
@@ -126,6 +126,8 @@ static bool read_x(loader *l, json_t *ev, prof_cat cat, prof_event *e)
         return fail(l->err, l->n, l->file, (long long)l->index, "a %s event needs \"args.step\"",
                     cat == PROF_STEP ? "step" : "phase");
     if (!get_str(l, args, "type", &e->type) || !get_str(l, args, "phase", &e->phase))
+        return false;
+    if (cat == PROF_STEP && !get_ns(l, args, "dump_ns", &e->dump))
         return false;
     if (cat == PROF_PHASE) {
         if (!get_ns(l, args, "hooks_ns", &e->hooks) || !get_ns(l, args, "data_ns", &e->data))

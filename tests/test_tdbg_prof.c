@@ -51,11 +51,14 @@ static void add(tbuf *b, const char *fmt, ...)
     ck_assert_uint_lt(b->n, sizeof b->s);
 }
 
-static void step_ev(tbuf *b, int step, double ts, double dur)
+/* A step whose hooks spent dump_ns ns waiting for the dump writer. */
+static void step_dump(tbuf *b, int step, double ts, double dur, double dump_ns)
 {
     add(b, "{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"step %d\",\"ts\":%g,\"dur\":%g,\"pid\":1,\"tid\":1,"
-        "\"args\":{\"step\":%d}},", step, ts, dur, step);
+        "\"args\":{\"step\":%d,\"dump_ns\":%g}},", step, ts, dur, step, dump_ns);
 }
+
+static void step_ev(tbuf *b, int step, double ts, double dur) { step_dump(b, step, ts, dur, 0); }
 
 /* A phase with hooks_ns ns in the hooks and data_ns ns in loader waits inside it. */
 static void phase_in(tbuf *b, const char *name, int step, double ts, double dur, double hooks_ns, double data_ns)
@@ -97,15 +100,15 @@ static void close_trace(tbuf *b)
  *   fc1/linear  2 x 2 ms, each holding fc1/matmul (1.5 ms, then all 2 ms): self 0.5 ms in all
  *   fc1/matmul  3.5 ms, relu 1.5 ms, fc1/linear_bwd 7 ms, sgd 2 ms, loader/decode 1.5 ms
  *   op time: 0.5 + 3.5 + 1.5 + 7 + 2 + 1.5 = 16 ms
- *   step 1: data 1, forward 3, backward 4, update 1, hooks 0.5, other 0.5
- *   step 2: data 2, forward 3, backward 5, update 1, hooks 0,   other 1
+ *   step 1: data 1, forward 3, backward 4, update 1, hooks 0.3, dump 0.2, other 0.5
+ *   step 2: data 2, forward 3, backward 5, update 1, hooks 0,   dump 0,   other 1
  *   FLOPs: linear 4e9 a call, matmul 3e9, linear_bwd 8e9. */
 static const char *trace_a(char *path, size_t n)
 {
     static tbuf b;
     b.n = 0;
     add(&b, "{\"traceEvents\":[");
-    step_ev(&b, 1, 0, 10000);
+    step_dump(&b, 1, 0, 10000, 200000);                   /* 0.2 ms of the hooks' 0.5 waiting for the dump writer */
     phase_ev(&b, "data", 1, 0, 1000);
     phase_ev(&b, "forward", 1, 1000, 3000);
     phase_in(&b, "backward", 1, 4000, 4500, 500000, 0);   /* 0.5 ms of it in the hooks */
@@ -228,10 +231,10 @@ START_TEST(test_tables_text)
     has_line(r.out, "     1.500      1.500      1      1.500    9.4%  -");
     has_line(r.out, "     9.000      5.500      6      1.500   34.4%  forward");
     /* the breakdown */
-    has_line(r.out, "      step       wall      data   forward  backward    update     hooks     other");
-    has_line(r.out, "         1     10.000     1.000     3.000     4.000     1.000     0.500     0.500");
-    has_line(r.out, "         2     12.000     2.000     3.000     5.000     1.000     0.000     1.000");
-    has_line(r.out, "      mean     11.000     1.500     3.000     4.500     1.000     0.250     0.750");
+    has_line(r.out, "      step       wall      data   forward  backward    update     hooks      dump     other");
+    has_line(r.out, "         1     10.000     1.000     3.000     4.000     1.000     0.300     0.200     0.500");
+    has_line(r.out, "         2     12.000     2.000     3.000     5.000     1.000     0.000     0.000     1.000");
+    has_line(r.out, "      mean     11.000     1.500     3.000     4.500     1.000     0.150     0.100     0.750");
     /* GFLOP/s: 16e9 in 7 ms, 8e9 in 4 ms, 6e9 in 3.5 ms; against 4000 */
     has_line(r.out, "ops with FLOPs (args.flops), against a peak of 4000.0 GFLOP/s");
     const char *fl = strstr(r.out, "     GFLOP    time ms    GFLOP/s  of peak  name\n");
@@ -273,6 +276,9 @@ START_TEST(test_tables_json_and_top)
     EQ(x, "total_ms", 9);
     json_t *steps = json_object_get(j, "step_breakdown");
     ck_assert_uint_eq(json_array_size(steps), 2);
+    json_t *s1 = json_array_get(steps, 0);
+    EQ(s1, "hooks", 0.3);
+    EQ(s1, "dump", 0.2);
     json_t *s2 = json_array_get(steps, 1);
     EQ(s2, "step", 2);
     EQ(s2, "wall_ms", 12);
