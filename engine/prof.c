@@ -308,7 +308,7 @@ void te_prof_step(bool begin)
         s->done = false;
         s->n = 0;
         s->pool_n = 0;
-        s->hooks_ns = s->compile_ns = s->dump_ns = 0;
+        s->hooks_ns = s->compile_ns = s->dump_ns = s->arena_bytes = 0;
         /* The wait for this step's batch came before it: the phase "data"
          * runs from it to here, with the batch's making after the wait, so
          * that the phases tile the step. */
@@ -340,6 +340,12 @@ void te_prof_step(bool begin)
         if (te_prof.o.when == TE_PROF_ALWAYS && te_prof.o.file[0])
             te_profile_save(NULL);
     }
+}
+
+void te_prof_arena(size_t bytes)
+{
+    if (te_prof.cur && bytes > te_prof.cur->arena_bytes)
+        te_prof.cur->arena_bytes = bytes;
 }
 
 void te_prof_phase(te_phase p)

@@ -34,6 +34,7 @@ typedef struct prof_step {
     char *pool;
     size_t pool_n, pool_cap;
     uint64_t hooks_ns, loader_ns, compile_ns, dump_ns;
+    uint64_t arena_bytes; /* graph mode: the largest arena of the plans that ran */
 } prof_step;
 
 typedef struct prof_state {

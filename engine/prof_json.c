@@ -79,8 +79,11 @@ static void put_step(FILE *f, bool *first, const prof_step *s, uint64_t end, int
     snprintf(name, sizeof name, "step %" PRId64, s->step);
     put_x(f, first, "step", name, s->t0, end, s->tid);
     fprintf(f, ",\"args\":{\"step\":%" PRId64 ",\"data_ns\":%" PRIu64 ",\"hooks_ns\":%" PRIu64
-               ",\"compile_ns\":%" PRIu64 ",\"dump_ns\":%" PRIu64 "%s}}",
-            s->step, s->loader_ns, s->hooks_ns, s->compile_ns, s->dump_ns, s->done ? "" : ",\"partial\":true");
+               ",\"compile_ns\":%" PRIu64 ",\"dump_ns\":%" PRIu64,
+            s->step, s->loader_ns, s->hooks_ns, s->compile_ns, s->dump_ns);
+    if (s->arena_bytes)
+        fprintf(f, ",\"arena_bytes\":%" PRIu64, s->arena_bytes);
+    fputs(s->done ? "}}" : ",\"partial\":true}}", f);
     for (int i = 0; i < s->n; i++) {
         const prof_ev *e = &s->ev[i];
         switch (e->kind) {
@@ -110,9 +113,12 @@ static const char *program_name(char *buf, size_t n)
 
 te_status te_prof_write_json(const prof_state *p, const char *file)
 {
-    int64_t lo = p->recorded > p->o.keep ? p->recorded - p->o.keep : 0;
+    /* The running step (a save at a stop) has the slot after the last
+     * finished one: the oldest's, which it already overwrote. */
+    const int64_t end = p->recorded + (p->cur ? 1 : 0);
+    int64_t lo = end > p->o.keep ? end - p->o.keep : 0;
     int64_t first_step = -1, last_step = -1;
-    for (int64_t i = lo; i < p->recorded; i++) {
+    for (int64_t i = lo; i < end; i++) {
         const prof_step *s = &p->ring[i % p->o.keep];
         if (s->done || s == p->cur) {
             first_step = first_step < 0 ? s->step : first_step;
@@ -140,7 +146,7 @@ te_status te_prof_write_json(const prof_state *p, const char *file)
     fputs("{\"traceEvents\":[", f);
     int32_t tids[64];
     int n_tids = 0;
-    for (int64_t i = lo; i < p->recorded; i++) {
+    for (int64_t i = lo; i < end; i++) {
         const prof_step *s = &p->ring[i % p->o.keep];
         if (!s->done && s != p->cur)
             continue;

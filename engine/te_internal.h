@@ -605,6 +605,8 @@ void te_prof_phase(te_phase p);
  * "compile" (a graph's compile), "hooks" (adds to the step's hooks time). */
 void te_prof_interval(const char *what, uint64_t t0_ns, uint64_t t1_ns);
 uint64_t te_prof_now(void);
+/* A compiled graph ran in this step with an arena of this many bytes. */
+void te_prof_arena(size_t bytes);
 /* The cost model beside the op table (prof_cost.c): the FLOPs and bytes
  * moved of the op a record describes; 0 FLOPs where the table cannot say. */
 double te_prof_flops(const te_op_record *rec);

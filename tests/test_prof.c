@@ -2,13 +2,17 @@
  * test_prof.c — the profiler: the spec's values and errors, and a trace of
  * a small trained model checked in C: well-formed JSON, the ring's steps,
  * ops nested in phases nested in steps, phases summing to the step, exact
- * FLOPs of a known matmul, and nothing recorded while off.
+ * FLOPs of a known matmul, and nothing recorded while off; the live view
+ * (te_profile_last), a save at a stop (the running step, partial), names
+ * that need escaping read back by jansson, and graph mode (the compile,
+ * fused kernels, the arena).
  */
 #include "suites.h"
 #include "te.h"
 #include "testutil.h"
 
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,6 +370,243 @@ START_TEST(test_range_and_glob)
 }
 END_TEST
 
+/* The trace through jansson: the whole file parses; its traceEvents. */
+static json_t *load_json(const char *path, json_t **events)
+{
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    ck_assert_msg(root != NULL, "%s: line %d: %s", path, err.line, err.text);
+    *events = json_object_get(root, "traceEvents");
+    ck_assert(json_is_array(*events));
+    return root;
+}
+
+static const char *jstr(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
+
+static json_t *jarg(json_t *event, const char *k) { return json_object_get(json_object_get(event, "args"), k); }
+
+/* The live view: the last finished step, its ops merged by name, longest
+ * first, their times within the step's. */
+START_TEST(test_last_step)
+{
+    te_profile_step s;
+    te_profile_op ops[4];
+    ck_assert_int_eq(te_profile_last(&s, ops, 4), TE_ERR_STATE); /* never started */
+    te_optim *opt = model();
+    ck_assert_int_eq(te_profile_start(&(te_profile_opts){ .last = -1, .keep = 2, .when = TE_PROF_BREAK }), TE_OK);
+    ck_assert_int_eq(te_profile_last(&s, ops, 4), TE_ERR_STATE); /* nothing finished yet */
+    train_step(opt);
+    train_step(opt);
+    ck_assert_int_eq(te_profile_last(&s, ops, 4), TE_OK);
+    ck_assert_int_eq(s.step, 1);
+    ck_assert_int_eq(s.n_ops, 10); /* matmul, relu, linear, cross entropy, 4 grads, 2 updates */
+    double phases = s.phase_ms[TE_PHASE_FORWARD] + s.phase_ms[TE_PHASE_BACKWARD] + s.phase_ms[TE_PHASE_UPDATE];
+    ck_assert_msg(phases > 0 && phases <= s.ms * 1.0000001, "phases %.6f of %.6f ms", phases, s.ms);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(ops[i].calls, 1);
+        ck_assert(ops[i].ms >= 0 && ops[i].ms <= s.ms);
+        if (i)
+            ck_assert_msg(ops[i].ms <= ops[i - 1].ms, "%s %.6f after %s %.6f", ops[i].name, ops[i].ms,
+                          ops[i - 1].name, ops[i - 1].ms);
+    }
+    te_profile_op all[16];
+    ck_assert_int_eq(te_profile_last(&s, all, 16), TE_OK);
+    bool mm = false;
+    for (int i = 0; i < s.n_ops; i++)
+        if (strcmp(all[i].name, "mm/matmul") == 0) {
+            mm = true;
+            ck_assert_str_eq(all[i].type, "MatMul");
+            ck_assert_int_eq(all[i].phase, TE_PHASE_FORWARD);
+            ck_assert(all[i].flops == 2.0 * 8 * 32 * 16);
+        }
+    ck_assert(mm);
+    te_profile_stop();
+}
+END_TEST
+
+/* A save at a stop (a hook, as the debugger's breakpoint) writes the ring
+ * and the running step up to the op that stopped, marked partial. */
+static char saved_at[300];
+static void save_at_linear(const te_op_record *r, void *user)
+{
+    (void)user;
+    if (r->name && strcmp(r->name, "out/linear") == 0)
+        ck_assert_msg(te_profile_save(saved_at) == TE_OK, "%s", te_error());
+}
+
+START_TEST(test_save_at_stop)
+{
+    char dir[256];
+    tu_scratch_make(dir, sizeof dir, "prof");
+    snprintf(saved_at, sizeof saved_at, "%s/stop.json", dir);
+    te_optim *opt = model();
+    ck_assert_int_eq(te_profile_start(&(te_profile_opts){ .last = -1, .keep = 2, .when = TE_PROF_BREAK }), TE_OK);
+    train_step(opt);
+    train_step(opt);
+    int hook = te_hook_add(&(te_hooks){ .op_end = save_at_linear }, NULL);
+    ck_assert_int_ge(hook, 0);
+    train_step(opt); /* step 2: saved at its linear */
+    te_hook_remove(hook);
+    te_profile_stop();
+    json_t *evs, *root = load_json(saved_at, &evs);
+    json_t *steps = json_object_get(json_object_get(root, "otherData"), "steps");
+    ck_assert_int_eq(json_integer_value(json_array_get(steps, 0)), 1); /* keep=2: step 0 left the ring */
+    ck_assert_int_eq(json_integer_value(json_array_get(steps, 1)), 2);
+    size_t i;
+    json_t *e;
+    int step2_ops = 0, partial = 0, whole = 0;
+    const char *last = NULL;
+    json_array_foreach(evs, i, e) {
+        if (strcmp(jstr(e, "ph"), "X"))
+            continue;
+        json_int_t step = json_integer_value(jarg(e, "step"));
+        if (!strcmp(jstr(e, "cat"), "step")) {
+            if (json_is_true(jarg(e, "partial"))) {
+                ck_assert_int_eq(step, 2);
+                partial++;
+            } else {
+                ck_assert_int_eq(step, 1);
+                ck_assert_ptr_null(jarg(e, "partial"));
+                whole++;
+            }
+        }
+        if (!strcmp(jstr(e, "cat"), "op") && step == 2) {
+            step2_ops++;
+            last = jstr(e, "name");
+        }
+    }
+    ck_assert_int_eq(partial, 1);
+    ck_assert_int_eq(whole, 1);
+    ck_assert_int_eq(step2_ops, 3); /* mm/matmul, mm/relu, out/linear */
+    ck_assert_str_eq(last, "out/linear");
+    json_decref(root);
+    tu_scratch_remove(dir);
+}
+END_TEST
+
+/* Op names are user text: quotes, backslashes, control bytes and UTF-8
+ * come back from a JSON parser as they went in. */
+START_TEST(test_names_escaped)
+{
+    char dir[256], path[300];
+    tu_scratch_make(dir, sizeof dir, "prof");
+    snprintf(path, sizeof path, "%s/esc.json", dir);
+    static const char scope[] = "q\"b\\n\nt\tc\x01u\xc3\xa9";
+    w1 = te_param_new("w1", TE_F32, te_shape(16, 32));
+    te_init_linear(w1, NULL);
+    char spec[400];
+    snprintf(spec, sizeof spec, "file=%s", path);
+    te_profile_opts o = parse_ok(spec);
+    ck_assert_int_eq(te_profile_start(&o), TE_OK);
+    te_step_begin();
+    float xs[8 * 16] = { 0 };
+    te_tensor *x = te_tensor_from(TE_F32, te_shape(8, 16), xs);
+    te_scope_push(scope);
+    ck_assert(te_matmul(x, w1) != NULL);
+    te_scope_pop();
+    te_step_end();
+    ck_assert_int_eq(te_profile_stop(), TE_OK);
+    char want[64];
+    snprintf(want, sizeof want, "%s/matmul", scope);
+    json_t *evs, *root = load_json(path, &evs);
+    size_t i;
+    json_t *e;
+    bool found = false;
+    json_array_foreach(evs, i, e)
+        found |= !strcmp(jstr(e, "ph"), "X") && !strcmp(jstr(e, "cat"), "op") && !strcmp(jstr(e, "name"), want);
+    ck_assert_msg(found, "no op named as the scope made it");
+    json_decref(root);
+    tu_scratch_remove(dir);
+}
+END_TEST
+
+typedef struct { te_optim *opt; } graph_model;
+
+/* train_step's model as a graph step function. */
+static te_status graph_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    graph_model *m = ctx;
+    te_scope_push("mm");
+    te_tensor *h = te_relu(te_matmul(in[0], w1));
+    te_scope_pop();
+    te_scope_push("out");
+    te_tensor *z = te_linear(h, w2, NULL);
+    te_scope_pop();
+    out[0] = te_cross_entropy(z, in[1]);
+    te_status st = te_backward(out[0]);
+    return st == TE_OK ? te_optim_step(m->opt) : st;
+}
+
+/* Graph mode: the first step compiles (a compile event inside it), every
+ * step carries the plan's arena, fused ops name their kernel, and the
+ * phases still tile the step. */
+START_TEST(test_graph_mode)
+{
+    char dir[256], path[300], spec[400];
+    tu_scratch_make(dir, sizeof dir, "prof");
+    snprintf(path, sizeof path, "%s/g.json", dir);
+    graph_model m = { model() };
+    te_graph *g = te_graph_new(graph_step, &m, &(te_graph_opts){ .mode = TE_MODE_GRAPH, .n_inputs = 2,
+                                                               .n_outputs = 1 });
+    ck_assert(g != NULL);
+    snprintf(spec, sizeof spec, "file=%s", path);
+    te_profile_opts o = parse_ok(spec);
+    ck_assert_int_eq(te_profile_start(&o), TE_OK);
+    float xs[8 * 16];
+    int32_t ys[8];
+    for (int i = 0; i < 8 * 16; i++)
+        xs[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+    for (int i = 0; i < 8; i++)
+        ys[i] = i % 4;
+    for (int s = 0; s < 3; s++) {
+        te_step_begin();
+        te_tensor *out[1], *in[2] = { te_tensor_from(TE_F32, te_shape(8, 16), xs),
+                                      te_tensor_from(TE_I32, te_shape(8), ys) };
+        ck_assert_msg(te_graph_run(g, in, out) == TE_OK, "%s", te_error());
+        te_step_end();
+    }
+    ck_assert_int_eq(te_profile_stop(), TE_OK);
+    te_graph_stats gs = te_graph_stats_get(g);
+    ck_assert_int_gt(gs.fused, 0);
+    json_t *evs, *root = load_json(path, &evs);
+    size_t i, j;
+    json_t *e, *f;
+    int compiles[3] = { 0 }, steps = 0, fused_ops = 0;
+    json_array_foreach(evs, i, e) {
+        if (strcmp(jstr(e, "ph"), "X"))
+            continue;
+        json_int_t step = json_integer_value(jarg(e, "step"));
+        ck_assert(step >= 0 && step < 3);
+        if (!strcmp(jstr(e, "cat"), "compile"))
+            compiles[step]++;
+        if (!strcmp(jstr(e, "cat"), "op") && jarg(e, "kernel"))
+            fused_ops++;
+        if (strcmp(jstr(e, "cat"), "step"))
+            continue;
+        steps++;
+        ck_assert_int_eq(json_integer_value(jarg(e, "arena_bytes")), (json_int_t)gs.arena_bytes);
+        if (step == 0)
+            ck_assert_int_gt(json_integer_value(jarg(e, "compile_ns")), 0);
+        else
+            ck_assert_int_eq(json_integer_value(jarg(e, "compile_ns")), 0);
+        double sum = 0, dur = json_number_value(json_object_get(e, "dur"));
+        json_array_foreach(evs, j, f)
+            if (!strcmp(jstr(f, "ph"), "X") && !strcmp(jstr(f, "cat"), "phase") &&
+                json_integer_value(jarg(f, "step")) == step)
+                sum += json_number_value(json_object_get(f, "dur"));
+        ck_assert_msg(sum >= 0.9 * dur && sum <= dur * 1.0000001, "step %d: phases %.3f of %.3f us", (int)step,
+                      sum, dur);
+    }
+    ck_assert_int_eq(steps, 3);
+    ck_assert_int_eq(compiles[0], 1);
+    ck_assert_int_eq(compiles[1] + compiles[2], 0);
+    ck_assert_int_ge(fused_ops, 3 * 2); /* at least the matmul and its relu, each step */
+    json_decref(root);
+    te_graph_free(g);
+    tu_scratch_remove(dir);
+}
+END_TEST
+
 Suite *suite_prof(void)
 {
     Suite *s = suite_create("prof");
@@ -377,6 +618,10 @@ Suite *suite_prof(void)
     tcase_add_test(tc, test_trace_of_training);
     tcase_add_test(tc, test_off_records_nothing);
     tcase_add_test(tc, test_range_and_glob);
+    tcase_add_test(tc, test_last_step);
+    tcase_add_test(tc, test_save_at_stop);
+    tcase_add_test(tc, test_names_escaped);
+    tcase_add_test(tc, test_graph_mode);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -376,6 +376,8 @@ static te_status run_step(void *ctx)
     if (!p)
         return te_error_code() != TE_OK ? te_error_code() : TE_ERR_STATE;
     g->last = p;
+    if (te_prof_on)
+        te_prof_arena(p->arena_bytes);
     return tg_execute(p, c->inputs, c->outputs);
 }
 
