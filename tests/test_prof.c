@@ -607,6 +607,32 @@ START_TEST(test_graph_mode)
 }
 END_TEST
 
+/* A viewer's view: Python's json module alone reads the trace of a few
+ * eager steps and finds it well formed. */
+START_TEST(test_interop_python_json)
+{
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        tdbg_skip("prof", "no /usr/bin/python3 for the json interop check (apt-get install python3)");
+        return;
+    }
+    char dir[256], path[300], spec[400], out[4096] = "";
+    tu_scratch_make(dir, sizeof dir, "prof");
+    snprintf(path, sizeof path, "%s/py.json", dir);
+    snprintf(spec, sizeof spec, "file=%s;keep=3", path);
+    te_optim *opt = model();
+    te_profile_opts o = parse_ok(spec);
+    ck_assert_int_eq(te_profile_start(&o), TE_OK);
+    for (int s = 0; s < 4; s++)
+        train_step(opt);
+    ck_assert_int_eq(te_profile_stop(), TE_OK);
+    int status = tu_shell(out, sizeof out, "/usr/bin/python3 '%s/tests/interop_prof_json.py' '%s' mm/matmul "
+                          "grad/out/linear update/w2 2>&1", TDBG_SRCDIR, path);
+    ck_assert_msg(status == 0, "interop failed:\n%s", out);
+    ck_assert_msg(strstr(out, "interop ok: 3 steps, 30 ops"), "%s", out);
+    tu_scratch_remove(dir);
+}
+END_TEST
+
 Suite *suite_prof(void)
 {
     Suite *s = suite_create("prof");
@@ -622,6 +648,7 @@ Suite *suite_prof(void)
     tcase_add_test(tc, test_save_at_stop);
     tcase_add_test(tc, test_names_escaped);
     tcase_add_test(tc, test_graph_mode);
+    tcase_add_test(tc, test_interop_python_json);
     suite_add_tcase(s, tc);
     return s;
 }
