@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fnmatch.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,45 @@ void te_profile_note_wait(const char *what, int64_t ns)
 /* ---- recording ---------------------------------------------------------- */
 
 /* Room for one more event; NULL (the event is dropped) when out of memory. */
+/* ---- the device clock --------------------------------------------------- */
+
+static const prof_clock *clock_override;
+static prof_clock step_clock; /* the clock of the step being recorded; mark NULL: host */
+
+void te_prof_clock_set(const prof_clock *c) { clock_override = c; }
+
+static void clock_choose(void)
+{
+    const te_backend *b = te_backend_current();
+    if (clock_override)
+        step_clock = *clock_override;
+    else if (b->timer_mark && b->timer_ms && b->timer_reset)
+        step_clock = (prof_clock){ b->timer_mark, b->timer_ms, b->timer_reset };
+    else
+        step_clock = (prof_clock){ 0 };
+}
+
+/* Moves the step's ops onto the device's track, their times from its
+ * clock: t0 + the device time from the step's first mark. An op whose
+ * marks cannot be read keeps its host time. */
+static void clock_resolve(prof_step *s)
+{
+    if (s->mark0 < 0)
+        return;
+    for (int i = 0; i < s->n; i++) {
+        prof_ev *e = &s->ev[i];
+        if (e->kind != PROF_OP || e->m0 < 0 || e->m1 < 0)
+            continue;
+        double a = step_clock.ms(s->mark0, e->m0), b = step_clock.ms(s->mark0, e->m1);
+        if (a < 0 || b < a)
+            continue;
+        e->host_ns = e->t1 - e->t0;
+        e->t0 = s->t0 + (uint64_t)llround(a * 1e6);
+        e->t1 = s->t0 + (uint64_t)llround(b * 1e6);
+        e->tid = PROF_DEVICE_TID;
+    }
+}
+
 static prof_ev *push(prof_step *s, int kind)
 {
     if (s->n == s->cap) {
@@ -236,7 +276,7 @@ static prof_ev *push(prof_step *s, int kind)
     }
     prof_ev *e = &s->ev[s->n++];
     *e = (prof_ev){ .kind = (uint8_t)kind, .name = PROF_NONE, .type = PROF_NONE, .kernel = PROF_NONE,
-                    .tid = thread_id() };
+                    .tid = thread_id(), .m0 = -1, .m1 = -1 };
     return e;
 }
 
@@ -282,6 +322,7 @@ static void close_phase(prof_step *s, uint64_t t)
  * it), the previous report's end, so the kernel's ops tile its time. */
 static _Thread_local uint64_t op_t0, last_done;
 static _Thread_local bool op_open;
+static _Thread_local int op_m0, last_m1; /* the same on the device clock, or -1 */
 
 /* A step or phase boundary: an op reported without a te_op_begin (the
  * optimizer's batched updates) starts there, not in the phase before. */
@@ -289,6 +330,7 @@ static void op_mark(uint64_t t)
 {
     last_done = t;
     op_open = false;
+    last_m1 = te_prof.cur && te_prof.cur->mark0 >= 0 ? step_clock.mark() : -1;
 }
 
 void te_prof_step(bool begin)
@@ -309,6 +351,10 @@ void te_prof_step(bool begin)
         s->n = 0;
         s->pool_n = 0;
         s->hooks_ns = s->compile_ns = s->dump_ns = s->arena_bytes = 0;
+        clock_choose();
+        if (step_clock.mark)
+            step_clock.reset();
+        s->mark0 = step_clock.mark ? step_clock.mark() : -1;
         /* The wait for this step's batch came before it: the phase "data"
          * runs from it to here, with the batch's making after the wait, so
          * that the phases tile the step. */
@@ -331,6 +377,7 @@ void te_prof_step(bool begin)
         return;
     close_phase(s, t);
     s->t1 = t;
+    clock_resolve(s);
     s->dump_ns = __atomic_exchange_n(&pending_dump_ns, 0, __ATOMIC_RELAXED);
     s->done = true;
     te_prof.cur = NULL;
@@ -402,6 +449,7 @@ void te_prof_op_begin(const te_op_record *rec)
     if (!op_open) {
         op_t0 = te_prof_now();
         op_open = true;
+        op_m0 = te_prof.cur && te_prof.cur->mark0 >= 0 ? step_clock.mark() : -1;
     }
 }
 
@@ -409,9 +457,12 @@ void te_prof_op_done(const te_op_record *rec)
 {
     uint64_t t = te_prof_now();
     uint64_t t0 = op_open ? op_t0 : last_done ? last_done : t;
+    prof_step *s = te_prof.cur;
+    int m1 = s && s->mark0 >= 0 ? step_clock.mark() : -1;
+    int m0 = op_open ? op_m0 : last_m1 >= 0 ? last_m1 : m1;
     op_open = false;
     last_done = t;
-    prof_step *s = te_prof.cur;
+    last_m1 = m1;
     if (!s || (te_prof.o.ops[0] && fnmatch(te_prof.o.ops, rec->name ? rec->name : "", 0) != 0))
         return;
     prof_ev *e = push(s, PROF_OP);
@@ -419,6 +470,8 @@ void te_prof_op_done(const te_op_record *rec)
         return;
     e->t0 = t0;
     e->t1 = t;
+    e->m0 = m0;
+    e->m1 = m1;
     e->phase = (uint8_t)rec->phase;
     e->name = intern(s, rec->name);
     e->type = intern(s, rec->type);

@@ -20,7 +20,9 @@ typedef struct prof_ev {
     double flops;
     int64_t shape[TE_MAX_DIMS];
     uint32_t name, type, kernel; /* offsets into the pool, or PROF_NONE */
-    int32_t tid;
+    int32_t tid;                 /* PROF_DEVICE_TID: t0, t1 are device time */
+    int32_t m0, m1;              /* an op's device-clock marks, or -1 */
+    uint64_t host_ns;            /* a device-timed op: its time on the host */
     uint8_t kind, phase, dtype, ndim, device;
 } prof_ev;
 
@@ -35,7 +37,19 @@ typedef struct prof_step {
     size_t pool_n, pool_cap;
     uint64_t hooks_ns, loader_ns, compile_ns, dump_ns;
     uint64_t arena_bytes; /* graph mode: the largest arena of the plans that ran */
+    int mark0;            /* the device clock's mark at t0, or -1: host time */
 } prof_step;
+
+/* The device clock: the backend's timer entries (or a test's). */
+typedef struct prof_clock {
+    int (*mark)(void);
+    double (*ms)(int a, int b);
+    void (*reset)(void);
+} prof_clock;
+/* Replaces the backend's clock (NULL: back to the backend's); tests. */
+void te_prof_clock_set(const prof_clock *c);
+/* The track of device-timed ops: one per process, beside the threads'. */
+#define PROF_DEVICE_TID 0x40000000
 
 typedef struct prof_state {
     te_profile_opts o;

@@ -62,6 +62,10 @@ static void put_op(FILE *f, bool *first, const prof_step *s, const prof_ev *e)
         fprintf(f, "%s%" PRId64, d ? "," : "", e->shape[d]);
     fprintf(f, "],\"dtype\":\"%s\",\"flops\":%.0f,\"bytes\":%" PRIu64 ",\"device\":\"%s\"",
             e->ndim ? te_dtype_name(e->dtype) : "", e->flops, e->bytes, te_device_name(e->device));
+    if (e->tid == PROF_DEVICE_TID) {
+        fputs(",\"host_us\":", f);
+        put_us(f, e->host_ns);
+    }
     if (e->kernel != PROF_NONE) {
         fputs(",\"kernel\":", f);
         put_str(f, prof_str(s, e->kernel));
@@ -164,7 +168,8 @@ te_status te_prof_write_json(const prof_state *p, const char *file)
     const char *prog = program_name(exe, sizeof exe);
     for (int j = 0; j < n_tids; j++) {
         event_head(f, &first, "M", "__metadata", "thread_name", 0, tids[j]);
-        fprintf(f, ",\"args\":{\"name\":\"%s\"}}", j == 0 ? "steps" : "thread");
+        fprintf(f, ",\"args\":{\"name\":\"%s\"}}",
+                tids[j] == PROF_DEVICE_TID ? "device (event time)" : j == 0 ? "steps" : "thread");
     }
     fputs("\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"tdbg\":1,\"program\":", f);
     put_str(f, prog);

@@ -431,6 +431,14 @@ typedef struct te_backend {
     void (*watch_flag)(const te_tensor *t, unsigned kinds, int slot);
     int (*watch_take)(int n);
     bool async;
+    /* The profiler's device clock (prof.c), NULL where host time is the
+     * device's: timer_mark records a mark on the queue and returns its
+     * handle (-1 on failure); timer_ms waits for mark b and gives the
+     * device milliseconds from a to b (-1 on failure); timer_reset spends
+     * every handle (the step's end). */
+    int (*timer_mark)(void);
+    double (*timer_ms)(int a, int b);
+    void (*timer_reset)(void);
     /* The scaler's unscale of count gradients; true if any held NaN/Inf. */
     bool (*unscale)(const te_unscale_args *u, int count, float inv);
     /* Gradient clipping's sum of squares of count sources (src, dt, n;

@@ -7,6 +7,7 @@
  * that need escaping read back by jansson, and graph mode (the compile,
  * fused kernels, the arena).
  */
+#include "prof_internal.h"
 #include "suites.h"
 #include "te.h"
 #include "testutil.h"
@@ -633,6 +634,76 @@ START_TEST(test_interop_python_json)
 }
 END_TEST
 
+/* A device clock for the CPU: mark k is at k * 0.5 ms; `broken` makes it
+ * unreadable. */
+static int fake_marks;
+static bool fake_broken;
+static int fake_mark(void) { return fake_marks++; }
+static double fake_ms(int a, int b) { return fake_broken ? -1 : (b - a) * 0.5; }
+static void fake_reset(void) { fake_marks = 0; }
+
+/* With a device clock, ops move to the device's track with its times (the
+ * host's kept in args.host_us); an unreadable clock leaves host times. */
+START_TEST(test_device_clock)
+{
+    char dir[256], path[300], spec[400];
+    tu_scratch_make(dir, sizeof dir, "prof");
+    te_optim *opt = model();
+    for (int broken = 0; broken < 2; broken++) {
+        fake_broken = broken;
+        te_prof_clock_set(&(prof_clock){ fake_mark, fake_ms, fake_reset });
+        snprintf(path, sizeof path, "%s/dev%d.json", dir, broken);
+        snprintf(spec, sizeof spec, "file=%s;keep=2", path);
+        te_profile_opts o = parse_ok(spec);
+        ck_assert_int_eq(te_profile_start(&o), TE_OK);
+        train_step(opt);
+        train_step(opt);
+        ck_assert_int_eq(te_profile_stop(), TE_OK);
+        te_prof_clock_set(NULL);
+        json_t *evs, *root = load_json(path, &evs);
+        size_t i;
+        json_t *e;
+        int ops = 0, named = 0;
+        double step_ts[8] = { 0 }, last_end = 0;
+        json_array_foreach(evs, i, e) {
+            if (!strcmp(jstr(e, "ph"), "M") && json_integer_value(json_object_get(e, "tid")) == PROF_DEVICE_TID) {
+                ck_assert_str_eq(json_string_value(jarg(e, "name")), "device (event time)");
+                named++;
+            }
+            if (strcmp(jstr(e, "ph"), "X"))
+                continue;
+            json_int_t step = json_integer_value(jarg(e, "step"));
+            double ts = json_number_value(json_object_get(e, "ts")), dur = json_number_value(json_object_get(e, "dur"));
+            if (!strcmp(jstr(e, "cat"), "step")) {
+                step_ts[step] = ts;
+                last_end = ts;
+            }
+            if (strcmp(jstr(e, "cat"), "op"))
+                continue;
+            ops++;
+            json_int_t tid = json_integer_value(json_object_get(e, "tid"));
+            if (broken) {
+                ck_assert_int_ne(tid, PROF_DEVICE_TID);
+                ck_assert_ptr_null(jarg(e, "host_us"));
+                continue;
+            }
+            ck_assert_int_eq(tid, PROF_DEVICE_TID);
+            ck_assert(json_is_number(jarg(e, "host_us")));
+            /* whole marks apart: a multiple of 500 us, after the step's start, one after another */
+            double k = dur / 500.0;
+            ck_assert_msg(k >= 1 && fabs(k - round(k)) < 1e-9, "%s: dur %.3f us", jstr(e, "name"), dur);
+            ck_assert(ts >= step_ts[step] + 500.0);
+            ck_assert_msg(ts >= last_end - 1e-6, "%s overlaps the op before", jstr(e, "name"));
+            last_end = ts + dur;
+        }
+        ck_assert_int_eq(ops, 2 * 10);
+        ck_assert_int_eq(named, broken ? 0 : 1);
+        json_decref(root);
+    }
+    tu_scratch_remove(dir);
+}
+END_TEST
+
 Suite *suite_prof(void)
 {
     Suite *s = suite_create("prof");
@@ -649,6 +720,7 @@ Suite *suite_prof(void)
     tcase_add_test(tc, test_names_escaped);
     tcase_add_test(tc, test_graph_mode);
     tcase_add_test(tc, test_interop_python_json);
+    tcase_add_test(tc, test_device_clock);
     suite_add_tcase(s, tc);
     return s;
 }

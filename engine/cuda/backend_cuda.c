@@ -13,6 +13,7 @@
 #include "cuda/cuda_rt.h"
 #include "cuda/cuda_services.h"
 #include "cuda/cuda_shape.h"
+#include "cuda/cuda_timer.h"
 #include "cuda/k_watch.h"
 
 #include <stdlib.h>
@@ -249,6 +250,9 @@ const te_backend te_backend_cuda = {
     .watch_flag = cuda_watch_flag,
     .watch_take = cuda_watch_take,
     .async = true,
+    .timer_mark = cuda_timer_mark,
+    .timer_ms = cuda_timer_ms,
+    .timer_reset = cuda_timer_reset,
     .forward = { CUDA_KERNELS(CUDA_FWD) },
     .backward = { CUDA_KERNELS(CUDA_BWD) },
     /* Tensor cores: f16/bf16 operands, f32 sums, rounded once. */
