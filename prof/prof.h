@@ -35,6 +35,7 @@ typedef struct prof_event {
     const char *name;       /* strings live in the trace's JSON */
     const char *type;       /* args.type, or NULL */
     const char *phase;      /* args.phase, or NULL */
+    const char *kernel;     /* args.kernel (graph mode's fused kernel), or NULL */
     double ts, dur;         /* microseconds */
     double self;            /* dur less its nested ops' (ops only; nest.c) */
     int64_t pid, tid;
@@ -79,9 +80,9 @@ typedef struct prof_row {
     double flops_us;        /* their total time */
 } prof_row;
 
-typedef enum prof_key { PROF_BY_NAME, PROF_BY_TYPE, PROF_BY_PHASE } prof_key;
+typedef enum prof_key { PROF_BY_NAME, PROF_BY_TYPE, PROF_BY_PHASE, PROF_BY_KERNEL } prof_key;
 
-/* The ops grouped by key (a missing type or phase is "-"), sorted by key;
+/* The ops grouped by key (a missing type, phase or kernel is "-"), sorted by key;
  * returns the count, *rows malloc'd (NULL when there is no op). */
 size_t prof_rows(const prof_trace *t, prof_key key, prof_row **rows);
 /* Sum of every op's self time: the time spent in ops, counted once. */

@@ -151,12 +151,25 @@ static json_t *json_flops(prof_row *r, size_t n, const prof_opts *o)
     return a;
 }
 
+/* The rows of fused kernels only (key "-": ops that ran alone, left out); their count. */
+static size_t fused_rows(prof_row *r, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(r[i].key, "-") != 0)
+            r[k++] = r[i];
+    return k;
+}
+
 void prof_report(const prof_trace *t, const prof_step *steps, size_t n_steps, const prof_opts *o, FILE *out)
 {
     prof_row *by_name, *by_type, *by_phase;
     size_t n_name = prof_rows(t, PROF_BY_NAME, &by_name);
     size_t n_type = prof_rows(t, PROF_BY_TYPE, &by_type);
     size_t n_phase = prof_rows(t, PROF_BY_PHASE, &by_phase);
+    prof_row *by_kernel;
+    size_t n_kernel = prof_rows(t, PROF_BY_KERNEL, &by_kernel);
+    n_kernel = fused_rows(by_kernel, n_kernel);
     double op_us = prof_op_time(t);
     if (o->json) {
         json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:f}", "file", t->file, "steps", (json_int_t)t->n_steps,
@@ -165,6 +178,7 @@ void prof_report(const prof_trace *t, const prof_step *steps, size_t n_steps, co
         json_object_set_new(j, "top_self", json_rows(by_name, n_name, true, op_us, o));
         json_object_set_new(j, "by_type", json_rows(by_type, n_type, true, op_us, o));
         json_object_set_new(j, "by_phase", json_rows(by_phase, n_phase, true, op_us, o));
+        json_object_set_new(j, "fused_kernels", json_rows(by_kernel, n_kernel, false, op_us, o));
         json_object_set_new(j, "step_breakdown", json_steps(steps, n_steps));
         json_object_set_new(j, "flops", json_flops(by_name, n_name, o));
         json_object_set_new(j, "peak_gflops", o->peak_gflops > 0 ? json_real(o->peak_gflops) : json_null());
@@ -178,6 +192,9 @@ void prof_report(const prof_trace *t, const prof_step *steps, size_t n_steps, co
         text_rows(out, "top ops by self time", by_name, n_name, true, op_us, o);
         text_rows(out, "by op type (sorted by self time)", by_type, n_type, true, op_us, o);
         text_rows(out, "by phase (sorted by self time)", by_phase, n_phase, true, op_us, o);
+        if (n_kernel > 0) /* count: the op reports of the kernel's ops, each step */
+            text_rows(out, "fused kernels (graph mode; each names the ops it stands for)", by_kernel, n_kernel,
+                      false, op_us, o);
         if (n_steps > 0)
             text_steps(out, steps, n_steps);
         else
@@ -187,4 +204,5 @@ void prof_report(const prof_trace *t, const prof_step *steps, size_t n_steps, co
     free(by_name);
     free(by_type);
     free(by_phase);
+    free(by_kernel);
 }

@@ -20,7 +20,8 @@ prof_class prof_phase_class(const char *name)
 
 static const char *key_of(const prof_event *e, prof_key key)
 {
-    const char *k = key == PROF_BY_NAME ? e->name : key == PROF_BY_TYPE ? e->type : e->phase;
+    const char *k = key == PROF_BY_NAME ? e->name : key == PROF_BY_TYPE ? e->type
+                  : key == PROF_BY_PHASE ? e->phase : e->kernel;
     return k ? k : "-";
 }
 

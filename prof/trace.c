@@ -125,7 +125,8 @@ static bool read_x(loader *l, json_t *ev, prof_cat cat, prof_event *e)
     if (cat != PROF_OP && !e->has_step)
         return fail(l->err, l->n, l->file, (long long)l->index, "a %s event needs \"args.step\"",
                     cat == PROF_STEP ? "step" : "phase");
-    if (!get_str(l, args, "type", &e->type) || !get_str(l, args, "phase", &e->phase))
+    if (!get_str(l, args, "type", &e->type) || !get_str(l, args, "phase", &e->phase) ||
+        !get_str(l, args, "kernel", &e->kernel))
         return false;
     if (cat == PROF_STEP && !get_ns(l, args, "dump_ns", &e->dump))
         return false;

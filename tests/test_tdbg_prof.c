@@ -662,6 +662,54 @@ START_TEST(test_end_to_end)
 }
 END_TEST
 
+/* Graph mode: ops name the fused kernel they ran in (args.kernel); the
+ * kernels get their own table, with its ops' time, the ops run alone
+ * left out; a non-string kernel is refused. */
+START_TEST(test_fused_kernels)
+{
+    char p[512];
+    static tbuf b;
+    b.n = 0;
+    add(&b, "{\"traceEvents\":[");
+    step_ev(&b, 0, 0, 5000);
+    add(&b, "{\"ph\":\"X\",\"cat\":\"op\",\"name\":\"fc1/linear\",\"ts\":0,\"dur\":2000,\"pid\":1,\"tid\":1,"
+            "\"args\":{\"kernel\":\"k3 fused-act: fc1/linear, fc1/relu\"}},");
+    add(&b, "{\"ph\":\"X\",\"cat\":\"op\",\"name\":\"fc1/relu\",\"ts\":2000,\"dur\":250,\"pid\":1,\"tid\":1,"
+            "\"args\":{\"kernel\":\"k3 fused-act: fc1/linear, fc1/relu\"}},");
+    op_ev(&b, "loss", "mse", "forward", 2250, 1000, 1, -1);
+    close_trace(&b);
+    write_trace(p, sizeof p, "fused.json", b.s);
+    tu_result r = RUN(p);
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    const char *t = strstr(r.out, "fused kernels (graph mode; each names the ops it stands for)\n");
+    ck_assert_msg(t != NULL, "%s", r.out);
+    has_line(t, "     2.250      2.250      2      1.125   69.2%  k3 fused-act: fc1/linear, fc1/relu");
+    ck_assert_msg(strstr(t, "  -\n") == NULL, "the ops run alone are not a kernel:\n%s", t);
+    tu_result_free(&r);
+    r = RUN(p, "--json");
+    json_t *j = parse_out(&r);
+    json_t *x = row(j, "fused_kernels", 0, "k3 fused-act: fc1/linear, fc1/relu");
+    EQ(x, "total_ms", 2.25);
+    EQ(x, "count", 2);
+    ck_assert_uint_eq(json_array_size(json_object_get(j, "fused_kernels")), 1);
+    json_decref(j);
+    tu_result_free(&r);
+    /* trace A has no kernel: no such table */
+    trace_a(p, sizeof p);
+    r = RUN(p);
+    ck_assert(strstr(r.out, "fused kernels") == NULL);
+    tu_result_free(&r);
+    b.n = 0;
+    add(&b, "{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"op\",\"name\":\"a\",\"ts\":0,\"dur\":1,\"pid\":1,\"tid\":1,"
+            "\"args\":{\"kernel\":3}}]}");
+    write_trace(p, sizeof p, "badk.json", b.s);
+    r = RUN(p);
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_msg(strstr(r.err, "event 0: \"args.kernel\" is not a string") != NULL, "%s", r.err);
+    tu_result_free(&r);
+}
+END_TEST
+
 Suite *suite_tdbg_prof(void)
 {
     Suite *s = suite_create("tdbg_prof");
@@ -669,6 +717,7 @@ Suite *suite_tdbg_prof(void)
     tcase_add_unchecked_fixture(tc, suite_dir_make, suite_dir_remove);
     tcase_add_test(tc, test_tables_text);
     tcase_add_test(tc, test_tables_json_and_top);
+    tcase_add_test(tc, test_fused_kernels);
     tcase_add_test(tc, test_no_steps_no_flops);
     tcase_add_test(tc, test_diff_text);
     tcase_add_test(tc, test_diff_json);
