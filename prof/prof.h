@@ -45,6 +45,8 @@ typedef struct prof_event {
     double dump;            /* a step's args.dump_ns (the dump writer's queue waits, inside hooks), in us */
     double flops;           /* args.flops, when has_flops */
     bool has_flops;
+    double bytes;           /* args.bytes (moved by the op), when has_bytes */
+    bool has_bytes;
 } prof_event;
 
 typedef struct prof_trace {
@@ -78,6 +80,9 @@ typedef struct prof_row {
     double flops;           /* summed over the ops that carry flops */
     size_t n_flops;         /* how many of them */
     double flops_us;        /* their total time */
+    double bytes;           /* args.bytes summed over the ops that carry flops and bytes */
+    size_t n_bytes;         /* how many of them */
+    double bytes_us;        /* their total time */
 } prof_row;
 
 typedef enum prof_key { PROF_BY_NAME, PROF_BY_TYPE, PROF_BY_PHASE, PROF_BY_KERNEL } prof_key;

@@ -36,6 +36,8 @@ static double share(double us, double op_us) { return op_us > 0 ? 100 * us / op_
 
 /* GFLOP/s of a row's ops that carry FLOPs; 0 when they took no time. */
 static double gflops(const prof_row *r) { return r->flops_us > 0 ? r->flops / r->flops_us / 1e3 : 0; }
+/* -1: none of its ops said how many bytes they moved. */
+static double gbps(const prof_row *r) { return r->n_bytes && r->bytes_us > 0 ? r->bytes / r->bytes_us / 1e3 : -1; }
 
 static size_t shown(size_t n, const prof_opts *o) { return o->top > 0 && (size_t)o->top < n ? (size_t)o->top : n; }
 
@@ -98,9 +100,13 @@ static void text_flops(FILE *out, prof_row *r, size_t n, const prof_opts *o)
         fprintf(out, "  (none)\n");
         return;
     }
-    fprintf(out, "     GFLOP    time ms    GFLOP/s  of peak  name\n");
+    fprintf(out, "     GFLOP    time ms    GFLOP/s       GB/s  of peak  name\n");
     for (size_t i = 0; i < shown(k, o); i++) {
         fprintf(out, "%10.3f %10.3f %10.2f", r[i].flops / 1e9, r[i].flops_us / 1e3, gflops(&r[i]));
+        if (gbps(&r[i]) >= 0)
+            fprintf(out, " %10.2f", gbps(&r[i]));
+        else
+            fprintf(out, " %10s", "-");
         if (o->peak_gflops > 0)
             fprintf(out, " %7.1f%%", 100 * gflops(&r[i]) / o->peak_gflops);
         else
@@ -144,6 +150,7 @@ static json_t *json_flops(prof_row *r, size_t n, const prof_opts *o)
     for (size_t i = 0; i < shown(k, o); i++) {
         json_t *row = json_pack("{s:s, s:f, s:f, s:f}", "name", r[i].key, "gflop", r[i].flops / 1e9,
                                 "time_ms", r[i].flops_us / 1e3, "gflops", gflops(&r[i]));
+        json_object_set_new(row, "gbps", gbps(&r[i]) >= 0 ? json_real(gbps(&r[i])) : json_null());
         json_object_set_new(row, "of_peak", o->peak_gflops > 0 ? json_real(100 * gflops(&r[i]) / o->peak_gflops)
                                                                : json_null());
         json_array_append_new(a, row);

@@ -64,6 +64,11 @@ size_t prof_rows(const prof_trace *t, prof_key key, prof_row **rows)
             row->flops += e->flops;
             row->n_flops++;
             row->flops_us += e->dur;
+            if (e->has_bytes) {
+                row->bytes += e->bytes;
+                row->n_bytes++;
+                row->bytes_us += e->dur;
+            }
         }
     }
     free(ops);

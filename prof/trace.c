@@ -148,6 +148,15 @@ static bool read_x(loader *l, json_t *ev, prof_cat cat, prof_event *e)
             return fail(l->err, l->n, l->file, (long long)l->index, "\"args.flops\" is out of range (%g)", e->flops);
         e->has_flops = true;
     }
+    json_t *bytes = args ? json_object_get(args, "bytes") : NULL;
+    if (bytes) {
+        if (!json_is_number(bytes))
+            return fail(l->err, l->n, l->file, (long long)l->index, "\"args.bytes\" is not a number");
+        e->bytes = json_number_value(bytes);
+        if (!isfinite(e->bytes) || e->bytes < 0 || e->bytes > 1e30)
+            return fail(l->err, l->n, l->file, (long long)l->index, "\"args.bytes\" is out of range (%g)", e->bytes);
+        e->has_bytes = true;
+    }
     return true;
 }
 

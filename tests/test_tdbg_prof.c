@@ -89,6 +89,14 @@ static void op_ev(tbuf *b, const char *name, const char *type, const char *phase
     add(b, "}},");
 }
 
+/* An op that says how many bytes it moved. */
+static void op_bytes(tbuf *b, const char *name, const char *type, const char *phase, double ts, double dur,
+                     double flops, double bytes)
+{
+    add(b, "{\"ph\":\"X\",\"cat\":\"op\",\"name\":\"%s\",\"ts\":%g,\"dur\":%g,\"pid\":1,\"tid\":1,\"args\":{"
+        "\"type\":\"%s\",\"phase\":\"%s\",\"flops\":%g,\"bytes\":%g}},", name, ts, dur, type, phase, flops, bytes);
+}
+
 static void close_trace(tbuf *b)
 {
     add(b, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"main\"}},"
@@ -102,7 +110,7 @@ static void close_trace(tbuf *b)
  *   op time: 0.5 + 3.5 + 1.5 + 7 + 2 + 1.5 = 16 ms
  *   step 1: data 1, forward 3, backward 4, update 1, hooks 0.3, dump 0.2, other 0.5
  *   step 2: data 2, forward 3, backward 5, update 1, hooks 0,   dump 0,   other 1
- *   FLOPs: linear 4e9 a call, matmul 3e9, linear_bwd 8e9. */
+ *   FLOPs: linear 4e9 a call, matmul 3e9, linear_bwd 8e9; bytes: linear_bwd 6e9 and 8e9. */
 static const char *trace_a(char *path, size_t n)
 {
     static tbuf b;
@@ -116,7 +124,7 @@ static const char *trace_a(char *path, size_t n)
     op_ev(&b, "fc1/linear", "linear", "forward", 1000, 2000, 1, 4e9);
     op_ev(&b, "fc1/matmul", "matmul", "forward", 1200, 1500, 1, 3e9);
     op_ev(&b, "relu", "relu", "forward", 3000, 500, 1, -1);
-    op_ev(&b, "fc1/linear_bwd", "linear", "backward", 4000, 3000, 1, 8e9);
+    op_bytes(&b, "fc1/linear_bwd", "linear", "backward", 4000, 3000, 8e9, 6e9);
     op_ev(&b, "sgd", "sgd", "update", 8500, 1000, 1, -1);
     step_ev(&b, 2, 10000, 12000);
     phase_ev(&b, "data", 2, 10000, 1500);
@@ -127,7 +135,7 @@ static const char *trace_a(char *path, size_t n)
     op_ev(&b, "fc1/matmul", "matmul", "forward", 12000, 2000, 1, 3e9);
     op_ev(&b, "fc1/linear", "linear", "forward", 12000, 2000, 1, 4e9);
     op_ev(&b, "relu", "relu", "forward", 14000, 1000, 1, -1);
-    op_ev(&b, "fc1/linear_bwd", "linear", "backward", 15000, 4000, 1, 8e9);
+    op_bytes(&b, "fc1/linear_bwd", "linear", "backward", 15000, 4000, 8e9, 8e9);
     op_ev(&b, "sgd", "sgd", "update", 20000, 1000, 1, -1);
     op_ev(&b, "loader/decode", NULL, NULL, 10000, 1500, 2, -1);
     add(&b, "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"ignored\",\"ts\":0,\"dur\":99999,\"pid\":1,\"tid\":1},");
@@ -235,14 +243,14 @@ START_TEST(test_tables_text)
     has_line(r.out, "         1     10.000     1.000     3.000     4.000     1.000     0.300     0.200     0.500");
     has_line(r.out, "         2     12.000     2.000     3.000     5.000     1.000     0.000     0.000     1.000");
     has_line(r.out, "      mean     11.000     1.500     3.000     4.500     1.000     0.150     0.100     0.750");
-    /* GFLOP/s: 16e9 in 7 ms, 8e9 in 4 ms, 6e9 in 3.5 ms; against 4000 */
+    /* GFLOP/s: 16e9 in 7 ms, 8e9 in 4 ms, 6e9 in 3.5 ms; against 4000; GB/s: 14e9 bytes in 7 ms */
     has_line(r.out, "ops with FLOPs (args.flops), against a peak of 4000.0 GFLOP/s");
-    const char *fl = strstr(r.out, "     GFLOP    time ms    GFLOP/s  of peak  name\n");
+    const char *fl = strstr(r.out, "     GFLOP    time ms    GFLOP/s       GB/s  of peak  name\n");
     ck_assert_ptr_nonnull(fl);
-    ck_assert_str_eq(fl, "     GFLOP    time ms    GFLOP/s  of peak  name\n"
-                         "    16.000      7.000    2285.71    57.1%  fc1/linear_bwd\n"
-                         "     8.000      4.000    2000.00    50.0%  fc1/linear\n"
-                         "     6.000      3.500    1714.29    42.9%  fc1/matmul\n");
+    ck_assert_str_eq(fl, "     GFLOP    time ms    GFLOP/s       GB/s  of peak  name\n"
+                         "    16.000      7.000    2285.71    2000.00    57.1%  fc1/linear_bwd\n"
+                         "     8.000      4.000    2000.00          -    50.0%  fc1/linear\n"
+                         "     6.000      3.500    1714.29          -    42.9%  fc1/matmul\n");
     tu_result_free(&r);
 }
 END_TEST
@@ -287,7 +295,10 @@ START_TEST(test_tables_json_and_top)
     EQ(s2, "update", 1);
     EQ(s2, "hooks", 0);
     EQ(s2, "other", 1);
+    x = row(j, "flops", 0, "fc1/linear_bwd");
+    EQ(x, "gbps", 2000);
     x = row(j, "flops", 1, "fc1/linear");
+    ck_assert(json_is_null(json_object_get(x, "gbps")));
     EQ(x, "gflops", 2000);
     EQ(x, "gflop", 8);
     ck_assert(json_is_null(json_object_get(x, "of_peak")));
@@ -298,7 +309,7 @@ START_TEST(test_tables_json_and_top)
     r = RUN(a);
     ck_assert_int_eq(r.rc, 0);
     has_line(r.out, "ops with FLOPs (args.flops); no --peak-gflops given: no fraction of peak");
-    has_line(r.out, "    16.000      7.000    2285.71        -  fc1/linear_bwd");
+    has_line(r.out, "    16.000      7.000    2285.71    2000.00        -  fc1/linear_bwd");
     tu_result_free(&r);
     /* --top 1 cuts every table and says how many rows are left */
     r = RUN("--top", "1", a);
