@@ -288,8 +288,11 @@ static bool profile_stop(void)
     } else {
         char held[TE_NAME_MAX + 128];
         held_text(held, sizeof held);
+        int64_t a, b;
+        bool partial;
+        const bool any = held_steps(&a, &b, &partial);
         fprintf(dbg_out, "Profile stopped: %s recorded%s\n", held,
-                strcmp(held, "no step") ? "; 'profile save FILE' writes them" : "");
+                !any ? "" : a == b ? "; 'profile save FILE' writes it" : "; 'profile save FILE' writes them");
     }
     return false;
 }
@@ -310,15 +313,15 @@ static bool profile_save(const char *args)
         dbg_error("profile save: nothing recorded ('profile start' or 'profile around nan' records first)");
         return false;
     }
+    if (!file[0] && prof.started && !prof.o.file[0]) {
+        dbg_error("profile save: which file? the spec names none (usage: profile save FILE)");
+        return false;
+    }
     if (prof.started && !held_steps(&a, &b, &partial)) {
         dbg_error("profile save: no step recorded yet (the profile records from step %lld)", (long long)prof.from);
         return false;
     }
     if (!file[0]) {
-        if (!prof.o.file[0]) {
-            dbg_error("profile save: which file? the spec names none (usage: profile save FILE)");
-            return false;
-        }
         if (save_capture("profile save"))
             say_written("Wrote", prof.last_file);
         return false;
