@@ -400,8 +400,7 @@ void dbg_info_profile(void)
 }
 
 const dbg_cmd dbg_cmds_prof[] = {
-    { .name = "profile", .usage = "profile start [SPEC] | profile stop | profile save [FILE] | profile around nan "
-                                  "[keep=K] [file=F]",
+    { .name = "profile", .usage = "profile start [SPEC]|stop|save [FILE]|around nan [keep=K] [file=F]",
       .help = "record where each step's time goes (per op and phase), as a Chrome trace tdbg-prof reads\n"
       "start: SPEC as for --profile, file=P;steps=A-B;ops=GLOB;keep=K;when=always|break (words or\n"
       "';'-separated); keep the last K steps (10), write them to P at 'profile stop' (when=always)\n"
