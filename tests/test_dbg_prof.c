@@ -8,13 +8,16 @@
  * the exact errors, and `info profile`'s numbers against the trace saved
  * at the same stop. The traces are read back with jansson.
  */
+#include "cmd.h"
 #include "prof.h"
+#include "session.h"
 #include "suites.h"
 #include "testutil.h"
 #include "tsession.h"
 
 #include <jansson.h>
 #include <math.h>
+#include <readline/readline.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -462,12 +465,54 @@ START_TEST(test_info_profile)
 }
 END_TEST
 
+/* ---- the entry: lookup, help, completion ---------------------------------------- */
+
+/* The words Tab offers for the last word of line, space-separated. */
+static void completes(const char *line, const char *want)
+{
+    char buf[128], list[512] = "";
+    snprintf(buf, sizeof buf, "%s", line);
+    const char *space = strrchr(buf, ' ');
+    const int start = space ? (int)(space - buf) + 1 : 0;
+    char *saved = rl_line_buffer;
+    rl_line_buffer = buf;
+    char **m = dbg_complete(buf + start, start, (int)strlen(buf));
+    rl_line_buffer = saved;
+    for (int i = m && m[1] ? 1 : 0; m && m[i]; i++) {
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s%s", used ? " " : "", m[i]);
+    }
+    for (int i = 0; m && m[i]; i++)
+        free(m[i]);
+    free(m);
+    ck_assert_msg(strcmp(list, want) == 0, "'%s' completes to '%s', want '%s'", line, list, want);
+}
+
+START_TEST(test_entry)
+{
+    memset(&dbg, 0, sizeof dbg);
+    dbg.step = -1;
+    ck_assert_ptr_eq(dbg_cmd_find("prof"), dbg_cmd_find("profile"));
+    ck_assert_str_eq(dbg_cmd_find("profile")->usage, "profile start [SPEC]|stop|save [FILE]|around nan [keep=K] "
+                                                      "[file=F]");
+    ck_assert(!ts_exec("help profile"));
+    ck_assert_msg(strstr(ts_captured, "around nan: when=break with a ring of K steps (10) into F (tdbg-profile.json)"),
+                  "%s", ts_captured);
+    completes("profile ", "start stop save around");
+    completes("profile a", "around");
+    completes("profile around n", "nan");
+    completes("profile around nan ke", "keep=");
+    completes("info prof", "profile");
+}
+END_TEST
+
 Suite *suite_dbg_prof(void)
 {
     Suite *s = suite_create("dbg_prof");
     TCase *tc = tcase_create("profile");
     tcase_add_unchecked_fixture(tc, suite_dir_make, suite_dir_remove);
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_entry);
     tcase_add_loop_test(tc, test_around_nan, 0, 2);
     tcase_add_test(tc, test_when_break_breakpoints_only);
     tcase_add_test(tc, test_start_stop_save);
