@@ -18,6 +18,7 @@ static dbg_cmd_group builtin[] = {
     { "looking around", dbg_cmds_inspect, NULL },
     { "dumps", dbg_cmds_dump, NULL },
     { "precision", dbg_cmds_amp, NULL },
+    { "profiling", dbg_cmds_prof, NULL },
 };
 static dbg_cmd_group *groups = builtin;
 static int n_groups = sizeof builtin / sizeof builtin[0];

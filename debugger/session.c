@@ -200,6 +200,7 @@ static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, con
     last_stop.seq = seq;
     last_stop.active = true;
     dbg_dump_stopped();
+    dbg_prof_stopped(b != NULL);
     dbg_stop_report(&last_stop);
     if (dbg_frontend_active && dbg_frontend_active->show_stop)
         dbg_frontend_active->show_stop(&last_stop);
@@ -238,6 +239,7 @@ void dbg_on_step_begin(int64_t step, void *user)
     (void)user;
     step_t0_ns = now_ns();
     paused_ns = 0;
+    dbg_prof_step_begin();
     te_hook_defer(dbg.hook, defer_kinds());
     dbg.step = step;
     dbg.in_step = true;

@@ -274,6 +274,11 @@ void dbg_script_free(void);
 bool dbg_made_this_step(const te_tensor *t);
 /* Training stopped: a flight-recorder dump (when=break) writes its steps. */
 void dbg_dump_stopped(void);
+/* Training stopped, at a breakpoint's hit or not: a profile the debugger
+ * started with when=break writes its ring (cmd_prof.c). */
+void dbg_prof_stopped(bool by_breakpoint);
+/* A step begins: notes a profile the engine ended after its range. */
+void dbg_prof_step_begin(void);
 /* Removes breakpoint id if it still exists (a tbreak after its hit). */
 void dbg_break_remove(int id);
 /* Breakpoints changed: keeps the engine observing what they need. */

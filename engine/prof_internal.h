@@ -54,7 +54,7 @@ void te_prof_clock_set(const prof_clock *c);
 typedef struct prof_state {
     te_profile_opts o;
     prof_step *ring; /* o.keep slots; step k's slot: its count modulo keep */
-    int64_t recorded; /* steps begun since start */
+    int64_t recorded; /* steps finished since start */
     prof_step *cur;   /* the step being recorded, or NULL */
     int open_phase;   /* index of the open phase event in cur, or -1 */
     uint64_t data_t0, data_t1; /* a loader wait before the step it feeds */
@@ -63,7 +63,8 @@ typedef struct prof_state {
 
 extern prof_state te_prof;
 static inline const char *prof_str(const prof_step *s, uint32_t off) { return off == PROF_NONE ? NULL : s->pool + off; }
-/* Writes the ring's finished steps, oldest first, and the step still being
- * recorded (args.partial: a save at a stop) as Chrome trace JSON. */
+/* Writes the ring's finished steps, oldest first, and last the step still
+ * being recorded (args.partial: a save at a stop), keep steps at most, as
+ * Chrome trace JSON. */
 te_status te_prof_write_json(const prof_state *p, const char *file);
 #endif

@@ -115,24 +115,9 @@ static const char *program_name(char *buf, size_t n)
     return slash ? slash + 1 : buf;
 }
 
-te_status te_prof_write_json(const prof_state *p, const char *file)
+/* Writes steps[0..n) through a temporary file renamed over file. */
+static te_status write_steps(const prof_state *p, const prof_step *const *steps, int n_steps, const char *file)
 {
-    /* The running step (a save at a stop) has the slot after the last
-     * finished one: the oldest's, which it already overwrote. */
-    const int64_t end = p->recorded + (p->cur ? 1 : 0);
-    int64_t lo = end > p->o.keep ? end - p->o.keep : 0;
-    int64_t first_step = -1, last_step = -1;
-    for (int64_t i = lo; i < end; i++) {
-        const prof_step *s = &p->ring[i % p->o.keep];
-        if (s->done || s == p->cur) {
-            first_step = first_step < 0 ? s->step : first_step;
-            last_step = s->step;
-        }
-    }
-    if (first_step < 0) {
-        te_set_error(TE_ERR_STATE, "profile: no step recorded to write to %s", file);
-        return TE_ERR_STATE;
-    }
     /* Written beside the file and renamed over it: a crash mid-write leaves
      * the previous capture, never half a trace. */
     char tmp[4096];
@@ -150,10 +135,8 @@ te_status te_prof_write_json(const prof_state *p, const char *file)
     fputs("{\"traceEvents\":[", f);
     int32_t tids[64];
     int n_tids = 0;
-    for (int64_t i = lo; i < end; i++) {
-        const prof_step *s = &p->ring[i % p->o.keep];
-        if (!s->done && s != p->cur)
-            continue;
+    for (int i = 0; i < n_steps; i++) {
+        const prof_step *s = steps[i];
         put_step(f, &first, s, s->done ? s->t1 : now, s->done ? -1 : p->open_phase);
         for (int k = -1; k < s->n; k++) {
             int32_t tid = k < 0 ? s->tid : s->ev[k].tid;
@@ -173,7 +156,7 @@ te_status te_prof_write_json(const prof_state *p, const char *file)
     }
     fputs("\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"tdbg\":1,\"program\":", f);
     put_str(f, prog);
-    fprintf(f, ",\"steps\":[%" PRId64 ",%" PRId64 "]}}\n", first_step, last_step);
+    fprintf(f, ",\"steps\":[%" PRId64 ",%" PRId64 "]}}\n", steps[0]->step, steps[n_steps - 1]->step);
     bool bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad || rename(tmp, file) != 0) {
         te_set_error(TE_ERR_IO, "profile: cannot write %s: %s", file, strerror(errno));
@@ -181,4 +164,32 @@ te_status te_prof_write_json(const prof_state *p, const char *file)
         return TE_ERR_IO;
     }
     return TE_OK;
+}
+
+/* The steps to write, oldest first: the finished ones still in the ring,
+ * then the one being recorded (its slot is the oldest finished one's once
+ * the ring is full, so that it holds keep steps in all). */
+static int steps_in_order(const prof_state *p, const prof_step **out)
+{
+    int64_t n_done = p->recorded < p->o.keep ? p->recorded : p->o.keep;
+    if (p->cur && n_done == p->o.keep)
+        n_done--;
+    int n = 0;
+    for (int64_t i = p->recorded - n_done; i < p->recorded; i++)
+        if (p->ring[i % p->o.keep].done)
+            out[n++] = &p->ring[i % p->o.keep];
+    if (p->cur)
+        out[n++] = p->cur;
+    return n;
+}
+
+te_status te_prof_write_json(const prof_state *p, const char *file)
+{
+    const prof_step *steps[TE_PROF_KEEP_MAX];
+    const int n_steps = steps_in_order(p, steps);
+    if (!n_steps) {
+        te_set_error(TE_ERR_STATE, "profile: no step recorded to write to %s", file);
+        return TE_ERR_STATE;
+    }
+    return write_steps(p, steps, n_steps, file);
 }

@@ -33,6 +33,7 @@ Suite *suite_tdbg_prof(void);   /* tdbg-prof: tables on crafted traces, diff, da
 Suite *suite_dump_amp(void);    /* mixed precision in dumps (amp level, loss scale, skips) and the TUI's tracking */
 Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the whole op table */
 Suite *suite_cmd_args(void);    /* command arguments refused or meant, step N, quit's status, the launcher's truth */
+Suite *suite_dbg_prof(void);    /* the debugger's profile commands: around nan, start/stop/save, info profile */
 Suite *suite_dbg_amp(void);     /* the debugger on mixed precision: overflow, underflow, skip, compare f32, info amp */
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_crash(void);       /* crash reports: injected and natural crashes, exit() mid-step, CLI and TUI */
