@@ -389,6 +389,29 @@ void te_prof_step(bool begin)
     }
 }
 
+te_prof_mark te_prof_mark_take(void)
+{
+    const prof_step *s = te_prof_on ? te_prof.cur : NULL;
+    return s ? (te_prof_mark){ s->n, te_prof.open_phase, te_prof_now(), true } : (te_prof_mark){ 0 };
+}
+
+void te_prof_rewind(const te_prof_mark *m)
+{
+    prof_step *s = te_prof.cur;
+    if (!m->valid || !s || s->n < m->n)
+        return;
+    uint64_t t = te_prof_now();
+    s->n = m->n; /* the attempt's events, phases included: the step goes on from the mark */
+    te_prof.open_phase = m->open_phase;
+    prof_ev *e = push(s, PROF_REPLAY);
+    if (e) {
+        e->t0 = m->t;
+        e->t1 = t;
+        e->phase = (uint8_t)te_current_phase();
+    }
+    op_mark(t);
+}
+
 void te_prof_arena(size_t bytes)
 {
     if (te_prof.cur && bytes > te_prof.cur->arena_bytes)

@@ -6,7 +6,8 @@
 
 /* What an event is: an op, a phase of the step, or an interval inside one. */
 /* DATA: the wait for a batch before the step (a phase); WAIT: one inside a phase. */
-enum { PROF_OP, PROF_PHASE, PROF_DATA, PROF_WAIT, PROF_COMPILE };
+/* REPLAY: an attempt of the step the deferred watch dropped and ran again. */
+enum { PROF_OP, PROF_PHASE, PROF_DATA, PROF_WAIT, PROF_COMPILE, PROF_REPLAY };
 #define PROF_NONE UINT32_MAX /* no string */
 
 /* One fixed-size record; its strings live in the step's pool. */

@@ -100,6 +100,7 @@ static void put_step(FILE *f, bool *first, const prof_step *s, uint64_t end, int
         case PROF_DATA: put_x(f, first, "phase", "data", e->t0, e->t1, e->tid); break;
         case PROF_WAIT: put_x(f, first, "wait", "data", e->t0, e->t1, e->tid); break;
         case PROF_COMPILE: put_x(f, first, "compile", "compile", e->t0, e->t1, e->tid); break;
+        case PROF_REPLAY: put_x(f, first, "replay", "watch replay", e->t0, e->t1, e->tid); break;
         }
         fprintf(f, ",\"args\":{\"step\":%" PRId64 "}}", s->step);
     }

@@ -613,6 +613,16 @@ void te_prof_phase(te_phase p);
  * "compile" (a graph's compile), "hooks" (adds to the step's hooks time). */
 void te_prof_interval(const char *what, uint64_t t0_ns, uint64_t t1_ns);
 uint64_t te_prof_now(void);
+/* The deferred watch's replay (watch.c): where the step's recording stood
+ * before an attempt, and the attempt dropped again when the step is run
+ * once more, its time left as one "replay" event. */
+typedef struct te_prof_mark {
+    int n, open_phase;
+    uint64_t t;
+    bool valid;
+} te_prof_mark;
+te_prof_mark te_prof_mark_take(void);
+void te_prof_rewind(const te_prof_mark *m);
 /* A compiled graph ran in this step with an arena of this many bytes. */
 void te_prof_arena(size_t bytes);
 /* The cost model beside the op table (prof_cost.c): the FLOPs and bytes

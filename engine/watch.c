@@ -111,6 +111,7 @@ te_status te_watch_run(te_status (*run)(void *ctx), void *ctx)
         w.active = false;
         return run(ctx);
     }
+    const te_prof_mark prof = te_prof_mark_take();
     te_status st = run(ctx);
     const int hit = end();
     if (hit < 0 && st == TE_OK) {
@@ -125,6 +126,7 @@ te_status te_watch_run(te_status (*run)(void *ctx), void *ctx)
     te_snapshot_restore(snap);
     te_snapshot_free(snap);
     te_phase_restore(phase);
+    te_prof_rewind(&prof);
     w.replayed++;
     te_error_clear();
     return run(ctx);

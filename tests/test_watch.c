@@ -6,6 +6,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,10 +132,17 @@ static int attach(unsigned kinds)
 /* Trains steps steps of net_step in mode under policy, on a fresh engine,
  * with a hook deferring on kinds (none when kinds < 0) and an injection
  * (NULL: none). */
+static const char *profile_to; /* a trace of train()'s steps, when set */
+
 static run_result train(te_mode mode, te_watch_mode policy, int steps, int kinds, const char *inject)
 {
     tu_teardown();
     tu_setup();
+    if (profile_to) {
+        te_profile_opts o = { .last = -1, .keep = 10 };
+        snprintf(o.file, sizeof o.file, "%s", profile_to);
+        ck_assert_int_eq(te_profile_start(&o), TE_OK);
+    }
     te_watch_policy(policy);
     if (inject)
         ck_assert_int_eq(te_inject_add(inject), TE_OK);
@@ -157,6 +165,8 @@ static run_result train(te_mode mode, te_watch_mode policy, int steps, int kinds
         r.loss[s] = te_item(out[0]);
         te_step_end();
     }
+    if (profile_to)
+        ck_assert_int_eq(te_profile_stop(), TE_OK);
     snapshot_values(&r, &m);
     te_graph_free(g);
     te_tensor_free(x);
@@ -319,6 +329,51 @@ START_TEST(test_debugger_same_session)
 }
 END_TEST
 
+static int count_in_file(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    rewind(f);
+    char *text = calloc(1, (size_t)len + 1);
+    ck_assert(text && fread(text, 1, (size_t)len, f) == (size_t)len);
+    fclose(f);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p++)
+        n++;
+    free(text);
+    return n;
+}
+
+/* Profiled, a replayed step's dropped attempt leaves its time as one
+ * "replay" event, not its ops: the same ops as the run that never
+ * deferred, in both modes. */
+START_TEST(test_replay_profiled)
+{
+    static const te_mode modes[] = { TE_MODE_EAGER, TE_MODE_GRAPH };
+    char dir[256], a[300], b[300];
+    tu_scratch_make(dir, sizeof dir, "watchprof");
+    snprintf(a, sizeof a, "%s/never.json", dir);
+    snprintf(b, sizeof b, "%s/always.json", dir);
+    for (int i = 0; i < 2; i++) {
+        profile_to = a;
+        run_result ref = train(modes[i], TE_WATCH_NEVER, 4, TE_WATCH_NAN | TE_WATCH_INF, NULL);
+        profile_to = b;
+        run_result got = train(modes[i], TE_WATCH_ALWAYS, 4, TE_WATCH_NAN | TE_WATCH_INF, NULL);
+        profile_to = NULL;
+        int ops_ref = count_in_file(a, "\"cat\":\"op\""), ops_got = count_in_file(b, "\"cat\":\"op\"");
+        ck_assert_int_gt(ops_ref, 4 * 10);
+        ck_assert_msg(ops_got == ops_ref, "%s: %d ops replayed against %d", te_mode_name(modes[i]), ops_got, ops_ref);
+        ck_assert_int_eq(count_in_file(a, "\"cat\":\"replay\""), 0);
+        ck_assert_int_eq(count_in_file(b, "\"cat\":\"replay\""), 4);
+        free(ref.values);
+        free(got.values);
+    }
+    tu_scratch_remove(dir);
+}
+END_TEST
+
 Suite *suite_watch(void)
 {
     Suite *s = suite_create("watch");
@@ -326,6 +381,7 @@ Suite *suite_watch(void)
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_replay_exact);
+    tcase_add_test(tc, test_replay_profiled);
     tcase_add_test(tc, test_defer_without_hit);
     tcase_add_test(tc, test_injected_nan_found_on_replay);
     tcase_add_test(tc, test_who_defers);
