@@ -10,9 +10,9 @@
  * K-1 steps and the step stopped in up to the stop. A stop of step, next,
  * finish, until or Ctrl-C writes nothing; `profile save` writes at any.
  *
- * The engine says which steps its ring holds only in the file; the steps
- * reported here follow from what the debugger knows: the first step
- * recorded, the spec's range and keep, and the step under way.
+ * A program's own profile (--profile with when=break) is written at the
+ * same stops. What the messages say of the ring, its spec, steps and
+ * files comes from the engine (te_profile_info_get), whoever started it.
  */
 #include "cmd.h"
 #include "session.h"
@@ -22,15 +22,17 @@
 
 #define PROF_DEFAULT_FILE "tdbg-profile.json"
 
-typedef struct prof_front {
-    bool started;     /* the debugger started the profiler: o is its spec */
-    bool recording;   /* as far as the debugger knows (the engine ends a steps=A-B range itself) */
-    te_profile_opts o;
-    int64_t from;     /* the first step recorded */
-    int captures;     /* files written by te_profile_save(NULL), as the engine numbers them */
-    char last_file[sizeof ((te_profile_opts *)0)->file + 16];
-} prof_front;
-static prof_front prof;
+/* What the debugger itself keeps: whether it started the profile (and
+ * so ends it at exit), and whether the profile was recording when it last
+ * looked (the engine ends a steps=A-B range by itself, said once). */
+static bool started_here, seen_recording;
+
+static te_profile_info info(void)
+{
+    te_profile_info i;
+    te_profile_info_get(&i);
+    return i;
+}
 
 /* The spec in the parser's words, every key shown. */
 static void spec_text(const te_profile_opts *o, char *buf, size_t n)
@@ -47,41 +49,25 @@ static void spec_text(const te_profile_opts *o, char *buf, size_t n)
              o->when == TE_PROF_BREAK ? "break" : "always");
 }
 
-/* The name te_profile_save(NULL) writes the capture-th time (engine/prof.c):
- * P, then P-1.json, P-2.json... */
-static void capture_name(char *buf, size_t n, const char *file, int capture)
+/* The first step recorded, or before one the step recording starts at. */
+static int64_t recorded_from(const te_profile_info *i)
 {
-    const char *dot = strrchr(file, '.'), *slash = strrchr(file, '/');
-    if (capture == 0)
-        snprintf(buf, n, "%s", file);
-    else if (dot && (!slash || dot > slash))
-        snprintf(buf, n, "%.*s-%d%s", (int)(dot - file), file, capture, dot);
-    else
-        snprintf(buf, n, "%s-%d", file, capture);
+    if (i->from >= 0)
+        return i->from;
+    int64_t next = dbg.in_step ? dbg.step : dbg.step + 1;
+    return next > i->o.first ? next : i->o.first;
 }
 
-static bool in_range(int64_t step) { return step >= prof.o.first && (prof.o.last < 0 || step <= prof.o.last); }
-
 /* The steps a save now writes, *a to *b, and whether the last is the step
- * under way (written up to now); false when none or the program's
- * profile (its spec unknown here). */
+ * under way (written up to now); false when none. */
 static bool held_steps(int64_t *a, int64_t *b, bool *partial)
 {
-    te_profile_step last;
-    if (!prof.started)
+    te_profile_info i = info();
+    if (!i.started || i.first < 0)
         return false;
-    *partial = prof.recording && dbg.in_step && dbg.step >= prof.from && in_range(dbg.step);
-    if (*partial)
-        *b = dbg.step;
-    else if (te_profile_last(&last, NULL, 0) == TE_OK)
-        *b = last.step;
-    else
-        return false;
-    *a = *b - prof.o.keep + 1;
-    if (*a < prof.from)
-        *a = prof.from;
-    if (*a < prof.o.first)
-        *a = prof.o.first;
+    *a = i.first;
+    *b = i.last;
+    *partial = i.partial;
     return true;
 }
 
@@ -91,7 +77,7 @@ static void held_text(char *buf, size_t n)
     int64_t a, b;
     bool partial;
     if (!held_steps(&a, &b, &partial)) {
-        snprintf(buf, n, prof.started ? "no step" : "the program's profile");
+        snprintf(buf, n, "no step");
         return;
     }
     int len = a == b ? snprintf(buf, n, "step %lld", (long long)a)
@@ -113,13 +99,12 @@ static void say_written(const char *what, const char *file)
  * with when=always and a file): say so once. */
 static void note_range_end(void)
 {
-    if (!prof.recording || te_profile_active())
+    if (!seen_recording || te_profile_active())
         return;
-    prof.recording = false;
-    if (prof.o.when == TE_PROF_ALWAYS && prof.o.file[0]) {
-        capture_name(prof.last_file, sizeof prof.last_file, prof.o.file, prof.captures++);
-        say_written("profile: the steps are recorded; wrote", prof.last_file);
-    }
+    seen_recording = false;
+    te_profile_info i = info();
+    if (i.o.when == TE_PROF_ALWAYS && i.o.file[0] && i.last_file[0])
+        say_written("profile: the steps are recorded; wrote", i.last_file);
 }
 
 void dbg_prof_step_begin(void) { note_range_end(); }
@@ -131,17 +116,17 @@ static bool save_capture(const char *cmd)
         dbg_error("%s: %s", cmd, te_error());
         return false;
     }
-    capture_name(prof.last_file, sizeof prof.last_file, prof.o.file, prof.captures++);
     return true;
 }
 
 void dbg_prof_stopped(bool by_breakpoint)
 {
     note_range_end();
-    if (!by_breakpoint || !prof.recording || prof.o.when != TE_PROF_BREAK)
+    te_profile_info i = info();
+    if (!by_breakpoint || !i.recording || i.o.when != TE_PROF_BREAK)
         return;
     if (save_capture("profile"))
-        say_written("profile: wrote", prof.last_file);
+        say_written("profile: wrote", info().last_file);
 }
 
 /* quit, the end of a batch script, the program's end: a profile with
@@ -149,17 +134,16 @@ void dbg_prof_stopped(bool by_breakpoint)
 static void stop_at_exit(void)
 {
     note_range_end();
-    if (!prof.recording)
+    if (!started_here || !te_profile_active())
         return;
-    prof.recording = false; /* the step under way is not written */
+    seen_recording = false; /* the step under way is not written */
+    const te_profile_info i = info();
     te_profile_step last;
-    bool writes = prof.o.when == TE_PROF_ALWAYS && prof.o.file[0] && te_profile_last(&last, NULL, 0) == TE_OK;
+    bool writes = i.o.when == TE_PROF_ALWAYS && i.o.file[0] && te_profile_last(&last, NULL, 0) == TE_OK;
     if (te_profile_stop() != TE_OK)
         fprintf(dbg_out, "tdbg: profile: %s\n", te_error());
-    else if (writes) {
-        capture_name(prof.last_file, sizeof prof.last_file, prof.o.file, prof.captures++);
-        say_written("tdbg: profile ended; wrote", prof.last_file);
-    }
+    else if (writes)
+        say_written("tdbg: profile ended; wrote", info().last_file);
 }
 
 /* Starts the engine's profiler with o, replacing one running. */
@@ -168,12 +152,9 @@ static bool start(const te_profile_opts *o)
     static bool registered;
     if (te_profile_active()) {
         note_range_end();
-        if (prof.recording)
-            fprintf(dbg_out, "The profile running before is replaced%s.\n",
-                    prof.o.when == TE_PROF_ALWAYS && prof.o.file[0] ? " (written first)" : " (its steps are dropped)");
-        else
-            fprintf(dbg_out, "The program's profile is replaced.\n");
-        prof.recording = false;
+        const te_profile_info was = info();
+        fprintf(dbg_out, "The profile running before%s is replaced%s.\n", started_here ? "" : " (the program's)",
+                was.o.when == TE_PROF_ALWAYS && was.o.file[0] ? " (written first)" : " (its steps are dropped)");
         if (te_profile_stop() != TE_OK) /* with when=always and a file: written */
             fprintf(dbg_out, "warning: %s\n", te_error());
     }
@@ -181,18 +162,15 @@ static bool start(const te_profile_opts *o)
         dbg_error("profile: %s", te_error());
         return false;
     }
-    /* The engine records the rest of a step under way (started at a stop
-     * in it), else from the next step. */
-    int64_t from = dbg.in_step ? dbg.step : dbg.step + 1;
-    prof = (prof_front){ .started = true, .recording = true, .o = *o,
-                           .from = from > o->first ? from : o->first };
+    started_here = seen_recording = true;
     if (!registered) {
         atexit(stop_at_exit);
         registered = true;
     }
     char text[1024];
     spec_text(o, text, sizeof text);
-    fprintf(dbg_out, "Profiling from step %lld: %s", (long long)prof.from, text);
+    const te_profile_info now = info();
+    fprintf(dbg_out, "Profiling from step %lld: %s", (long long)recorded_from(&now), text);
     if (o->when == TE_PROF_BREAK)
         fprintf(dbg_out, "; the last %d steps are written to %s at each breakpoint stop\n", o->keep, o->file);
     else if (o->file[0])
@@ -270,21 +248,19 @@ static bool profile_around(const char *args)
 static bool profile_stop(void)
 {
     note_range_end();
-    if (!prof.recording) {
-        dbg_error("profile stop: the profiler is not recording%s",
-                  te_profile_active() ? " (the program started it: 'profile start' replaces it)"
-                                      : " ('profile start' starts it)");
+    if (!te_profile_active()) {
+        dbg_error("profile stop: the profiler is not recording ('profile start' starts it)");
         return false;
     }
-    prof.recording = false; /* a step under way is cut short: not written */
+    seen_recording = false; /* a step under way is cut short: not written */
+    const te_profile_info i = info();
     te_profile_step last;
-    bool writes = prof.o.when == TE_PROF_ALWAYS && prof.o.file[0] && te_profile_last(&last, NULL, 0) == TE_OK;
+    bool writes = i.o.when == TE_PROF_ALWAYS && i.o.file[0] && te_profile_last(&last, NULL, 0) == TE_OK;
     te_status st = te_profile_stop();
     if (st != TE_OK)
         dbg_error("profile stop: %s", te_error());
     else if (writes) {
-        capture_name(prof.last_file, sizeof prof.last_file, prof.o.file, prof.captures++);
-        say_written("Profile stopped; wrote", prof.last_file);
+        say_written("Profile stopped; wrote", info().last_file);
     } else {
         char held[TE_NAME_MAX + 128];
         held_text(held, sizeof held);
@@ -299,7 +275,7 @@ static bool profile_stop(void)
 
 static bool profile_save(const char *args)
 {
-    char file[sizeof prof.o.file], extra[64];
+    char file[sizeof ((te_profile_opts *)0)->file], extra[64];
     const char *rest = dbg_word(args, file, sizeof file);
     if (rest[0]) {
         dbg_word(rest, extra, sizeof extra);
@@ -309,21 +285,23 @@ static bool profile_save(const char *args)
     note_range_end();
     int64_t a, b;
     bool partial;
-    if (!prof.started && !te_profile_active()) {
+    const te_profile_info i = info();
+    if (!i.started) {
         dbg_error("profile save: nothing recorded ('profile start' or 'profile around nan' records first)");
         return false;
     }
-    if (!file[0] && prof.started && !prof.o.file[0]) {
+    if (!file[0] && !i.o.file[0]) {
         dbg_error("profile save: which file? the spec names none (usage: profile save FILE)");
         return false;
     }
-    if (prof.started && !held_steps(&a, &b, &partial)) {
-        dbg_error("profile save: no step recorded yet (the profile records from step %lld)", (long long)prof.from);
+    if (!held_steps(&a, &b, &partial)) {
+        dbg_error("profile save: no step recorded yet (the profile records from step %lld)",
+                  (long long)recorded_from(&i));
         return false;
     }
     if (!file[0]) {
         if (save_capture("profile save"))
-            say_written("Wrote", prof.last_file);
+            say_written("Wrote", info().last_file);
         return false;
     }
     if (te_profile_save(file) != TE_OK) {
@@ -361,28 +339,25 @@ void dbg_info_profile(void);
 void dbg_info_profile(void)
 {
     note_range_end();
-    if (!prof.started) {
-        fprintf(dbg_out, te_profile_active() ? "Profiling: recording, started by the program (its spec is its own)\n"
-                                             : "The profiler is off ('profile start [SPEC]' or 'profile around nan' "
-                                               "starts it).\n");
+    const te_profile_info i = info();
+    if (!i.started) {
+        fprintf(dbg_out, "The profiler is off ('profile start [SPEC]' or 'profile around nan' starts it).\n");
     } else {
         char text[1024], held[TE_NAME_MAX + 128];
-        spec_text(&prof.o, text, sizeof text);
+        spec_text(&i.o, text, sizeof text);
         held_text(held, sizeof held);
-        int64_t a, b;
-        bool partial;
-        const long long n = held_steps(&a, &b, &partial) ? (long long)(b - prof.from + 1) : 0;
-        fprintf(dbg_out, "Profiling: %s, %s\n  %lld step%s recorded from step %lld; the ring (keep=%d) holds %s\n",
-                prof.recording ? "recording" : "stopped", text, n, n == 1 ? "" : "s", (long long)prof.from,
-                prof.o.keep, held);
-        if (prof.captures)
-            fprintf(dbg_out, "  %d capture%s written, the last to %s\n", prof.captures, prof.captures == 1 ? "" : "s",
-                    prof.last_file);
+        const int64_t from = recorded_from(&i);
+        const long long n = i.last >= 0 ? (long long)(i.last - from + 1) : 0;
+        fprintf(dbg_out, "Profiling: %s%s, %s\n  %lld step%s recorded from step %lld; the ring (keep=%d) holds %s\n",
+                i.recording ? "recording" : "stopped", started_here ? "" : " (the program's profile)", text, n,
+                n == 1 ? "" : "s", (long long)from, i.o.keep, held);
+        if (i.last_file[0])
+            fprintf(dbg_out, "  last written to %s\n", i.last_file);
     }
     te_profile_step s;
     te_profile_op ops[INFO_TOP_OPS];
     if (te_profile_last(&s, ops, INFO_TOP_OPS) != TE_OK) {
-        if (prof.started || te_profile_active())
+        if (i.started)
             fprintf(dbg_out, "  no step has finished since it started\n");
         return;
     }
@@ -394,9 +369,9 @@ void dbg_info_profile(void)
     if (!n)
         return;
     fprintf(dbg_out, "  top %d ops by time:\n  %10s %6s  %-9s %-16s %s\n", n, "ms", "calls", "phase", "type", "op");
-    for (int i = 0; i < n; i++)
-        fprintf(dbg_out, "  %10.3f %6d  %-9s %-16s %s\n", ops[i].ms, ops[i].calls, te_phase_name(ops[i].phase),
-                ops[i].type, ops[i].name);
+    for (int k = 0; k < n; k++)
+        fprintf(dbg_out, "  %10.3f %6d  %-9s %-16s %s\n", ops[k].ms, ops[k].calls, te_phase_name(ops[k].phase),
+                ops[k].type, ops[k].name);
 }
 
 const dbg_cmd dbg_cmds_prof[] = {

@@ -140,7 +140,7 @@ static void ring_free(void)
             free(te_prof.ring[i].pool);
         }
     free(te_prof.ring);
-    te_prof = (prof_state){ .open_phase = -1 };
+    te_prof = (prof_state){ .open_phase = -1, .from = -1 };
 }
 
 te_status te_profile_start(const te_profile_opts *o)
@@ -200,7 +200,25 @@ te_status te_profile_save(const char *file)
     te_status st = te_prof_write_json(&te_prof, file);
     if (st == TE_OK && file == name)
         te_prof.captures++;
+    if (st == TE_OK)
+        snprintf(te_prof.last_file, sizeof te_prof.last_file, "%s", file);
     return st;
+}
+
+void te_profile_info_get(te_profile_info *i)
+{
+    *i = (te_profile_info){ .started = te_prof.ring != NULL, .recording = te_prof_on != 0, .o = te_prof.o,
+                            .from = te_prof.from, .first = -1, .last = -1, .captures = te_prof.captures };
+    snprintf(i->last_file, sizeof i->last_file, "%s", te_prof.last_file);
+    if (!te_prof.ring)
+        return;
+    const prof_step *steps[TE_PROF_KEEP_MAX];
+    const int n = te_prof_steps_in_order(&te_prof, steps);
+    if (n) {
+        i->first = steps[0]->step;
+        i->last = steps[n - 1]->step;
+        i->partial = steps[n - 1] == te_prof.cur;
+    }
 }
 
 te_status te_profile_stop(void)
@@ -344,6 +362,8 @@ void te_prof_step(bool begin)
             return;
         }
         prof_step *s = &te_prof.ring[te_prof.recorded % te_prof.o.keep];
+        if (te_prof.from < 0)
+            te_prof.from = step;
         s->step = step;
         s->t0 = te_prof.data_t1 ? te_prof.data_t0 : t;
         s->tid = thread_id();

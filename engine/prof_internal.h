@@ -59,11 +59,16 @@ typedef struct prof_state {
     prof_step *cur;   /* the step being recorded, or NULL */
     int open_phase;   /* index of the open phase event in cur, or -1 */
     uint64_t data_t0, data_t1; /* a loader wait before the step it feeds */
-    int captures;     /* files written since start */
+    int captures;     /* files named from o.file written since start */
+    int64_t from;     /* the first step recorded, -1 before one */
+    char last_file[sizeof ((te_profile_opts *)0)->file + 16]; /* the last file written */
 } prof_state;
 
 extern prof_state te_prof;
 static inline const char *prof_str(const prof_step *s, uint32_t off) { return off == PROF_NONE ? NULL : s->pool + off; }
+/* The steps a save writes, oldest first (at most keep, into out): the
+ * ring's finished ones, then the one under way; their count. */
+int te_prof_steps_in_order(const prof_state *p, const prof_step **out);
 /* Writes the ring's finished steps, oldest first, and last the step still
  * being recorded (args.partial: a save at a stop), keep steps at most, as
  * Chrome trace JSON. */

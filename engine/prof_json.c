@@ -170,7 +170,7 @@ static te_status write_steps(const prof_state *p, const prof_step *const *steps,
 /* The steps to write, oldest first: the finished ones still in the ring,
  * then the one being recorded (its slot is the oldest finished one's once
  * the ring is full, so that it holds keep steps in all). */
-static int steps_in_order(const prof_state *p, const prof_step **out)
+int te_prof_steps_in_order(const prof_state *p, const prof_step **out)
 {
     int64_t n_done = p->recorded < p->o.keep ? p->recorded : p->o.keep;
     if (p->cur && n_done == p->o.keep)
@@ -187,7 +187,7 @@ static int steps_in_order(const prof_state *p, const prof_step **out)
 te_status te_prof_write_json(const prof_state *p, const char *file)
 {
     const prof_step *steps[TE_PROF_KEEP_MAX];
-    const int n_steps = steps_in_order(p, steps);
+    const int n_steps = te_prof_steps_in_order(p, steps);
     if (!n_steps) {
         te_set_error(TE_ERR_STATE, "profile: no step recorded to write to %s", file);
         return TE_ERR_STATE;

@@ -955,6 +955,19 @@ typedef struct te_profile_step {
 /* Fills *s and the first min(max, s->n_ops) of ops. TE_ERR_STATE when no
  * step has finished since te_profile_start. */
 TE_API te_status te_profile_last(te_profile_step *s, te_profile_op *ops, int max);
+/* Where the profiler stands, whoever started it (a program's --profile, a
+ * debugger's command): for a front end's messages. */
+typedef struct te_profile_info {
+    bool started;         /* te_profile_start ran: o and the ring exist */
+    bool recording;       /* te_profile_active() */
+    te_profile_opts o;    /* the spec it runs with */
+    int64_t from;         /* the first step recorded; -1 before one */
+    int64_t first, last;  /* the steps a te_profile_save now writes; -1 when none */
+    bool partial;         /* the last of them is under way (written up to now) */
+    int captures;         /* files named from o.file written so far (P, P-1.json, ...) */
+    char last_file[sizeof ((te_profile_opts *)0)->file + 16]; /* the last file written, "" before one */
+} te_profile_info;
+TE_API void te_profile_info_get(te_profile_info *i);
 /* Time another part of the program waited for its own reason ("dump": the
  * dump writer's queue), added to the current step's args; any thread. */
 TE_API void te_profile_note_wait(const char *what, int64_t ns);
