@@ -80,18 +80,19 @@ void tui_status_draw(void)
     }
     /* the last step's ms (less the time stopped at the prompt), then the
      * mode; why it stopped matters more than both, the time more than the mode */
-    char tail[64], ms[32] = "", num[16];
+    char ms[32] = "", num[16], both[64], mode[16];
     double step_ms = dbg_last_step_ms();
     if (step_ms >= 0)
         snprintf(ms, sizeof ms, " %s ms/step ", tui_fmt_num(step_ms, num, sizeof num));
-    snprintf(tail, sizeof tail, "%s %s ", ms, tui.graph ? "graph" : "eager");
+    snprintf(mode, sizeof mode, " %s ", tui.graph ? "graph" : "eager");
+    snprintf(both, sizeof both, "%s%s", ms, mode);
+    const char *const tails[] = { both, ms, mode, "" }, *tail = "";
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++)
+        if (getcurx(w) + (int)(strlen(buf) + strlen(tails[i])) <= width) {
+            tail = tails[i];
+            break;
+        }
     int len = (int)strlen(tail);
-    if (getcurx(w) + (int)strlen(buf) + len > width) {
-        snprintf(tail, sizeof tail, "%s", ms);
-        len = (int)strlen(tail);
-    }
-    if (getcurx(w) + (int)strlen(buf) + len > width)
-        len = 0;
     tui_put(w, buf, width - getcurx(w) - len);
     if (len && getcurx(w) + len <= width) {
         wmove(w, 0, width - len);
