@@ -226,15 +226,22 @@ START_TEST(test_prof_rows)
         const char *all = joined(&s);
         snprintf(want, sizeof want, "step 2: %s ms", tui_fmt_num(st.ms, num, sizeof num));
         ck_assert_msg(strstr(s.row[0], want), "no '%s' in the title:\n%s", want, all);
+        /* the phase split (one row, or two when narrow), the column names, the ops */
+        int head = 2;
+        while (head < 4 && strncmp(s.row[head], "op ", 3) != 0)
+            head++;
+        ck_assert_msg(head < 4, "no column names:\n%s", all);
+        char split[600];
+        snprintf(split, sizeof split, "%s %s", s.row[1], head == 3 ? s.row[2] : "");
         for (const char *const *ph = (const char *const[]){ "fwd ", "bwd ", "upd ", "data ", "hooks ", NULL }; *ph; ph++)
-            ck_assert_msg(strstr(s.row[1], *ph), "no %s in the phase split:\n%s", *ph, all);
-        ck_assert_msg(strstr(s.row[2], "ms") && strstr(s.row[2], "%"), "column names:\n%s", all);
-        ck_assert_msg(!strstr(s.row[2], "GFLOP/s") == !wide, "GFLOP/s column %s at width %d:\n%s",
+            ck_assert_msg(strstr(split, *ph), "no %s in the phase split:\n%s", *ph, all);
+        ck_assert_msg(strstr(s.row[head], " ms ") && strstr(s.row[head], "%"), "column names:\n%s", all);
+        ck_assert_msg(!strstr(s.row[head], "GFLOP/s") == !wide, "GFLOP/s column %s at width %d:\n%s",
                       wide ? "missing" : "shown", w, all);
-        ck_assert_msg(!strstr(s.row[2], "calls") == !wide, "calls column at width %d:\n%s", w, all);
+        ck_assert_msg(!strstr(s.row[head], "calls") == !wide, "calls column at width %d:\n%s", w, all);
 
         /* the top row: the longest op, its ms as the engine has it, its share */
-        const char *top = s.row[3];
+        const char *top = s.row[head + 1];
         snprintf(want, sizeof want, " %s ", tui_fmt_num(ops[0].ms, num, sizeof num));
         ck_assert_msg(strstr(top + strlen(ops[0].name), want), "no ms '%s' on the top row:\n%s", want, all);
         snprintf(want, sizeof want, " %.1f%%", 100 * ops[0].ms / st.ms);
@@ -246,21 +253,28 @@ START_TEST(test_prof_rows)
         }
 
         /* every op on show, by time: names in the engine's order, ms and bars never growing */
-        int rows = st.n_ops < h - 3 ? st.n_ops : h - 3;
+        int rows = st.n_ops < h - head - 1 ? st.n_ops : h - head - 1;
         int prev_bar = 1 << 30, top_bar = bar_cells(top, ops[0].name);
         double prev_ms = 1e300;
         ck_assert_msg(top_bar > 0, "the top op has no bar:\n%s", all);
         for (int i = 0; i < rows; i++) {
-            int b = bar_cells(s.row[3 + i], ops[i].name);
-            double ms = row_ms(s.row[3 + i], ops[i].name);
+            int b = bar_cells(s.row[head + 1 + i], ops[i].name);
+            double ms = row_ms(s.row[head + 1 + i], ops[i].name);
             ck_assert_msg(b <= prev_bar && ms <= prev_ms, "row %d (%s): bar %d ms %g after bar %d ms %g:\n%s", i,
                           ops[i].name, b, ms, prev_bar, prev_ms, all);
             prev_bar = b;
             prev_ms = ms;
         }
         /* the bar is the share of the step: the top op's cells over the bar's width */
-        ck_assert_msg(bar_cells(s.row[3 + rows - 1], ops[rows - 1].name) < top_bar, "bars all alike:\n%s", all);
+        ck_assert_msg(bar_cells(s.row[head + rows], ops[rows - 1].name) < top_bar, "bars all alike:\n%s", all);
     }
+
+    /* narrow: the split takes a second row rather than lose a phase */
+    shot n;
+    draw_prof(11, 30, &n);
+    char split[80];
+    snprintf(split, sizeof split, "%s %s", n.row[1], n.row[2]);
+    ck_assert_msg(strstr(split, "fwd ") && strstr(split, "hooks "), "30 columns:\n%s", joined(&n));
 
     /* the profiler stopped: the last step stays, the title says so */
     ck_assert_int_eq(te_profile_stop(), TE_OK);

@@ -38,7 +38,7 @@ const tui_key tui_keys[] = {
     { 0, ']', NULL, "]", NULL, "the tensor's next 2-D slice", "view [I,J]", TUI_A_SLICE_NEXT },
     { 0, '{', NULL, "{", NULL, "previous batch: the dim before [ ]'s", "view [I,J]", TUI_A_OUTER_PREV },
     { 0, '}', NULL, "}", NULL, "next batch: the dim before [ ]'s", "view [I,J]", TUI_A_OUTER_NEXT },
-    { 0, 'p', NULL, "p", NULL, "the profile in the tensor's place, and back", "focus profile|tensor", TUI_A_PROFILE },
+    { 0, 'p', NULL, "p", NULL, "the profile pane, in the tensor's place", "focus profile|tensor", TUI_A_PROFILE },
     { 0, 'm', NULL, "m", NULL, "mouse off (the terminal selects text)/on", "set mouse off|on", TUI_A_MOUSE },
     { 12, 0, "C-l", NULL, NULL, "draw the screen again", "refresh", TUI_A_REFRESH },
     { 0, 0, NULL, NULL, NULL, NULL, NULL, 0 },

@@ -19,9 +19,9 @@
 #define PCT_W 7
 #define GF_W 8
 #define BAR_MIN 4
-#define HEAD_ROWS 3  /* title, phase split, column names */
 
 static te_profile_op ops[MAX_OPS];
+static int head_rows = 3; /* the title, the phase split (one row or two), the column names */
 
 void tui_prof_show(bool on)
 {
@@ -63,8 +63,10 @@ static tui_color phase_color(te_phase ph)
     return ph == TE_PHASE_BACKWARD ? TUI_C_PROF_BWD : ph == TE_PHASE_UPDATE ? TUI_C_PROF_UPD : TUI_C_PROF_FWD;
 }
 
-/* The phase split on row y: in ms when it fits, else in % of the step. */
-static void phases(WINDOW *w, int y, int width, const te_profile_step *s)
+/* The phase split from row y on: in ms when that fits on one row, else
+ * in % of the step, on a second row when it must (items stay whole).
+ * Returns the rows used. */
+static int phases(WINDOW *w, int y, int width, int rows, const te_profile_step *s)
 {
     static const char *const label[] = { "fwd", "bwd", "upd", "data", "hooks" };
     const double v[] = { s->phase_ms[TE_PHASE_FORWARD], s->phase_ms[TE_PHASE_BACKWARD], s->phase_ms[TE_PHASE_UPDATE],
@@ -72,7 +74,7 @@ static void phases(WINDOW *w, int y, int width, const te_profile_step *s)
     const tui_color color[] = { TUI_C_PROF_FWD, TUI_C_PROF_BWD, TUI_C_PROF_UPD, TUI_C_DIM, TUI_C_DIM };
     char item[5][32];
     for (int pct = 0; pct < 2; pct++) {
-        int len = 0;
+        int len = -1;
         for (int i = 0; i < 5; i++) {
             char num[16];
             if (pct)
@@ -81,17 +83,27 @@ static void phases(WINDOW *w, int y, int width, const te_profile_step *s)
                 snprintf(item[i], sizeof item[i], " %s%s", tui_fmt_num(v[i], num, sizeof num), i == 4 ? " ms" : "");
             len += (int)(strlen(label[i]) + strlen(item[i])) + 1;
         }
-        if (len <= width || pct)
+        if (len <= width)
             break;
     }
-    wmove(w, y, 0);
-    for (int i = 0; i < 5 && getcurx(w) < width - 1; i++) {
-        waddch(w, ' ');
+    int used = 1, x = 0; /* x: not getcurx, which wraps at the last column */
+    for (int i = 0; i < 5; i++) {
+        int len = (int)(strlen(label[i]) + strlen(item[i]));
+        if (x > 0 && x + 1 + len > width) {
+            if (used == rows)
+                break;
+            used++;
+            x = 0;
+        }
+        x += x > 0; /* a space between items */
+        wmove(w, y + used - 1, x);
         wattrset(w, tui_attr(color[i]));
-        tui_put(w, label[i], width - getcurx(w));
+        tui_put(w, label[i], width - x);
         wattrset(w, A_NORMAL);
-        tui_put(w, item[i], width - getcurx(w));
+        tui_put(w, item[i], width - x - (int)strlen(label[i]));
+        x += len;
     }
+    return used;
 }
 
 /* One op's row: name, bar, ms, calls, %, GFLOP/s. */
@@ -147,11 +159,10 @@ static void draw(tui_pane *p)
         int len = (int)strlen(ops[i].name);
         longest = len > longest ? len : longest;
     }
-    int width = p->r.w;
-    if (p->r.h > 1)
-        phases(w, 1, width, &s);
+    int width = p->r.w, split = p->r.h > 1 ? phases(w, 1, width, p->r.h >= 8 ? 2 : 1, &s) : 0;
+    head_rows = 1 + split + 1;
     cols c = layout(width, longest);
-    if (p->r.h > 2) {
+    if (p->r.h > head_rows - 1) {
         char head[256], ops_n[32];
         if (n < s.n_ops)
             snprintf(ops_n, sizeof ops_n, "op (%d of %d)", n, s.n_ops);
@@ -164,21 +175,21 @@ static void draw(tui_pane *p)
         if (c.gf)
             snprintf(head + len, sizeof head - (size_t)len, "%*s", GF_W, "GFLOP/s");
         wattrset(w, tui_attr(TUI_C_DIM));
-        mvwaddnstr(w, 2, 0, head, width);
+        mvwaddnstr(w, head_rows - 1, 0, head, width);
         wattrset(w, A_NORMAL);
     }
-    tui_list_set_height(l, p->r.h - HEAD_ROWS > 0 ? p->r.h - HEAD_ROWS : 0);
+    tui_list_set_height(l, p->r.h - head_rows > 0 ? p->r.h - head_rows : 0);
     tui_list_set_count(l, n);
     tui_list_show(l, l->sel);
     bool focused = tui.focus == TUI_TENSOR;
     for (int y = 0, i; (i = tui_list_item_at(l, y)) >= 0; y++)
-        row(w, HEAD_ROWS + y, &c, &ops[i], s.ms, focused && i == l->sel ? tui_attr(TUI_C_SELECT) : A_NORMAL);
+        row(w, head_rows + y, &c, &ops[i], s.ms, focused && i == l->sel ? tui_attr(TUI_C_SELECT) : A_NORMAL);
 }
 
 static void click(tui_pane *p, int row_at, int col)
 {
     (void)col;
-    int i = tui_list_item_at(&p->list, row_at - HEAD_ROWS);
+    int i = tui_list_item_at(&p->list, row_at - head_rows);
     if (i >= 0)
         tui_list_select(&p->list, i);
 }
