@@ -272,7 +272,7 @@ START_TEST(test_prof_rows)
     /* narrow: the split takes a second row rather than lose a phase */
     shot n;
     draw_prof(11, 30, &n);
-    char split[80];
+    char split[600];
     snprintf(split, sizeof split, "%s %s", n.row[1], n.row[2]);
     ck_assert_msg(strstr(split, "fwd ") && strstr(split, "hooks "), "30 columns:\n%s", joined(&n));
 
