@@ -49,6 +49,7 @@ int main(void)
     srunner_add_suite(sr, suite_names());
     srunner_add_suite(sr, suite_prof());
     srunner_add_suite(sr, suite_tui());
+    srunner_add_suite(sr, suite_tui_prof());
     srunner_add_suite(sr, suite_crash());
     srunner_add_suite(sr, suite_dump_spec());
     srunner_add_suite(sr, suite_dump_h5());

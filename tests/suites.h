@@ -38,6 +38,7 @@ Suite *suite_dbg_amp(void);     /* the debugger on mixed precision: overflow, un
 Suite *suite_debugger(void);    /* tdbg sessions in batch mode: faults found, commands */
 Suite *suite_crash(void);       /* crash reports: injected and natural crashes, exit() mid-step, CLI and TUI */
 Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, keys, resize, restore */
+Suite *suite_tui_prof(void);    /* the TUI's profile pane and ms/step, drawn in-process */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 Suite *suite_gpt_example(void); /* examples/gpt: learning, samples, checkpoints, modes, a NaN in attention */
 Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */

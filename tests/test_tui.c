@@ -454,6 +454,46 @@ START_TEST(test_live_interrupt_mouse)
 }
 END_TEST
 
+/* ---- the profile pane's key, ms/step in the status bar ------------------------------------ */
+
+/* Paused at step 2's start: the status bar has the last step's ms; p (in a
+ * pane) puts the profile in the tensor's place, which says how to start
+ * the profiler, and p again gives the tensor back. (The pane's rows, from
+ * a profiled step, are checked in-process in test_tui_prof.c.) */
+START_TEST(test_profile_key_ms_per_step)
+{
+    if (skip())
+        return;
+    char args[512], l[4096];
+    snprintf(args, sizeof args, "-ex 'break step 2' -ex run -- '%s/examples/mlp' --hidden 64,64 --batch 32 "
+             "--threads 2 --steps 5", TDBG_BUILDDIR);
+    start("", 80, 24, args);
+    const char *screen = wait_for(0, "PAUSED", "step 2", "ms/step", NULL);
+    double ms = -1;
+    const char *at = strstr(line_of(screen, 0, l, sizeof l), " ms/step");
+    while (at && at > l && at[-1] != ' ')
+        at--;
+    if (!at || sscanf(at, "%lf ms/step", &ms) != 1 || !(ms > 0))
+        fail_with("no positive ms/step in the status bar", screen);
+    keys("Escape");
+    wait_for(-1, "Esc: cmd line", NULL); /* the panes have the keys (an Esc and a p at once: Alt-p) */
+    keys("p");
+    screen = wait_for(-1, ">profile", "no profile: 'profile start' records", NULL);
+    if (strstr(screen, "no tensor: select an op"))
+        fail_with("the tensor pane is still on show beside the profile", screen);
+    shot("profile-empty", screen);
+    keys("p");
+    screen = wait_for(-1, ">tensor", NULL);
+    if (strstr(screen, "profile"))
+        fail_with("the profile pane is still on show", screen);
+    keys("Escape");
+    type("quit");
+    keys("Enter");
+    assert_restored("tdbg-exit=1");
+    kill_server();
+}
+END_TEST
+
 /* ---- mixed precision: rounding marks, precision, skipped steps ---------------------------- */
 
 /* Code point col of s (every character on these screens is one column
@@ -987,6 +1027,7 @@ Suite *suite_tui(void)
     tcase_add_test(tc, test_tensor_4d_slices);
     tcase_add_test(tc, test_amp_marks);
     tcase_add_test(tc, test_live_interrupt_mouse);
+    tcase_add_test(tc, test_profile_key_ms_per_step);
     tcase_add_test(tc, test_colour_and_no_color);
     tcase_add_test(tc, test_crash_restores_terminal);
     tcase_add_test(tc, test_no_terminal_falls_back);

@@ -14,34 +14,48 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A pane (or the command line) by name or unambiguous prefix; -1 if none. */
-static int pane_named(const char *w)
+/* A pane (or the command line) by name or unambiguous prefix; -1 if none.
+ * "tensor" and "profile" are the two panes of one slot (TUI_TENSOR): *cls
+ * says which one was named (NULL for the other slots). */
+static int pane_named(const char *w, const tui_pane_class **cls)
 {
-    static const char *const extra[] = { "cmd", "command" };
+    static const struct { const char *name; int slot; const tui_pane_class *cls; } names[] = {
+        { "ops", TUI_OPS, NULL },          { "tensor", TUI_TENSOR, &tui_pane_tensor },
+        { "profile", TUI_TENSOR, &tui_pane_prof }, { "chart", TUI_CHART, NULL },
+        { "breaks", TUI_BREAKS, NULL },    { "breakpoints", TUI_BREAKS, NULL },
+        { "output", TUI_OUTPUT, NULL },    { "cmd", TUI_CMDLINE, NULL },
+        { "command", TUI_CMDLINE, NULL },
+    };
     size_t n = strlen(w);
     int found = -1;
+    *cls = NULL;
     if (!n)
         return -1;
-    for (int i = 0; i < TUI_NPANES; i++)
-        if (strncmp(tui.pane[i].cls->name, w, n) == 0 || (i == TUI_BREAKS && strncmp("breakpoints", w, n) == 0))
-            found = found < 0 ? i : -2;
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-        if (strncmp(extra[i], w, n) == 0)
-            found = found < 0 || found == TUI_CMDLINE ? TUI_CMDLINE : -2;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strncmp(names[i].name, w, n) == 0) {
+            if (found >= 0 && (found != names[i].slot || *cls != names[i].cls))
+                return -2; /* two panes */
+            found = names[i].slot;
+            *cls = names[i].cls;
+        }
     return found;
 }
 
 static bool cmd_focus(const char *args)
 {
     int to;
+    const tui_pane_class *cls = NULL;
     if (!args[0] || strcmp(args, "next") == 0)
         to = tui.focus == TUI_CMDLINE ? 0 : tui.focus + 1; /* ... then the command line again */
     else if (strcmp(args, "back") == 0)
         to = tui.last_pane;
-    else if ((to = pane_named(args)) < 0) {
-        dbg_error("focus: expected ops, tensor, chart, breakpoints, output, cmd, next or back, got '%s'", args);
+    else if ((to = pane_named(args, &cls)) < 0) {
+        dbg_error("focus: expected ops, tensor, profile, chart, breakpoints, output, cmd, next or back, got '%s'",
+                  args);
         return false;
     }
+    if (cls)
+        tui_prof_show(cls == &tui_pane_prof);
     tui_focus(to);
     return false;
 }
@@ -58,6 +72,8 @@ static bool cmd_view(const char *args)
     }
     if (!tui_view_set(args, true, err, sizeof err))
         dbg_error("view: %s", err);
+    else
+        tui_prof_show(false);
     return false;
 }
 
@@ -70,14 +86,17 @@ static bool cmd_scroll(const char *args)
     };
     char pw[32], dw[32];
     const char *rest = dbg_word(dbg_word(args, pw, sizeof pw), dw, sizeof dw);
-    int i = pane_named(pw);
+    const tui_pane_class *cls;
+    int i = pane_named(pw, &cls);
     if (i < 0 || i == TUI_CMDLINE) {
-        dbg_error("scroll: expected a pane (ops, tensor, breakpoints, output), got '%s'", pw);
+        dbg_error("scroll: expected a pane (ops, tensor, profile, breakpoints, output), got '%s'", pw);
         return false;
     }
     long long times = 1;
     if (rest[0] && !dbg_parse_int(rest, "scroll PANE DIRECTION N", 1, &times))
         return false;
+    if (cls && cls != tui.pane[i].cls) /* the other pane of the tensor's slot: on show now */
+        tui_prof_show(cls == &tui_pane_prof);
     tui_pane *p = &tui.pane[i];
     for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++)
         if (strcmp(dirs[d].word, dw) == 0) {
@@ -138,8 +157,9 @@ void tui_jump(void)
     int row = s->op[0] ? tui_ops_find(s->op) : -1;
     if (row >= 0)
         tui_ops_select(row, !s->tensor[0]);
-    if (s->tensor[0]) {
+    if (s->tensor[0]) { /* the tensor comes back in place of the profile */
         char err[256];
+        tui_prof_show(false);
         if (tui_view_name(s->tensor, err, sizeof err) && s->index >= 0) {
             const te_tensor *t = tui_view_tensor(err, sizeof err);
             if (t)
@@ -203,8 +223,10 @@ static bool set_highlight(const char *v)
 
 static const dbg_cmd cmds[] = {
     { .name = "focus", .usage = "focus PANE|cmd|next|back", .help = "move the focus (F6, Esc)\n"
-      "PANE: ops, tensor, chart, breakpoints, output; cmd: the command line; back: the last pane.",
-      .args = { { .words = DBG_WORDS("ops", "tensor", "chart", "breakpoints", "output", "cmd", "next", "back") } },
+      "PANE: ops, tensor, profile, chart, breakpoints, output; cmd: the command line; back: the last pane.\n"
+      "The profile (the last profiled step's ops by time) takes the tensor's place; 'focus tensor' gives it back.",
+      .args = { { .words = DBG_WORDS("ops", "tensor", "profile", "chart", "breakpoints", "output", "cmd", "next",
+                                     "back") } },
       .max_words = 1, .run = cmd_focus },
     { .name = "view", .usage = "view TENSOR[I,J]|OP|[I,J]", .help = "show a tensor in the tensor pane\n"
       "An op stands for its first output; the indices fix the leading dims, the grid shows the last two.\n"
@@ -212,7 +234,7 @@ static const dbg_cmd cmds[] = {
       .args = { { DBG_ARG_OP | DBG_ARG_TENSOR } }, .max_words = DBG_WORDS_ANY, .run = cmd_view },
     { .name = "scroll", .usage = "scroll PANE up|down|left|right|pgup|pgdn|home|end [N]",
       .help = "move in a pane as the keys do (the selection, the tensor's cursor, the output)",
-      .args = { { .words = DBG_WORDS("ops", "tensor", "chart", "breakpoints", "output") },
+      .args = { { .words = DBG_WORDS("ops", "tensor", "profile", "chart", "breakpoints", "output") },
                 { .words = DBG_WORDS("up", "down", "left", "right", "pgup", "pgdn", "home", "end") } },
       .max_words = 3, .run = cmd_scroll },
     { .name = "search", .usage = "search [TEXT]",

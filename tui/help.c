@@ -10,7 +10,7 @@
 static const char *const notes[] = {
     "In a pane: arrows, PgUp/PgDn, Home/End move; Enter on an op shows it;",
     "d, e: delete, toggle a breakpoint. Tab completes; Ctrl-C stops training.",
-    "Mouse: click, wheel ('set mouse off' to copy text). Any key closes this.",
+    "Mouse: click, wheel ('set mouse off' to copy text).",
 };
 
 void tui_help_draw(void)
@@ -30,6 +30,8 @@ void tui_help_draw(void)
     wattrset(win, tui_attr(TUI_C_TITLE));
     box(win, 0, 0);
     mvwaddstr(win, 0, 2, " tdbg keys: key, what it does, the command underneath ");
+    if (w >= 30) /* in the frame: on show when the notes are cut */
+        mvwaddstr(win, h - 1, w - 23, " any key closes this ");
     wattrset(win, A_NORMAL);
     int y = 1;
     for (const tui_key *k = tui_keys; k->what && y < h - 1; k++, y++) {

@@ -38,6 +38,7 @@ const tui_key tui_keys[] = {
     { 0, ']', NULL, "]", NULL, "the tensor's next 2-D slice", "view [I,J]", TUI_A_SLICE_NEXT },
     { 0, '{', NULL, "{", NULL, "previous batch: the dim before [ ]'s", "view [I,J]", TUI_A_OUTER_PREV },
     { 0, '}', NULL, "}", NULL, "next batch: the dim before [ ]'s", "view [I,J]", TUI_A_OUTER_NEXT },
+    { 0, 'p', NULL, "p", NULL, "the profile pane, in the tensor's place", "focus profile|tensor", TUI_A_PROFILE },
     { 0, 'm', NULL, "m", NULL, "mouse off (the terminal selects text)/on", "set mouse off|on", TUI_A_MOUSE },
     { 12, 0, "C-l", NULL, NULL, "draw the screen again", "refresh", TUI_A_REFRESH },
     { 0, 0, NULL, NULL, NULL, NULL, NULL, 0 },
@@ -350,6 +351,7 @@ static void act(const tui_key *k)
     case TUI_A_PANE: dbg_execute("focus next"); break;
     case TUI_A_ESC: dbg_execute(tui.focus == TUI_CMDLINE ? "focus back" : "focus cmd"); break;
     case TUI_A_REFRESH: dbg_execute("refresh"); break;
+    case TUI_A_PROFILE: dbg_execute(tui_prof_shown() ? "focus tensor" : "focus profile"); break;
     case TUI_A_SLICE_PREV: tui_view_slice_step(-1); break;
     case TUI_A_SLICE_NEXT: tui_view_slice_step(1); break;
     case TUI_A_OUTER_PREV: tui_view_outer_step(-1); break;

@@ -179,6 +179,7 @@ static bool key(tui_pane *p, int k)
     const dbg_op *o = tui_ops_at(p->list.sel, &later);
     if ((k == '\r' || k == '\n' || k == KEY_ENTER) && o) {
         tui_ops_select(p->list.sel, true);
+        tui_prof_show(false);
         tui_focus(TUI_TENSOR);
         return true;
     }

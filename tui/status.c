@@ -1,6 +1,7 @@
 /*
  * status.c — the status bar (top: running or paused, step, phase, op,
- * mode, why training stopped, read from the session's dbg_stop) and the
+ * mode, why training stopped, read from the session's dbg_stop, and the
+ * last step's time, dbg_last_step_ms(), profiler or not) and the
  * function bar (bottom: the function keys, or a one-line hint until the
  * next key).
  */
@@ -25,6 +26,13 @@ static void why(const dbg_stop *s, char *buf, size_t n)
     } else {
         snprintf(buf, n, "%s", s->reason);
     }
+}
+
+const char *tui_fmt_num(double v, char *buf, size_t n)
+{
+    const char *fmt = v >= 99.95 ? "%.0f" : v >= 9.995 ? "%.1f" : v >= 0.9995 ? "%.2f" : "%.3f";
+    snprintf(buf, n, fmt, v);
+    return buf;
 }
 
 void tui_status_draw(void)
@@ -70,11 +78,21 @@ void tui_status_draw(void)
                 break;
         }
     }
-    char tail[64];
-    snprintf(tail, sizeof tail, " %s ", tui.graph ? "graph" : "eager");
+    /* the last step's ms (less the time stopped at the prompt), then the
+     * mode; why it stopped matters more than both, the time more than the mode */
+    char ms[32] = "", num[16], both[64], mode[16];
+    double step_ms = dbg_last_step_ms();
+    if (step_ms >= 0)
+        snprintf(ms, sizeof ms, " %s ms/step ", tui_fmt_num(step_ms, num, sizeof num));
+    snprintf(mode, sizeof mode, " %s ", tui.graph ? "graph" : "eager");
+    snprintf(both, sizeof both, "%s%s", ms, mode);
+    const char *const tails[] = { both, ms, mode, "" }, *tail = "";
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++)
+        if (getcurx(w) + (int)(strlen(buf) + strlen(tails[i])) <= width) {
+            tail = tails[i];
+            break;
+        }
     int len = (int)strlen(tail);
-    if (getcurx(w) + (int)strlen(buf) + len > width)
-        len = 0; /* why it stopped matters more than the mode */
     tui_put(w, buf, width - getcurx(w) - len);
     if (len && getcurx(w) + len <= width) {
         wmove(w, 0, width - len);

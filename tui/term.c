@@ -122,6 +122,9 @@ static const slot slots[TUI_C_COUNT] = {
     [TUI_C_TREND] = { COLOR_CYAN, -1, 0, 0 },
     [TUI_C_KEY] = { -1, -1, A_BOLD, A_BOLD },
     [TUI_C_KEYLABEL] = { COLOR_BLACK, COLOR_CYAN, 0, A_REVERSE },
+    [TUI_C_PROF_FWD] = { COLOR_GREEN, -1, 0, 0 },
+    [TUI_C_PROF_BWD] = { COLOR_MAGENTA, -1, 0, A_BOLD },
+    [TUI_C_PROF_UPD] = { COLOR_YELLOW, -1, 0, A_UNDERLINE },
 };
 
 static void colors_init(void)
@@ -155,6 +158,15 @@ const char *tui_glyph_level(int eighths)
     static const char *const utf8[] = { " ", "\u2581", "\u2582", "\u2583", "\u2584",
                                         "\u2585", "\u2586", "\u2587", "\u2588" };
     static const char *const ascii[] = { " ", ".", ".", "_", "o", "o", "O", "#", "#" };
+    eighths = eighths < 0 ? 0 : eighths > 8 ? 8 : eighths;
+    return tui.utf8 ? utf8[eighths] : ascii[eighths];
+}
+
+const char *tui_glyph_hbar(int eighths)
+{
+    static const char *const utf8[] = { " ", "\u258f", "\u258e", "\u258d", "\u258c",
+                                        "\u258b", "\u258a", "\u2589", "\u2588" };
+    static const char *const ascii[] = { " ", "-", "-", "-", "=", "=", "=", "=", "#" };
     eighths = eighths < 0 ? 0 : eighths > 8 ? 8 : eighths;
     return tui.utf8 ? utf8[eighths] : ascii[eighths];
 }

@@ -13,7 +13,7 @@
  *   listview.c     a pane's rows: selection, scrolling (htop's Panel)
  *   input.c        keys, mouse, readline's callback interface, focus
  *   help.c         the key overlay             cmd_tui.c      the TUI's commands
- *   track.c        loss per step
+ *   track.c        loss per step               pane_prof.c    the last profiled step's ops
  *
  * The stop on show is the session's (dbg_last_stop()), conditions answer
  * for themselves (dbg_cond_preds()): the TUI parses no debugger output.
@@ -115,6 +115,9 @@ struct tui_pane {
 };
 
 extern const tui_pane_class tui_pane_ops, tui_pane_tensor, tui_pane_chart, tui_pane_breaks, tui_pane_output;
+/* The profile pane: not a slot of its own, it takes the tensor pane's
+ * (tui.pane[TUI_TENSOR].cls says which of the two is on show). */
+extern const tui_pane_class tui_pane_prof;
 
 /* ---- state -------------------------------------------------------------------- */
 
@@ -157,6 +160,7 @@ typedef enum {
     TUI_C_NAN, TUI_C_INF, TUI_C_THRESH, TUI_C_BREAK, TUI_C_DIM,
     TUI_C_ERROR, TUI_C_ECHO, TUI_C_STOP, TUI_C_PROG_ERR,
     TUI_C_LOSS, TUI_C_TREND, TUI_C_KEY, TUI_C_KEYLABEL,
+    TUI_C_PROF_FWD, TUI_C_PROF_BWD, TUI_C_PROF_UPD, /* the profile's bars, by phase */
     TUI_C_COUNT
 } tui_color;
 
@@ -174,6 +178,7 @@ attr_t tui_attr(tui_color c);
 /* Glyphs: UTF-8 when the locale is, else ASCII. */
 const char *tui_glyph_rule(void);  /* the vertical line */
 const char *tui_glyph_level(int eighths); /* 0..8: a bar's top cell */
+const char *tui_glyph_hbar(int eighths);  /* 0..8: a horizontal bar's last cell */
 
 /* ---- capture.c ------------------------------------------------------------------ */
 
@@ -261,6 +266,9 @@ void tui_ops_select(int i, bool show);
 int tui_ops_find(const char *name);
 /* Forgets the statistics cached for this step's rows. */
 void tui_ops_forget(void);
+/* The tensor pane's slot shows the profile (true) or the tensor again. */
+void tui_prof_show(bool on);
+bool tui_prof_shown(void);
 /* The breakpoint on the selected row, or NULL. */
 const dbg_break *tui_breaks_selected(void);
 /* Shows `name[lead...]` (or an op's out0) in the tensor pane: true, or
@@ -283,6 +291,9 @@ void tui_view_outer_step(int delta);
 
 void tui_status_draw(void);
 void tui_fbar_draw(void);
+/* A non-negative number (ms, GFLOP/s) in at most 7 columns with 3 or 4
+ * significant digits: 0.047, 3.41, 12.3, 153, 1530. Returns buf. */
+const char *tui_fmt_num(double v, char *buf, size_t n);
 void tui_help_draw(void);
 
 /* ---- input.c ----------------------------------------------------------------------- */
@@ -292,7 +303,7 @@ typedef enum {
     TUI_A_HELP, TUI_A_BREAK, TUI_A_SEARCH, TUI_A_JUMP, TUI_A_CONT, TUI_A_PANE, TUI_A_STEP, TUI_A_NEXT,
     TUI_A_NAN, TUI_A_QUIT, TUI_A_TREND, TUI_A_SLICE_PREV, TUI_A_SLICE_NEXT, TUI_A_OUTER_PREV,
     TUI_A_OUTER_NEXT, TUI_A_MOUSE, TUI_A_ESC,
-    TUI_A_REFRESH,
+    TUI_A_REFRESH, TUI_A_PROFILE,
 } tui_action;
 
 /* A key: a function key works everywhere, a letter only while a pane has
