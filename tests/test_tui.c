@@ -494,6 +494,32 @@ START_TEST(test_profile_key_ms_per_step)
 }
 END_TEST
 
+/* Profiling from the command line: at the stop the pane shows the last
+ * finished step's ops, longest first, with their bars. */
+START_TEST(test_profile_pane_rows)
+{
+    if (skip())
+        return;
+    char args[512];
+    snprintf(args, sizeof args, "-ex 'profile start' -ex 'break step 3' -ex run -- '%s/examples/mlp' "
+             "--hidden 64,64 --batch 32 --threads 1 --steps 5", TDBG_BUILDDIR);
+    start("", 100, 30, args);
+    wait_for(0, "PAUSED", "step 3", NULL);
+    keys("Escape");
+    wait_for(-1, "Esc: cmd line", NULL);
+    keys("p");
+    const char *screen = wait_for(-1, ">profile", "step 2: ", "fwd", "bwd", "update/fc1.weight", NULL);
+    if (!strstr(screen, "fc1/linear") && !strstr(screen, "fc2/linear"))
+        fail_with("no linear among the step's ops", screen);
+    shot("profile-rows", screen);
+    keys("Escape");
+    type("quit");
+    keys("Enter");
+    assert_restored("tdbg-exit=1");
+    kill_server();
+}
+END_TEST
+
 /* ---- mixed precision: rounding marks, precision, skipped steps ---------------------------- */
 
 /* Code point col of s (every character on these screens is one column
@@ -1028,6 +1054,7 @@ Suite *suite_tui(void)
     tcase_add_test(tc, test_amp_marks);
     tcase_add_test(tc, test_live_interrupt_mouse);
     tcase_add_test(tc, test_profile_key_ms_per_step);
+    tcase_add_test(tc, test_profile_pane_rows);
     tcase_add_test(tc, test_colour_and_no_color);
     tcase_add_test(tc, test_crash_restores_terminal);
     tcase_add_test(tc, test_no_terminal_falls_back);
