@@ -257,19 +257,19 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
         return TE_ERR_ARG;
     }
     int64_t seq = l->consumed;
+    /* The profiler's "data": the training thread's time here, the batch
+     * made in place (no workers) or waited for, and its tensors. */
+    const uint64_t t0 = te_prof_on ? te_prof_now() : 0;
     slot *s;
     if (l->n_workers == 0) {
         s = &l->slots[0];
         build_batch(l, &l->prod[0], seq / l->batches, seq % l->batches, s);
     } else {
-        uint64_t t0 = te_prof_on ? te_prof_now() : 0;
         s = &l->slots[seq % l->capacity];
         pthread_mutex_lock(&l->mu);
         while (s->seq != seq)
             pthread_cond_wait(&l->ready, &l->mu);
         pthread_mutex_unlock(&l->mu);
-        if (te_prof_on)
-            te_prof_interval("data", t0, te_prof_now());
     }
 
     int64_t xshape[TE_MAX_DIMS] = { s->count };
@@ -287,6 +287,8 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
     pthread_mutex_unlock(&l->mu);
     *x = tx;
     *y = ty;
+    if (te_prof_on)
+        te_prof_interval("data", t0, te_prof_now());
     return TE_OK;
 }
 
