@@ -7,12 +7,16 @@ import statistics
 WARMUP = 3  # steps not timed, as examples/common.c
 
 
-def report(ms, compile_ms=None, device=None):
-    """`time: ...` over the steps after WARMUP, `memory: ...` (with the
-    device's peak on a GPU), and the compile time when there was one."""
-    ms = ms[WARMUP:] if len(ms) > WARMUP else ms
+def report(ms, compile_ms=None, device=None, cpu_ms=None):
+    """`time: ...` over the steps after WARMUP (with the examples'
+    total_ms and cpu_ms when the steps' CPU times are given), `memory: ...`
+    (with the device's peak on a GPU), and the compile time when there was
+    one."""
+    cut = WARMUP if len(ms) > WARMUP else 0
+    ms = ms[cut:]
+    cpu = f" total_ms={sum(ms):.3f} cpu_ms={sum(cpu_ms[cut:]):.3f}" if cpu_ms is not None else ""
     print(f"time: ms_per_step median={statistics.median(ms):.3f} min={min(ms):.3f} "
-          f"max={max(ms):.3f} steps={len(ms)}")
+          f"max={max(ms):.3f} steps={len(ms)}{cpu}")
     line = f"memory: peak_rss_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}"
     if device is not None and device.type == "cuda":
         import torch

@@ -23,7 +23,7 @@ static const char *prog_name = "example";
 typedef enum {
     F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
     F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH, F_DUMP,
-    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_BACKEND, F_HELP,
+    F_PROFILE,    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_BACKEND, F_HELP,
 } flag_id;
 
 typedef struct {
@@ -48,6 +48,9 @@ static const common_flag common_flags[] = {
     { F_SAVE_GRAPH, "--save-graph", "DIR", "graph mode: write the IR after each pass into DIR" },
     { F_DUMP, "--dump", "SPEC", "HDF5 dumps: dir=D;ops=GLOB,...;steps=0|5-8;io=both;what=full|stats\n"
       "                         ... or @FILE (docs/dump-format.md; TDBG_DUMP does the same)" },
+    { F_PROFILE, "--profile", "SPEC", "profile capture, Chrome trace JSON for tdbg-prof or Perfetto:\n"
+      "                         file=P;steps=A-B;ops=GLOB;keep=K;when=always|break (docs/profiler.md;\n"
+      "                         TDBG_PROFILE does the same; file: PROGRAM-profile.json)" },
     { F_LOG_EVERY, "--log-every", "N", "print a step line every N steps" },
     { F_INJECT, "--inject", "SPEC", "KIND@op=GLOB,step=N[,value=X][,index=I], KIND nan, inf,\n"
       "                         scale, noise or zero: alter that op's output; segv, abort\n"
@@ -85,7 +88,7 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     case F_THREADS: snprintf(buf, n, "%d", d->threads); break;
     case F_WORKERS: snprintf(buf, n, "%d", d->workers); break;
     case F_MODE: snprintf(buf, n, "%s", te_mode_name(d->mode)); break;
-    case F_SAVE_GRAPH: case F_DUMP: buf[0] = '\0'; break;
+    case F_SAVE_GRAPH: case F_DUMP: case F_PROFILE: buf[0] = '\0'; break;
     case F_LOG_EVERY: snprintf(buf, n, "%d", d->log_every); break;
     case F_AMP: snprintf(buf, n, "%s", te_amp_level_name(d->amp)); break;
     case F_AMP_DTYPE: snprintf(buf, n, "%s", d->amp_bf16 ? "bf16" : "f16"); break;
@@ -260,6 +263,10 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
         *why = "expected a dump spec, dir=D;ops=GLOB,...;steps=0|5-8;io=both;what=full|stats, or @FILE "
                "(docs/dump-format.md)";
         o->dump = v;
+        return v[0] != '\0';
+    case F_PROFILE:
+        *why = "expected a profile spec, file=P;steps=A-B;ops=GLOB;keep=K;when=always|break (docs/profiler.md)";
+        o->profile = v;
         return v[0] != '\0';
     case F_INJECT:
         *why = "one too many: at most 16 injections";
@@ -439,6 +446,61 @@ static void start_dumping(const ex_opts *o)
     atexit(stop_dumping);
 }
 
+/* The capture's file, and whether ex_profile_finish writes it (when=always):
+ * the engine is started without the file so that it writes nothing itself
+ * when the steps= range ends, and the one write comes at the end. */
+static char profile_file[sizeof ((te_profile_opts *)0)->file];
+static bool profile_on, profile_write;
+
+static void start_profiling(const ex_opts *o)
+{
+    const char *text = o->profile ? o->profile : getenv("TDBG_PROFILE");
+    if (!text || !text[0])
+        return;
+    te_profile_opts po;
+    if (te_profile_parse(text, &po) != TE_OK) {
+        fprintf(stderr, "%s: %s '%s': %s\n", prog_name, o->profile ? "--profile" : "TDBG_PROFILE", text,
+                te_error());
+        te_shutdown();
+        exit(2);
+    }
+    if (!po.file[0])
+        snprintf(po.file, sizeof po.file, "%s-profile.json", prog_name);
+    snprintf(profile_file, sizeof profile_file, "%s", po.file);
+    profile_write = po.when == TE_PROF_ALWAYS;
+    if (profile_write) /* when=break keeps it: the debugger writes the ring to it at a stop */
+        po.file[0] = '\0';
+    if (te_profile_start(&po) != TE_OK) {
+        fprintf(stderr, "%s: --profile: %s\n", prog_name, te_error());
+        te_shutdown();
+        exit(2);
+    }
+    profile_on = true;
+}
+
+int ex_profile_finish(void)
+{
+    if (!profile_on)
+        return 0;
+    profile_on = false;
+    te_profile_stop();
+    if (!profile_write) {
+        printf("profile: when=break: %s is written only when a breakpoint stops (under tdbg)\n", profile_file);
+        return 0;
+    }
+    const te_status st = te_profile_save(profile_file);
+    if (st == TE_ERR_STATE) { /* the file is named: nothing was recorded */
+        printf("profile: no step of the steps= range ran: %s not written\n", profile_file);
+        return 0;
+    }
+    if (st != TE_OK) {
+        fprintf(stderr, "%s: --profile: %s\n", prog_name, te_error());
+        return 2;
+    }
+    printf("profile: wrote %s; read it with: tdbg-prof %s\n", profile_file, profile_file);
+    return 0;
+}
+
 void ex_start(const ex_opts *o)
 {
     if (te_init(&(te_config){ .seed = o->seed, .threads = o->threads }) != TE_OK)
@@ -456,6 +518,7 @@ void ex_start(const ex_opts *o)
             exit(2);
         }
     start_dumping(o);
+    start_profiling(o);
 }
 
 int ex_fail(const char *what)
@@ -510,6 +573,13 @@ double ex_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
+double ex_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 #define CORRECT_CHUNK 16384 /* logits count_correct reads at once (one row at least) */
 
 /* Rows of logits [N, C] whose largest entry is at the label; the values come
@@ -557,17 +627,21 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-void ex_print_times(double *ms, int n)
+void ex_print_times(double *ms, const double *cpu_ms, int n)
 {
     int skip = n > WARMUP_STEPS ? WARMUP_STEPS : 0;
     ms += skip;
+    cpu_ms += skip;
     n -= skip;
-    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
-    double median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]), total = 0;
-    for (int i = 0; i < n; i++)
+    double total = 0, cpu = 0;
+    for (int i = 0; i < n; i++) {
         total += ms[i];
-    printf("time: ms_per_step median=%.3f min=%.3f max=%.3f steps=%d total_ms=%.3f\n", median, ms[0],
-           ms[n - 1], n, total);
+        cpu += cpu_ms[i];
+    }
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    double median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    printf("time: ms_per_step median=%.3f min=%.3f max=%.3f steps=%d total_ms=%.3f cpu_ms=%.3f\n", median, ms[0],
+           ms[n - 1], n, total, cpu);
 }
 
 /* What the step functions need; inputs and outputs come per micro-batch. */
@@ -638,20 +712,21 @@ te_graph *ex_graph_new(const ex_opts *o, te_step_fn fn, void *ctx, const char *n
 }
 
 /* One step through g: loads the micro-batches, runs, adds up the mean
- * loss and the correct predictions; *load_ms gets the time spent waiting
- * for data. */
+ * loss and the correct predictions; *load_ms and *load_cpu_ms get the
+ * time spent waiting for data and the process's CPU time meanwhile. */
 static te_status train_step(const ex_opts *o, te_loader *ld, te_graph *g, float *loss, int *correct,
-                            double *load_ms)
+                            double *load_ms, double *load_cpu_ms)
 {
     te_tensor *in[2 * EX_MAX_ACCUM], *out[2 * EX_MAX_ACCUM];
     *loss = 0.0f;
     *correct = 0;
-    *load_ms = 0.0;
+    *load_ms = *load_cpu_ms = 0.0;
     te_step_begin();
     for (int m = 0; m < o->accum; m++) {
-        double t0 = ex_now_ms();
+        double t0 = ex_now_ms(), c0 = ex_cpu_ms();
         te_status st = te_loader_next(ld, &in[2 * m], &in[2 * m + 1]);
         *load_ms += ex_now_ms() - t0;
+        *load_cpu_ms += ex_cpu_ms() - c0;
         if (st != TE_OK)
             return st;
     }
@@ -731,7 +806,7 @@ int ex_train(const ex_opts *o, const ex_task *t)
     te_optim *opt = ld && ex_amp_start(o) == TE_OK ? ex_optim_new(o) : NULL;
     step_ctx c = { .o = o, .t = t, .opt = opt };
     te_graph *g = opt ? ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, 2 * o->accum, false) : NULL;
-    double *ms = g ? malloc((size_t)o->steps * sizeof *ms) : NULL;
+    double *ms = g ? malloc(2 * (size_t)o->steps * sizeof *ms) : NULL, *cpu = ms ? ms + o->steps : NULL;
     if (!ms) {
         int rc = ex_fail(g ? "out of memory" : "cannot set up training");
         te_graph_free(g);
@@ -743,9 +818,9 @@ int ex_train(const ex_opts *o, const ex_task *t)
     for (int step = 0; step < o->steps; step++) {
         float loss;
         int correct;
-        double load_ms, t0 = ex_now_ms();
+        double load_ms, load_cpu, t0 = ex_now_ms(), c0 = ex_cpu_ms();
         const float scale = ex_scale_now();
-        if (train_step(o, ld, g, &loss, &correct, &load_ms) != TE_OK) {
+        if (train_step(o, ld, g, &loss, &correct, &load_ms, &load_cpu) != TE_OK) {
             char what[64];
             snprintf(what, sizeof what, "step %d failed", step);
             rc = ex_fail(what);
@@ -753,21 +828,25 @@ int ex_train(const ex_opts *o, const ex_task *t)
             break;
         }
         ms[step] = ex_now_ms() - t0 - load_ms;
+        cpu[step] = ex_cpu_ms() - c0 - load_cpu;
         if (step % o->log_every == 0 || step == o->steps - 1) {
             printf("step=%d loss=%.6f acc=%.4f", step, loss, (float)correct / (float)(o->batch * o->accum));
             ex_print_scale(scale);
             printf("\n");
         }
     }
+    const int prof_rc = ex_profile_finish();
     float loss = 0.0f, acc = 0.0f;
     if (rc == 0 && o->time) {
-        ex_print_times(ms, o->steps);
+        ex_print_times(ms, cpu, o->steps);
         ex_print_memory(g, o);
     }
     if (rc == 0 && evaluate(o, t, &loss, &acc) != TE_OK)
         rc = ex_fail("evaluation failed");
     if (rc == 0)
         printf("final: loss=%.6f acc=%.4f\n", loss, acc);
+    if (rc == 0)
+        rc = prof_rc;
     free(ms);
     te_graph_free(g);
     te_optim_free(opt);

@@ -6,9 +6,11 @@
  * ex_program, and then:
  *
  *     ex_parse(argc, argv, &prog, &opts);  // exits 0 on --help, 2 on a bad flag
- *     ex_start(&opts);                     // te_init, --inject, --dump; exits 2 on a bad spec
+ *     ex_start(&opts);                     // te_init, --inject, --dump, --profile; exits 2 on a bad spec
  *     ... build datasets and parameters ...
  *     return ex_train(&opts, &task);       // step=N loss=X acc=Y lines, then final:
+ *
+ * A program with a loop of its own calls ex_profile_finish() after it.
  */
 #ifndef TDBG_EXAMPLES_COMMON_H
 #define TDBG_EXAMPLES_COMMON_H
@@ -38,6 +40,7 @@ typedef struct ex_opts {
     te_mode mode;       /* eager, or graph: the step traced, compiled and replayed */
     const char *save_graph; /* graph mode: write the IR after each pass here */
     const char *dump;       /* dump spec (--dump), else TDBG_DUMP's */
+    const char *profile;    /* profile spec (--profile), else TDBG_PROFILE's */
     const char *inject[EX_MAX_INJECT];
     int n_inject;
     const char *backend; /* --backend: "cpu" or "cuda"; NULL: cpu */
@@ -81,10 +84,15 @@ typedef struct ex_program {
  * malformed flag, names it, prints the usage to stderr and exits 2. */
 void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o);
 
-/* Starts the engine with o's seed, threads and backend and adds o's injections.
- * A bad injection spec, or a --backend with no usable device, prints
- * te_error() and exits 2. */
+/* Starts the engine with o's seed, threads and backend, adds o's injections
+ * and starts the dump and the profiler. A bad injection, dump or profile
+ * spec, or a --backend with no usable device, prints te_error() and exits 2. */
 void ex_start(const ex_opts *o);
+/* After the training loop: stops the profiler of --profile (TDBG_PROFILE)
+ * and, with when=always, writes its capture, printing `profile: wrote FILE
+ * ...`. Returns 0 (also when no profile was asked for), or 2 after saying
+ * why the file could not be written. ex_train calls it. */
+int ex_profile_finish(void);
 /* The AMP level and the loss scaler of o's flags, once the model's
  * parameters are registered (O2/O3 convert them); TE_OK, or te_error(). */
 te_status ex_amp_start(const ex_opts *o);
@@ -137,9 +145,12 @@ const char *ex_optim_name(const ex_opts *o);
 te_graph *ex_graph_new(const ex_opts *o, te_step_fn fn, void *ctx, const char *name, int n_in, int n_out,
                        bool recompile);
 double ex_now_ms(void);
-/* --time's lines: `time: ms_per_step median=...` over ms[0..n) after the
- * warm-up steps, then `memory: ...` (and `graph: ...` in graph mode). */
-void ex_print_times(double *ms, int n);
+/* The process's CPU time (all its threads, user and system), in ms. */
+double ex_cpu_ms(void);
+/* --time's lines: `time: ms_per_step median=... total_ms=... cpu_ms=...`
+ * over ms[0..n) (wall) and cpu_ms[0..n) (ex_cpu_ms) after the warm-up
+ * steps, then `memory: ...` (and `graph: ...` in graph mode). */
+void ex_print_times(double *ms, const double *cpu_ms, int n);
 void ex_print_memory(const te_graph *g, const ex_opts *o);
 
 /* Parses "a,b,c" into at most max positive ints no larger than limit;

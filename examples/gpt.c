@@ -319,7 +319,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
     te_graph *tg = ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, o->accum, false);
     te_graph *eg = tg ? ex_graph_new(o, eval_step_fn, &c, "eval", 2, 1, false) : NULL;
     const int last = g->stop_at && g->stop_at < o->steps ? g->stop_at : o->steps;
-    double *ms = eg ? calloc((size_t)o->steps + 1, sizeof *ms) : NULL;
+    double *ms = eg ? calloc(2 * ((size_t)o->steps + 1), sizeof *ms) : NULL, *cpu = ms ? ms + o->steps + 1 : NULL;
     int rc = 0, timed = 0;
     if (!ms)
         rc = ex_fail(eg ? "out of memory" : "cannot set up training");
@@ -327,7 +327,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         te_tensor *in[2 * EX_MAX_ACCUM], *out[EX_MAX_ACCUM];
         const float lr = lr_at(g, o, step);
         te_optim_set_lr(opt, lr);
-        const double t0 = ex_now_ms();
+        const double t0 = ex_now_ms(), c0 = ex_cpu_ms();
         const float scale = ex_scale_now();
         te_step_begin();
         te_status st = TE_OK;
@@ -347,6 +347,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
             rc = ex_fail(why);
             break;
         }
+        cpu[timed] = ex_cpu_ms() - c0;
         ms[timed++] = ex_now_ms() - t0;
         if (step % o->log_every == 0 || step == last - 1) {
             printf("step=%d loss=%.6f lr=%.6g", step, loss, lr);
@@ -365,8 +366,9 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
             rc = ex_fail("sampling failed");
         fflush(stdout);
     }
+    const int prof_rc = ex_profile_finish();
     if (rc == 0 && o->time && timed > 0) {
-        ex_print_times(ms, timed);
+        ex_print_times(ms, cpu, timed);
         ex_print_memory(tg, o);
     }
     float val;
@@ -387,6 +389,8 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
             printf("saved: %s at step %d\n", g->save, last);
         }
     }
+    if (rc == 0)
+        rc = prof_rc;
     free(ms);
     te_graph_free(eg);
     te_graph_free(tg);

@@ -6,6 +6,7 @@
 #include "tsession.h"
 #include "testutil.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -367,6 +368,8 @@ START_TEST(test_bad_flags)
         { "--batch", "mlp: --batch needs a value\n" },
         { "--time=1", "mlp: --time takes no value\n" },
         { "--backend nope", "mlp: --backend 'nope': unknown backend; expected cpu or cuda\n" },
+        { "--profile=", "mlp: --profile '': expected a profile spec, file=P;steps=A-B;ops=GLOB;keep=K;"
+                        "when=always|break (docs/profiler.md)\n" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_result *r = run("mlp", "%s", cases[i].args);
@@ -570,16 +573,103 @@ START_TEST(test_time_line)
     run_result *r = run("mlp", "%s --steps 8 --log-every 8 --threads 1 --time", MLP_SMALL);
     assert_ran(r, "--time", 0);
     const char *t = strstr(r->out, "time: ms_per_step ");
-    double med, lo, hi, total;
+    double med, lo, hi, total, cpu;
     int steps;
-    ck_assert_msg(t && sscanf(t, "time: ms_per_step median=%lf min=%lf max=%lf steps=%d total_ms=%lf", &med,
-                              &lo, &hi, &steps, &total) == 5, "no time line in:\n%s", r->out);
+    ck_assert_msg(t && sscanf(t, "time: ms_per_step median=%lf min=%lf max=%lf steps=%d total_ms=%lf cpu_ms=%lf",
+                              &med, &lo, &hi, &steps, &total, &cpu) == 6, "no time line in:\n%s", r->out);
+    ck_assert_msg(cpu > 0, "cpu_ms=%g", cpu); /* the steps' CPU time: any value above 0 (threads may spin) */
     ck_assert_msg(lo > 0 && lo <= med && med <= hi, "min %g median %g max %g", lo, med, hi);
     ck_assert_msg(steps == 5, "timed %d steps, want 8 minus 3 of warm-up", steps);
     /* the five steps' sum, printed to the microsecond */
     ck_assert_msg(total >= 4 * lo + hi - 0.005 && total <= lo + 4 * hi + 0.005, "total %g, min %g max %g",
                   total, lo, hi);
     run_free(r);
+}
+END_TEST
+
+/* ---- --profile ------------------------------------------------------------------ */
+
+/* The step numbers of a trace's "step" events in steps[] (at most max; the
+ * count is returned), its otherData.steps in range[2]; -1 when the file is
+ * not a trace. */
+static int trace_steps(const char *file, int64_t *steps, int max, int64_t range[2], int *ops)
+{
+    json_error_t err;
+    json_t *root = json_load_file(file, 0, &err);
+    ck_assert_msg(root != NULL, "%s: not JSON: %s (line %d)", file, err.text, err.line);
+    json_t *events = json_object_get(root, "traceEvents");
+    json_t *r = json_object_get(json_object_get(root, "otherData"), "steps");
+    ck_assert_msg(json_is_array(events) && json_array_size(r) == 2, "%s: no traceEvents or otherData.steps", file);
+    range[0] = json_integer_value(json_array_get(r, 0));
+    range[1] = json_integer_value(json_array_get(r, 1));
+    int n = 0;
+    *ops = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) {
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        if (cat && strcmp(cat, "op") == 0)
+            ++*ops;
+        if (!cat || strcmp(cat, "step") != 0)
+            continue;
+        json_t *step = json_object_get(json_object_get(e, "args"), "step");
+        ck_assert_msg(json_is_integer(step), "%s: event %zu: a step without args.step", file, i);
+        ck_assert_msg(n < max, "%s: more than %d steps", file, max);
+        steps[n++] = json_integer_value(step);
+    }
+    json_decref(root);
+    return n;
+}
+
+START_TEST(test_profile_flag)
+{
+    char dir[] = "/tmp/tdbg-profile-XXXXXX", file[64], want[192], cmd[96];
+    ck_assert(mkdtemp(dir) != NULL);
+    snprintf(file, sizeof file, "%s/mlp.json", dir);
+    run_result *r = run("mlp", "%s --steps 4 --log-every 1 --threads 1 --profile 'file=%s;steps=1-2'", MLP_SMALL,
+                        file);
+    assert_ran(r, "--profile", 3);
+    snprintf(want, sizeof want, "profile: wrote %s; read it with: tdbg-prof %s\n", file, file);
+    ck_assert_msg(strstr(r->out, want), "no '%s' in:\n%s", want, r->out);
+    int64_t steps[8], range[2];
+    int ops;
+    const int n = trace_steps(file, steps, 8, range, &ops);
+    ck_assert_msg(n == 2 && steps[0] == 1 && steps[1] == 2, "%d step events, the first %lld: want steps 1 and 2", n,
+                  n ? (long long)steps[0] : -1LL);
+    ck_assert_msg(range[0] == 1 && range[1] == 2, "otherData.steps [%lld,%lld], want [1,2]", (long long)range[0],
+                  (long long)range[1]);
+    /* two steps of a 3-layer MLP: at least its forward's linears and relus and their backward */
+    ck_assert_msg(ops >= 2 * 10, "%d op events for two steps", ops);
+    run_free(r);
+
+    /* the environment does the same; a bad spec there names TDBG_PROFILE */
+    ts_session env = ts_sh("TDBG_PROFILE='steps=x' '%s/examples/mlp' --steps 2", TDBG_BUILDDIR);
+    ts_status_is(&env, 2);
+    ts_has(&env, "mlp: TDBG_PROFILE 'steps=x': profile spec: steps=x: expected N, A-B or A- (steps count from 0)\n");
+    ts_free(&env);
+    r = run("mlp", "--profile 'file=%s;bogus=1'", file);
+    ck_assert_msg(r->status == 2 && strstr(r->out, "mlp: --profile 'file=/tmp/") &&
+                  strstr(r->out, ";bogus=1': profile spec: unknown key 'bogus' (keys: file, steps, ops, keep, "
+                                 "when)\n"),
+                  "bogus key: exit %d:\n%s", r->status, r->out);
+    ck_assert_msg(!strstr(r->out, "step=0 "), "training ran despite the bad spec:\n%s", r->out);
+    run_free(r);
+    r = run("mlp", "--profile 'keep=0'");
+    ck_assert_msg(r->status == 2 && strstr(r->out, "mlp: --profile 'keep=0': profile spec: keep=0: expected a step "
+                                           "count from 1 to 1000\n"), "keep=0: exit %d:\n%s", r->status, r->out);
+    run_free(r);
+
+    /* a range the run never reaches writes nothing, and says so */
+    snprintf(file, sizeof file, "%s/never.json", dir);
+    r = run("mlp", "%s --steps 2 --log-every 1 --threads 1 --profile 'file=%s;steps=5-6'", MLP_SMALL, file);
+    assert_ran(r, "--profile steps=5-6", 1);
+    snprintf(want, sizeof want, "profile: no step of the steps= range ran: %s not written\n", file);
+    ck_assert_msg(strstr(r->out, want), "no '%s' in:\n%s", want, r->out);
+    snprintf(cmd, sizeof cmd, "test ! -e %s", file);
+    ck_assert_msg(system(cmd) == 0, "%s written", file);
+    run_free(r);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
 }
 END_TEST
 
@@ -604,6 +694,7 @@ Suite *suite_examples(void)
     tcase_add_test(tc, test_inject_scale);
     tcase_add_test(tc, test_accum_matches_big_batch);
     tcase_add_test(tc, test_time_line);
+    tcase_add_test(tc, test_profile_flag);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("flags");
