@@ -2,8 +2,8 @@
 # gpu-check.sh — issue 18's run on a real GPU, in one go and in at most 8
 # minutes: build with --with-cuda (or use a tree built elsewhere), run the
 # GPU test suites, the CPU-against-CUDA parity checks of the examples and
-# the debugger, then bench/gpu.sh; everything it prints is also written
-# under OUTDIR.
+# the debugger, the profiler's device time (issue 19), then bench/gpu.sh;
+# everything it prints is also written under OUTDIR.
 #
 #   tools/gpu-check.sh facts            what this machine has (one short call)
 #   tools/gpu-check.sh pack             on a development machine: build here
@@ -147,6 +147,20 @@ run() {
             fail=1
         fi
     done
+    done
+
+    echo "== the profiler: device time by CUDA events (a device track), read by tdbg-prof"
+    for mode in eager graph; do
+        timeout 60 "$b/examples/mlp" --backend cuda --mode $mode --steps 5 --batch 32 --train-size 256 \
+            --profile "file=$d/prof-$mode.json;steps=2-4" > "$d/prof-$mode.log" 2>&1 || fail=1
+        if grep -q '"device (event time)"' "$d/prof-$mode.json" 2>/dev/null &&
+            "$b/prof/tdbg-prof" --top 5 "$d/prof-$mode.json" > "$d/prof-$mode.txt" 2>&1; then
+            echo "  $mode: $(head -1 "$d/prof-$mode.txt")"
+            sed -n '/^top ops by total/,/^$/p' "$d/prof-$mode.txt" | sed 's/^/    /'
+        else
+            echo "  $mode: no device track or tdbg-prof failed: $(tail -2 "$d/prof-$mode.log" "$d/prof-$mode.txt" 2>&1)"
+            fail=1
+        fi
     done
 
     local left=$((470 - (SECONDS - start)))
