@@ -23,9 +23,19 @@
 # for every program (see bench/graph.sh). The tdbg on runs also say the ops
 # a step records and the trace's size, so the overhead per op is printed.
 #
+# CPU time on a shared 2-core guest still swings by more than 2% from run
+# to run, so the script ends with perf's attribution where `perf record`
+# works: one profiled run of each model (one thread, PERF_STEPS), sampled
+# at 1 kHz of CPU time (cpu-clock) with DWARF call chains; the samples with
+# a profiler function (te_prof_*, te_profile_*, the JSON writer's put_*)
+# on their stack, over the CPU time of the run's steps (one sample per ms;
+# the timed steps' mean times the steps, all of them recorded), and apart
+# from them those of the file's writing.
+#
 # Environment: RUNS (5), THREAD_COUNTS ("1 2"), MLP_STEPS (30), CNN_STEPS
 # (10), GPT_STEPS (13; the first 3 steps of every run are not timed),
-# MODELS ("mlp cnn gpt"), DATA (gpt's text, as bench/gpt.sh), PYTHON
+# MODELS ("mlp cnn gpt"), PERF (1; 0 skips perf), PERF_STEPS ("100 20 30":
+# mlp, cnn, gpt), DATA (gpt's text, as bench/gpt.sh), PYTHON
 # (/opt/torchenv/bin/python when it exists, else /usr/bin/python3; without
 # an importable torch the PyTorch rows are skipped).
 set -euo pipefail
@@ -180,4 +190,34 @@ for model in "${models[@]}"; do
         '{ print ($1 - $2) * 1e3 / n }' | summary %.2f)
     printf "  %-4s %s of the step, %s us per op%s\n" "$model" "$(overhead tdbg "$model" "$t" cpu)" "$per_op" \
         "$([ -z "$torch_version" ] || echo "; torch.profiler $(overhead torch "$model" "$t" cpu)")"
+done
+
+[ "${PERF:-1}" != 0 ] || exit 0
+if ! command -v perf > /dev/null || ! perf record -q -o "$tmp/perf.data" -e cpu-clock true > /dev/null 2>&1; then
+    echo
+    echo "perf attribution: skipped (no perf, or perf record is not allowed here)"
+    exit 0
+fi
+read -r -a perf_steps <<< "${PERF_STEPS:-100 20 30}"
+echo
+echo "perf attribution, 1 thread, one profiled run each (perf record -e cpu-clock -F 1000 --call-graph dwarf):"
+for model in "${models[@]}"; do
+    case $model in mlp) n=${perf_steps[0]} ;; cnn) n=${perf_steps[1]} ;; *) n=${perf_steps[2]} ;; esac
+    command_of tdbg "$model" 1 on "$tmp/trace.json"
+    for i in "${!cmd[@]}"; do [ "${cmd[$i]}" != --steps ] || cmd[i + 1]=$n; done
+    out=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 perf record -q -o "$tmp/perf.data" -e cpu-clock -F 1000 \
+          --call-graph dwarf,16384 "${cmd[@]}" 2> "$tmp/err") || { cat "$tmp/err" >&2; exit 1; }
+    cpu=$(grep '^time: ' <<< "$out" | sed -n 's/.* steps=\([0-9]*\) .*cpu_ms=\([0-9.]*\).*/\1 \2/p')
+    # Samples (blank-line separated stacks) with a profiler frame; those writing the file.
+    perf script -i "$tmp/perf.data" -F ip,sym 2> /dev/null | awk -v cpu="$cpu" -v steps="$n" -v model="$model" '
+        BEGIN { RS = ""; FS = "\n"; split(cpu, c, " ") }
+        { n++; p = w = 0
+          for (i = 1; i <= NF; i++) {
+              if ($i ~ / (te_prof_|te_profile_|put_op|put_step|put_str|put_us|put_x|event_head|ex_profile_finish)/) p = 1
+              if ($i ~ / (te_prof_write_json|te_profile_save|ex_profile_finish)/) w = 1 }
+          np += p && !w; nw += w }
+        END { ms = c[2] / c[1] * steps
+              printf "  %-4s %d samples, %d recording: %.2f%% of %d steps%s CPU time (%.0f ms, from the %d timed" \
+                     " ones), %.1f us per step; %d writing the file at the end\n", model, n, np, 100 * np / ms,
+                     steps, "\047", ms, c[1], 1e3 * np / steps, nw }'
 done
