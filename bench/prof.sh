@@ -24,7 +24,10 @@
 # a step records and the trace's size, so the overhead per op is printed.
 #
 # CPU time on a shared 2-core guest still swings by more than 2% from run
-# to run, so the script ends with perf's attribution where `perf record`
+# to run, so the script then measures the profiler's cost per op directly
+# (bench/prof_op_cost: small ops, off and on alternating, the thread's CPU
+# clock) and scales it by each model's ops per step, and ends with perf's
+# attribution where `perf record`
 # works: one profiled run of each model (one thread, PERF_STEPS), sampled
 # at 1 kHz of CPU time (cpu-clock) with DWARF call chains; the samples with
 # a profiler function (te_prof_*, te_profile_*, the JSON writer's put_*)
@@ -191,6 +194,23 @@ for model in "${models[@]}"; do
     printf "  %-4s %s of the step, %s us per op%s\n" "$model" "$(overhead tdbg "$model" "$t" cpu)" "$per_op" \
         "$([ -z "$torch_version" ] || echo "; torch.profiler $(overhead torch "$model" "$t" cpu)")"
 done
+
+# The cost per op measured where the noise cannot hide it: bench/prof_op_cost,
+# steps of small ops with the profiler off and on in alternating blocks,
+# by the thread's CPU clock; times each model's ops per step, over its
+# steps' CPU time off: the profiler's share of the step, from the op up.
+if [ -x "$build/bench/prof_op_cost" ]; then
+    cost=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$build/bench/prof_op_cost" 200 400 9)
+    echo
+    echo "cost per op ($cost):"
+    added=$(sed -n 's/.* added_us_per_op=\([0-9.e+-]*\) .*/\1/p' <<< "$cost")
+    for model in "${models[@]}"; do
+        k=tdbg.$model.$t
+        awk -v a="$added" -v n="$(median < "$tmp/$k.on.ops")" -v ms="$(median < "$tmp/$k.off.cpu")" -v m="$model" \
+            'BEGIN { printf "  %-4s %s ops/step x %.3f us = %.1f us of %.2f ms: %.3f%% of the step\n", m, n, a,
+                     a * n, ms, 100 * a * n / (ms * 1e3) }'
+    done
+fi
 
 [ "${PERF:-1}" != 0 ] || exit 0
 if ! command -v perf > /dev/null || ! perf record -q -o "$tmp/perf.data" -e cpu-clock true > /dev/null 2>&1; then
