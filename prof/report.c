@@ -44,7 +44,8 @@ static size_t shown(size_t n, const prof_opts *o) { return o->top > 0 && (size_t
 static void text_rows(FILE *out, const char *title, prof_row *r, size_t n, bool self, double op_us,
                       const prof_opts *o)
 {
-    qsort(r, n, sizeof *r, self ? by_self : by_total);
+    if (n) /* r is NULL when there is no op */
+        qsort(r, n, sizeof *r, self ? by_self : by_total);
     fprintf(out, "\n%s\n  total ms    self ms  count    mean ms   share  name\n", title);
     for (size_t i = 0; i < shown(n, o); i++)
         fprintf(out, "%10.3f %10.3f %6zu %10.3f %6.1f%%  %s\n", r[i].total / 1e3, r[i].self / 1e3, r[i].count,
@@ -85,7 +86,8 @@ static size_t flop_rows(prof_row *r, size_t n)
             r[k++] = r[i];
             r[i] = tmp;
         }
-    qsort(r, k, sizeof *r, by_flops);
+    if (k)
+        qsort(r, k, sizeof *r, by_flops);
     return k;
 }
 
@@ -121,7 +123,8 @@ static void text_flops(FILE *out, prof_row *r, size_t n, const prof_opts *o)
 
 static json_t *json_rows(prof_row *r, size_t n, bool self, double op_us, const prof_opts *o)
 {
-    qsort(r, n, sizeof *r, self ? by_self : by_total);
+    if (n) /* r is NULL when there is no op */
+        qsort(r, n, sizeof *r, self ? by_self : by_total);
     json_t *a = json_array();
     for (size_t i = 0; i < shown(n, o); i++)
         json_array_append_new(a, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f}", "name", r[i].key,
