@@ -594,18 +594,7 @@ static void capture(const char *path)
     for (int s = 0; s < 4; s++) {
         te_tensor *x, *y;
         ck_assert_int_eq(te_loader_next(l, &x, &y), TE_OK);
-        te_step_begin();
-        te_scope_push("mm");
-        te_tensor *h = te_relu(te_matmul(x, w1));
-        te_scope_pop();
-        te_scope_push("out");
-        te_tensor *z = te_linear(h, w2, NULL);
-        te_scope_pop();
-        te_tensor *loss = te_cross_entropy(z, y);
-        ck_assert_msg(loss != NULL, "%s", te_error());
-        ck_assert_int_eq(te_backward(loss), TE_OK);
-        ck_assert_int_eq(te_optim_step(opt), TE_OK);
-        te_step_end();
+        tu_mlp2_step(x, y, w1, w2, opt);
     }
     ck_assert_int_eq(te_profile_save(path), TE_OK);
     ck_assert_int_eq(te_profile_stop(), TE_OK);

@@ -129,20 +129,8 @@ static void train_step(void)
         xs[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
     for (int i = 0; i < 64; i++)
         ys[i] = i % 10;
-    te_step_begin();
-    te_tensor *x = te_tensor_from(TE_F32, te_shape(64, 256), xs);
-    te_tensor *y = te_tensor_from(TE_I32, te_shape(64), ys);
-    te_scope_push("mm");
-    te_tensor *h = te_relu(te_matmul(x, w1));
-    te_scope_pop();
-    te_scope_push("out");
-    te_tensor *z = te_linear(h, w2, NULL);
-    te_scope_pop();
-    te_tensor *loss = te_cross_entropy(z, y);
-    ck_assert_msg(loss != NULL, "%s", te_error());
-    ck_assert_int_eq(te_backward(loss), TE_OK);
-    ck_assert_int_eq(te_optim_step(opt), TE_OK);
-    te_step_end();
+    tu_mlp2_step(te_tensor_from(TE_F32, te_shape(64, 256), xs), te_tensor_from(TE_I32, te_shape(64), ys), w1, w2,
+                 opt);
 }
 
 /* ---- checks --------------------------------------------------------------------------- */

@@ -178,6 +178,22 @@ void tu_scratch_make(char *dir, size_t n, const char *prefix)
 
 void tu_scratch_remove(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
+void tu_mlp2_step(te_tensor *x, te_tensor *y, te_tensor *w1, te_tensor *w2, te_optim *opt)
+{
+    te_step_begin();
+    te_scope_push("mm");
+    te_tensor *h = te_relu(te_matmul(x, w1));
+    te_scope_pop();
+    te_scope_push("out");
+    te_tensor *z = te_linear(h, w2, NULL);
+    te_scope_pop();
+    te_tensor *loss = te_cross_entropy(z, y);
+    ck_assert_msg(loss != NULL, "%s", te_error());
+    ck_assert_int_eq(te_backward(loss), TE_OK);
+    ck_assert_int_eq(te_optim_step(opt), TE_OK);
+    te_step_end();
+}
+
 char *tu_scratch_sub(const char *dir, char *buf, size_t n)
 {
     snprintf(buf, n, "%s/t-XXXXXX", dir);

@@ -94,9 +94,16 @@ int tu_shell(char *out, size_t n, const char *fmt, ...) __attribute__((format(pr
  * suite's unchecked fixture (aborts when it cannot: there is no test to
  * fail yet); tu_scratch_remove deletes it and everything under it. */
 void tu_scratch_make(char *dir, size_t n, const char *prefix);
+
 void tu_scratch_remove(const char *dir);
 /* A fresh sub-directory of dir for one test, in buf (returned). */
 char *tu_scratch_sub(const char *dir, char *buf, size_t n);
+
+/* One training step of a two-layer MLP, as the profiler's tests trace it:
+ * h = relu(x @ w1) under the scope "mm" ("mm/matmul", "mm/relu"), logits
+ * linear(h, w2) under "out" ("out/linear"), cross entropy against y, its
+ * backward and opt's update, between te_step_begin and te_step_end. */
+void tu_mlp2_step(te_tensor *x, te_tensor *y, te_tensor *w1, te_tensor *w2, te_optim *opt);
 
 /* What one in-process run of a tool printed and returned. */
 typedef struct tu_result {
