@@ -94,7 +94,6 @@ int tu_shell(char *out, size_t n, const char *fmt, ...) __attribute__((format(pr
  * suite's unchecked fixture (aborts when it cannot: there is no test to
  * fail yet); tu_scratch_remove deletes it and everything under it. */
 void tu_scratch_make(char *dir, size_t n, const char *prefix);
-
 void tu_scratch_remove(const char *dir);
 /* A fresh sub-directory of dir for one test, in buf (returned). */
 char *tu_scratch_sub(const char *dir, char *buf, size_t n);
