@@ -236,6 +236,34 @@ START_TEST(test_around_nan)
 }
 END_TEST
 
+/* The program's own --profile with when=break: the debugger writes it at
+ * the breakpoint's stop all the same, the engine knowing its spec. */
+START_TEST(test_program_profile_at_stop)
+{
+    char dir[256], want[1024], path[512];
+    tu_scratch_sub(suite_dir, dir, sizeof dir);
+    ts_session s = ts_tdbg("--batch", "break nan;run;info profile", "mlp",
+                           "%s --steps 6 --inject nan@op=fc2/linear,step=3 --profile 'when=break;keep=2;file=%s/w.json'",
+                           MLP, dir);
+    ts_stop_is(&s, 0, "stopped: step=3 phase=forward op=fc2/linear type=Linear reason=nan "
+                      "tensor=fc2/linear:out0 index=[0,0] origin=created");
+    snprintf(want, sizeof want,
+             "profile: wrote %s/w.json: steps 2-3 (2), step 3 up to the stop at fc2/linear; "
+             "'tdbg-prof %s/w.json' reads it\n",
+             dir, dir);
+    ts_has(&s, want);
+    snprintf(want, sizeof want,
+             "Profiling: recording (the program's profile), file=%s/w.json;steps=0-;ops=*;keep=2;when=break\n", dir);
+    ts_has(&s, want);
+    trace t;
+    snprintf(path, sizeof path, "%s/w.json", dir);
+    trace_load(path, &t);
+    steps_are(&t, path, 2, 3, true);
+    ops_are(&t.steps[1], path, UP_TO_FC2, 3);
+    ts_free(&s);
+}
+END_TEST
+
 /* when=break through `profile start`: written at a breakpoint's stop, not
  * at the stops of next and step; the default file name. */
 START_TEST(test_when_break_breakpoints_only)
@@ -514,6 +542,7 @@ Suite *suite_dbg_prof(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_entry);
     tcase_add_loop_test(tc, test_around_nan, 0, 2);
+    tcase_add_test(tc, test_program_profile_at_stop);
     tcase_add_test(tc, test_when_break_breakpoints_only);
     tcase_add_test(tc, test_start_stop_save);
     tcase_add_test(tc, test_errors);
