@@ -11,10 +11,11 @@ beside tdbg's profile of the same step.
 
 WARMUP (3) steps run unprofiled, then --steps steps under
 torch.profiler.profile(activities=[CPU], record_shapes=True). Each step
-runs in three record_function spans, the passes: "update" (zero_grad),
-"forward" (the model and the loss), "backward" (backward() and, for the
-GPT, clip_grad_norm_, as tdbg clips at the end of its backward phase),
-"update" (optimizer.step()).
+runs in record_function spans named after the passes: "prof_ops:update"
+(zero_grad), "prof_ops:forward" (the model and the loss),
+"prof_ops:backward" (backward() and, for the GPT, clip_grad_norm_, as
+tdbg clips at the end of its backward phase), "prof_ops:update"
+(optimizer.step()).
 
 Attribution (each microsecond counted once). torch's events nest
 (aten::linear > aten::addmm; evaluate_function > MmBackward0 > aten::mm),
@@ -62,7 +63,7 @@ clip_grad_norm_'s ops) are outside.
 
 Prints, per steps profiled (ms per step):
     row PASS KIND MS COUNT        (COUNT: events per step)
-    leaf PASS KIND NAME MS        (the aten op with the most self time)
+    leaf PASS KIND NAME MS        (the event with the most self time; spaces: _)
     unmapped PASS NAME MS         (top-level ops no kind names: in "outside")
     row PASS outside MS 0         (time in the pass not in a named op)
 then the examples' `time: ms_per_step median=X ...` over the profiled steps.
