@@ -533,7 +533,7 @@ END_TEST
 
 START_TEST(test_usage)
 {
-    static const struct { const char *args[4]; const char *why; } cases[] = {
+    static const struct { const char *args[5]; const char *why; } cases[] = {
         { { NULL }, "tdbg-prof: no trace file given\n" },
         { { "--top", "x", "f" }, "tdbg-prof: --top wants a count (0 or more): x\n" },
         { { "--top" }, "tdbg-prof: missing value after: --top\n" },
