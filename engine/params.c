@@ -58,6 +58,8 @@ te_tensor *te_param_find(const char *name)
 
 void te_zero_grad(void)
 {
+    if (te_rec_unwinding) /* the step is being unwound: nothing to clear */
+        return;
     if (te_tracing)
         te_trace_zero_grad();
     for (int i = 0; i < n_params; i++)

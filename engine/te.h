@@ -70,6 +70,7 @@ typedef enum {
     TE_ERR_INPUT = -6,   /* an input was NULL: an earlier op failed */
     TE_ERR_IO = -7,      /* file or thread trouble */
     TE_ERR_DEVICE = -8,  /* no usable device for the backend asked for */
+    TE_ERR_REWOUND = -9, /* a rewind unwinds this step: go on to the next te_step_begin */
 } te_status;
 
 TE_API const char *te_status_str(te_status s);
@@ -499,6 +500,8 @@ enum {
     TE_TRAIT_NONFINITE_OK = 1u << 2, /* may produce NaN/Inf on purpose (an attention mask's -inf) */
 };
 
+typedef struct te_record_located te_record_located; /* time travel, below */
+
 typedef struct te_hooks {
     void (*step_begin)(int64_t step, void *user);                  /* optional */
     void (*step_end)(int64_t step, void *user);                    /* optional */
@@ -509,11 +512,132 @@ typedef struct te_hooks {
      * traits); it has no tensors yet. For what a crash report needs (the
      * last op started): keep it cheap, it runs before every op. */
     void (*op_begin)(const te_op_record *rec, void *user);
+    /* optional, time travel (record.c): a rewind reached its target step,
+     * called at that step's te_step_begin, before step_begin. */
+    void (*rewound)(int64_t step, void *user);
+    /* optional: a replayed step ended with another loss or parameter
+     * checksum than when it was recorded (the first such step after each
+     * rewind); called at its te_step_end, before step_end, even in the
+     * silent steps before a rewind's target. */
+    void (*diverged)(int64_t step, double recorded_loss, double replayed_loss, uint64_t recorded_sum,
+                     uint64_t replayed_sum, void *user);
+    /* optional: te_record_locate's answer, at the end of its last replay. */
+    void (*located)(const te_record_located *r, void *user);
 } te_hooks;
 
 /* Returns a handle >= 0, or -1 when the hook table is full. */
 TE_API int te_hook_add(const te_hooks *hooks, void *user);
 TE_API void te_hook_remove(int handle);
+
+/* ---- time travel (record.c; docs/engine.md "Time travel") ------------------
+ * Recording keeps snapshots, in memory, of everything a step depends on,
+ * taken at te_step_begin of every `every`-th step: every persistent tensor
+ * (parameters, optimizer state, batch norm's running statistics, master
+ * weights), the optimizers' counts and learning rates, the loss scaler, the
+ * step counter and training flag, each live loader's position, and the
+ * program's registered host regions. Randomness needs nothing more: it is
+ * a function of (seed, step, op) and of the loaders' positions. Each step
+ * also records its loss and a checksum of the parameters after its update.
+ *
+ * te_rewind(S) restores the nearest snapshot at or before S and runs the
+ * program forward to the start of S with hooks, dumps and the profiler
+ * silenced; the hooks' `rewound` is called there. The program's loop is its
+ * own, so it must take part: keep its state (step counter, schedule, sums
+ * it logs) in regions registered with te_record_host, call te_step_begin
+ * before the step's te_loader_next, treat TE_ERR_REWOUND as "go on", and
+ * keep looping while te_rewind_pending():
+ *
+ *     struct { int64_t s; double loss_sum; } loop = { 0 };
+ *     te_record_host("loop", &loop, sizeof loop);
+ *     for (loop.s = 0; loop.s < steps || te_rewind_pending(); loop.s++) {
+ *         te_step_begin();              // a rewind puts `loop` back here
+ *         te_status st = step(...);     // ops, te_backward, te_optim_step
+ *         te_step_end();
+ *         if (st == TE_ERR_REWOUND) continue;
+ *         ...
+ *     }
+ */
+
+/* Registers `bytes` of host memory at ptr that snapshots copy and rewinds
+ * put back; name is for messages. Returns a handle >= 0, or -1 with
+ * TE_ERR_ARG (NULL, 0 bytes) or TE_ERR_NOMEM. Registering a region marks
+ * the program as taking part. */
+TE_API int te_record_host(const char *name, void *ptr, size_t bytes);
+TE_API void te_record_host_remove(int handle);
+/* Marks the program as taking part without a region (its loop keeps no
+ * state the engine does not hold), or not. */
+TE_API void te_record_participate(bool on);
+TE_API bool te_record_participating(void);
+
+typedef struct te_record_opts {
+    int every;           /* a snapshot every `every` steps (0: TE_RECORD_EVERY) */
+    int keep;            /* snapshots kept, the oldest dropped (0: TE_RECORD_KEEP) */
+    size_t budget_bytes; /* their memory at most (0: TE_RECORD_BUDGET); the newest always stays */
+    bool op_sums;        /* also keep a checksum of every op's outputs of every step, for
+                          * te_record_locate (costly: off by default) */
+} te_record_opts;
+#define TE_RECORD_EVERY 20
+#define TE_RECORD_KEEP 32
+#define TE_RECORD_BUDGET ((size_t)1 << 30)
+/* Starts recording from the next te_step_begin (its step is the first
+ * snapshot), dropping what an earlier recording kept. NULL: the defaults.
+ * TE_ERR_ARG for a negative field. */
+TE_API te_status te_record_start(const te_record_opts *o);
+/* Stops recording and frees every snapshot and step record. */
+TE_API void te_record_stop(void);
+TE_API bool te_record_active(void);
+TE_API void te_record_opts_get(te_record_opts *o);   /* the options in force, defaults filled */
+
+typedef struct te_record_entry {
+    int64_t step;  /* the step that starts from it */
+    size_t bytes;  /* its memory: device copies and host regions */
+} te_record_entry;
+/* The snapshots, oldest first: fills up to max entries, returns how many
+ * there are. */
+TE_API int te_record_list(te_record_entry *out, int max);
+/* A recorded step's loss (the root of its te_backward, divided by the loss
+ * scale when it is the scaled loss; the sum of the roots when it has
+ * several; NaN when it had none) and the 64-bit checksum of every
+ * parameter's bytes after its update. TE_ERR_ARG naming the recorded
+ * range when the step was not recorded. */
+TE_API te_status te_record_step_info(int64_t step, double *loss, uint64_t *checksum);
+
+/* Rewinds to the start of `step`, from a hook at a stop, inside a step or
+ * between steps. TE_ERR_STATE when the program does not take part or
+ * nothing is recorded; TE_ERR_ARG when no snapshot is at or before step
+ * (the message names the oldest step it can reach) or step has not run.
+ * Inside a step, the step unwinds: every op, te_backward, te_optim_step,
+ * te_graph_run and te_loader_next returns TE_ERR_REWOUND at once (no
+ * kernels, no hooks) until te_step_end; the next te_step_begin restores
+ * the snapshot and the steps before `step` run silently. */
+TE_API te_status te_rewind(int64_t step);
+/* A rewind waits for the next te_step_begin: the loop must go on. */
+TE_API bool te_rewind_pending(void);
+/* Steps are running silently towards a rewind's target. */
+TE_API bool te_rewind_fast_forward(void);
+
+/* Where a diverged step parts from its recording (te_record_locate). */
+struct te_record_located {
+    int64_t step;
+    bool found;            /* an op was found: the fields below name it */
+    te_phase phase;
+    int exec_index;        /* its place in the step's order */
+    char op[TE_NAME_MAX];  /* "fc1/linear", "grad/fc1/linear", "update/fc1.weight" */
+    char type[32];
+    int output;            /* which of its outputs differs first */
+    bool replays_agree;    /* the two replays gave the same ops' outputs */
+    bool matches_recorded; /* the replays' loss and checksum equal the recorded ones */
+    char cause[640];       /* the likely cause, in words */
+};
+/* Finds the first op where `step` parts: rewinds to it (as te_rewind) and
+ * runs it twice, silently, with a checksum of every op's outputs, then
+ * compares the two runs op by op, and with the recording's per-op
+ * checksums when op_sums was on. The answer goes to the hooks' `located`
+ * at the end of the second run and to te_record_located_get; the run then
+ * goes on from the step after. Errors as te_rewind's. */
+TE_API te_status te_record_locate(int64_t step);
+/* The last answer; false while none (or one is under way). */
+TE_API bool te_record_located_get(te_record_located *r);
 
 /* ---- the deferred watch (watch.c) ---------------------------------------
  * A hook that only needs to hear of ops whose outputs hold a NaN

@@ -562,9 +562,55 @@ void te_phase_restore(te_phase p);
 typedef struct te_snapshot te_snapshot;
 void te_persist_track(te_tensor *t);
 void te_persist_forget(te_tensor *t);
-te_snapshot *te_snapshot_take(void);
+/* whole: a step boundary's snapshot for time travel (record.c), which also
+ * holds the step counter, the training flag, the loaders' positions and
+ * the host regions; without, what the deferred watch needs. */
+te_snapshot *te_snapshot_take(bool whole);
 void te_snapshot_restore(const te_snapshot *s);
 void te_snapshot_free(te_snapshot *s);
+int64_t te_snapshot_step(const te_snapshot *s);
+size_t te_snapshot_bytes(const te_snapshot *s);
+
+/* ---- time travel (record.c) ---------------------------------------------
+ * te_rec_unwinding: a rewind unwinds the current step; every op and step
+ * call checks it first and returns te_rewound() (TE_ERR_REWOUND, the
+ * message set). te_rec_on: recording, the backward roots are read. */
+extern bool te_rec_unwinding;
+extern bool te_rec_on;
+te_status te_rewound(const char *what);
+/* From te_step_begin once the counter moved (restore, snapshots, the
+ * silent run's start and end, `rewound`); from te_step_end, in a step not
+ * unwound, before its hooks (the loss and checksum, the replay check). */
+void te_record_begin(void);
+void te_record_end(void);
+void te_record_shutdown(void); /* te_shutdown: everything dropped, registries too */
+void te_record_root(const te_tensor *y);        /* a te_backward's root (both modes) */
+void te_record_op(const te_op_record *rec);     /* every op, while observing */
+/* The registries a whole snapshot reads: host regions and live loaders. */
+int te_record_host_count(void);
+void te_record_host_at(int i, int *handle, void **ptr, size_t *bytes);
+bool te_record_host_alive(int handle, const void *ptr, size_t bytes);
+te_status te_record_loader_add(te_loader *l);
+void te_record_loader_remove(te_loader *l);
+int te_record_loader_count(void);
+te_loader *te_record_loader_at(int i);
+bool te_record_loader_alive(const te_loader *l);
+/* A loader's position (batches handed out), and a move to another: its
+ * workers are stopped, its ring emptied and its workers started again
+ * from there, so the next batch is batch pos. */
+int64_t te_loader_position(const te_loader *l);
+te_status te_loader_seek(te_loader *l, int64_t pos);
+/* tape.c: the step counter as a snapshot had it. */
+void te_step_set(int64_t step);
+/* hooks.c: silence the attached hooks (silence: no op, step or phase
+ * calls) and/or call te_record_op on every op (observe); the time-travel
+ * calls below are never silenced. */
+void te_hooks_silence(bool silence, bool observe);
+void te_hooks_rewound(int64_t step);
+void te_hooks_diverged(int64_t step, double rec_loss, double loss, uint64_t rec_sum, uint64_t sum);
+void te_hooks_located(const te_record_located *r);
+/* prof.c: the current step is dropped (unwound by a rewind), not written. */
+void te_prof_step_drop(void);
 
 /* The optimizers' part: each live optimizer's update count and which state
  * tensors it had (state made since is freed again on restore, so that a
