@@ -461,18 +461,25 @@ te_status te_record_step_info(int64_t step, double *loss, uint64_t *checksum)
 
 void te_record_root(const te_tensor *y)
 {
-    float v;
-    if (y->numel != 1 || !te_data(y) || te_tensor_read_f32(y, 0, 1, &v) != TE_OK)
-        return;
-    double loss = v;
-    /* te_scaler_scale_loss's product: the loss itself is the root over the
+    /* te_scaler_scale_loss's product: the loss is its first input (graph
+     * mode may not keep the product in memory), else the product over the
      * scale (a power of two: exact). */
+    const te_tensor *src = y;
+    double scale = 1;
     const char *n = y->node ? y->node->name : "";
     const size_t len = strlen(n), tail = strlen("amp/loss_scale");
     te_scaler_state sc;
-    if (len >= tail && strcmp(n + len - tail, "amp/loss_scale") == 0 && te_scaler_state_get(&sc) && sc.scale > 0)
-        loss /= sc.scale;
-    R.loss += loss;
+    if (len >= tail && strcmp(n + len - tail, "amp/loss_scale") == 0 && te_scaler_state_get(&sc) && sc.scale > 0) {
+        const te_tensor *in = y->node->in[0];
+        if (in && in->numel == 1 && te_data(in))
+            src = in;
+        else
+            scale = sc.scale;
+    }
+    float v;
+    if (src->numel != 1 || !te_data(src) || te_tensor_read_f32(src, 0, 1, &v) != TE_OK)
+        return;
+    R.loss += v / scale;
     R.roots++;
 }
 
