@@ -424,8 +424,8 @@ static bool check_attr(hid_t f, const ckpt_attr *a, child_err *e)
 }
 
 /* Checks the format, the version, the program and the attributes; reads
- * the info into out and the version into *version. */
-static bool parse_info(hid_t f, const load_arg *a, int *version, dump_blob *out, child_err *e)
+ * the info into out. */
+static bool parse_info(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
 {
     char format[64], program[64] = "gpt"; /* version 1 was gpt's alone */
     int64_t v;
@@ -439,7 +439,6 @@ static bool parse_info(hid_t f, const load_arg *a, int *version, dump_blob *out,
     if (v < OLDEST_VERSION || v > VERSION)
         return fail(e, "version %lld; this program reads versions %d to %d", (long long)v, OLDEST_VERSION,
                     VERSION);
-    *version = (int)v;
     if (v >= 2 && !read_attr_str(f, "/", "program", program, sizeof program, e))
         return false;
     if (strcmp(program, a->m->program) != 0)
@@ -529,13 +528,11 @@ static bool parse_amp(hid_t f, dump_blob *out, child_err *e)
     return true;
 }
 
-/* Each of the model's buffers, /buffers/NAME (none in version 1). */
-static bool parse_buffers(hid_t f, const load_arg *a, int version, dump_blob *out, child_err *e)
+/* Each of the model's buffers, /buffers/NAME. (Version 1 files have none:
+ * they are gpt's, whose model has none.) */
+static bool parse_buffers(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
 {
     char path[512];
-    if (a->m->n_buffers > 0 && version < 2)
-        return fail(e, "version %d keeps no /buffers, and this model has %d (%s, ...): save it again with this "
-                    "program", version, a->m->n_buffers, a->m->buffers[0]->name);
     bool ok = true;
     for (int i = 0; ok && i < a->m->n_buffers; i++) {
         const te_tensor *b = a->m->buffers[i];
@@ -555,7 +552,7 @@ static bool parse_buffers(hid_t f, const load_arg *a, int version, dump_blob *ou
 
 /* The AMP state (parse_amp), every parameter and the optimizer's steps and
  * each present state buffer, then the model's buffers. */
-static bool parse_tensors(hid_t f, const load_arg *a, int version, dump_blob *out, child_err *e)
+static bool parse_tensors(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
 {
     te_optim *opt = a->m->opt;
     char kind[32], path[512];
@@ -604,7 +601,7 @@ static bool parse_tensors(hid_t f, const load_arg *a, int version, dump_blob *ou
         }
     }
     free(buf);
-    return ok && parse_buffers(f, a, version, out, e);
+    return ok && parse_buffers(f, a, out, e);
 }
 
 /* dump_contain's parse: the error string ("" when all is well), then the info
@@ -615,7 +612,6 @@ static void parse(void *arg, dump_blob *out)
     dump_blob body = { 0 };
     child_err e = { "" };
     char reason[256];
-    int version = VERSION;
     H5E_auto2_t func; /* restored: with TDBG_DUMP_CONTAIN=off this runs in the program itself */
     void *data;
     H5Eget_auto2(H5E_DEFAULT, &func, &data);
@@ -624,8 +620,8 @@ static void parse(void *arg, dump_blob *out)
     hid_t f = H5Fopen(a->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0)
         fail(&e, "not an HDF5 file, or not readable (%s)", h5_reason(reason));
-    else if (parse_info(f, a, &version, &body, &e) && a->tensors)
-        parse_tensors(f, a, version, &body, &e);
+    else if (parse_info(f, a, &body, &e) && a->tensors)
+        parse_tensors(f, a, &body, &e);
     if (f >= 0)
         H5Fclose(f);
     H5Eset_auto2(H5E_DEFAULT, func, data);

@@ -96,5 +96,6 @@ int ex_save(const ex_opts *o, const ckpt_model *m, const ckpt_info *info)
         return 2;
     }
     printf("saved: %s at step %lld\n", o->save, (long long)info->step);
+    fflush(stdout); /* said, whatever happens next */
     return 0;
 }
