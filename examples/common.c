@@ -134,7 +134,8 @@ static void usage(FILE *f, const ex_program *p, const ex_opts *d)
     }
     fprintf(f, "\n%s", p->output ? p->output
                                  : "Each logged step prints `step=N loss=X acc=Y`; the run ends with\n"
-                                   "`final: loss=X acc=Y` on held-out data. Exit status 2 on a bad flag.\n");
+                                   "`final: loss=X acc=Y` on held-out data. Exit status 2 on a bad flag\n"
+                                   "or checkpoint.\n");
 }
 
 /* Names the bad flag (and its value, when given) with what would do,

@@ -19,8 +19,8 @@
 /* The seeds (fuzz/mkseeds.sh) are made with the same configuration. */
 static const gpt_config cfg = { .layers = 1, .heads = 1, .embd = 4, .block = 4, .dropout = 0.0f };
 static const ckpt_attr attrs[] = {
-    { "layers", "--layers", 1 }, { "heads", "--heads", 1 }, { "embd", "--embd", 4 },
-    { "block", "--block", 4 },   { "vocab", "the vocabulary", GPT_VOCAB },
+    { "layers", "--layers", 1, NULL }, { "heads", "--heads", 1, NULL }, { "embd", "--embd", 4, NULL },
+    { "block", "--block", 4, NULL },   { "vocab", "the vocabulary", GPT_VOCAB, NULL },
 };
 static ckpt_model ck = { .program = "gpt", .attrs = attrs, .n_attrs = (int)(sizeof attrs / sizeof attrs[0]),
                          .optim_kind = "adamw" };
