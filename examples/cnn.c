@@ -47,17 +47,6 @@ static const ex_flag cnn_flags[] = {
     { NULL, NULL, NULL, NULL },
 };
 
-/* What a checkpoint must match: the widths, and the loader's batch and
- * training size. */
-static int ckpt_attrs(const void *cfg, const ex_opts *o, ckpt_attr *out)
-{
-    const cnn_cfg *c = cfg;
-    static char channels[64];
-    snprintf(channels, sizeof channels, "%d,%d,%d", c->channels[0], c->channels[1], c->channels[2]);
-    out[0] = (ckpt_attr){ "channels", "--channels", 0, channels };
-    return 1 + ex_loader_attrs(o, out + 1);
-}
-
 /* conv3x3 (pad 1) + batch norm + ReLU, under scope convK */
 static te_tensor *block_forward(const conv_block *b, int k, te_tensor *x)
 {
@@ -145,6 +134,17 @@ static void cnn_free(cnn *m)
         te_tensor_free(m->conv[k].running_mean);
         te_tensor_free(m->conv[k].running_var);
     }
+}
+
+/* What a checkpoint must match: the widths, and the loader's batch and
+ * training size. */
+static int ckpt_attrs(const void *cfg, const ex_opts *o, ckpt_attr *out)
+{
+    const cnn_cfg *c = cfg;
+    static char channels[64];
+    snprintf(channels, sizeof channels, "%d,%d,%d", c->channels[0], c->channels[1], c->channels[2]);
+    out[0] = (ckpt_attr){ "channels", "--channels", 0, channels };
+    return 1 + ex_loader_attrs(o, out + 1);
 }
 
 int main(int argc, char **argv)

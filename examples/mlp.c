@@ -63,20 +63,6 @@ static const ex_flag mlp_flags[] = {
     { NULL, NULL, NULL, NULL },
 };
 
-/* What a checkpoint must match: the dataset, the hidden widths, and the
- * loader's batch and training size. */
-static int ckpt_attrs(const void *cfg, const ex_opts *o, ckpt_attr *out)
-{
-    const mlp_cfg *c = cfg;
-    static char hidden[MAX_LAYERS * 8];
-    size_t at = 0;
-    for (int i = 0; i < c->n_hidden; i++)
-        at += (size_t)snprintf(hidden + at, sizeof hidden - at, "%s%d", i ? "," : "", c->hidden[i]);
-    out[0] = (ckpt_attr){ "data", "--data", 0, data_names[c->data] };
-    out[1] = (ckpt_attr){ "hidden", "--hidden", 0, hidden };
-    return 2 + ex_loader_attrs(o, out + 2);
-}
-
 /* x [N, in] -> logits [N, classes] */
 static te_tensor *mlp_forward(const void *model, te_tensor *x)
 {
@@ -110,6 +96,20 @@ static bool mlp_init(mlp *m, const mlp_cfg *c, int in, int classes)
         in = out;
     }
     return true;
+}
+
+/* What a checkpoint must match: the dataset, the hidden widths, and the
+ * loader's batch and training size. */
+static int ckpt_attrs(const void *cfg, const ex_opts *o, ckpt_attr *out)
+{
+    const mlp_cfg *c = cfg;
+    static char hidden[MAX_LAYERS * 8];
+    size_t at = 0;
+    for (int i = 0; i < c->n_hidden; i++)
+        at += (size_t)snprintf(hidden + at, sizeof hidden - at, "%s%d", i ? "," : "", c->hidden[i]);
+    out[0] = (ckpt_attr){ "data", "--data", 0, data_names[c->data] };
+    out[1] = (ckpt_attr){ "hidden", "--hidden", 0, hidden };
+    return 2 + ex_loader_attrs(o, out + 2);
 }
 
 int main(int argc, char **argv)
