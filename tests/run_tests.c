@@ -38,6 +38,7 @@ int main(void)
     srunner_add_suite(sr, suite_gpt());
     srunner_add_suite(sr, suite_examples());
     srunner_add_suite(sr, suite_gpt_example());
+    srunner_add_suite(sr, suite_checkpoint());
     srunner_add_suite(sr, suite_exports());
     srunner_add_suite(sr, suite_dbg_cmd());
     srunner_add_suite(sr, suite_cmd_args());

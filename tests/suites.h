@@ -41,6 +41,7 @@ Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, key
 Suite *suite_tui_prof(void);    /* the TUI's profile pane and ms/step, drawn in-process */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 Suite *suite_gpt_example(void); /* examples/gpt: learning, samples, checkpoints, modes, a NaN in attention */
+Suite *suite_checkpoint(void);  /* the examples' --save/--load: exact resume, damaged and mismatched files */
 Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
 Suite *suite_prof(void);        /* the profiler: spec, ring, Chrome trace JSON, nesting, cost model */
