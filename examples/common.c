@@ -735,7 +735,8 @@ te_graph *ex_graph_new(const ex_opts *o, te_step_fn fn, void *ctx, const char *n
 
 /* One step through g: loads the micro-batches, runs, adds up the mean
  * loss and the correct predictions; *load_ms and *load_cpu_ms get the
- * time spent waiting for data and the process's CPU time meanwhile. */
+ * time spent waiting for data and the process's CPU time meanwhile.
+ * TE_ERR_REWOUND: a rewind unwound the step (the loop goes on). */
 static te_status train_step(const ex_opts *o, te_loader *ld, te_graph *g, float *loss, int *correct,
                             double *load_ms, double *load_cpu_ms)
 {
@@ -743,16 +744,15 @@ static te_status train_step(const ex_opts *o, te_loader *ld, te_graph *g, float 
     *loss = 0.0f;
     *correct = 0;
     *load_ms = *load_cpu_ms = 0.0;
-    te_step_begin();
-    for (int m = 0; m < o->accum; m++) {
+    te_status st = TE_OK;
+    for (int m = 0; m < o->accum && st == TE_OK; m++) {
         double t0 = ex_now_ms(), c0 = ex_cpu_ms();
-        te_status st = te_loader_next(ld, &in[2 * m], &in[2 * m + 1]);
+        st = te_loader_next(ld, &in[2 * m], &in[2 * m + 1]);
         *load_ms += ex_now_ms() - t0;
         *load_cpu_ms += ex_cpu_ms() - c0;
-        if (st != TE_OK)
-            return st;
     }
-    te_status st = te_graph_run(g, in, out);
+    if (st == TE_OK)
+        st = te_graph_run(g, in, out);
     for (int m = 0; m < o->accum && st == TE_OK; m++) {
         *loss += te_item(out[2 * m]);
         *correct += count_correct(out[2 * m + 1], in[2 * m + 1]);
@@ -872,34 +872,49 @@ int ex_train(const ex_opts *o, const ex_task *t)
         te_loader_free(ld);
         return rc;
     }
-    /* The loop's own state: its step and the samples it drew. */
+    /* The loop's own state, its step and the samples it drew, in a region
+     * time travel puts back (docs/engine.md "Time travel"); `ran` is not
+     * in it: a step at or below it runs again after a rewind. */
     const int first = o->load ? (int)o->resume.step : 0, last = ex_last_step(o);
-    int64_t position = o->load ? o->resume.data_position : 0;
     int timed = 0;
-    for (int step = first; step < last && rc == 0; step++) {
+    struct { int64_t step, position; } loop = { first, o->load ? o->resume.data_position : 0 };
+    const int region = te_record_host("loop", &loop, sizeof loop);
+    int64_t ran = first - 1;
+    if (region < 0)
+        rc = ex_fail("cannot register the loop's state");
+    for (; rc == 0 && (loop.step < last || te_rewind_pending()); loop.step++) {
+        double load_ms, load_cpu, t0 = ex_now_ms(), c0 = ex_cpu_ms();
+        te_step_begin(); /* a rewind puts `loop` back here */
+        const int step = (int)loop.step;
+        const float scale = ex_scale_now();
         float loss;
         int correct;
-        double load_ms, load_cpu, t0 = ex_now_ms(), c0 = ex_cpu_ms();
-        const float scale = ex_scale_now();
-        if (train_step(o, ld, g, &loss, &correct, &load_ms, &load_cpu) != TE_OK) {
+        te_status st = train_step(o, ld, g, &loss, &correct, &load_ms, &load_cpu);
+        if (st == TE_ERR_REWOUND)
+            continue;
+        if (st != TE_OK) {
             char what[64];
             snprintf(what, sizeof what, "step %d failed", step);
             rc = ex_fail(what);
             te_tape_reset();
             break;
         }
-        position += (int64_t)o->batch * o->accum;
-        ms[timed] = ex_now_ms() - t0 - load_ms;
-        cpu[timed++] = ex_cpu_ms() - c0 - load_cpu;
+        const bool replayed = step <= ran;
+        ran = step > ran ? step : ran;
+        loop.position += (int64_t)o->batch * o->accum;
+        ms[step - first] = ex_now_ms() - t0 - load_ms; /* a replayed step's time replaces its first */
+        cpu[step - first] = ex_cpu_ms() - c0 - load_cpu;
+        timed = step - first + 1 > timed ? step - first + 1 : timed;
         if (step % o->log_every == 0 || step == last - 1) {
             printf("step=%d loss=%.6f acc=%.4f", step, loss, (float)correct / (float)(o->batch * o->accum));
             ex_print_scale(scale);
-            printf("\n");
+            printf("%s\n", replayed ? " (replayed)" : "");
         }
         if (ex_save_due(o, step + 1) || (o->save && step == last - 1))
             rc = ex_save(o, &cm, &(ckpt_info){ .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
-                                               .data_position = position, .epoch = te_loader_epoch(ld) });
+                                               .data_position = loop.position, .epoch = te_loader_epoch(ld) });
     }
+    te_record_host_remove(region);
     const int prof_rc = ex_profile_finish();
     float loss = 0.0f, acc = 0.0f;
     if (rc == 0 && o->time && timed > 0) {

@@ -314,13 +314,21 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
     int rc = 0, timed = 0;
     if (!ms)
         rc = ex_fail(eg ? "out of memory" : "cannot set up training");
-    for (int step = (int)rs.step; rc == 0 && step < last; step++) {
+    /* rs is the loop's state: time travel puts it back (docs/engine.md
+     * "Time travel"); a step at or below `ran` runs again after a rewind. */
+    const int region = te_record_host("loop", &rs, sizeof rs);
+    const int64_t first = rs.step;
+    int64_t ran = rs.step - 1;
+    if (rc == 0 && region < 0)
+        rc = ex_fail("cannot register the loop's state");
+    for (; rc == 0 && (rs.step < last || te_rewind_pending()); rs.step++) {
         te_tensor *in[2 * EX_MAX_ACCUM], *out[EX_MAX_ACCUM];
+        const double t0 = ex_now_ms(), c0 = ex_cpu_ms();
+        te_step_begin(); /* a rewind puts rs back here */
+        const int step = (int)rs.step;
         const float lr = lr_at(g, o, step);
         te_optim_set_lr(opt, lr);
-        const double t0 = ex_now_ms(), c0 = ex_cpu_ms();
         const float scale = ex_scale_now();
-        te_step_begin();
         te_status st = TE_OK;
         for (int k = 0; k < o->accum && st == TE_OK; k++) {
             text_batch(text, te_seed(), rs.data_position, o->batch, m->cfg.block, &in[2 * k], &in[2 * k + 1]);
@@ -333,17 +341,22 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
             for (int k = 0; k < o->accum; k++)
                 loss += te_item(out[k]);
         te_step_end();
+        if (st == TE_ERR_REWOUND)
+            continue;
         if (st != TE_OK) {
             snprintf(why, sizeof why, "step %d failed", step);
             rc = ex_fail(why);
             break;
         }
-        cpu[timed] = ex_cpu_ms() - c0;
-        ms[timed++] = ex_now_ms() - t0;
+        const bool replayed = step <= ran;
+        ran = step > ran ? step : ran;
+        cpu[step - first] = ex_cpu_ms() - c0; /* a replayed step's time replaces its first */
+        ms[step - first] = ex_now_ms() - t0;
+        timed = step - first + 1 > timed ? (int)(step - first + 1) : timed;
         if (step % o->log_every == 0 || step == last - 1) {
             printf("step=%d loss=%.6f lr=%.6g", step, loss, lr);
             ex_print_scale(scale);
-            printf("\n");
+            printf("%s\n", replayed ? " (replayed)" : "");
         }
         float val;
         if (g->eval_every && (step + 1) % g->eval_every == 0 && step != last - 1) {
@@ -360,6 +373,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
                                                .data_position = rs.data_position, .epoch = -1 });
         fflush(stdout);
     }
+    te_record_host_remove(region);
     const int prof_rc = ex_profile_finish();
     if (rc == 0 && o->time && timed > 0) {
         ex_print_times(ms, cpu, timed);
