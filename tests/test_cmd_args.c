@@ -74,8 +74,8 @@ START_TEST(test_bad_arguments_run_nothing)
     ts_has(&s, "error: next: unexpected argument '2' (usage: next [N])\n");
     ts_has(&s, "error: continue: unexpected argument '2' (usage: continue [N])\n");
     ts_has(&s, "error: quit: unexpected argument '2' (usage: quit [N])\n");
-    ts_has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch)\n");
-    ts_has(&s, "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory or watch, got 'bogus'\n");
+    ts_has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch|record)\n");
+    ts_has(&s, "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory, watch or record, got 'bogus'\n");
     ts_has(&s, "error: help: unexpected argument 'now' (usage: help [COMMAND])\n");
     ts_has(&s, "error: stats: unexpected argument 'b' (usage: stats TENSOR)\n");
     ts_has(&s, "step 0, forward phase, 0 ops run in it (training not started)\n");

@@ -110,7 +110,7 @@ START_TEST(test_break_errors)
         { "delete x", "error: breakpoint number: expected a whole number >= 1, got 'x'" },
         { "until 5", "error: until: expected 'until step N', got '5'" },
         { "continue 0", "error: continue N: expected a whole number >= 1, got '0'" },
-        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory or watch" },
+        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory, watch or record" },
         { "print fc1/linear:out0[0", "error: print: column 18: " },
         { "set x", "error: set: expected TENSOR[INDEX] = VALUE" },
         { "set param:w[0] = abc", "error: set: 'abc' is not a number (nan and inf are)" },
