@@ -108,6 +108,7 @@ const char *dbg_record_step_begin(int64_t step)
     case ARRIVE_STEP_TO:
         dbg.mode = RUN_STEP;
         dbg.repeat = T.ops;
+        dbg.reversing = true;
         return NULL;
     case ARRIVE_RUN:
         dbg.mode = RUN_GO;
@@ -422,7 +423,8 @@ void dbg_info_record(void)
     /* the recorded steps, the newest INFO_STEPS of them */
     const int64_t now = te_step();
     int64_t first = -1, last = -1, count = 0;
-    for (int64_t s = 0; s <= now; s++)
+    /* recorded steps are consecutive; after a rewind they go past the step now */
+    for (int64_t s = 0; s <= now || s == last + 1; s++)
         if (te_record_step_info(s, NULL, NULL) == TE_OK) {
             if (first < 0)
                 first = s;
@@ -437,11 +439,11 @@ void dbg_info_record(void)
     fprintf(dbg_out, "steps recorded: %lld (%lld to %lld)%s\n", (long long)count, (long long)first,
             (long long)last, count > INFO_STEPS ? ", the newest listed" : "");
     int64_t shown = 0;
-    for (int64_t s = now; s >= 0 && shown < INFO_STEPS; s--)
+    for (int64_t s = last; s >= 0 && shown < INFO_STEPS; s--)
         if (te_record_step_info(s, NULL, NULL) == TE_OK)
             shown++, first = s;
     te_error_clear();
-    for (int64_t s = first; s <= now; s++) {
+    for (int64_t s = first; s <= last; s++) {
         double loss;
         uint64_t sum;
         if (te_record_step_info(s, &loss, &sum) == TE_OK)

@@ -196,6 +196,7 @@ static void stop_fill(const dbg_break *b, const char *reason, const dbg_hit *hit
                       void (*fill)(dbg_stop *s))
 {
     dbg.mode = RUN_GO;
+    dbg.reversing = false;
     unsigned seq = last_stop.seq + 1;
     dbg_stop_make(&last_stop, b, reason, hit, rec);
     if (fill)
@@ -586,6 +587,6 @@ void dbg_on_op_end(const te_op_record *r, void *user)
         fprintf(dbg_out, "\nInterrupted.\n");
         stop(NULL, "interrupt", NULL, r);
     } else if (dbg.mode == RUN_STEP && --dbg.repeat <= 0) { /* `step N`: the Nth op */
-        stop(NULL, "step", NULL, r);
+        stop(NULL, dbg.reversing ? "reverse-step" : "step", NULL, r);
     }
 }

@@ -89,6 +89,7 @@ typedef struct dbg_session {
     int n_breaks, next_id;
     dbg_run_mode mode;
     int64_t repeat;          /* RUN_STEP, RUN_NEXT: stops still to pass (`step N`: N) */
+    bool reversing;          /* RUN_STEP towards reverse-step's op: its stop's reason says so */
     int64_t until_step;
     te_phase finish_phase;
     int64_t finish_step;
