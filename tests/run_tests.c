@@ -47,6 +47,7 @@ int main(void)
     srunner_add_suite(sr, suite_verdict());
     srunner_add_suite(sr, suite_dbg_amp());
     srunner_add_suite(sr, suite_dbg_prof());
+    srunner_add_suite(sr, suite_dbg_record());
     srunner_add_suite(sr, suite_debugger());
     srunner_add_suite(sr, suite_names());
     srunner_add_suite(sr, suite_prof());
