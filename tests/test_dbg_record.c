@@ -221,6 +221,48 @@ START_TEST(test_diverged_locate)
 }
 END_TEST
 
+/* A program that does not take part (tests/crashy registers nothing): the
+ * recording stopped at its first step, and rewind and record say why. */
+START_TEST(test_not_taking_part)
+{
+    ts_session s = ts_sh("'%s/debugger/tdbg' --batch -ex 'break scale/scale' -ex run -ex 'info record' -ex 'rewind 0' "
+                         "-ex 'record every 2' -ex quit -- '%s/tests/crashy' null </dev/null",
+                         TDBG_BUILDDIR, TDBG_BUILDDIR);
+    ts_has(&s, "Not recording: this program does not take part in time travel (docs/engine.md \"Time travel\").\n");
+    ts_has(&s, "error: rewind 0: this program does not take part in time travel: the engine cannot put back its "
+               "loop's own state (step counter, schedule, running sums); register that state with te_record_host(), "
+               "or call te_record_participate(true) if the loop keeps none (docs/engine.md \"Time travel\")\n");
+    ts_has(&s, "error: record: this program does not take part in time travel");
+    ts_free(&s);
+}
+END_TEST
+
+/* cnn (batch norm's running statistics, eager) and gpt (its schedule and
+ * text position in the loop's region, dropout, graph mode): rewind 3 from
+ * step 6's start, back to step 6, the same recording and lines. */
+START_TEST(test_cnn_gpt)
+{
+    const char *prog = _i ? "gpt" : "cnn";
+    char args[512];
+    if (_i)
+        snprintf(args, sizeof args, "--data '%s/tests/fixtures/alice.txt' --layers 2 --heads 2 --embd 32 --block 32 "
+                 "--batch 8 --threads 1 --log-every 1 --steps 8 --warmup 2 --eval-every 0 --mode graph",
+                 TDBG_SRCDIR);
+    else
+        snprintf(args, sizeof args, "--channels 4,4,4 --batch 8 --train-size 64 --steps 8 --log-every 1 --threads 1");
+    ts_session s = ts_tdbg("--batch", "record every 2;until step 6;info record;rewind 3;until step 6;info record;quit",
+                           prog, "%s", args);
+    ts_stop_is(&s, 1, "stopped: step=3 phase=forward op=- type=- reason=rewind tensor=- index=- origin=-");
+    ts_stop_is(&s, 2, "stopped: step=6 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
+    same_output(&s, "info record", 0, 1);
+    ts_has(&s, "steps recorded: 6 (0 to 5)");
+    for (int n = 3; n < 6; n++)
+        replayed_line_same(&s, n);
+    ts_lacks(&s, "diverged");
+    ts_free(&s);
+}
+END_TEST
+
 START_TEST(test_help)
 {
     ts_session s = ts_tdbg("--batch", "help rewind;help replay;help;record every 0;record often 3;quit", "mlp", "%s",
@@ -245,6 +287,8 @@ Suite *suite_dbg_record(void)
     tcase_add_loop_test(tc, test_reverse, 0, 2);
     tcase_add_test(tc, test_replay_dump);
     tcase_add_test(tc, test_diverged_locate);
+    tcase_add_test(tc, test_not_taking_part);
+    tcase_add_loop_test(tc, test_cnn_gpt, 0, 2);
     tcase_add_test(tc, test_help);
     suite_add_tcase(s, tc);
     return s;
