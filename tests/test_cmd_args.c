@@ -52,11 +52,11 @@ START_TEST(test_every_command_refuses_extra_words)
             ck_assert(!dbg.started);
             checked++;
         }
-    /* run continue step next finish until quit, ignore, info stats hist trend help, compare, focus scroll jump keys
-     * refresh */
-    ck_assert_int_eq(checked, 19);
-    /* break tbreak delete disable enable condition, print set, dump, profile, view search */
-    ck_assert_int_eq(free_text, 12);
+    /* run continue step next finish until quit, ignore, info stats hist trend help, compare, record rewind
+     * reverse-step reverse-next locate, focus scroll jump keys refresh */
+    ck_assert_int_eq(checked, 24);
+    /* break tbreak delete disable enable condition, print set, dump, profile, replay, view search */
+    ck_assert_int_eq(free_text, 13);
     ck_assert(!ts_exec("step 1 2"));
     ck_assert_str_eq(ts_captured, "error: step: unexpected argument '2' (usage: step [N])\n");
 }
