@@ -8,8 +8,8 @@
  * replayed steps' log lines equal the first ones, in eager and graph mode;
  * `rewind` past the oldest snapshot and with nothing recorded give the
  * engine's messages; reverse-step and reverse-next land on the op and step
- * before; `replay A-B with dump` writes the past steps' dump and stops at
- * B+1; a replay made to differ (a parameter changed at the rewind's stop)
+ * before; `replay A-B with dump` (and `with profile`) writes the past
+ * steps' dump (profile) and stops at B+1; a replay made to differ (a parameter changed at the rewind's stop)
  * stops with reason diverged, and `locate` answers.
  */
 #include "suites.h"
@@ -186,6 +186,18 @@ START_TEST(test_replay_dump)
     ts_session ls = ts_sh("'%s/dump/tdbg-dump' ls '%s' 2>&1", TDBG_BUILDDIR, dir);
     ts_has(&ls, "fc2/linear");
     ts_free(&ls);
+    char prof[160];
+    snprintf(prof, sizeof prof, "%s/replay.json", suite_dir);
+    snprintf(cmds, sizeof cmds, "break nan;record every 2;run;replay 4-5 with profile file=%s;quit", prof);
+    ts_session p = ts_tdbg("--batch", cmds, "mlp", "%s %s", MLP, NAN8);
+    ts_stop_is(&p, 1, "stopped: step=6 phase=forward op=- type=- reason=replay tensor=- index=- origin=-");
+    snprintf(want, sizeof want, "Profile of steps 4-5 written to %s; 'tdbg-prof %s' reads it\n", prof, prof);
+    ts_has(&p, want);
+    ts_free(&p);
+    ts_session pr = ts_sh("'%s/prof/tdbg-prof' '%s' 2>&1", TDBG_BUILDDIR, prof);
+    snprintf(want, sizeof want, "%s: 2 steps, ", prof);
+    ts_has(&pr, want);
+    ts_free(&pr);
     ts_session bad = ts_tdbg("--batch", "break nan;run;replay 4-6 with dump steps=1;replay 6-4 with dump dir=x;"
                              "replay 4-6 dump dir=x;quit", "mlp", "%s %s", MLP, NAN8);
     ts_has(&bad, "error: replay: the steps are the replay's (4-6): leave steps= out of the spec\n");
