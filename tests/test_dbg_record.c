@@ -174,7 +174,7 @@ START_TEST(test_replay_dump)
     ts_stop_is(&s, 1, "stopped: step=7 phase=forward op=- type=- reason=replay tensor=- index=- origin=-");
     ck_assert_msg(strstr(s.out, "stopped: step=8 phase=forward op=fc2/linear type=Linear reason=nan") != NULL,
                   "no NaN stop after the replay:\n%s", s.out);
-    char want[256];
+    char want[512];
     snprintf(want, sizeof want, "Dump to %s stopped: 3 steps and ", dir);
     ts_has(&s, want);
     for (int n = 0; n < 12; n++) {
