@@ -537,6 +537,12 @@ void te_record_begin(void)
     if (R.pending) {
         R.pending = false;
         te_snapshot_restore(R.from);
+        /* The restore freed what the run made after it (an optimizer's
+         * state made by a later first update): a newer snapshot may name
+         * those tensors, so it goes; the replay takes it again. */
+        const int64_t from = te_snapshot_step(R.from);
+        while (R.n_snap && te_snapshot_step(R.snap[R.n_snap - 1]) > from)
+            snap_drop(R.n_snap - 1);
         R.ff = te_step() < R.target;
         arrived = !R.ff;
     } else if (R.ff && te_step() >= R.target) {

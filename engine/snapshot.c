@@ -24,9 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Each registered tensor with a serial number: a snapshot names a tensor
+ * by both, so a tensor freed since, and another made at its address, are
+ * told apart. */
 static struct {
     te_tensor **t;
+    uint64_t *serial;
     int n, cap;
+    uint64_t next;
 } reg;
 
 void te_persist_track(te_tensor *t)
@@ -34,11 +39,15 @@ void te_persist_track(te_tensor *t)
     if (reg.n == reg.cap) {
         int cap = reg.cap ? 2 * reg.cap : 64;
         te_tensor **nt = realloc(reg.t, (size_t)cap * sizeof *nt);
-        if (!nt)
+        if (nt)
+            reg.t = nt;
+        uint64_t *ns = nt ? realloc(reg.serial, (size_t)cap * sizeof *ns) : NULL;
+        if (!ns)
             abort(); /* a few pointers: nothing sane to do without them */
-        reg.t = nt;
+        reg.serial = ns;
         reg.cap = cap;
     }
+    reg.serial[reg.n] = ++reg.next;
     reg.t[reg.n++] = t;
 }
 
@@ -47,6 +56,7 @@ void te_persist_forget(te_tensor *t)
     for (int i = reg.n - 1; i >= 0; i--)
         if (reg.t[i] == t) {
             reg.t[i] = reg.t[--reg.n];
+            reg.serial[i] = reg.serial[reg.n];
             return;
         }
 }
@@ -63,9 +73,18 @@ typedef struct {
     void *copy;
 } saved_host;
 
+/* What a snapshot keeps of each tensor besides its bytes: enough to free
+ * the copy and to find the tensor again without touching a freed one. */
+typedef struct {
+    uint64_t serial;
+    te_device device;
+    size_t nbytes;
+} saved_tensor;
+
 struct te_snapshot {
     int n;
     te_tensor **t;   /* the tensors saved, as registered then */
+    saved_tensor *id;
     void **copy;     /* each one's bytes, on its device (NULL: none, or an empty gradient) */
     bool *grad_valid;
     int exec_index;
@@ -89,8 +108,9 @@ void te_snapshot_free(te_snapshot *s)
         return;
     for (int i = 0; i < s->n; i++)
         if (s->copy[i])
-            te_mem_free_on(s->t[i]->device, s->copy[i], s->t[i]->nbytes);
+            te_mem_free_on(s->id[i].device, s->copy[i], s->id[i].nbytes);
     free(s->t);
+    free(s->id);
     free(s->copy);
     free(s->grad_valid);
     te_optim_snap_free(&s->optim);
@@ -146,11 +166,13 @@ te_snapshot *te_snapshot_take(bool whole)
     s->t = malloc((size_t)(reg.n ? reg.n : 1) * sizeof *s->t);
     s->copy = calloc((size_t)(reg.n ? reg.n : 1), sizeof *s->copy);
     s->grad_valid = malloc((size_t)(reg.n ? reg.n : 1) * sizeof *s->grad_valid);
-    if (!s->t || !s->copy || !s->grad_valid)
+    s->id = malloc((size_t)(reg.n ? reg.n : 1) * sizeof *s->id);
+    if (!s->t || !s->copy || !s->grad_valid || !s->id)
         goto nomem;
     for (int i = 0; i < reg.n; i++) {
         te_tensor *t = reg.t[i];
         s->t[s->n] = t;
+        s->id[s->n] = (saved_tensor){ reg.serial[i], t->device, t->nbytes };
         s->grad_valid[s->n] = t->grad_valid;
         if (t->nbytes && !empty_grad(t)) {
             s->copy[s->n] = te_mem_alloc_on(t->device, t->nbytes);
@@ -174,13 +196,14 @@ nomem:
     return NULL;
 }
 
-/* A tensor freed since the snapshot (none is, within a step) is skipped:
- * it is no longer registered. */
-static bool registered(const te_tensor *t)
+/* A tensor freed since the snapshot (an optimizer's state dropped by an
+ * older snapshot's restore) is skipped: it is no longer registered, or
+ * another tensor has its address under another serial. */
+static bool registered(const te_tensor *t, uint64_t serial)
 {
     for (int i = 0; i < reg.n; i++)
         if (reg.t[i] == t)
-            return true;
+            return reg.serial[i] == serial;
     return false;
 }
 
@@ -188,7 +211,7 @@ void te_snapshot_restore(const te_snapshot *s)
 {
     for (int i = 0; i < s->n; i++) {
         te_tensor *t = s->t[i];
-        if (!registered(t))
+        if (!registered(t, s->id[i].serial))
             continue;
         t->grad_valid = s->grad_valid[i];
         if (s->copy[i])

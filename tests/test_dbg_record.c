@@ -161,6 +161,36 @@ START_TEST(test_reverse)
 }
 END_TEST
 
+/* A rewind to before Adam's first update frees the moments it made; the
+ * snapshots taken after them named those tensors and go, and the replay
+ * takes them again: the NaN stops at the same place, no step diverges,
+ * and later rewinds and a restart of recording (which frees every
+ * snapshot) touch no freed memory. */
+START_TEST(test_rewind_before_first_update)
+{
+    ts_session s = ts_tdbg("--batch", "record every 2;break nan;run;rewind 1;c;info record;reverse-step;"
+                           "record every 3;quit", "mlp", "%s %s", MLP, NAN8);
+    ts_stop_is(&s, 0, "stopped: step=8 phase=forward op=fc2/linear type=Linear reason=nan tensor=fc2/linear:out0 "
+                      "index=[0,0] origin=created");
+    ts_stop_is(&s, 1, "stopped: step=1 phase=forward op=- type=- reason=rewind tensor=- index=- origin=-");
+    ts_stop_is(&s, 2, "stopped: step=8 phase=forward op=fc2/linear type=Linear reason=nan tensor=fc2/linear:out0 "
+                      "index=[0,0] origin=created");
+    ts_stop_is(&s, 3, "stopped: step=8 phase=forward op=fc1/relu type=Relu reason=reverse-step tensor=- index=- "
+                      "origin=-");
+    ts_lacks(&s, "reason=diverged");
+    char buf[4096];
+    const char *info = output_of(&s, "info record", 0, buf, sizeof buf);
+    for (int step = 0; step <= 8; step += 2) {
+        char want[64];
+        snprintf(want, sizeof want, "  step %d ", step);
+        ck_assert_msg(strstr(info, want), "no snapshot of step %d after the replay:\n%s", step, info);
+    }
+    ts_has(&s, "Recording from the next step: a snapshot every 3 steps");
+    ts_status_is(&s, 1);
+    ts_free(&s);
+}
+END_TEST
+
 /* replay 4-6 with a dump spec: the files of steps 4, 5 and 6 (past when
  * asked), none else, a stop at step 7's start; the breakpoint still stops
  * at the NaN after it. */
@@ -297,6 +327,7 @@ Suite *suite_dbg_record(void)
     tcase_add_loop_test(tc, test_rewind_replays_stop, 0, 4);
     tcase_add_test(tc, test_rewind_errors);
     tcase_add_loop_test(tc, test_reverse, 0, 2);
+    tcase_add_test(tc, test_rewind_before_first_update);
     tcase_add_test(tc, test_replay_dump);
     tcase_add_test(tc, test_diverged_locate);
     tcase_add_test(tc, test_not_taking_part);
