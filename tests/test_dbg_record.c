@@ -279,27 +279,35 @@ START_TEST(test_not_taking_part)
 }
 END_TEST
 
-/* cnn (batch norm's running statistics, eager) and gpt (its schedule and
- * text position in the loop's region, dropout, graph mode): rewind 3 from
- * step 6's start, back to step 6, the same recording and lines. */
-START_TEST(test_cnn_gpt)
+/* Every example, eager and graph, f32 and mixed precision (O2 bf16 with
+ * its loss scaler): rewind 3 from step 6's start, back to step 6, the same
+ * recording and lines. mlp: Adam; cnn: batch norm's running statistics;
+ * gpt: its schedule and text position in the loop's region, dropout.
+ * _i: the program (mlp, cnn, gpt), then graph mode, then the AMP. */
+START_TEST(test_every_example)
 {
-    const char *prog = _i ? "gpt" : "cnn";
-    char args[512];
-    if (_i)
-        snprintf(args, sizeof args, "--data '%s/tests/fixtures/alice.txt' --layers 2 --heads 2 --embd 32 --block 32 "
-                 "--batch 8 --threads 1 --log-every 1 --steps 8 --warmup 2 --eval-every 0 --mode graph",
-                 TDBG_SRCDIR);
+    static const char *const progs[] = { "mlp", "cnn", "gpt" };
+    const char *prog = progs[_i % 3];
+    const bool graph = (_i / 3) & 1, amp = (_i / 6) & 1;
+    char args[640];
+    int n;
+    if (_i % 3 == 2)
+        n = snprintf(args, sizeof args, "--data '%s/tests/fixtures/alice.txt' --layers 2 --heads 2 --embd 32 "
+                     "--block 32 --batch 8 --threads 1 --log-every 1 --steps 8 --warmup 2 --eval-every 0", TDBG_SRCDIR);
+    else if (_i % 3 == 1)
+        n = snprintf(args, sizeof args, "--channels 4,4,4 --batch 8 --train-size 64 --steps 8 --log-every 1 --threads 1");
     else
-        snprintf(args, sizeof args, "--channels 4,4,4 --batch 8 --train-size 64 --steps 8 --log-every 1 --threads 1");
+        n = snprintf(args, sizeof args, "--hidden 32,32 --batch 16 --steps 8 --log-every 1 --threads 1");
+    snprintf(args + n, sizeof args - (size_t)n, " --mode %s%s", graph ? "graph" : "eager",
+             amp ? " --amp O2 --amp-dtype bf16" : "");
     ts_session s = ts_tdbg("--batch", "record every 2;until step 6;info record;rewind 3;until step 6;info record;quit",
                            prog, "%s", args);
     ts_stop_is(&s, 1, "stopped: step=3 phase=forward op=- type=- reason=rewind tensor=- index=- origin=-");
     ts_stop_is(&s, 2, "stopped: step=6 phase=forward op=- type=- reason=step tensor=- index=- origin=-");
     same_output(&s, "info record", 0, 1);
     ts_has(&s, "steps recorded: 6 (0 to 5)");
-    for (int n = 3; n < 6; n++)
-        replayed_line_same(&s, n);
+    for (int k = 3; k < 6; k++)
+        replayed_line_same(&s, k);
     ts_lacks(&s, "diverged");
     ts_free(&s);
 }
@@ -331,7 +339,7 @@ Suite *suite_dbg_record(void)
     tcase_add_test(tc, test_replay_dump);
     tcase_add_test(tc, test_diverged_locate);
     tcase_add_test(tc, test_not_taking_part);
-    tcase_add_loop_test(tc, test_cnn_gpt, 0, 2);
+    tcase_add_loop_test(tc, test_every_example, 0, 12);
     tcase_add_test(tc, test_help);
     suite_add_tcase(s, tc);
     return s;
