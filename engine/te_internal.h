@@ -444,6 +444,10 @@ typedef struct te_backend {
     /* Gradient clipping's sum of squares of count sources (src, dt, n;
      * dst unused), in double: each source's sum, then those in order. */
     double (*sumsq)(const te_unscale_args *u, int count);
+    /* checksum.h's checksum of bytes at p in this backend's memory, the
+     * value te_checksum_host gives for the same bytes; only the 8 bytes
+     * of the result reach the host. */
+    uint64_t (*checksum)(const void *p, size_t bytes);
     te_kernel_fn forward[TE_OP_COUNT];  /* one kernel per op and direction */
     te_kernel_fn backward[TE_OP_COUNT];
     /* Native low-precision kernels, NULL where none: see te_lowp_run_native. */
@@ -531,6 +535,8 @@ te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned
 te_tensor *te_tensor_alloc_on(te_device d, te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
 
 void te_params_shutdown(void);
+/* checksum.c: the checksum of n bytes of host memory (checksum.h). */
+uint64_t te_checksum_host(const void *p, size_t n);
 /* te_tensor_free of a buffer: it leaves the registry. */
 void te_buffer_forget(te_tensor *t);
 /* The loss scaler (scaler.c), for the optimizer: this step's unscale found

@@ -8,6 +8,9 @@
 #include "suites.h"
 #include "testutil.h"
 
+#include "checksum.h"
+#include "te_internal.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -514,6 +517,38 @@ START_TEST(test_amp_keep_f32)
 }
 END_TEST
 
+/* The CPU's checksum (the reference the device's equals): its word loop
+ * is checksum.h's definition read byte by byte, whatever the alignment;
+ * any flipped bit and the length change it. */
+START_TEST(test_checksum_host)
+{
+    unsigned char buf[301];
+    for (int i = 0; i < 301; i++)
+        buf[i] = (unsigned char)(i * 37 + 11);
+    for (size_t n = 0; n <= 290; n += (n < 40 ? 1 : 61))
+        for (size_t off = 0; off < 4; off++) {
+            uint64_t sum = 0;
+            for (size_t i = 0; i < te_sum_words(n); i++)
+                sum += te_sum_term(i, te_sum_word(buf + off, n, i));
+            ck_assert_msg(te_checksum_host(buf + off, n) == te_sum_final(sum, n), "n %zu offset %zu", n, off);
+        }
+    const uint64_t h = te_checksum_host(buf, 300);
+    for (int i = 0; i < 300; i += 7)
+        for (int b = 0; b < 8; b += 3) {
+            buf[i] ^= (unsigned char)(1u << b);
+            ck_assert_msg(te_checksum_host(buf, 300) != h, "byte %d bit %d", i, b);
+            buf[i] ^= (unsigned char)(1u << b);
+        }
+    ck_assert(te_checksum_host(buf, 300) == h);
+    buf[300] = 0;
+    ck_assert(te_checksum_host(buf, 301) != h); /* a zero byte more: another length */
+    /* words swapped: the index is in each term */
+    uint64_t w[2] = { 1, 2 }, v[2] = { 2, 1 };
+    ck_assert(te_checksum_host(w, 16) != te_checksum_host(v, 16));
+    ck_assert_ptr_eq((void *)te_backend_cpu.checksum, (void *)te_checksum_host);
+}
+END_TEST
+
 Suite *suite_record(void)
 {
     Suite *s = suite_create("record");
@@ -535,6 +570,7 @@ Suite *suite_record(void)
     tcase_add_test(tc, test_loader_seek);
     tcase_add_test(tc, test_buffers);
     tcase_add_test(tc, test_amp_keep_f32);
+    tcase_add_test(tc, test_checksum_host);
     suite_add_tcase(s, tc);
     return s;
 }
