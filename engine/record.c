@@ -743,8 +743,42 @@ bool te_record_located_get(te_record_located *r)
     return R.have_located;
 }
 
+static bool from_env; /* TDBG_RECORD started it: te_shutdown reports */
+
+void te_record_env(void)
+{
+    const char *v = getenv("TDBG_RECORD");
+    from_env = false;
+    if (!v || !*v || strcmp(v, "0") == 0)
+        return;
+    if (strcmp(v, "1") != 0) {
+        fprintf(stderr, "warning: TDBG_RECORD=%s: expected 1 (record at the defaults) or 0; not recording\n", v);
+        return;
+    }
+    if (te_record_start(NULL) != TE_OK) {
+        fprintf(stderr, "warning: TDBG_RECORD: %s\n", te_error());
+        te_error_clear();
+        return;
+    }
+    from_env = true;
+}
+
+/* One line: the steps recorded, the snapshots kept and their bytes. */
+static void env_report(void)
+{
+    int64_t a, b;
+    if (!recorded_range(&a, &b))
+        a = b = -1;
+    const size_t last = R.n_snap ? te_snapshot_bytes(R.snap[R.n_snap - 1]) : 0;
+    fprintf(stderr, "record: steps=%lld..%lld snapshots=%d snapshot_bytes=%zu total_bytes=%zu every=%d keep=%d\n",
+            (long long)a, (long long)b, R.n_snap, last, R.snap_bytes, R.o.every, R.o.keep);
+}
+
 void te_record_shutdown(void)
 {
+    if (from_env && R.on)
+        env_report();
+    from_env = false;
     te_record_stop();
     free(R.host);
     free(R.loaders);

@@ -592,6 +592,10 @@ te_status te_rewound(const char *what);
  * unwound, before its hooks (the loss and checksum, the replay check). */
 void te_record_begin(void);
 void te_record_end(void);
+/* te_init: TDBG_RECORD=1 in the environment starts recording at the
+ * defaults, and te_shutdown then prints what it kept to stderr (a
+ * program that knows nothing of time travel, measured: bench/record.sh). */
+void te_record_env(void);
 void te_record_shutdown(void); /* te_shutdown: everything dropped, registries too */
 void te_record_root(const te_tensor *y);        /* a te_backward's root (both modes) */
 void te_record_op(const te_op_record *rec);     /* every op, while observing */
