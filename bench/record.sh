@@ -66,7 +66,7 @@ run() {
 }
 
 echo "== time travel: recording at the defaults against off (one thread, CPU time per step, $runs rounds)"
-echo "   cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "   cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc --all) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$runs"); do
     for model in "${models[@]}"; do
         if [ $((r % 2)) = 1 ]; then run "$model" 0; run "$model" 1; else run "$model" 1; run "$model" 0; fi
