@@ -273,10 +273,14 @@ te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o)
     return l;
 }
 
-int64_t te_loader_position(const te_loader *l) { return l->consumed; }
+int64_t te_loader_position(const te_loader *l) { return l ? l->consumed : 0; }
 
 te_status te_loader_seek(te_loader *l, int64_t pos)
 {
+    if (!l || pos < 0) {
+        te_set_error(TE_ERR_ARG, "te_loader_seek: %s", !l ? "the loader is NULL" : "the position is negative");
+        return TE_ERR_ARG;
+    }
     if (pos == l->consumed)
         return TE_OK;
     stop_workers(l);

@@ -195,44 +195,24 @@ bool te_record_loader_alive(const te_loader *l)
 }
 
 /* ---- checksums -------------------------------------------------------------
- * Four lanes of xor, rotate, multiply over 64-bit words (memory speed), a
- * final mix per lane. Not cryptographic: it tells a replay from its
- * recording. */
+ * checksum.h's, on each tensor's own device (the backend's entry: only 8
+ * bytes cross to the host), chained over the tensors in order with their
+ * dtype and length. */
 
-static uint64_t rotl(uint64_t x, int r) { return x << r | x >> (64 - r); }
-
-static uint64_t sum_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t a[4] = { h, h ^ 0x9e3779b97f4a7c15ull, h + 0xbf58476d1ce4e5b9ull, h - 0x94d049bb133111ebull };
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        uint64_t w[4];
-        memcpy(w, b + i, sizeof w);
-        for (int k = 0; k < 4; k++)
-            a[k] = rotl(a[k] ^ w[k], 29) * 0x9e3779b97f4a7c15ull;
-    }
-    uint64_t tail[4] = { 0 };
-    memcpy(tail, b + i, n - i);
-    for (int k = 0; k < 4; k++)
-        a[k] = te_mix64(rotl(a[k] ^ tail[k], 29) * 0x9e3779b97f4a7c15ull);
-    return te_mix64(a[0] ^ rotl(a[1], 16) ^ rotl(a[2], 32) ^ rotl(a[3], 48) ^ (uint64_t)n);
-}
-
-/* A tensor's bytes, read to the host when they live elsewhere. */
 static uint64_t tensor_sum(uint64_t h, const te_tensor *t)
 {
     if (!t || !te_data(t))
         return te_mix64(h ^ 0x6e6f6e65ull); /* "none": absent, or no data */
     h ^= (uint64_t)t->dtype << 56 ^ (uint64_t)t->numel;
-    if (t->device == TE_DEV_CPU)
-        return sum_bytes(h, te_data(t), t->nbytes);
-    void *buf = malloc(t->nbytes ? t->nbytes : 1);
+    const te_backend *be = te_backend_for(t);
+    if (be->checksum)
+        return te_mix64(h + be->checksum(te_data(t), t->nbytes));
+    void *buf = malloc(t->nbytes ? t->nbytes : 1); /* a backend without the entry (tests' stand-ins) */
     if (!buf || te_tensor_read(t, 0, t->numel, buf) != TE_OK) {
         free(buf);
         return te_mix64(h ^ 0x756e7265ull); /* unreadable: never equal to a read */
     }
-    h = sum_bytes(h, buf, t->nbytes);
+    h = te_mix64(h + te_checksum_host(buf, t->nbytes));
     free(buf);
     return h;
 }
@@ -769,8 +749,42 @@ bool te_record_located_get(te_record_located *r)
     return R.have_located;
 }
 
+static bool from_env; /* TDBG_RECORD started it: te_shutdown reports */
+
+void te_record_env(void)
+{
+    const char *v = getenv("TDBG_RECORD");
+    from_env = false;
+    if (!v || !*v || strcmp(v, "0") == 0)
+        return;
+    if (strcmp(v, "1") != 0) {
+        fprintf(stderr, "warning: TDBG_RECORD=%s: expected 1 (record at the defaults) or 0; not recording\n", v);
+        return;
+    }
+    if (te_record_start(NULL) != TE_OK) {
+        fprintf(stderr, "warning: TDBG_RECORD: %s\n", te_error());
+        te_error_clear();
+        return;
+    }
+    from_env = true;
+}
+
+/* One line: the steps recorded, the snapshots kept and their bytes. */
+static void env_report(void)
+{
+    int64_t a, b;
+    if (!recorded_range(&a, &b))
+        a = b = -1;
+    const size_t last = R.n_snap ? te_snapshot_bytes(R.snap[R.n_snap - 1]) : 0;
+    fprintf(stderr, "record: steps=%lld..%lld snapshots=%d snapshot_bytes=%zu total_bytes=%zu every=%d keep=%d\n",
+            (long long)a, (long long)b, R.n_snap, last, R.snap_bytes, R.o.every, R.o.keep);
+}
+
 void te_record_shutdown(void)
 {
+    if (from_env && R.on)
+        env_report();
+    from_env = false;
     te_record_stop();
     free(R.host);
     free(R.loaders);

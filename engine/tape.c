@@ -89,6 +89,7 @@ te_status te_init(const te_config *cfg)
     eng.scope[0] = '\0';
     eng.initialized = true;
     te_error_clear();
+    te_record_env();
     te_plugin_load();
     return TE_OK;
 }

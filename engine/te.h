@@ -381,6 +381,17 @@ TE_API int te_param_count(void);
 TE_API te_tensor *te_param_find(const char *name);   /* by NAME or "param:NAME" */
 TE_API void te_zero_grad(void);                      /* every registered parameter */
 
+/* A buffer: a persistent tensor the model owns and changes that is not a
+ * parameter (no gradient, no optimizer), as PyTorch's register_buffer:
+ * batch norm's running mean and variance. Zeroed, named NAME (a
+ * checkpoint's /buffers/NAME), registered until te_tensor_free or
+ * te_shutdown (which frees it). te_buffers() lists them in the order made,
+ * so that a checkpoint or a snapshot can find all of a model's state
+ * without the program listing it. TE_ERR_ARG for a name in use. */
+TE_API te_tensor *te_buffer_new(const char *name, te_dtype dt, int ndim, const int64_t *shape);
+TE_API te_tensor **te_buffers(void);
+TE_API int te_buffer_count(void);
+
 /* PyTorch's defaults: Linear/Conv weight and bias U(-1/sqrt(fan_in), +). */
 TE_API void te_init_linear(te_tensor *w, te_tensor *b);
 TE_API void te_init_uniform(te_tensor *t, float lo, float hi);
@@ -873,6 +884,13 @@ TE_API te_status te_amp_set(te_amp_level level, te_dtype low);
 TE_API te_amp_level te_amp_level_get(void);
 TE_API te_dtype te_amp_dtype(void);               /* the low dtype; TE_F32 at O0 */
 TE_API const char *te_amp_level_name(te_amp_level level); /* "O2"; NULL when out of range */
+/* Keeps parameter p in f32 at O2 (Apex's keep_batchnorm_fp32): te_amp_set
+ * does not lower it, and at O2 it is brought back to f32 if it was. The
+ * first batch norm at O2 does this for its gamma and beta; a program that
+ * loads trained values before that (a checkpoint's resume) calls it when
+ * it makes them, so they are never rounded. NULL, or not a parameter:
+ * nothing (TE_OK); TE_ERR_NOMEM when the conversion cannot allocate. */
+TE_API te_status te_amp_keep_f32(te_tensor *p);
 /* The precision an op type ("MatMul" or its "MatMulGrad") runs in at the
  * current level: "low" (the low dtype), "f32", or "follows" (its inputs'
  * dtype; Cast: its target); NULL for an unknown type. At O0 every op is
@@ -1024,6 +1042,16 @@ TE_API te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y);
 /* The epoch the next batch comes from: `while (te_loader_epoch(l) < E)` runs E epochs. */
 TE_API int64_t te_loader_epoch(const te_loader *l);
 TE_API int64_t te_loader_batches_per_epoch(const te_loader *l);
+/* Batches handed out so far, over all epochs: the number of the next one
+ * (its epoch is position / te_loader_batches_per_epoch). */
+TE_API int64_t te_loader_position(const te_loader *l);
+/* Moves l so that its next batch is batch `consumed` of the sequence,
+ * forward or back, without building the batches between (a checkpoint's
+ * resume, a rewind): its workers are stopped, its queue emptied and the
+ * workers started again from there. TE_ERR_ARG for NULL or a negative
+ * position; TE_ERR_IO when the workers cannot be started again (the
+ * loader then builds each batch in the caller: the same batches). */
+TE_API te_status te_loader_seek(te_loader *l, int64_t consumed);
 TE_API void te_loader_free(te_loader *l);
 
 /* ---- the profiler (prof.c, prof_json.c; docs/engine.md "Profiling") ------

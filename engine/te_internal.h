@@ -444,6 +444,10 @@ typedef struct te_backend {
     /* Gradient clipping's sum of squares of count sources (src, dt, n;
      * dst unused), in double: each source's sum, then those in order. */
     double (*sumsq)(const te_unscale_args *u, int count);
+    /* checksum.h's checksum of bytes at p in this backend's memory, the
+     * value te_checksum_host gives for the same bytes; only the 8 bytes
+     * of the result reach the host. */
+    uint64_t (*checksum)(const void *p, size_t bytes);
     te_kernel_fn forward[TE_OP_COUNT];  /* one kernel per op and direction */
     te_kernel_fn backward[TE_OP_COUNT];
     /* Native low-precision kernels, NULL where none: see te_lowp_run_native. */
@@ -521,6 +525,7 @@ enum {
     TE_TENSOR_GRAPH = 1u << 5,    /* owned by a compiled graph */
     TE_TENSOR_AMP_LOWERED = 1u << 6, /* a parameter te_amp_set converted from f32 */
     TE_TENSOR_AMP_KEEP_F32 = 1u << 7, /* a batch norm's parameter: f32 at O2 (te_amp_keep_f32) */
+    TE_TENSOR_BUFFER = 1u << 8,   /* registered buffer (te_buffer_new) */
 };
 
 /* Registers a tape tensor so te_tape_reset() frees it. */
@@ -530,6 +535,10 @@ te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned
 te_tensor *te_tensor_alloc_on(te_device d, te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
 
 void te_params_shutdown(void);
+/* checksum.c: the checksum of n bytes of host memory (checksum.h). */
+uint64_t te_checksum_host(const void *p, size_t n);
+/* te_tensor_free of a buffer: it leaves the registry. */
+void te_buffer_forget(te_tensor *t);
 /* The loss scaler (scaler.c), for the optimizer: this step's unscale found
  * a non-finite gradient (skip the update); the unscaled f32 gradient of
  * the f16/bf16 parameter p this step (a tensor on p's device), or NULL. */
@@ -583,6 +592,10 @@ te_status te_rewound(const char *what);
  * unwound, before its hooks (the loss and checksum, the replay check). */
 void te_record_begin(void);
 void te_record_end(void);
+/* te_init: TDBG_RECORD=1 in the environment starts recording at the
+ * defaults, and te_shutdown then prints what it kept to stderr (a
+ * program that knows nothing of time travel, measured: bench/record.sh). */
+void te_record_env(void);
 void te_record_shutdown(void); /* te_shutdown: everything dropped, registries too */
 void te_record_root(const te_tensor *y);        /* a te_backward's root (both modes) */
 void te_record_op(const te_op_record *rec);     /* every op, while observing */
@@ -595,11 +608,6 @@ void te_record_loader_remove(te_loader *l);
 int te_record_loader_count(void);
 te_loader *te_record_loader_at(int i);
 bool te_record_loader_alive(const te_loader *l);
-/* A loader's position (batches handed out), and a move to another: its
- * workers are stopped, its ring emptied and its workers started again
- * from there, so the next batch is batch pos. */
-int64_t te_loader_position(const te_loader *l);
-te_status te_loader_seek(te_loader *l, int64_t pos);
 /* tape.c: the step counter as a snapshot had it. */
 void te_step_set(int64_t step);
 /* hooks.c: silence the attached hooks (silence: no op, step or phase
@@ -715,10 +723,6 @@ bool te_in_step(void);
 te_dtype te_amp_input_dtype(te_op op, te_dtype dt, bool any_low);
 /* te_shutdown: back to O0 (the parameters are gone). */
 void te_amp_reset(void);
-/* Marks parameter p (NULL, or not a parameter: nothing) as one that stays
- * f32 at O2, and at O2 brings it back to f32 if te_amp_set lowered it:
- * a batch norm's gamma and beta, as Apex's keep_batchnorm_fp32. */
-te_status te_amp_keep_f32(te_tensor *p);
 
 /* n's forward again in f32 (rerun.c): its inputs copied and cast up, the
  * kernel run on the copies without rounding, nothing of the program

@@ -265,6 +265,8 @@ void te_tensor_free(te_tensor *t)
     if (t->grad && (t->grad->flags & TE_TENSOR_PERSISTENT))
         te_tensor_free(t->grad);
     te_persist_forget(t);
+    if (t->flags & TE_TENSOR_BUFFER)
+        te_buffer_forget(t);
     te_mem_free_on(t->device, te_data(t), t->nbytes);
     free(t);
 }

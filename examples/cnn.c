@@ -75,13 +75,15 @@ static te_tensor *cnn_forward(const void *model, te_tensor *x)
     return x;
 }
 
+/* A running statistic: an engine buffer (te_buffers lists it for checkpoints
+ * and snapshots; te_shutdown frees it). */
 static te_tensor *running_stat(int k, const char *what, int c, float value)
 {
-    te_tensor *t = te_tensor_persistent(TE_F32, te_shape(c));
-    if (t) {
+    char name[32];
+    snprintf(name, sizeof name, "bn%d.%s", k, what);
+    te_tensor *t = te_buffer_new(name, TE_F32, te_shape(c));
+    if (t)
         te_fill(t, value);
-        snprintf(t->name, sizeof t->name, "bn%d.%s", k, what);
-    }
     return t;
 }
 
@@ -100,15 +102,10 @@ static bool block_init(conv_block *b, int k, int in, int out)
         return false;
     te_init_linear(b->w, NULL);
     te_fill(b->gamma, 1.0f); /* beta stays 0 */
-    /* At O2 the first batch norm takes gamma and beta back to f32 from the
-     * f16/bf16 te_amp_set made of them: exact from 1 and 0, but a run
-     * resumed from a checkpoint would round their trained values on the
-     * way. Batch norm asked here, before the AMP level is set, with no
-     * input (it makes no op), keeps them f32 from the start. (The engine
-     * has no public call for that; its te_amp_keep_f32 would be one.) */
-    te_batchnorm(NULL, b->gamma, b->beta, NULL, NULL, BN_MOMENTUM, BN_EPS);
-    te_error_clear();
-    return true;
+    /* f32 at O2 from the start (the first batch norm would do it after
+     * te_amp_set rounded them: exact from 1 and 0, not from a resumed
+     * run's trained values). */
+    return te_amp_keep_f32(b->gamma) == TE_OK && te_amp_keep_f32(b->beta) == TE_OK;
 }
 
 static bool cnn_init(cnn *m, const cnn_cfg *c, int classes)
@@ -125,15 +122,6 @@ static bool cnn_init(cnn *m, const cnn_cfg *c, int classes)
         return false;
     te_init_linear(m->fc_w, m->fc_b);
     return true;
-}
-
-/* Running statistics are not parameters: te_shutdown() does not free them. */
-static void cnn_free(cnn *m)
-{
-    for (int k = 0; k < 3; k++) {
-        te_tensor_free(m->conv[k].running_mean);
-        te_tensor_free(m->conv[k].running_var);
-    }
 }
 
 /* What a checkpoint must match: the widths, and the loader's batch and
@@ -178,15 +166,9 @@ int main(int argc, char **argv)
         printf("cnn: channels 3-%d-%d-%d, %lld params, %s, batch %d x %d, %d steps, seed %llu\n",
                cfg.channels[0], cfg.channels[1], cfg.channels[2], (long long)params, all->name,
                o.batch, o.accum, o.steps, (unsigned long long)o.seed);
-        te_tensor *stats[6]; /* the running statistics: a checkpoint keeps them */
-        for (int k = 0; k < 3; k++) {
-            stats[2 * k] = m.conv[k].running_mean;
-            stats[2 * k + 1] = m.conv[k].running_var;
-        }
         rc = ex_train(&o, &(ex_task){ .train = train, .test = test, .forward = cnn_forward, .model = &m,
-                                      .buffers = stats, .n_buffers = 6 });
+                                      .buffers = te_buffers(), .n_buffers = te_buffer_count() });
     }
-    cnn_free(&m);
     ex_split_free(train);
     ex_split_free(test);
     te_dataset_free(all);

@@ -833,14 +833,8 @@ static int resume_train(const ex_opts *o, const ckpt_model *m, te_loader *ld)
                 prog_name, o->load, (long long)in->data_position, o->batch);
         return 2;
     }
-    /* The engine's loader has no seek (yet): the batches before the
-     * position are drawn and dropped, the same ones in the same order. */
-    for (int64_t b = 0; b < in->data_position / o->batch; b++) {
-        te_tensor *x, *y;
-        if (te_loader_next(ld, &x, &y) != TE_OK)
-            return ex_fail("cannot move the loader to the checkpoint's data position");
-        te_tape_reset();
-    }
+    if (te_loader_seek(ld, in->data_position / o->batch) != TE_OK)
+        return ex_fail("cannot move the loader to the checkpoint's data position");
     if (in->epoch >= 0 && te_loader_epoch(ld) != in->epoch) {
         fprintf(stderr, "%s: checkpoint %s: data position %lld is in epoch %lld of this run's loader; the file "
                 "says epoch %lld\n", prog_name, o->load, (long long)in->data_position,

@@ -9,7 +9,7 @@
  *   the step number (keys dropout, inject)   te_step_resume(/step)
  *   the RNG                                  counter-based: /rng/seed alone
  *   the data                                 /data/position: the loop's own
- *                                            (ex_train skips its loader to it)
+ *                                            (ex_train seeks its loader there)
  *   the loop's host state                    its step and data position;
  *                                            the learning rate is a function
  *                                            of the step and the flags

@@ -8,6 +8,9 @@
 #include "suites.h"
 #include "testutil.h"
 
+#include "checksum.h"
+#include "te_internal.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -412,6 +415,140 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* The first sample's features of the next batch. */
+static void next_first(te_loader *l, float *out)
+{
+    te_tensor *x, *y;
+    ck_assert_int_eq(te_loader_next(l, &x, &y), TE_OK);
+    ck_assert_int_eq(te_tensor_read_f32(x, 0, 4, out), TE_OK);
+    te_tape_reset();
+}
+
+/* te_loader_seek, forward and back, over an epoch's end, with and without
+ * workers: the next batch is the one a loader that never moved hands out
+ * at that position. */
+START_TEST(test_loader_seek)
+{
+    te_dataset *d = te_dataset_blobs(40, 4, 3, 5);
+    ck_assert_ptr_nonnull(d);
+    float ref[12][4], got[4];
+    te_loader *a = te_loader_new(d, &(te_loader_opts){ .batch = 8, .shuffle = true, .drop_remainder = true });
+    for (int b = 0; b < 12; b++) /* 5 batches an epoch: epochs 0, 1 and 2 */
+        next_first(a, ref[b]);
+    ck_assert_int_eq(te_loader_position(a), 12);
+    te_loader_free(a);
+    for (int workers = 0; workers <= 3; workers += 3) {
+        te_loader *l = te_loader_new(d, &(te_loader_opts){ .batch = 8, .shuffle = true, .drop_remainder = true,
+                                                           .workers = workers });
+        const int64_t to[] = { 7, 2, 11, 0, 6 };
+        for (int i = 0; i < 5; i++) {
+            ck_assert_int_eq(te_loader_seek(l, to[i]), TE_OK);
+            ck_assert_int_eq(te_loader_position(l), to[i]);
+            ck_assert_int_eq(te_loader_epoch(l), to[i] / 5);
+            next_first(l, got);
+            ck_assert_mem_eq(got, ref[to[i]], sizeof got);
+            ck_assert_int_eq(te_loader_position(l), to[i] + 1);
+        }
+        tu_assert_error(te_loader_seek(l, -1), "te_loader_seek: the position is negative");
+        ck_assert_int_eq(te_loader_position(l), 7);
+        te_loader_free(l);
+    }
+    tu_assert_error(te_loader_seek(NULL, 0), "te_loader_seek: the loader is NULL");
+    te_dataset_free(d);
+}
+END_TEST
+
+/* Buffers: listed in the order made, in every snapshot, out of the list
+ * when freed, a name once; te_shutdown frees the rest (LSan would say). */
+START_TEST(test_buffers)
+{
+    ck_assert_int_eq(te_buffer_count(), 0);
+    te_tensor *m = te_buffer_new("bn1.running_mean", TE_F32, te_shape(3));
+    te_tensor *v = te_buffer_new("bn1.running_var", TE_F32, te_shape(3));
+    te_tensor *n = te_buffer_new("bn1.num_batches", TE_F32, te_shape(1));
+    ck_assert(m && v && n);
+    ck_assert_str_eq(v->name, "bn1.running_var");
+    ck_assert_float_eq(te_get(v, 2), 0.0f);
+    ck_assert(!v->requires_grad);
+    ck_assert_int_eq(te_param_count(), 0);
+    ck_assert_ptr_null(te_buffer_new("bn1.running_var", TE_F32, te_shape(3)));
+    tu_assert_error(te_error_code(), "buffer bn1.running_var: a buffer of that name exists already");
+    ck_assert_ptr_null(te_buffer_new("", TE_F32, te_shape(3)));
+    ck_assert_int_eq(te_buffer_count(), 3);
+    te_tensor_free(v);
+    ck_assert_int_eq(te_buffer_count(), 2);
+    ck_assert_ptr_eq(te_buffers()[0], m);
+    ck_assert_ptr_eq(te_buffers()[1], n);
+    /* a rewind puts a buffer back: it is in the snapshot */
+    te_record_participate(true);
+    ck_assert_int_eq(te_record_start(&(te_record_opts){ .every = 1 }), TE_OK);
+    te_step_begin();
+    te_fill(m, 2.5f);
+    te_step_end();
+    te_step_begin();
+    te_fill(m, 7.0f);
+    te_step_end();
+    ck_assert_int_eq(te_rewind(0), TE_OK);
+    te_step_begin();
+    ck_assert_float_eq(te_get(m, 1), 0.0f);
+    te_step_end();
+    te_record_stop();
+}
+END_TEST
+
+/* te_amp_keep_f32: a kept parameter stays f32 at O2 while the others are
+ * lowered, with its value unrounded; O3 lowers it all the same. */
+START_TEST(test_amp_keep_f32)
+{
+    te_tensor *g = te_param_new("bn.weight", TE_F32, te_shape(2));
+    te_tensor *w = te_param_new("fc.weight", TE_F32, te_shape(2));
+    const float x = 1.0009765625f + 0x1p-20f; /* not a bf16 */
+    te_fill(g, x);
+    te_fill(w, x);
+    ck_assert_int_eq(te_amp_keep_f32(g), TE_OK);
+    ck_assert_int_eq(te_amp_keep_f32(NULL), TE_OK);
+    ck_assert_int_eq(te_amp_set(TE_AMP_O2, TE_BF16), TE_OK);
+    ck_assert_int_eq(g->dtype, TE_F32);
+    ck_assert_int_eq(w->dtype, TE_BF16);
+    ck_assert_float_eq(te_get(g, 0), x);
+    ck_assert_float_ne(te_get(w, 0), x);
+    ck_assert_int_eq(te_amp_set(TE_AMP_O3, TE_BF16), TE_OK);
+    ck_assert_int_eq(g->dtype, TE_BF16);
+}
+END_TEST
+
+/* The CPU's checksum (the reference the device's equals): its word loop
+ * is checksum.h's definition read byte by byte, whatever the alignment;
+ * any flipped bit and the length change it. */
+START_TEST(test_checksum_host)
+{
+    unsigned char buf[301];
+    for (int i = 0; i < 301; i++)
+        buf[i] = (unsigned char)(i * 37 + 11);
+    for (size_t n = 0; n <= 290; n += (n < 40 ? 1 : 61))
+        for (size_t off = 0; off < 4; off++) {
+            uint64_t sum = 0;
+            for (size_t i = 0; i < te_sum_words(n); i++)
+                sum += te_sum_term(i, te_sum_word(buf + off, n, i));
+            ck_assert_msg(te_checksum_host(buf + off, n) == te_sum_final(sum, n), "n %zu offset %zu", n, off);
+        }
+    const uint64_t h = te_checksum_host(buf, 300);
+    for (int i = 0; i < 300; i += 7)
+        for (int b = 0; b < 8; b += 3) {
+            buf[i] ^= (unsigned char)(1u << b);
+            ck_assert_msg(te_checksum_host(buf, 300) != h, "byte %d bit %d", i, b);
+            buf[i] ^= (unsigned char)(1u << b);
+        }
+    ck_assert(te_checksum_host(buf, 300) == h);
+    buf[300] = 0;
+    ck_assert(te_checksum_host(buf, 301) != h); /* a zero byte more: another length */
+    /* words swapped: the index is in each term */
+    uint64_t w[2] = { 1, 2 }, v[2] = { 2, 1 };
+    ck_assert(te_checksum_host(w, 16) != te_checksum_host(v, 16));
+    ck_assert_ptr_eq((void *)te_backend_cpu.checksum, (void *)te_checksum_host);
+}
+END_TEST
+
 Suite *suite_record(void)
 {
     Suite *s = suite_create("record");
@@ -430,6 +567,10 @@ Suite *suite_record(void)
     tcase_add_test(tc, test_diverged);
     tcase_add_test(tc, test_locate);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_loader_seek);
+    tcase_add_test(tc, test_buffers);
+    tcase_add_test(tc, test_amp_keep_f32);
+    tcase_add_test(tc, test_checksum_host);
     suite_add_tcase(s, tc);
     return s;
 }

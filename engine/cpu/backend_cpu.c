@@ -59,6 +59,7 @@ const te_backend te_backend_cpu = {
     .adam = cpu_adam,
     .unscale = cpu_unscale,
     .sumsq = cpu_sumsq,
+    .checksum = te_checksum_host,
     .forward = { CPU_KERNELS(CPU_FWD) },
     .backward = { CPU_KERNELS(CPU_BWD) },
     /* Native low-precision kernels: the oneDNN ones (bf16, AVX512-BF16)
