@@ -453,6 +453,34 @@ void dbg_info_record(void)
     te_error_clear();
 }
 
+/* `checkpoint save FILE`: the program's loop writes it when the step under
+ * way ends (te_checkpoint_request; examples/resume.c ex_save_requested). */
+static bool cmd_checkpoint(const char *args)
+{
+    char w[16], file[4096];
+    const char *rest = dbg_word(args, w, sizeof w);
+    if (strcmp(w, "save") != 0) {
+        dbg_error("checkpoint: expected 'save FILE'%s%s%s", w[0] ? ", got '" : "", w, w[0] ? "'" : "");
+        return false;
+    }
+    dbg_word(rest, file, sizeof file); /* more words: the table's max_words refuses them */
+    if (!file[0]) {
+        dbg_error("checkpoint save: which file? (usage: checkpoint save FILE)");
+        return false;
+    }
+    if (te_checkpoint_request(file) != TE_OK) {
+        dbg_error("checkpoint save: %s", te_error());
+        return false;
+    }
+    const long long step = dbg.step < 0 ? 0 : dbg.step;
+    if (dbg.in_step)
+        fprintf(dbg_out, "Checkpoint: %s is written when step %lld ends, the state after it ('--load %s' "
+                         "resumes at step %lld).\n", file, step, file, step + 1);
+    else
+        fprintf(dbg_out, "Checkpoint: %s is written when the next step ends.\n", file);
+    return false;
+}
+
 const dbg_cmd dbg_cmds_record[] = {
     { .name = "record", .usage = "record [every K] [keep N] [budget MB] | record off",
       .help = "keep snapshots to rewind to (on at every 20, keep 32, 1024 MB), or stop\n"
@@ -484,5 +512,11 @@ const dbg_cmd dbg_cmds_record[] = {
       "Replays STEP (the last diverged step) twice, every op's outputs checksummed, and stops\n"
       "with reason located, naming the op and the likely cause.",
       .needs = DBG_CMD_STARTED, .max_words = 1, .resumes = true, .run = cmd_locate },
+    { .name = "checkpoint", .usage = "checkpoint save FILE",
+      .help = "write the training state to FILE (HDF5) when the step under way ends\n"
+      "The program's own checkpoint, as its --save writes: '--load FILE' resumes from the next step,\n"
+      "bit for bit. The program says 'saved: FILE at step N' once written.",
+      .needs = DBG_CMD_STARTED, .args = { { .words = DBG_WORDS("save") } }, .max_words = 2,
+      .run = cmd_checkpoint },
     { .name = NULL },
 };

@@ -97,6 +97,7 @@ te_status te_init(const te_config *cfg)
 void te_shutdown(void)
 {
     te_record_shutdown(); /* its snapshots hold the allocator's memory */
+    te_checkpoint_shutdown();
     te_tape_reset();
     te_attention_shutdown();
     for (int i = 0; i < eng.cap_nodes; i++)

@@ -624,6 +624,16 @@ TE_API te_status te_record_step_info(int64_t step, double *loss, uint64_t *check
 TE_API te_status te_rewind(int64_t step);
 /* A rewind waits for the next te_step_begin: the loop must go on. */
 TE_API bool te_rewind_pending(void);
+
+/* Checkpoints on request (ckpt_request.c): a front end (the debugger's
+ * `checkpoint save FILE`) asks, the program's loop writes. The program
+ * says once that it honours requests (te_checkpoint_writer), and after
+ * each step asks whether one is waiting (te_checkpoint_take: the file,
+ * once). te_checkpoint_request: TE_ERR_STATE when the program writes no
+ * checkpoints on request, TE_ERR_ARG on an empty or too long name. */
+TE_API void te_checkpoint_writer(void);
+TE_API te_status te_checkpoint_request(const char *file);
+TE_API bool te_checkpoint_take(char *file, size_t n);
 /* Steps are running silently towards a rewind's target. */
 TE_API bool te_rewind_fast_forward(void);
 

@@ -597,6 +597,7 @@ void te_record_end(void);
  * program that knows nothing of time travel, measured: bench/record.sh). */
 void te_record_env(void);
 void te_record_shutdown(void); /* te_shutdown: everything dropped, registries too */
+void te_checkpoint_shutdown(void); /* te_shutdown: no writer, no request */
 void te_record_root(const te_tensor *y);        /* a te_backward's root (both modes) */
 void te_record_op(const te_op_record *rec);     /* every op, while observing */
 /* The registries a whole snapshot reads: host regions and live loaders. */

@@ -873,6 +873,7 @@ int ex_train(const ex_opts *o, const ex_task *t)
     int timed = 0;
     struct { int64_t step, position; } loop = { first, o->load ? o->resume.data_position : 0 };
     const int region = te_record_host("loop", &loop, sizeof loop);
+    te_checkpoint_writer(); /* the debugger's `checkpoint save FILE`: ex_save_requested */
     int64_t ran = first - 1;
     if (region < 0)
         rc = ex_fail("cannot register the loop's state");
@@ -904,9 +905,11 @@ int ex_train(const ex_opts *o, const ex_task *t)
             ex_print_scale(scale);
             printf("%s\n", replayed ? " (replayed)" : "");
         }
+        const ckpt_info now = { .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
+                                .data_position = loop.position, .epoch = te_loader_epoch(ld) };
         if (ex_save_due(o, step + 1) || (o->save && step == last - 1))
-            rc = ex_save(o, &cm, &(ckpt_info){ .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
-                                               .data_position = loop.position, .epoch = te_loader_epoch(ld) });
+            rc = ex_save(o, &cm, &now);
+        ex_save_requested(&cm, &now);
     }
     te_record_host_remove(region);
     const int prof_rc = ex_profile_finish();

@@ -200,6 +200,10 @@ bool ex_save_due(const ex_opts *o, int done);
 /* Writes --save's checkpoint of m with info; prints `saved: FILE at step
  * N`. Returns 0, or 2 after saying why. */
 int ex_save(const ex_opts *o, const ckpt_model *m, const ckpt_info *info);
+/* After a step: the checkpoint a front end asked for (the debugger's
+ * `checkpoint save FILE`, te_checkpoint_take), written as --save's; a
+ * failure is said and training goes on. */
+void ex_save_requested(const ckpt_model *m, const ckpt_info *info);
 
 /* Parses "a,b,c" into at most max positive ints no larger than limit;
  * returns the count, or 0 when s is malformed. */

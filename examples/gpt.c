@@ -317,6 +317,7 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
     /* rs is the loop's state: time travel puts it back (docs/engine.md
      * "Time travel"); a step at or below `ran` runs again after a rewind. */
     const int region = te_record_host("loop", &rs, sizeof rs);
+    te_checkpoint_writer(); /* the debugger's `checkpoint save FILE`: ex_save_requested */
     const int64_t first = rs.step;
     int64_t ran = rs.step - 1;
     if (rc == 0 && region < 0)
@@ -368,9 +369,12 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         if (rc == 0 && g->sample_every && (step + 1) % g->sample_every == 0 && step != last - 1 &&
             sample(g, m, step) != TE_OK)
             rc = ex_fail("sampling failed");
+        const ckpt_info now = { .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
+                                .data_position = rs.data_position, .epoch = -1 };
         if (rc == 0 && (ex_save_due(o, step + 1) || (o->save && step == last - 1)))
-            rc = ex_save(o, &cm, &(ckpt_info){ .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
-                                               .data_position = rs.data_position, .epoch = -1 });
+            rc = ex_save(o, &cm, &now);
+        if (rc == 0)
+            ex_save_requested(&cm, &now);
         fflush(stdout);
     }
     te_record_host_remove(region);

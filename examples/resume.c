@@ -88,14 +88,23 @@ bool ex_save_due(const ex_opts *o, int done)
     return o->save && o->save_every > 0 && done % o->save_every == 0 && done < ex_last_step(o);
 }
 
-int ex_save(const ex_opts *o, const ckpt_model *m, const ckpt_info *info)
+static int save_to(const char *file, const ckpt_model *m, const ckpt_info *info)
 {
     char why[1536];
-    if (!ckpt_save(o->save, m, info, why, sizeof why)) {
+    if (!ckpt_save(file, m, info, why, sizeof why)) {
         fprintf(stderr, "%s: %s\n", prog->name, why);
         return 2;
     }
-    printf("saved: %s at step %lld\n", o->save, (long long)info->step);
+    printf("saved: %s at step %lld\n", file, (long long)info->step);
     fflush(stdout); /* said, whatever happens next */
     return 0;
+}
+
+int ex_save(const ex_opts *o, const ckpt_model *m, const ckpt_info *info) { return save_to(o->save, m, info); }
+
+void ex_save_requested(const ckpt_model *m, const ckpt_info *info)
+{
+    char file[4096];
+    if (te_checkpoint_take(file, sizeof file))
+        save_to(file, m, info); /* a failure is said; training goes on */
 }

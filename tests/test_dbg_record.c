@@ -279,6 +279,63 @@ START_TEST(test_not_taking_part)
 }
 END_TEST
 
+/* `checkpoint save FILE` at a stop in step 3: the program writes the state
+ * after step 3, and `--load FILE` resumes at step 4 with the lines of the
+ * run that never stopped, bit for bit (mlp and gpt); a program that writes
+ * no checkpoints on request, and bad usage, are told so. */
+START_TEST(test_checkpoint_save)
+{
+    const bool gpt = _i;
+    char dir[256], file[512], cmds[1024], args[640], want[1400];
+    tu_scratch_sub(suite_dir, dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/c.h5", dir);
+    if (gpt)
+        snprintf(args, sizeof args, "--data '%s/tests/fixtures/alice.txt' --layers 2 --heads 2 --embd 32 --block 32 "
+                 "--batch 8 --threads 1 --log-every 1 --steps 6 --warmup 2 --eval-every 0", TDBG_SRCDIR);
+    else
+        snprintf(args, sizeof args, "--hidden 32,32 --batch 16 --steps 6 --log-every 1 --threads 1");
+    snprintf(cmds, sizeof cmds, "break step 3;run;checkpoint save %s;continue", file);
+    ts_session s = ts_tdbg("--batch", cmds, gpt ? "gpt" : "mlp", "%s", args);
+    snprintf(want, sizeof want, "Checkpoint: %s is written when step 3 ends, the state after it ('--load %s' resumes "
+             "at step 4).\n", file, file);
+    ts_has(&s, want);
+    snprintf(want, sizeof want, "\nsaved: %s at step 4\n", file);
+    ts_has(&s, want);
+    ts_session r = ts_sh("'%s/examples/%s' %s --load '%s'", TDBG_BUILDDIR, gpt ? "gpt" : "mlp", args, file);
+    ts_status_is(&r, 0);
+    for (int n = 4; n < 6; n++) {
+        char head[32], line[256];
+        snprintf(head, sizeof head, "\nstep=%d loss=", n);
+        const char *p = strstr(s.out, head);
+        ck_assert_msg(p != NULL, "no step %d in the session:\n%s", n, s.out);
+        snprintf(line, sizeof line, "%.*s\n", (int)strcspn(p + 1, "\n"), p + 1);
+        ck_assert_msg(strstr(r.out, line), "the resumed run's step %d is not '%s':\n%s", n, line, r.out);
+    }
+    const char *fin = strstr(s.out, "final: ");
+    if (fin) {
+        char line[256];
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(fin, "\n"), fin);
+        ck_assert_msg(strstr(r.out, line), "the resumed run's '%s' differs:\n%s", line, r.out);
+    }
+    ts_free(&r);
+    ts_free(&s);
+    if (gpt)
+        return;
+    s = ts_tdbg("--batch", "break step 1;run;checkpoint;checkpoint load x;checkpoint save;checkpoint save a b;quit", "mlp",
+                "%s", args);
+    ts_has(&s, "error: checkpoint: expected 'save FILE'\n");
+    ts_has(&s, "error: checkpoint: expected 'save FILE', got 'load'\n");
+    ts_has(&s, "error: checkpoint save: which file? (usage: checkpoint save FILE)\n");
+    ts_has(&s, "error: checkpoint: unexpected argument 'b' (usage: checkpoint save FILE)\n");
+    ts_free(&s);
+    s = ts_sh("'%s/debugger/tdbg' --batch -ex 'break scale/scale' -ex run -ex 'checkpoint save x.h5' -ex quit -- "
+              "'%s/tests/crashy' null </dev/null", TDBG_BUILDDIR, TDBG_BUILDDIR);
+    ts_has(&s, "error: checkpoint save: this program writes no checkpoints on request (its loop does not call "
+               "te_checkpoint_take; docs/engine.md \"Time travel\")\n");
+    ts_free(&s);
+}
+END_TEST
+
 /* Every example, eager and graph, f32 and mixed precision (O2 bf16 with
  * its loss scaler): rewind 3 from step 6's start, back to step 6, the same
  * recording and lines. mlp: Adam; cnn: batch norm's running statistics;
@@ -340,6 +397,7 @@ Suite *suite_dbg_record(void)
     tcase_add_test(tc, test_diverged_locate);
     tcase_add_test(tc, test_not_taking_part);
     tcase_add_loop_test(tc, test_every_example, 0, 12);
+    tcase_add_loop_test(tc, test_checkpoint_save, 0, 2);
     tcase_add_test(tc, test_help);
     suite_add_tcase(s, tc);
     return s;
