@@ -236,6 +236,7 @@ typedef struct work {
     size_t tmp_bytes;
     bool round_back;  /* the update ran on an f32 copy: round it into the parameter */
     te_stats stats;   /* the new values' statistics, when the update takes them */
+    uint64_t sum;     /* time travel's checksum of the new values, when it takes that */
 } work;
 
 /* Parameter i's values to update in f32 (u->p) and its gradient in f32
@@ -318,6 +319,8 @@ static void finish_update(const te_optim *o, const te_backend *b, work *w, const
     te_tensor *p = o->params[w->i];
     if (w->round_back)
         b->round(u->p, te_data(p), p->dtype, p->numel, NULL);
+    if (u->sum)
+        te_record_note_sum(p, w->sum);
     if (w->tmp)
         te_mem_free_on(p->device, w->tmp, w->tmp_bytes);
     w->tmp = NULL;
@@ -392,6 +395,9 @@ te_status te_optim_step(te_optim *o)
             st = update_state(o, &w[k], &u[k]);
         if (st == TE_OK && te_stats_wanted && te_hook_count && !te_watch_active() && !w[k].round_back)
             u[k].stats = &w[k].stats;
+        /* updated in place: the values written are the parameter's bytes */
+        if (st == TE_OK && b->update_sums && !w[k].round_back && te_record_sums_wanted())
+            u[k].sum = &w[k].sum;
         k++;
     }
     if (st != TE_OK) {

@@ -341,6 +341,10 @@ typedef struct te_update_args {
     int64_t n;
     bool first;
     te_stats *stats;
+    /* When set (a backend with update_sums): checksum.h's checksum of the
+     * new values (te_checksum_host of p's n floats), taken a strip at a
+     * time while the strip is in cache, for time travel's record. */
+    uint64_t *sum;
 } te_update_args;
 
 /* One gradient for the loss scaler's unscale: src (f32, f16 or bf16)
@@ -431,6 +435,7 @@ typedef struct te_backend {
     void (*watch_flag)(const te_tensor *t, unsigned kinds, int slot);
     int (*watch_take)(int n);
     bool async;
+    bool update_sums; /* sgd/adam fill te_update_args.sum */
     /* The profiler's device clock (prof.c), NULL where host time is the
      * device's: timer_mark records a mark on the queue and returns its
      * handle (-1 on failure); timer_ms waits for mark b and gives the
@@ -598,6 +603,13 @@ void te_record_end(void);
 void te_record_env(void);
 void te_record_shutdown(void); /* te_shutdown: everything dropped, registries too */
 void te_checkpoint_shutdown(void); /* te_shutdown: no writer, no request */
+/* Time travel's parameter checksum, taken by the optimizer's update
+ * (te_update_args.sum) and used at the step's end instead of reading the
+ * parameter again; a write to the parameter after it (a debugger's set)
+ * forgets it. te_record_sums_wanted: whether to take them at all. */
+bool te_record_sums_wanted(void);
+void te_record_note_sum(const te_tensor *p, uint64_t sum);
+void te_record_forget_sum(const te_tensor *p);
 void te_record_root(const te_tensor *y);        /* a te_backward's root (both modes) */
 void te_record_op(const te_op_record *rec);     /* every op, while observing */
 /* The registries a whole snapshot reads: host regions and live loaders. */

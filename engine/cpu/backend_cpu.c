@@ -57,6 +57,7 @@ const te_backend te_backend_cpu = {
     .widen = te_widen_host,
     .sgd = cpu_sgd,
     .adam = cpu_adam,
+    .update_sums = true,
     .unscale = cpu_unscale,
     .sumsq = cpu_sumsq,
     .checksum = te_checksum_host,
