@@ -53,8 +53,8 @@ START_TEST(test_every_command_refuses_extra_words)
             checked++;
         }
     /* run continue step next finish until quit, ignore, info stats hist trend help, compare, record rewind
-     * reverse-step reverse-next locate, focus scroll jump keys refresh */
-    ck_assert_int_eq(checked, 24);
+     * reverse-step reverse-next locate checkpoint, focus scroll jump keys refresh */
+    ck_assert_int_eq(checked, 25);
     /* break tbreak delete disable enable condition, print set, dump, profile, replay, view search */
     ck_assert_int_eq(free_text, 13);
     ck_assert(!ts_exec("step 1 2"));
