@@ -60,18 +60,59 @@ static void adam_range(const te_adam_opts *a, int64_t t, const te_update_args *u
     }
 }
 
+/* checksum.h's terms of the 8-byte words [lo, hi) at b, vectorised by
+ * `omp simd` for the instruction set it is compiled for: GCC at -O2 left
+ * the plain loop scalar (2% of the MLP's step while recording). */
+#define SUM_WORDS(b, lo, hi, s)                                                                      \
+    do {                                                                                             \
+        _Pragma("omp simd reduction(+ : s)") for (int64_t i = (lo); i < (hi); i++) {                 \
+            uint64_t w;                                                                              \
+            memcpy(&w, (b) + 8 * i, sizeof w);                                                       \
+            (s) += te_sum_term((uint64_t)i, w);                                                      \
+        }                                                                                            \
+    } while (0)
+
+__attribute__((target("avx512f,avx512dq"))) static uint64_t words_avx512(const unsigned char *b, int64_t lo,
+                                                                         int64_t hi)
+{
+    uint64_t s = 0;
+    SUM_WORDS(b, lo, hi, s);
+    return s;
+}
+
+__attribute__((target("avx2"))) static uint64_t words_avx2(const unsigned char *b, int64_t lo, int64_t hi)
+{
+    uint64_t s = 0;
+    SUM_WORDS(b, lo, hi, s);
+    return s;
+}
+
+static uint64_t words_base(const unsigned char *b, int64_t lo, int64_t hi)
+{
+    uint64_t s = 0;
+    SUM_WORDS(b, lo, hi, s);
+    return s;
+}
+
+/* The widest the CPU has (the machines of this project differ), picked
+ * by update() before its threads start. */
+static uint64_t (*words)(const unsigned char *b, int64_t lo, int64_t hi);
+
+static void pick_words(void)
+{
+    if (!words)
+        words = __builtin_cpu_supports("avx512dq") ? words_avx512
+              : __builtin_cpu_supports("avx2")     ? words_avx2
+                                                   : words_base;
+}
+
 /* checksum.h's terms of p[lo, hi) read as 8-byte words (lo is even: a
  * strip holds whole words; an odd hi is the tensor's end, its last word
  * padded with zeros). */
 static uint64_t strip_sum(const float *p, int64_t lo, int64_t hi)
 {
     const unsigned char *b = (const unsigned char *)p;
-    uint64_t s = 0;
-    for (int64_t i = lo / 2; i < hi / 2; i++) {
-        uint64_t w;
-        memcpy(&w, b + 8 * i, sizeof w);
-        s += te_sum_term((uint64_t)i, w);
-    }
+    uint64_t s = words(b, lo / 2, hi / 2);
     if (hi & 1)
         s += te_sum_term((uint64_t)(hi / 2), te_sum_word(b, (size_t)hi * sizeof *p, (size_t)(hi / 2)));
     return s;
@@ -137,6 +178,7 @@ static void update_with_stats(const rule *r, const te_update_args *u)
 
 static void update(const rule *r, const te_update_args *u, int count)
 {
+    pick_words();
     for (int k = 0; k < count; k++) {
         if (u[k].stats)
             update_with_stats(r, &u[k]);
