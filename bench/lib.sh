@@ -34,3 +34,21 @@ step_ms() { sed -n 's/^time: ms_per_step median=\([0-9.]*\) .*/\1/p'; }
 fastest_ms() { sed -n 's/^time: ms_per_step .*min=\([0-9.]*\) .*/\1/p'; }
 # ... or the sum of the timed steps (total_ms), in ms.
 total_ms() { sed -n 's/^time: ms_per_step .*total_ms=\([0-9.]*\).*/\1/p'; }
+
+# The GPT example's defaults, from `$gpt --help` (the number in parentheses
+# at the end of each usage line), into the array def (layers heads embd
+# block batch dropout lr weight-decay clip), and its text into data: DATA,
+# else its default, else tests/fixtures/alice.txt. Ends the script when
+# the help or a default is missing.
+gpt_defaults() {
+    local help f
+    help=$("$gpt" --help) || { echo "bench: $gpt --help failed (make first)" >&2; exit 1; }
+    default_of() { sed -n "s/^  $1 [A-Z]* .*(\\([^()]*\\))\$/\\1/p" <<< "$help"; }
+    declare -gA def
+    for f in layers heads embd block batch dropout lr weight-decay clip; do
+        def[$f]=$(default_of "--$f")
+        [ -n "${def[$f]}" ] || { echo "bench: no default for --$f in '$gpt --help'" >&2; exit 1; }
+    done
+    data=${DATA:-$(default_of --data)}
+    [ -n "$data" ] && [ -r "$data" ] || data=$src/tests/fixtures/alice.txt
+}

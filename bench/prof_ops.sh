@@ -84,16 +84,7 @@ attn=${TORCH_ATTN:-composed}
 warmup=3 # the examples' untimed steps (examples/common.c), torch_report.WARMUP
 
 gpt=$build/examples/gpt
-help=$("$gpt" --help) || { echo "bench: $gpt --help failed (make first)" >&2; exit 1; }
-# The default of FLAG: the number in parentheses at the end of its usage line.
-default_of() { sed -n "s/^  $1 [A-Z]* .*(\\([^()]*\\))\$/\\1/p" <<< "$help"; }
-declare -A def
-for f in layers heads embd block batch dropout lr weight-decay clip; do
-    def[$f]=$(default_of "--$f")
-    [ -n "${def[$f]}" ] || { echo "bench: no default for --$f in '$gpt --help'" >&2; exit 1; }
-done
-data=${DATA:-$(default_of --data)}
-[ -n "$data" ] && [ -r "$data" ] || data=$src/tests/fixtures/alice.txt
+gpt_defaults
 gpt_model=(--layers "${def[layers]}" --heads "${def[heads]}" --embd "${def[embd]}" --block "${def[block]}")
 
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) || {
