@@ -12,18 +12,20 @@
 # `record:` line with its snapshots at te_shutdown). The gate is the steps'
 # CPU time (the examples' `time:` line: cpu_ms over the timed steps; every
 # step but the first 3, so that the timed steps hold one snapshot per 20),
-# on one compute thread (--threads 1, OMP_NUM_THREADS=1), target <= 3%.
+# on one compute thread (--threads 1, OMP_NUM_THREADS=1; THREADS=2 for the
+# figures beside them), target <= 3%.
 # Every round runs each model off and on next to each other (the order
 # flipped every other round); a ratio on/off is taken within a round, then
 # its median and min-max over rounds.
 #
-# Environment: RUNS (5), MODELS ("mlp cnn gpt"), MLP_STEPS (63), CNN_STEPS
-# (43), GPT_STEPS (43), DATA (gpt's text, as bench/gpt.sh).
+# Environment: RUNS (5), MODELS ("mlp cnn gpt"), MLP_STEPS (203), CNN_STEPS
+# (43), GPT_STEPS (43), THREADS (1), DATA (gpt's text, as bench/gpt.sh).
 set -euo pipefail
 
 runs_default=5
 . "$(dirname "$0")/lib.sh"
-export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+threads=${THREADS:-1}
+export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 models=(${MODELS:-mlp cnn gpt})
 sgd=(--optim sgd --lr 0.01 --momentum 0.9)
 
@@ -37,7 +39,7 @@ latency=$build/bench/rewind_latency
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-steps_of() { case $1 in mlp) echo "${MLP_STEPS:-63}" ;; cnn) echo "${CNN_STEPS:-43}" ;; *) echo "${GPT_STEPS:-43}" ;; esac; }
+steps_of() { case $1 in mlp) echo "${MLP_STEPS:-203}" ;; cnn) echo "${CNN_STEPS:-43}" ;; *) echo "${GPT_STEPS:-43}" ;; esac; }
 
 # One run of MODEL with recording off or on (REC 0|1); appends the steps'
 # CPU ms per step to $tmp/MODEL.REC.cpu and, on, the record: line to .rec.
@@ -50,7 +52,7 @@ run() {
     else
         cmd=("$build/examples/$model" --steps "$steps" --workers 0 "${sgd[@]}")
     fi
-    cmd+=(--threads 1 --log-every 1000000 --time)
+    cmd+=(--threads "$threads" --log-every 1000000 --time)
     if ! TDBG_RECORD=$rec "${cmd[@]}" > "$tmp/out" 2> "$tmp/err"; then
         printf 'bench: TDBG_RECORD=%s %s failed:\n' "$rec" "${cmd[*]}" >&2
         cat "$tmp/out" "$tmp/err" >&2
@@ -65,7 +67,7 @@ run() {
     fi
 }
 
-echo "== time travel: recording at the defaults against off (one thread, CPU time per step, $runs rounds)"
+echo "== time travel: recording at the defaults against off ($threads thread(s), CPU time per step, $runs rounds)"
 echo "   cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc --all) cores; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$runs"); do
     for model in "${models[@]}"; do

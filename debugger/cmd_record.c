@@ -342,8 +342,17 @@ static bool cmd_locate(const char *args)
 static void say_opts(const char *lead)
 {
     te_record_opts o;
+    te_record_pace p;
     te_record_opts_get(&o);
-    fprintf(dbg_out, "%sa snapshot every %d steps, the last %d kept, at most %.1f MB\n", lead, o.every, o.keep,
+    te_record_pace_get(&p);
+    char why[160] = "";
+    if (!o.every && p.snap_ms > 0 && p.step_ms > 0)
+        snprintf(why, sizeof why, " (the default %d x%d: a snapshot takes %.1f ms, a step %.1f ms)", TE_RECORD_EVERY,
+                 p.stretch, p.snap_ms, p.step_ms);
+    else if (!o.every)
+        snprintf(why, sizeof why, " (the default: stretched while a snapshot costs over %.1f%% of the steps)",
+                 100 * TE_RECORD_SNAP_SHARE);
+    fprintf(dbg_out, "%sa snapshot every %d steps%s, the last %d kept, at most %.1f MB\n", lead, p.every, why, o.keep,
             (double)o.budget_bytes / (1 << 20));
 }
 
@@ -485,7 +494,8 @@ const dbg_cmd dbg_cmds_record[] = {
     { .name = "record", .usage = "record [every K] [keep N] [budget MB] | record off",
       .help = "keep snapshots to rewind to (on at every 20, keep 32, 1024 MB), or stop\n"
       "A snapshot every K steps, the last N kept, at most MB of them; words not given keep their\n"
-      "values. Starting again drops what was recorded. 'info record' lists snapshots and steps.",
+      "values. Without 'every', 20 steps, doubled while a snapshot costs over 0.5% of the steps it\n"
+      "covers. Starting again drops what was recorded. 'info record' lists snapshots and steps.",
       .args = { { .words = DBG_WORDS("every", "keep", "budget", "off") },
                 { .words = DBG_WORDS("every", "keep", "budget") } },
       .max_words = 6, .run = cmd_record },

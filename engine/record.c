@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 bool te_rec_unwinding;
 bool te_rec_on;
@@ -77,7 +78,12 @@ static struct {
     int n_loaders, cap_loaders;
     /* recording */
     bool on;
-    te_record_opts o;
+    te_record_opts o;   /* o.every 0: the default's interval, stretched */
+    int stretch;        /* the default's factor: the interval is TE_RECORD_EVERY * stretch */
+    double snap_ms;     /* the last snapshot's wall time */
+    double step_min_ms; /* the shortest step since the last multiple of TE_RECORD_EVERY */
+    double window_ms;   /* the same for the window before it, which sets the stretch */
+    struct timespec step_t0;
     int64_t first;      /* the first step recorded; -1 before it */
     te_snapshot **snap; /* oldest first */
     int n_snap;
@@ -103,6 +109,13 @@ static struct {
     bool have_located;
     te_record_located located;
 } R = { .first = -1, .prof_saved = -1, .next_handle = 0 };
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
 
 /* ---- taking part ---------------------------------------------------------- */
 
@@ -330,7 +343,10 @@ static void ops_prune(void)
 
 static void snap_take(void)
 {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     te_snapshot *s = te_snapshot_take(true);
+    R.snap_ms = ms_since(&t0);
     if (!s) {
         fprintf(stderr, "warning: time travel: no snapshot of step %lld: %s\n", (long long)te_step(), te_error());
         te_error_clear();
@@ -403,7 +419,6 @@ te_status te_record_start(const te_record_opts *o)
         return TE_ERR_ARG;
     }
     te_record_opts f = *o;
-    f.every = f.every ? f.every : TE_RECORD_EVERY;
     f.keep = f.keep ? f.keep : TE_RECORD_KEEP;
     f.budget_bytes = f.budget_bytes ? f.budget_bytes : TE_RECORD_BUDGET;
     te_snapshot **snap = calloc((size_t)f.keep + 1, sizeof *snap);
@@ -414,6 +429,8 @@ te_status te_record_start(const te_record_opts *o)
     te_record_stop();
     R.snap = snap;
     R.o = f;
+    R.stretch = 1;
+    R.snap_ms = R.step_min_ms = R.window_ms = 0;
     R.on = te_rec_on = true;
     R.first = -1;
     return TE_OK;
@@ -441,8 +458,34 @@ bool te_record_active(void) { return R.on; }
 
 void te_record_opts_get(te_record_opts *o)
 {
-    *o = R.on ? R.o
-              : (te_record_opts){ .every = TE_RECORD_EVERY, .keep = TE_RECORD_KEEP, .budget_bytes = TE_RECORD_BUDGET };
+    *o = R.on ? R.o : (te_record_opts){ .keep = TE_RECORD_KEEP, .budget_bytes = TE_RECORD_BUDGET };
+}
+
+/* The interval in force: the given one, or the default's stretched. */
+static int interval(void) { return R.o.every ? R.o.every : TE_RECORD_EVERY * R.stretch; }
+
+void te_record_pace_get(te_record_pace *p)
+{
+    *p = (te_record_pace){ .every = R.on ? interval() : TE_RECORD_EVERY,
+                           .stretch = R.on && !R.o.every ? R.stretch : 1,
+                           .snap_ms = R.on ? R.snap_ms : 0,
+                           .step_ms = R.on ? R.window_ms : 0 };
+}
+
+/* At a multiple of TE_RECORD_EVERY: the default's stretch for the steps
+ * ahead, from the last snapshot's time and the window's shortest step (the
+ * shortest, so that a stop at the prompt inside a step does not count). */
+static void pace(void)
+{
+    if (R.step_min_ms > 0)
+        R.window_ms = R.step_min_ms;
+    R.step_min_ms = 0;
+    if (R.o.every || R.snap_ms <= 0 || R.window_ms <= 0)
+        return;
+    int m = 1;
+    while (m < TE_RECORD_STRETCH_MAX && R.snap_ms > TE_RECORD_SNAP_SHARE * TE_RECORD_EVERY * m * R.window_ms)
+        m *= 2;
+    R.stretch = m;
 }
 
 int te_record_list(te_record_entry *out, int max)
@@ -579,8 +622,12 @@ void te_record_begin(void)
     const int64_t s = te_step();
     if (R.first < 0)
         R.first = R.base = s;
-    if ((s - R.first) % R.o.every == 0 && (!R.n_snap || s > te_snapshot_step(R.snap[R.n_snap - 1])))
+    const int64_t base = R.o.every ? R.o.every : TE_RECORD_EVERY;
+    if ((s - R.first) % base == 0)
+        pace();
+    if ((s - R.first) % interval() == 0 && (!R.n_snap || s > te_snapshot_step(R.snap[R.n_snap - 1])))
         snap_take();
+    clock_gettime(CLOCK_MONOTONIC, &R.step_t0);
     if (arrived && R.locate) {
         if (R.locate == 1 && !(R.temp = te_snapshot_take(true))) {
             fprintf(stderr, "warning: time travel: locate: %s\n", te_error());
@@ -678,6 +725,9 @@ void te_record_end(void)
     if (!R.on || R.first < 0) /* started inside this step: from the next */
         return;
     const int64_t s = te_step();
+    const double ms = ms_since(&R.step_t0);
+    if (R.step_min_ms <= 0 || ms < R.step_min_ms)
+        R.step_min_ms = ms;
     const double loss = R.roots ? R.loss : NAN;
     const uint64_t sum = params_sum();
     if (R.locate_run) {
@@ -754,7 +804,7 @@ static const te_snapshot *reachable(int64_t step, const char *who)
         te_set_error(TE_ERR_ARG,
                      "%s %lld: no snapshot at or before step %lld; the oldest step it can reach is %lld "
                      "(a snapshot every %d steps, the last %d kept)",
-                     who, (long long)step, (long long)step, (long long)te_snapshot_step(R.snap[0]), R.o.every,
+                     who, (long long)step, (long long)step, (long long)te_snapshot_step(R.snap[0]), interval(),
                      R.o.keep);
     return NULL;
 }
@@ -824,7 +874,7 @@ static void env_report(void)
         a = b = -1;
     const size_t last = R.n_snap ? te_snapshot_bytes(R.snap[R.n_snap - 1]) : 0;
     fprintf(stderr, "record: steps=%lld..%lld snapshots=%d snapshot_bytes=%zu total_bytes=%zu every=%d keep=%d\n",
-            (long long)a, (long long)b, R.n_snap, last, R.snap_bytes, R.o.every, R.o.keep);
+            (long long)a, (long long)b, R.n_snap, last, R.snap_bytes, interval(), R.o.keep);
 }
 
 void te_record_shutdown(void)

@@ -581,7 +581,8 @@ TE_API void te_record_participate(bool on);
 TE_API bool te_record_participating(void);
 
 typedef struct te_record_opts {
-    int every;           /* a snapshot every `every` steps (0: TE_RECORD_EVERY) */
+    int every;           /* a snapshot every `every` steps; 0: the default, TE_RECORD_EVERY
+                          * stretched (below) */
     int keep;            /* snapshots kept, the oldest dropped (0: TE_RECORD_KEEP) */
     size_t budget_bytes; /* their memory at most (0: TE_RECORD_BUDGET); the newest always stays */
     bool op_sums;        /* also keep a checksum of every op's outputs of every step, for
@@ -590,6 +591,15 @@ typedef struct te_record_opts {
 #define TE_RECORD_EVERY 20
 #define TE_RECORD_KEEP 32
 #define TE_RECORD_BUDGET ((size_t)1 << 30)
+/* The default interval keeps snapshots under TE_RECORD_SNAP_SHARE of the
+ * training time: at each multiple of TE_RECORD_EVERY steps it is
+ * TE_RECORD_EVERY times the smallest power of two (up to
+ * TE_RECORD_STRETCH_MAX) for which the last snapshot's time is at most that
+ * share of that many steps (the shortest step of the last TE_RECORD_EVERY).
+ * A large model with a cheap step gets fewer snapshots; a given `every` is
+ * kept as it is. */
+#define TE_RECORD_SNAP_SHARE 0.005
+#define TE_RECORD_STRETCH_MAX 16
 /* Starts recording from the next te_step_begin (its step is the first
  * snapshot), dropping what an earlier recording kept. NULL: the defaults.
  * TE_ERR_ARG for a negative field. */
@@ -597,7 +607,15 @@ TE_API te_status te_record_start(const te_record_opts *o);
 /* Stops recording and frees every snapshot and step record. */
 TE_API void te_record_stop(void);
 TE_API bool te_record_active(void);
-TE_API void te_record_opts_get(te_record_opts *o);   /* the options in force, defaults filled */
+TE_API void te_record_opts_get(te_record_opts *o);   /* the options in force, defaults filled but
+                                                      * `every` (0: the default's, te_record_pace_get) */
+typedef struct te_record_pace {
+    int every;      /* the interval in force */
+    int stretch;    /* the default's factor (1, 2, 4..; 1 for a given `every`) */
+    double snap_ms; /* the last snapshot's wall time (0 before one) */
+    double step_ms; /* the shortest step of the last TE_RECORD_EVERY (0 before one) */
+} te_record_pace;
+TE_API void te_record_pace_get(te_record_pace *p);
 
 typedef struct te_record_entry {
     int64_t step;  /* the step that starts from it */

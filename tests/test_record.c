@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STEPS 14
 #define STOP 10 /* the hook rewinds at this step's fc2/linear (to STOP-3: from the snapshot of STOP-4) */
@@ -26,6 +27,7 @@ typedef struct {
     int64_t back;         /* te_rewind's target at STOP; -1: no rewind */
     int64_t perturb;      /* a replayed step whose logits the hook changes; -1 none */
     bool locate;          /* at STOP: te_record_locate(back) with an injection at back */
+    bool outside;         /* the loop writes into each batch a count it does not register (no injection) */
 } cfg;
 
 typedef struct {
@@ -90,7 +92,8 @@ static void on_op(const te_op_record *r, void *user)
     if (w->c->locate) {
         char spec[64];
         snprintf(spec, sizeof spec, "scale@op=fc2/linear,step=%lld,value=2", (long long)w->c->back);
-        ck_assert_int_eq(te_inject_add(spec), TE_OK);
+        if (!w->c->outside)
+            ck_assert_int_eq(te_inject_add(spec), TE_OK);
         w->rewind_st = te_record_locate(w->c->back);
     } else {
         w->rewind_st = te_rewind(w->c->back);
@@ -162,6 +165,7 @@ static void run(const cfg *c, result *r, watch *w)
     ck_assert(g != NULL);
 
     struct { int64_t s; double loss_sum; } loop = { 0, 0 };
+    int64_t runs = 0; /* steps run, replays included: host state outside the engine, not registered */
     w->loop_s = &loop.s;
     if (c->participate)
         ck_assert_int_ge(te_record_host("loop", &loop, sizeof loop), 0);
@@ -176,6 +180,9 @@ static void run(const cfg *c, result *r, watch *w)
         ck_assert_int_eq(te_step(), loop.s);
         te_tensor *x, *y, *out[1] = { NULL };
         te_status st = te_loader_next(l, &x, &y);
+        runs++;
+        if (st == TE_OK && c->outside)
+            te_set(x, 0, (float)runs);
         if (st == TE_OK)
             st = c->graph ? te_graph_run(g, (te_tensor *[]){ x, y }, out) : train_step(&m, (te_tensor *[]){ x, y }, out);
         const float loss = st == TE_OK ? te_item(out[0]) : NAN;
@@ -394,6 +401,32 @@ START_TEST(test_locate)
 }
 END_TEST
 
+/* An input read from outside the engine (a count of the steps run, which
+ * no rewind puts back): each replay of step 6 feeds another value, the two
+ * replays part at the first op that reads it, and the cause says so. */
+START_TEST(test_locate_replays_disagree)
+{
+    cfg c = { .participate = true, .back = 6, .perturb = -1, .locate = true, .outside = true };
+    result r;
+    watch w;
+    run(&c, &r, &w);
+    ck_assert_msg(w.rewind_st == TE_OK, "%s", w.rewind_msg);
+    ck_assert_int_eq(w.located_calls, 1);
+    ck_assert_int_eq(w.loc.step, 6);
+    ck_assert(!w.loc.replays_agree);
+    ck_assert(!w.loc.matches_recorded);
+    ck_assert_msg(w.loc.found, "%s", w.loc.cause);
+    ck_assert_str_eq(w.loc.op, "fc1/linear");
+    ck_assert_str_eq(w.loc.type, "Linear");
+    ck_assert_int_eq(w.loc.phase, TE_PHASE_FORWARD);
+    ck_assert_int_eq(w.loc.output, 0);
+    ck_assert_msg(strstr(w.loc.cause, "two replays of step 6 from the same state part at fc1/linear") != NULL, "%s",
+                  w.loc.cause);
+    ck_assert_msg(strstr(w.loc.cause, "reads an input from outside the engine") != NULL, "%s", w.loc.cause);
+    free(r.params);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     ck_assert_str_eq(te_status_str(TE_ERR_REWOUND), "step unwound by a rewind");
@@ -403,8 +436,12 @@ START_TEST(test_errors)
     ck_assert_int_eq(te_record_start(NULL), TE_OK);
     te_record_opts o;
     te_record_opts_get(&o);
-    ck_assert_int_eq(o.every, TE_RECORD_EVERY);
+    ck_assert_int_eq(o.every, 0); /* the default's, stretched */
     ck_assert_int_eq(o.keep, TE_RECORD_KEEP);
+    te_record_pace p;
+    te_record_pace_get(&p);
+    ck_assert_int_eq(p.every, TE_RECORD_EVERY);
+    ck_assert_int_eq(p.stretch, 1);
     tu_assert_error(te_rewind(0), "rewind 0: no snapshot yet");
     ck_assert_int_eq(te_record_host("x", NULL, 4), -1);
     te_step_begin();
@@ -460,6 +497,50 @@ END_TEST
 
 /* Buffers: listed in the order made, in every snapshot, out of the list
  * when freed, a name once; te_shutdown frees the rest (LSan would say). */
+/* The default interval: 20 steps while a snapshot is cheap beside them (a
+ * few bytes of state against 2 ms steps), stretched to 20 x 16 when it is
+ * not (64 MB of state against steps of next to nothing). Wall times, with
+ * margins of 20x and more either way. */
+static void default_pace(int64_t numel, unsigned step_us, int steps, int want_stretch, const int64_t *want,
+                         int n_want)
+{
+    te_tensor *big = te_buffer_new("state", TE_F32, te_shape(numel));
+    ck_assert(big != NULL);
+    te_fill(big, 1.0f);
+    te_record_participate(true);
+    ck_assert_int_eq(te_record_start(NULL), TE_OK);
+    for (int s = 0; s < steps; s++) {
+        te_step_begin();
+        if (step_us)
+            usleep(step_us);
+        te_step_end();
+    }
+    te_record_pace p;
+    te_record_pace_get(&p);
+    ck_assert_msg(p.stretch == want_stretch, "stretch %d: a snapshot took %.3f ms, a step %.3f ms", p.stretch,
+                  p.snap_ms, p.step_ms);
+    ck_assert_int_eq(p.every, TE_RECORD_EVERY * want_stretch);
+    ck_assert(p.snap_ms > 0 && p.step_ms > 0);
+    te_record_entry e[8];
+    ck_assert_int_eq(te_record_list(e, 8), n_want);
+    for (int i = 0; i < n_want; i++)
+        ck_assert_int_eq(e[i].step, want[i]);
+    te_record_stop();
+    te_tensor_free(big);
+}
+
+START_TEST(test_default_interval)
+{
+    default_pace(4, 2000, 50, 1, (int64_t[]){ 0, 20, 40 }, 3);
+}
+END_TEST
+
+START_TEST(test_default_interval_stretched)
+{
+    default_pace((int64_t)16 << 20, 0, 50, TE_RECORD_STRETCH_MAX, (int64_t[]){ 0 }, 1);
+}
+END_TEST
+
 START_TEST(test_buffers)
 {
     ck_assert_int_eq(te_buffer_count(), 0);
@@ -624,6 +705,9 @@ Suite *suite_record(void)
     tcase_add_test(tc, test_rewind_not_taking_part);
     tcase_add_test(tc, test_diverged);
     tcase_add_test(tc, test_locate);
+    tcase_add_test(tc, test_locate_replays_disagree);
+    tcase_add_test(tc, test_default_interval);
+    tcase_add_test(tc, test_default_interval_stretched);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_loader_seek);
     tcase_add_test(tc, test_buffers);
