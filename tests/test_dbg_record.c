@@ -23,7 +23,10 @@
 
 static const char *const MLP = "--hidden 64,64 --batch 32 --threads 2 --log-every 1 --steps 12";
 static const char *const NAN8 = "--inject nan@op=fc2/linear,step=8";
-static const char *const DIVERGE = "--optim sgd --lr 5"; /* an Inf at fc2/linear, step 6 */
+/* For rewinds 8 steps back: a NaN injected at step 10, and a learning rate
+ * whose overflow comes at step 9 (an Inf at fc2/linear). */
+static const char *const NAN10 = "--inject nan@op=fc2/linear,step=10";
+static const char *const DIVERGE9 = "--optim sgd --lr 1.8";
 
 static char suite_dir[64];
 static void suite_dir_make(void) { tu_scratch_make(suite_dir, sizeof suite_dir, "tdbg-dbgrec"); }
@@ -70,19 +73,19 @@ static void replayed_line_same(const ts_session *s, int n)
                   s->out);
 }
 
-/* Stopped at step S (by `brk`), rewind S-4, continue: the same stop, the
+/* Stopped at step S (by `brk`), rewind S-8, continue: the same stop, the
  * same values and the same recording. _i: bit 0 graph mode, bit 1 the
  * natural overflow instead of the injected NaN. */
 START_TEST(test_rewind_replays_stop)
 {
     const bool graph = _i & 1, natural = _i & 2;
-    const int S = natural ? 6 : 8;
+    const int S = natural ? 9 : 10, back = S - 8, snap = back - back % 2;
     const char *print = "print fc2/linear:out0[0:2]", *stats = "stats fc2/linear:out0";
     char cmds[1024];
     snprintf(cmds, sizeof cmds,
              "record every 2;break %s;run;%s;%s;info record;rewind %d;continue;%s;%s;info record;quit",
-             natural ? "nonfinite" : "nan", print, stats, S - 4, print, stats);
-    ts_session s = ts_tdbg("--batch", cmds, "mlp", "%s %s --mode %s", MLP, natural ? DIVERGE : NAN8,
+             natural ? "nonfinite" : "nan", print, stats, back, print, stats);
+    ts_session s = ts_tdbg("--batch", cmds, "mlp", "%s %s --mode %s", MLP, natural ? DIVERGE9 : NAN10,
                            graph ? "graph" : "eager");
     char first[512], want[512];
     ck_assert(ts_stopped_line(&s, 0, first, sizeof first) != NULL);
@@ -90,21 +93,21 @@ START_TEST(test_rewind_replays_stop)
              natural ? "inf" : "nan");
     ck_assert_msg(strncmp(first, want, strlen(want)) == 0, "first stop: %s\nsession:\n%s", first, s.out);
     snprintf(want, sizeof want, "stopped: step=%d phase=forward op=- type=- reason=rewind tensor=- index=- origin=-",
-             S - 4);
+             back);
     ts_stop_is(&s, 1, want);
     ts_stop_is(&s, 2, first); /* the same op, step, tensor and element */
     ck_assert(ts_stopped_line(&s, 3, want, sizeof want) == NULL);
     same_output(&s, print, 0, 1);
     same_output(&s, stats, 0, 1);
     same_output(&s, "info record", 0, 1); /* each step's loss and checksum, recorded and replayed */
-    for (int n = S - 4; n < S; n++)
+    for (int n = back; n < S; n++)
         replayed_line_same(&s, n);
     char rec[8192];
     output_of(&s, "info record", 0, rec, sizeof rec);
     snprintf(want, sizeof want, "steps recorded: %d (0 to %d)", S, S - 1);
     ck_assert_msg(strstr(rec, want) != NULL, "no '%s' in:\n%s", want, rec);
     ts_has(&s, "snapshots: ");
-    snprintf(want, sizeof want, "rewind: back to step %d from the snapshot of step %d\n", S - 4, S - 4);
+    snprintf(want, sizeof want, "rewind: back to step %d from the snapshot of step %d\n", back, snap);
     ts_has(&s, want);
     ts_lacks(&s, "diverged");
     ts_free(&s);
