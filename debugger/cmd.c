@@ -19,6 +19,7 @@ static dbg_cmd_group builtin[] = {
     { "dumps", dbg_cmds_dump, NULL },
     { "precision", dbg_cmds_amp, NULL },
     { "profiling", dbg_cmds_prof, NULL },
+    { "time travel", dbg_cmds_record, NULL },
 };
 static dbg_cmd_group *groups = builtin;
 static int n_groups = sizeof builtin / sizeof builtin[0];

@@ -126,31 +126,29 @@ static int64_t first_step(void)
     return dbg.in_step && dbg.n_ops == 0 ? dbg.step : dbg.step + 1;
 }
 
-static bool cmd_dump(const char *args)
+bool dbg_dump_running(void) { return dumping != NULL; }
+
+bool dbg_dump_off(const char *what)
+{
+    if (!dumping) {
+        dbg_error("%s: no dump is running", what);
+        return false;
+    }
+    dump_flush(dumping);
+    dump_status s = dump_status_get(dumping);
+    dump_stop(dumping);
+    dumping = NULL;
+    fprintf(dbg_out, "Dump to %s stopped: ", dumping_spec.dir);
+    report(&s);
+    return true;
+}
+
+bool dbg_dump_begin(const char *text, int64_t from)
 {
     static bool registered;
-    if (strncmp(args, "now", 3) == 0 && (args[3] == ' ' || !args[3]))
-        return dump_now(dbg_skip_space(args + 3));
-    if (!args[0]) {
-        dbg_error("dump: give a spec (dump dir=D;ops=GLOB;steps=0|5-8;...), or 'dump off'");
-        return false;
-    }
-    if (strcmp(args, "off") == 0) {
-        if (!dumping) {
-            dbg_error("dump off: no dump is running");
-            return false;
-        }
-        dump_flush(dumping);
-        dump_status s = dump_status_get(dumping);
-        dump_stop(dumping);
-        dumping = NULL;
-        fprintf(dbg_out, "Dump to %s stopped: ", dumping_spec.dir);
-        report(&s);
-        return false;
-    }
     dump_spec spec;
     char err[1024];
-    if (!dump_spec_parse(args, &spec, err, sizeof err)) {
+    if (!dump_spec_parse(text, &spec, err, sizeof err)) {
         dbg_error("dump: %s", err);
         return false;
     }
@@ -168,9 +166,24 @@ static bool cmd_dump(const char *args)
         atexit(stop_at_exit);
         registered = true;
     }
-    char text[DUMP_SPEC_TEXT_MAX];
-    dump_spec_format(&spec, text, sizeof text);
-    fprintf(dbg_out, "Dumping from step %lld: %s\n", (long long)first_step(), text);
+    char shown[DUMP_SPEC_TEXT_MAX];
+    dump_spec_format(&spec, shown, sizeof shown);
+    fprintf(dbg_out, "Dumping from step %lld: %s\n", (long long)from, shown);
+    return true;
+}
+
+static bool cmd_dump(const char *args)
+{
+    if (strncmp(args, "now", 3) == 0 && (args[3] == ' ' || !args[3]))
+        return dump_now(dbg_skip_space(args + 3));
+    if (!args[0]) {
+        dbg_error("dump: give a spec (dump dir=D;ops=GLOB;steps=0|5-8;...), or 'dump off'");
+        return false;
+    }
+    if (strcmp(args, "off") == 0)
+        dbg_dump_off("dump off");
+    else
+        dbg_dump_begin(args, first_step());
     return false;
 }
 

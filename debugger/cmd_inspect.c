@@ -15,6 +15,7 @@ void dbg_info_breakpoints(void);
 void dbg_info_dump(void);
 void dbg_info_amp(void);
 void dbg_info_profile(void);
+void dbg_info_record(void);
 
 static const dbg_op *ops_shown(int *n, const char **which)
 {
@@ -176,18 +177,19 @@ static bool cmd_info(const char *args)
                       : strcmp(w, "profile") == 0         ? "profile"
                       : strcmp(w, "memory") == 0          ? "memory"
                       : strcmp(w, "watch") == 0           ? "watch"
+                      : strcmp(w, "record") == 0          ? "record"
                       : strcmp(w, "op") == 0              ? "op"
                       : n >= 2 && strncmp(w, "step", n) == 0 ? "step"
                                                              : NULL;
     if (!sub) {
-        dbg_error("info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory or watch%s%s%s", n ? ", got '" : "", w,
+        dbg_error("info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory, watch or record%s%s%s", n ? ", got '" : "", w,
                   n ? "'" : "");
         return false;
     }
     if (rest[0] && strcmp(sub, "op") != 0) { /* only `info op` takes a word more */
         char extra[64];
         dbg_word(rest, extra, sizeof extra);
-        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch)",
+        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch|record)",
                   sub, extra);
         return false;
     }
@@ -205,6 +207,8 @@ static bool cmd_info(const char *args)
         info_memory();
     else if (strcmp(sub, "watch") == 0)
         info_watch();
+    else if (strcmp(sub, "record") == 0)
+        dbg_info_record();
     else if (strcmp(sub, "op") == 0 && rest[0])
         info_op(rest);
     else if (strcmp(sub, "op") == 0)
@@ -386,12 +390,12 @@ static bool cmd_set(const char *args)
 }
 
 const dbg_cmd dbg_cmds_inspect[] = {
-    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch",
+    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch|record",
       .help = "the breakpoints, the step's ops, one op (the one stopped at without NAME), the step, the dump,\n"
       "mixed precision (level, dtype, each op's precision, the loss scale's history and skipped steps),\n"
       "the engine's memory (bytes held by tensors now and at the peak), the profile (its spec, steps, the\n"
-      "last step's phases and top ops)",
-      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump", "amp", "profile", "memory", "watch") }, { DBG_ARG_OP } },
+      "last step's phases and top ops), time travel's snapshots and recorded steps",
+      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump", "amp", "profile", "memory", "watch", "record") }, { DBG_ARG_OP } },
       .max_words = 2, .run = cmd_info },
     { .name = "print", .alias = "p", .usage = "print TENSOR[SLICES]", .help = "a tensor's values, numpy-style\n"
       "TENSOR: OP:out0, OP:in1, param:NAME, grad:NAME or a name from 'info op';\n"

@@ -77,11 +77,13 @@ int dbg_plugin_start(void)
     /* The program's own output and ours interleave in order. */
     setvbuf(stdout, NULL, _IOLBF, 0);
     te_hooks h = { .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end, .phase_begin = dbg_on_phase,
-                   .op_end = dbg_on_op_end };
+                   .op_end = dbg_on_op_end, .rewound = dbg_on_rewound, .diverged = dbg_on_diverged,
+                   .located = dbg_on_located };
     if ((dbg.hook = te_hook_add(&h, NULL)) < 0) {
         fprintf(stderr, "tdbg: %s\n", te_error());
         return 1;
     }
+    dbg_record_setup();
     struct sigaction sa = { .sa_handler = dbg_on_sigint };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);

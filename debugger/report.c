@@ -139,6 +139,31 @@ static void describe_skip(const dbg_stop *s)
                 "the passes ran)\n");
 }
 
+/* A replayed step that parted from its recording: both values, bits shown. */
+static void describe_diverged(const dbg_stop *s)
+{
+    fprintf(dbg_out, "  the replay of step %lld differs from its recording:\n", (long long)s->step);
+    fprintf(dbg_out, "    loss      recorded %.9g  replayed %.9g%s\n", s->rec_loss, s->replay_loss,
+            memcmp(&s->rec_loss, &s->replay_loss, sizeof s->rec_loss) ? "" : "  (the same)");
+    fprintf(dbg_out, "    checksum  recorded %016llx  replayed %016llx%s\n", (unsigned long long)s->rec_sum,
+            (unsigned long long)s->replay_sum, s->rec_sum == s->replay_sum ? "  (the same)" : "");
+    fprintf(dbg_out, "  'locate' replays step %lld twice to name the op where it parts\n", (long long)s->step);
+}
+
+/* te_record_locate's answer. */
+static void describe_located(const dbg_stop *s)
+{
+    const te_record_located *r = &s->located;
+    if (r->found)
+        fprintf(dbg_out, "  located: step %lld, %s phase, op %s (%s), output %d, exec %d\n", (long long)r->step,
+                te_phase_name(r->phase), r->op, r->type, r->output, r->exec_index);
+    else
+        fprintf(dbg_out, "  located: step %lld, no op named\n", (long long)r->step);
+    fprintf(dbg_out, "  replays agree: %s; match the recording: %s\n", r->replays_agree ? "yes" : "no",
+            r->matches_recorded ? "yes" : "no");
+    fprintf(dbg_out, "  cause: %s\n", r->cause);
+}
+
 static const char *or_dash(const char *s) { return s[0] ? s : "-"; }
 
 void dbg_stop_report(const dbg_stop *s)
@@ -152,8 +177,14 @@ void dbg_stop_report(const dbg_stop *s)
     else
         fprintf(dbg_out, "\nStopped (%s), step %lld, %s", s->reason, (long long)s->step, te_phase_name(s->phase));
     if (s->op[0])
-        fprintf(dbg_out, ", %s (%s) at %s:%d", s->op, s->type, dbg_short_path(s->loc.file), s->loc.line);
+        fprintf(dbg_out, ", %s (%s)", s->op, s->type);
+    if (s->op[0] && s->loc.file)
+        fprintf(dbg_out, " at %s:%d", dbg_short_path(s->loc.file), s->loc.line);
     fprintf(dbg_out, "\n");
+    if (strcmp(s->reason, "diverged") == 0)
+        describe_diverged(s);
+    if (s->has_located)
+        describe_located(s);
     if (s->t && strcmp(s->reason, "skip") != 0) { /* a skip's tensor is described below */
         const te_tensor *t = s->t;
         char sh[96];

@@ -192,11 +192,15 @@ void dbg_stop_leave(void)
 
 /* The stop as data first; the report, the front end and the commands
  * read it. */
-static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec)
+static void stop_fill(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec,
+                      void (*fill)(dbg_stop *s))
 {
     dbg.mode = RUN_GO;
+    dbg.reversing = false;
     unsigned seq = last_stop.seq + 1;
     dbg_stop_make(&last_stop, b, reason, hit, rec);
+    if (fill)
+        fill(&last_stop);
     last_stop.seq = seq;
     last_stop.active = true;
     dbg_dump_stopped();
@@ -211,6 +215,13 @@ static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, con
     paused_ns += now_ns() - t0;
     dbg_stop_leave();
 }
+
+static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, const te_op_record *rec)
+{
+    stop_fill(b, reason, hit, rec, NULL);
+}
+
+void dbg_stop_at(const char *reason, void (*fill)(dbg_stop *s)) { stop_fill(NULL, reason, NULL, NULL, fill); }
 
 /* What this step may defer on (engine/watch.c): with only non-finite
  * breakpoints armed, running on, nothing to trace and no terminal UI to
@@ -240,6 +251,7 @@ void dbg_on_step_begin(int64_t step, void *user)
     step_t0_ns = now_ns();
     paused_ns = 0;
     dbg_prof_step_begin();
+    const char *arrival = dbg_record_step_begin(step); /* a rewind's end may stop here or set the mode */
     te_hook_defer(dbg.hook, defer_kinds());
     dbg.step = step;
     dbg.in_step = true;
@@ -247,6 +259,10 @@ void dbg_on_step_begin(int64_t step, void *user)
     dbg.n_ops = 0;
     dbg_verdict_reset();
     dbg_amp_step_begin(step);
+    if (arrival) {
+        stop(NULL, arrival, NULL, NULL);
+        return;
+    }
     for (int i = 0; i < dbg.n_breaks; i++) {
         dbg_break *b = &dbg.breaks[i];
         if (b->enabled && b->kind == BK_STEP && b->step == step) {
@@ -571,6 +587,6 @@ void dbg_on_op_end(const te_op_record *r, void *user)
         fprintf(dbg_out, "\nInterrupted.\n");
         stop(NULL, "interrupt", NULL, r);
     } else if (dbg.mode == RUN_STEP && --dbg.repeat <= 0) { /* `step N`: the Nth op */
-        stop(NULL, "step", NULL, r);
+        stop(NULL, dbg.reversing ? "reverse-step" : "step", NULL, r);
     }
 }

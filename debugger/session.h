@@ -89,6 +89,7 @@ typedef struct dbg_session {
     int n_breaks, next_id;
     dbg_run_mode mode;
     int64_t repeat;          /* RUN_STEP, RUN_NEXT: stops still to pass (`step N`: N) */
+    bool reversing;          /* RUN_STEP towards reverse-step's op: its stop's reason says so */
     int64_t until_step;
     te_phase finish_phase;
     int64_t finish_step;
@@ -153,6 +154,13 @@ typedef struct dbg_stop {
     char skip_tensor[TE_NAME_MAX];
     char skip_fwd_op[TE_NAME_MAX];
     char skip_fwd_tensor[TE_NAME_MAX];
+    /* diverged: the replayed step's loss and parameter checksum beside
+     * the recorded ones (cmd_record.c) */
+    double rec_loss, replay_loss;
+    uint64_t rec_sum, replay_sum;
+    /* located: te_record_locate's answer (op and type are its op's) */
+    bool has_located;
+    te_record_located located;
 } dbg_stop;
 
 /* The last stop, NULL before the first: the one record of where training
@@ -166,6 +174,10 @@ const te_op_record *dbg_stopped_at(void);
  * active. report.c. */
 void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const dbg_hit *hit,
                    const te_op_record *rec);
+/* Stops between ops for a reason of time travel's (rewind, reverse-next,
+ * replay, diverged, located; cmd_record.c), as a breakpoint's stop does:
+ * fill, when given, adds its fields to the stop before the report. */
+void dbg_stop_at(const char *reason, void (*fill)(dbg_stop *s));
 /* Prints s's report and its `stopped:` line on dbg_out. report.c. */
 void dbg_stop_report(const dbg_stop *s);
 /* Training is not paused at the last stop any more (the program ends
@@ -259,6 +271,19 @@ void dbg_on_phase(int64_t step, te_phase p, void *user);
 void dbg_on_op_end(const te_op_record *r, void *user);
 void dbg_on_sigint(int sig);
 
+/* ---- time travel (cmd_record.c) -------------------------------------------
+ * Recording starts at the engine's defaults when the debugger starts and
+ * stops at the first step when the program does not take part. The
+ * engine's rewound, diverged and located hooks; a step's begin asks what a
+ * rewind's arrival does: a stop's reason (rewind, reverse-next, replay),
+ * NULL for none (reverse-step sets the session to step to its op). */
+void dbg_record_setup(void);
+void dbg_on_rewound(int64_t step, void *user);
+void dbg_on_diverged(int64_t step, double recorded_loss, double replayed_loss, uint64_t recorded_sum,
+                     uint64_t replayed_sum, void *user);
+void dbg_on_located(const te_record_located *r, void *user);
+const char *dbg_record_step_begin(int64_t step);
+
 /* The command loop: returns when a command resumes training. */
 void dbg_command_loop(void);
 /* Runs one command line; returns true when training should resume. */
@@ -272,6 +297,13 @@ void dbg_script_free(void);
 
 /* Did an op of this step produce t (an output of a recorded op)? */
 bool dbg_made_this_step(const te_tensor *t);
+/* The dump the debugger runs (cmd_dump.c): is one running; start one from
+ * spec text (one running is replaced), saying it writes from step `from`;
+ * stop it, saying what it wrote. false after an error printed (what names
+ * the command). */
+bool dbg_dump_running(void);
+bool dbg_dump_begin(const char *spec, int64_t from);
+bool dbg_dump_off(const char *what);
 /* Training stopped: a flight-recorder dump (when=break) writes its steps. */
 void dbg_dump_stopped(void);
 /* Training stopped, at a breakpoint's hit or not: a profile the debugger

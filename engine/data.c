@@ -8,6 +8,10 @@
  * sequence. A batch's contents depend only on (seed, epoch, b), so the
  * order and contents are the same for any worker count, 0 included (then
  * the caller builds each batch itself when it asks for it).
+ *
+ * Time travel (record.c) keeps each loader's position in its snapshots;
+ * te_loader_seek moves a loader back by stopping its workers, emptying the
+ * ring and starting them again from there.
  */
 #include "te_internal.h"
 
@@ -44,11 +48,13 @@ struct te_loader {
     int64_t sample_numel;
     int64_t batches;     /* per epoch */
     int n_workers;       /* worker threads; 0 = the caller builds */
+    int n_prod;          /* producers made: n_workers, or 1 for the caller */
     int n_started;       /* of them running, to join */
     int capacity;        /* slots in the ring */
     slot *slots;
     producer *prod;      /* n_workers of them, or one for the caller */
     int64_t consumed;    /* batches handed to the caller, over all epochs */
+    int64_t start;       /* the batch the workers started from */
     atomic_bool stop;
     pthread_mutex_t mu;
     pthread_cond_t ready;   /* a slot was filled */
@@ -96,9 +102,11 @@ static void *worker_main(void *arg)
 {
     producer *p = arg;
     te_loader *l = p->l;
-    for (int64_t e = 0;; e++)
+    for (int64_t e = l->start / l->batches;; e++)
         for (int64_t b = p->index; b < l->batches; b += l->n_workers) {
             int64_t seq = e * l->batches + b;
+            if (seq < l->start)
+                continue;
             pthread_mutex_lock(&l->mu);
             while (!atomic_load(&l->stop) && seq >= l->consumed + l->capacity)
                 pthread_cond_wait(&l->space, &l->mu);
@@ -115,8 +123,8 @@ static void *worker_main(void *arg)
         }
 }
 
-/* Stops the workers, waking any that wait for space, and frees everything. */
-static void loader_destroy(te_loader *l)
+/* Stops the workers, waking any that wait for space. */
+static void stop_workers(te_loader *l)
 {
     pthread_mutex_lock(&l->mu);
     atomic_store(&l->stop, true);
@@ -124,8 +132,31 @@ static void loader_destroy(te_loader *l)
     pthread_mutex_unlock(&l->mu);
     for (int w = 0; w < l->n_started; w++)
         pthread_join(l->prod[w].thread, NULL);
-    int n_prod = l->n_workers > 0 ? l->n_workers : 1;
-    for (int w = 0; w < n_prod && l->prod; w++)
+    l->n_started = 0;
+}
+
+/* Starts the workers from batch l->start; false with the error set. */
+static bool start_workers(te_loader *l)
+{
+    atomic_store(&l->stop, false);
+    for (int w = 0; w < l->n_workers; w++) {
+        int rc = pthread_create(&l->prod[w].thread, NULL, worker_main, &l->prod[w]);
+        if (rc != 0) {
+            te_set_error(TE_ERR_IO, "loader: cannot start worker %d of %d: %s", w, l->n_workers,
+                         strerror(rc));
+            return false;
+        }
+        l->n_started = w + 1;
+    }
+    return true;
+}
+
+/* Stops the workers and frees everything. */
+static void loader_destroy(te_loader *l)
+{
+    te_record_loader_remove(l);
+    stop_workers(l);
+    for (int w = 0; w < l->n_prod && l->prod; w++)
         free(l->prod[w].order);
     for (int k = 0; k < l->capacity && l->slots; k++) {
         free(l->slots[k].x);
@@ -212,7 +243,7 @@ te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o)
     pthread_cond_init(&l->ready, NULL);
     pthread_cond_init(&l->space, NULL);
 
-    int n_prod = workers > 0 ? workers : 1;
+    int n_prod = l->n_prod = workers > 0 ? workers : 1;
     int64_t rows = d->size < o->batch ? d->size : o->batch;   /* largest batch made */
     l->slots = calloc((size_t)l->capacity, sizeof(*l->slots));
     l->prod = calloc((size_t)n_prod, sizeof(*l->prod));
@@ -235,17 +266,34 @@ te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o)
         loader_destroy(l);
         return NULL;
     }
-    for (int w = 0; w < workers; w++) {
-        int rc = pthread_create(&l->prod[w].thread, NULL, worker_main, &l->prod[w]);
-        if (rc != 0) {
-            te_set_error(TE_ERR_IO, "te_loader_new: cannot start worker %d of %d: %s", w, workers,
-                         strerror(rc));
-            loader_destroy(l);
-            return NULL;
-        }
-        l->n_started = w + 1;
+    if (te_record_loader_add(l) != TE_OK || !start_workers(l)) {
+        loader_destroy(l);
+        return NULL;
     }
     return l;
+}
+
+int64_t te_loader_position(const te_loader *l) { return l ? l->consumed : 0; }
+
+te_status te_loader_seek(te_loader *l, int64_t pos)
+{
+    if (!l || pos < 0) {
+        te_set_error(TE_ERR_ARG, "te_loader_seek: %s", !l ? "the loader is NULL" : "the position is negative");
+        return TE_ERR_ARG;
+    }
+    if (pos == l->consumed)
+        return TE_OK;
+    stop_workers(l);
+    for (int k = 0; k < l->capacity; k++)
+        l->slots[k].seq = -1;
+    l->consumed = l->start = pos;
+    if (start_workers(l))
+        return TE_OK;
+    /* Too few threads now: the caller builds each batch from here on (the
+     * same batches), with the started workers stopped again. */
+    stop_workers(l);
+    l->n_workers = 0;
+    return TE_ERR_IO;
 }
 
 /* Waits for the next batch in sequence (or builds it, without workers) and
@@ -256,6 +304,8 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
         te_set_error(TE_ERR_ARG, "te_loader_next: %s is NULL", !l ? "loader" : !x ? "x" : "y");
         return TE_ERR_ARG;
     }
+    if (te_rec_unwinding) /* the batch stays next: the restore moves it anyway */
+        return te_rewound("te_loader_next");
     int64_t seq = l->consumed;
     /* The profiler's "data": the training thread's time here, the batch
      * made in place (no workers) or waited for, and its tensors. */

@@ -18,6 +18,7 @@ const char *te_status_str(te_status s)
     case TE_ERR_INPUT: return "input missing (an earlier op failed)";
     case TE_ERR_IO: return "I/O or thread error";
     case TE_ERR_DEVICE: return "no usable device";
+    case TE_ERR_REWOUND: return "step unwound by a rewind";
     }
     return "unknown status";
 }

@@ -10,8 +10,21 @@ static struct {
     unsigned defer; /* TE_WATCH_* it defers on; 0: every op */
 } hooks[MAX_HOOKS];
 
-/* Read on every op: zero means the whole hook path is one untaken branch. */
+/* Read on every op: zero means the whole hook path is one untaken branch.
+ * It counts the live hooks (none while time travel silences them) and
+ * time travel's own observer of every op (record.c). */
 int te_hook_count;
+static int live;
+static bool silenced, observing;
+
+static void recount(void) { te_hook_count = (silenced ? 0 : live) + (observing ? 1 : 0); }
+
+void te_hooks_silence(bool silence, bool observe)
+{
+    silenced = silence;
+    observing = observe;
+    recount();
+}
 
 int te_hook_add(const te_hooks *h, void *user)
 {
@@ -22,7 +35,8 @@ int te_hook_add(const te_hooks *h, void *user)
         hooks[i].user = user;
         hooks[i].used = true;
         hooks[i].defer = 0;
-        te_hook_count++;
+        live++;
+        recount();
         return i;
     }
     te_set_error(TE_ERR_STATE, "te_hook_add: all %d hook slots are taken", MAX_HOOKS);
@@ -34,7 +48,8 @@ void te_hook_remove(int handle)
     if (handle < 0 || handle >= MAX_HOOKS || !hooks[handle].used)
         return;
     hooks[handle].used = false;
-    te_hook_count--;
+    live--;
+    recount();
 }
 
 void te_hook_defer(int handle, unsigned kinds)
@@ -46,6 +61,8 @@ void te_hook_defer(int handle, unsigned kinds)
 unsigned te_hooks_defer_kinds(void)
 {
     unsigned kinds = 0;
+    if (silenced || observing) /* nothing to stop at, or every op wanted */
+        return 0;
     for (int i = 0; i < MAX_HOOKS; i++) {
         if (!hooks[i].used)
             continue;
@@ -58,7 +75,7 @@ unsigned te_hooks_defer_kinds(void)
 
 void te_hooks_step(int64_t step, bool begin)
 {
-    for (int i = 0; i < MAX_HOOKS; i++) {
+    for (int i = 0; i < MAX_HOOKS && !silenced; i++) {
         if (!hooks[i].used)
             continue;
         void (*fn)(int64_t, void *) = begin ? hooks[i].h.step_begin : hooks[i].h.step_end;
@@ -69,17 +86,42 @@ void te_hooks_step(int64_t step, bool begin)
 
 void te_hooks_phase(int64_t step, te_phase p)
 {
-    if (te_watch_active())
+    if (te_watch_active() || silenced)
         return;
     for (int i = 0; i < MAX_HOOKS; i++)
         if (hooks[i].used && hooks[i].h.phase_begin)
             hooks[i].h.phase_begin(step, p, hooks[i].user);
 }
 
+/* Time travel's calls: never silenced (a divergence in a silent step is
+ * news all the same). */
+void te_hooks_rewound(int64_t step)
+{
+    for (int i = 0; i < MAX_HOOKS; i++)
+        if (hooks[i].used && hooks[i].h.rewound)
+            hooks[i].h.rewound(step, hooks[i].user);
+}
+
+void te_hooks_diverged(int64_t step, double rec_loss, double loss, uint64_t rec_sum, uint64_t sum)
+{
+    for (int i = 0; i < MAX_HOOKS; i++)
+        if (hooks[i].used && hooks[i].h.diverged)
+            hooks[i].h.diverged(step, rec_loss, loss, rec_sum, sum, hooks[i].user);
+}
+
+void te_hooks_located(const te_record_located *r)
+{
+    for (int i = 0; i < MAX_HOOKS; i++)
+        if (hooks[i].used && hooks[i].h.located)
+            hooks[i].h.located(r, hooks[i].user);
+}
+
 /* no_data_only: a deferred step's calls, to the hooks that read no data. */
 static void hooks_op_end(const te_op_record *rec, bool no_data_only)
 {
-    for (int i = 0; i < MAX_HOOKS; i++)
+    if (observing)
+        te_record_op(rec);
+    for (int i = 0; i < MAX_HOOKS && !silenced; i++)
         if (hooks[i].used && hooks[i].h.op_end && (!no_data_only || hooks[i].defer & TE_HOOK_NO_DATA))
             hooks[i].h.op_end(rec, hooks[i].user);
 }
@@ -88,7 +130,7 @@ void te_op_begin(const te_op_record *rec)
 {
     if (te_prof_on)
         te_prof_op_begin(rec);
-    if (te_hook_count)
+    if (te_hook_count && !silenced)
         for (int i = 0; i < MAX_HOOKS; i++)
             if (hooks[i].used && hooks[i].h.op_begin)
                 hooks[i].h.op_begin(rec, hooks[i].user);

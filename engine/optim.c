@@ -236,6 +236,7 @@ typedef struct work {
     size_t tmp_bytes;
     bool round_back;  /* the update ran on an f32 copy: round it into the parameter */
     te_stats stats;   /* the new values' statistics, when the update takes them */
+    uint64_t sum;     /* time travel's checksum of the new values, when it takes that */
 } work;
 
 /* Parameter i's values to update in f32 (u->p) and its gradient in f32
@@ -318,6 +319,8 @@ static void finish_update(const te_optim *o, const te_backend *b, work *w, const
     te_tensor *p = o->params[w->i];
     if (w->round_back)
         b->round(u->p, te_data(p), p->dtype, p->numel, NULL);
+    if (u->sum)
+        te_record_note_sum(p, w->sum);
     if (w->tmp)
         te_mem_free_on(p->device, w->tmp, w->tmp_bytes);
     w->tmp = NULL;
@@ -351,6 +354,8 @@ static const te_backend *params_backend(te_tensor **params, int n, const char *w
 
 te_status te_optim_step(te_optim *o)
 {
+    if (te_rec_unwinding)
+        return te_rewound("optimizer step");
     te_set_phase(TE_PHASE_UPDATE);
     if (te_tracing) { /* the compiled step calls this function for real */
         te_trace_optim(o);
@@ -390,6 +395,9 @@ te_status te_optim_step(te_optim *o)
             st = update_state(o, &w[k], &u[k]);
         if (st == TE_OK && te_stats_wanted && te_hook_count && !te_watch_active() && !w[k].round_back)
             u[k].stats = &w[k].stats;
+        /* updated in place: the values written are the parameter's bytes */
+        if (st == TE_OK && b->update_sums && !w[k].round_back && te_record_sums_wanted())
+            u[k].sum = &w[k].sum;
         k++;
     }
     if (st != TE_OK) {
@@ -408,6 +416,14 @@ te_status te_optim_step(te_optim *o)
          * deferred step (watch.c) stops nowhere: one call, each update's
          * record then only flagged. */
         for (int j = 0; j < k; j++) {
+            if (te_rec_unwinding) { /* a hook rewound at the update before */
+                for (int r = j; r < k; r++)
+                    if (w[r].tmp)
+                        te_mem_free_on(o->params[w[r].i]->device, w[r].tmp, w[r].tmp_bytes);
+                free(w);
+                free(u);
+                return te_rewound("optimizer step");
+            }
             begin_update(o, o->params[w[j].i]);
             run_update(o, b, &u[j], 1);
             finish_update(o, b, &w[j], &u[j]);
@@ -470,6 +486,10 @@ static te_status clip_scale(const te_backend *b, te_tensor **params, te_unscale_
 
 float te_clip_grad_norm(te_tensor **params, int n, float max_norm)
 {
+    if (te_rec_unwinding) {
+        te_rewound("clip_grad_norm");
+        return NAN;
+    }
     if (te_tracing) { /* no gradient has a value yet: the compiled step clips */
         te_trace_clip(params, n, max_norm);
         return 0.0f;
@@ -598,6 +618,7 @@ te_status te_optim_state_set(te_optim *o, int i, int slot, const float *values)
 struct te_optim_saved {
     te_optim *o;
     int64_t t;
+    float lr; /* a schedule may set it once an epoch: time travel puts it back */
     te_tensor **m, **v, **master; /* the state tensors it had (NULL: none yet) */
 };
 
@@ -621,7 +642,7 @@ te_status te_optim_snap_take(te_optim_snap *s)
         const te_optim *o = live[k];
         struct te_optim_saved *d = &s->o[s->n++];
         const size_t bytes = (size_t)(o->n ? o->n : 1) * sizeof(te_tensor *);
-        *d = (struct te_optim_saved){ .o = live[k], .t = o->t, .m = malloc(bytes), .v = malloc(bytes),
+        *d = (struct te_optim_saved){ .o = live[k], .t = o->t, .lr = te_optim_lr(o), .m = malloc(bytes), .v = malloc(bytes),
                                       .master = malloc(bytes) };
         if (!d->m || !d->v || !d->master) {
             te_optim_snap_free(s);
@@ -655,6 +676,7 @@ void te_optim_snap_restore(const te_optim_snap *s)
         if (!alive)
             continue;
         d->o->t = d->t;
+        te_optim_set_lr(d->o, d->lr);
         drop_newer(d->o->m, d->m, d->o->n);
         drop_newer(d->o->v, d->v, d->o->n);
         drop_newer(d->o->master, d->master, d->o->n);

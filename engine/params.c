@@ -1,4 +1,5 @@
-/* params.c — the parameter registry and PyTorch-compatible initialisers. */
+/* params.c — the registries of parameters and buffers, and PyTorch-compatible
+ * initialisers. */
 #include "te_internal.h"
 #include "graph/graph.h"
 
@@ -9,6 +10,8 @@
 
 static te_tensor **params;
 static int n_params, cap_params;
+static te_tensor **buffers;
+static int n_buffers, cap_buffers;
 /* Each initialiser call draws from its own stream so results do not depend
  * on how many numbers earlier calls drew. */
 static uint64_t init_stream;
@@ -56,8 +59,53 @@ te_tensor *te_param_find(const char *name)
     return NULL;
 }
 
+te_tensor *te_buffer_new(const char *name, te_dtype dt, int ndim, const int64_t *shape)
+{
+    if (!name || !*name || strlen(name) >= TE_NAME_MAX) {
+        te_set_error(TE_ERR_ARG, "te_buffer_new: the name %s", !name || !*name ? "is empty" : "is too long");
+        return NULL;
+    }
+    for (int i = 0; i < n_buffers; i++)
+        if (strcmp(buffers[i]->name, name) == 0) {
+            te_set_error(TE_ERR_ARG, "buffer %s: a buffer of that name exists already", name);
+            return NULL;
+        }
+    if (n_buffers == cap_buffers) {
+        int cap = cap_buffers ? 2 * cap_buffers : 16;
+        te_tensor **b = realloc(buffers, (size_t)cap * sizeof *b);
+        if (!b) {
+            te_set_error(TE_ERR_NOMEM, "buffer %s: out of memory", name);
+            return NULL;
+        }
+        buffers = b;
+        cap_buffers = cap;
+    }
+    te_tensor *t = te_tensor_alloc(dt, ndim, shape, TE_TENSOR_PERSISTENT | TE_TENSOR_BUFFER);
+    if (!t)
+        return NULL;
+    te_backend_for(t)->zero(te_data(t), t->nbytes);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    buffers[n_buffers++] = t;
+    return t;
+}
+
+te_tensor **te_buffers(void) { return buffers; }
+int te_buffer_count(void) { return n_buffers; }
+
+void te_buffer_forget(te_tensor *t)
+{
+    for (int i = 0; i < n_buffers; i++)
+        if (buffers[i] == t) {
+            memmove(&buffers[i], &buffers[i + 1], (size_t)(n_buffers - i - 1) * sizeof *buffers);
+            n_buffers--;
+            return;
+        }
+}
+
 void te_zero_grad(void)
 {
+    if (te_rec_unwinding) /* the step is being unwound: nothing to clear */
+        return;
     if (te_tracing)
         te_trace_zero_grad();
     for (int i = 0; i < n_params; i++)
@@ -71,6 +119,11 @@ void te_params_shutdown(void)
     free(params);
     params = NULL;
     n_params = cap_params = 0;
+    while (n_buffers) /* te_tensor_free takes each out of the registry */
+        te_tensor_free(buffers[n_buffers - 1]);
+    free(buffers);
+    buffers = NULL;
+    cap_buffers = 0;
     init_stream = 0;
 }
 

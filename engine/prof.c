@@ -234,6 +234,13 @@ te_status te_profile_stop(void)
     return TE_OK;
 }
 
+void te_prof_step_drop(void)
+{
+    if (te_prof.cur)
+        te_prof.cur->done = false;
+    te_prof.cur = NULL;
+}
+
 void te_profile_note_wait(const char *what, int64_t ns)
 {
     if (te_prof_on && what && strcmp(what, "dump") == 0 && ns > 0)

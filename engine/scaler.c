@@ -187,6 +187,8 @@ static const char *first_nonfinite(te_tensor **params, te_tensor **out, int k)
 
 te_status te_scaler_unscale(te_tensor **params, int n)
 {
+    if (te_rec_unwinding)
+        return te_rewound("amp/unscale");
     if (!sc.enabled)
         return TE_OK;
     te_set_phase(TE_PHASE_UPDATE);

@@ -89,12 +89,15 @@ te_status te_init(const te_config *cfg)
     eng.scope[0] = '\0';
     eng.initialized = true;
     te_error_clear();
+    te_record_env();
     te_plugin_load();
     return TE_OK;
 }
 
 void te_shutdown(void)
 {
+    te_record_shutdown(); /* its snapshots hold the allocator's memory */
+    te_checkpoint_shutdown();
     te_tape_reset();
     te_attention_shutdown();
     for (int i = 0; i < eng.cap_nodes; i++)
@@ -136,6 +139,7 @@ void te_step_begin(void)
     eng.in_step = true;
     eng.exec_index = 0;
     eng.phase = TE_PHASE_FORWARD;
+    te_record_begin(); /* may put an earlier step back (a rewind) */
     if (te_prof_on)
         te_prof_step(true);
     if (te_hook_count) {
@@ -146,17 +150,26 @@ void te_step_begin(void)
 
 void te_step_end(void)
 {
-    if (eng.in_step)
+    /* A step unwound by a rewind did not happen: no names checked on its
+     * part, no step_end, nothing recorded or profiled. */
+    if (eng.in_step && !te_rec_unwinding)
+        te_record_end();
+    if (eng.in_step && !te_rec_unwinding) {
         te_names_step_end();
-    if (te_hook_count && eng.in_step)
-        te_hooks_step(eng.step, false);
-    if (te_prof_on && eng.in_step)
-        te_prof_step(false);
+        if (te_hook_count)
+            te_hooks_step(eng.step, false);
+        if (te_prof_on)
+            te_prof_step(false);
+    } else if (eng.in_step && te_prof_on) {
+        te_prof_step_drop();
+    }
+    te_rec_unwinding = false;
     eng.in_step = false;
     te_tape_reset();
 }
 
 int64_t te_step(void) { return eng.step < 0 ? 0 : eng.step; }
+void te_step_set(int64_t step) { eng.step = step; }
 
 te_status te_step_resume(int64_t step)
 {
@@ -384,6 +397,10 @@ te_node *te_node_begin(te_op op, te_loc loc, te_tensor *const *in)
     char own[TE_NAME_MAX];
     memcpy(own, eng.next_name, sizeof own);
     eng.next_name[0] = '\0';
+    if (te_rec_unwinding) {
+        te_rewound(info->type);
+        return NULL;
+    }
     for (int i = 0; i < info->n_in; i++) {
         if (in[i] || info->in[i].optional)
             continue;
@@ -910,6 +927,8 @@ static te_status seed_grad(te_tensor *y, const te_tensor *dy, int acc)
 
 te_status te_backward_with(te_tensor *y, const te_tensor *dy)
 {
+    if (te_rec_unwinding)
+        return te_rewound("backward");
     if (!y) {
         if (te_error_code() == TE_OK)
             te_set_error(TE_ERR_INPUT, "backward: the output is NULL");
@@ -933,6 +952,8 @@ te_status te_backward_with(te_tensor *y, const te_tensor *dy)
         te_trace_seed(y, dy);
     } else if (seed_grad(y, dy, acc) != TE_OK) {
         return te_error_code();
+    } else if (te_rec_on) {
+        te_record_root(y);
     }
     te_set_phase(TE_PHASE_BACKWARD);
     int last = y->node ? y->node->id : -1;
@@ -940,12 +961,16 @@ te_status te_backward_with(te_tensor *y, const te_tensor *dy)
         te_status st = backward_node(eng.nodes[i]);
         if (st != TE_OK)
             return st;
+        if (te_rec_unwinding) /* a hook rewound at this op */
+            return te_rewound("backward");
     }
     return TE_OK;
 }
 
 te_status te_backward(te_tensor *loss)
 {
+    if (te_rec_unwinding)
+        return te_rewound("backward");
     if (!loss) {
         if (te_error_code() == TE_OK)
             te_set_error(TE_ERR_INPUT, "backward: the loss is NULL");

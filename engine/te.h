@@ -70,6 +70,7 @@ typedef enum {
     TE_ERR_INPUT = -6,   /* an input was NULL: an earlier op failed */
     TE_ERR_IO = -7,      /* file or thread trouble */
     TE_ERR_DEVICE = -8,  /* no usable device for the backend asked for */
+    TE_ERR_REWOUND = -9, /* a rewind unwinds this step: go on to the next te_step_begin */
 } te_status;
 
 TE_API const char *te_status_str(te_status s);
@@ -380,6 +381,17 @@ TE_API int te_param_count(void);
 TE_API te_tensor *te_param_find(const char *name);   /* by NAME or "param:NAME" */
 TE_API void te_zero_grad(void);                      /* every registered parameter */
 
+/* A buffer: a persistent tensor the model owns and changes that is not a
+ * parameter (no gradient, no optimizer), as PyTorch's register_buffer:
+ * batch norm's running mean and variance. Zeroed, named NAME (a
+ * checkpoint's /buffers/NAME), registered until te_tensor_free or
+ * te_shutdown (which frees it). te_buffers() lists them in the order made,
+ * so that a checkpoint or a snapshot can find all of a model's state
+ * without the program listing it. TE_ERR_ARG for a name in use. */
+TE_API te_tensor *te_buffer_new(const char *name, te_dtype dt, int ndim, const int64_t *shape);
+TE_API te_tensor **te_buffers(void);
+TE_API int te_buffer_count(void);
+
 /* PyTorch's defaults: Linear/Conv weight and bias U(-1/sqrt(fan_in), +). */
 TE_API void te_init_linear(te_tensor *w, te_tensor *b);
 TE_API void te_init_uniform(te_tensor *t, float lo, float hi);
@@ -499,6 +511,8 @@ enum {
     TE_TRAIT_NONFINITE_OK = 1u << 2, /* may produce NaN/Inf on purpose (an attention mask's -inf) */
 };
 
+typedef struct te_record_located te_record_located; /* time travel, below */
+
 typedef struct te_hooks {
     void (*step_begin)(int64_t step, void *user);                  /* optional */
     void (*step_end)(int64_t step, void *user);                    /* optional */
@@ -509,11 +523,160 @@ typedef struct te_hooks {
      * traits); it has no tensors yet. For what a crash report needs (the
      * last op started): keep it cheap, it runs before every op. */
     void (*op_begin)(const te_op_record *rec, void *user);
+    /* optional, time travel (record.c): a rewind reached its target step,
+     * called at that step's te_step_begin, before step_begin. */
+    void (*rewound)(int64_t step, void *user);
+    /* optional: a replayed step ended with another loss or parameter
+     * checksum than when it was recorded (the first such step after each
+     * rewind); called at its te_step_end, before step_end, even in the
+     * silent steps before a rewind's target. */
+    void (*diverged)(int64_t step, double recorded_loss, double replayed_loss, uint64_t recorded_sum,
+                     uint64_t replayed_sum, void *user);
+    /* optional: te_record_locate's answer, at the end of its last replay. */
+    void (*located)(const te_record_located *r, void *user);
 } te_hooks;
 
 /* Returns a handle >= 0, or -1 when the hook table is full. */
 TE_API int te_hook_add(const te_hooks *hooks, void *user);
 TE_API void te_hook_remove(int handle);
+
+/* ---- time travel (record.c; docs/engine.md "Time travel") ------------------
+ * Recording keeps snapshots, in memory, of everything a step depends on,
+ * taken at te_step_begin of every `every`-th step: every persistent tensor
+ * (parameters, optimizer state, batch norm's running statistics, master
+ * weights), the optimizers' counts and learning rates, the loss scaler, the
+ * step counter and training flag, each live loader's position, and the
+ * program's registered host regions. Randomness needs nothing more: it is
+ * a function of (seed, step, op) and of the loaders' positions. Each step
+ * also records its loss and a checksum of the parameters after its update.
+ *
+ * te_rewind(S) restores the nearest snapshot at or before S and runs the
+ * program forward to the start of S with hooks, dumps and the profiler
+ * silenced; the hooks' `rewound` is called there. The program's loop is its
+ * own, so it must take part: keep its state (step counter, schedule, sums
+ * it logs) in regions registered with te_record_host, call te_step_begin
+ * before the step's te_loader_next, treat TE_ERR_REWOUND as "go on", and
+ * keep looping while te_rewind_pending():
+ *
+ *     struct { int64_t s; double loss_sum; } loop = { 0 };
+ *     te_record_host("loop", &loop, sizeof loop);
+ *     for (loop.s = 0; loop.s < steps || te_rewind_pending(); loop.s++) {
+ *         te_step_begin();              // a rewind puts `loop` back here
+ *         te_status st = step(...);     // ops, te_backward, te_optim_step
+ *         te_step_end();
+ *         if (st == TE_ERR_REWOUND) continue;
+ *         ...
+ *     }
+ */
+
+/* Registers `bytes` of host memory at ptr that snapshots copy and rewinds
+ * put back; name is for messages. Returns a handle >= 0, or -1 with
+ * TE_ERR_ARG (NULL, 0 bytes) or TE_ERR_NOMEM. Registering a region marks
+ * the program as taking part. */
+TE_API int te_record_host(const char *name, void *ptr, size_t bytes);
+TE_API void te_record_host_remove(int handle);
+/* Marks the program as taking part without a region (its loop keeps no
+ * state the engine does not hold), or not. */
+TE_API void te_record_participate(bool on);
+TE_API bool te_record_participating(void);
+
+typedef struct te_record_opts {
+    int every;           /* a snapshot every `every` steps; 0: the default, TE_RECORD_EVERY
+                          * stretched (below) */
+    int keep;            /* snapshots kept, the oldest dropped (0: TE_RECORD_KEEP) */
+    size_t budget_bytes; /* their memory at most (0: TE_RECORD_BUDGET); the newest always stays */
+    bool op_sums;        /* also keep a checksum of every op's outputs of every step, for
+                          * te_record_locate (costly: off by default) */
+} te_record_opts;
+#define TE_RECORD_EVERY 20
+#define TE_RECORD_KEEP 32
+#define TE_RECORD_BUDGET ((size_t)1 << 30)
+/* The default interval keeps snapshots under TE_RECORD_SNAP_SHARE of the
+ * training time: at each multiple of TE_RECORD_EVERY steps it is
+ * TE_RECORD_EVERY times the smallest power of two (up to
+ * TE_RECORD_STRETCH_MAX) for which the last snapshot's time is at most that
+ * share of that many steps (the shortest step of the last TE_RECORD_EVERY).
+ * A large model with a cheap step gets fewer snapshots; a given `every` is
+ * kept as it is. */
+#define TE_RECORD_SNAP_SHARE 0.005
+#define TE_RECORD_STRETCH_MAX 16
+/* Starts recording from the next te_step_begin (its step is the first
+ * snapshot), dropping what an earlier recording kept. NULL: the defaults.
+ * TE_ERR_ARG for a negative field. */
+TE_API te_status te_record_start(const te_record_opts *o);
+/* Stops recording and frees every snapshot and step record. */
+TE_API void te_record_stop(void);
+TE_API bool te_record_active(void);
+TE_API void te_record_opts_get(te_record_opts *o);   /* the options in force, defaults filled but
+                                                      * `every` (0: the default's, te_record_pace_get) */
+typedef struct te_record_pace {
+    int every;      /* the interval in force */
+    int stretch;    /* the default's factor (1, 2, 4..; 1 for a given `every`) */
+    double snap_ms; /* the last snapshot's wall time (0 before one) */
+    double step_ms; /* the shortest step of the last TE_RECORD_EVERY (0 before one) */
+} te_record_pace;
+TE_API void te_record_pace_get(te_record_pace *p);
+
+typedef struct te_record_entry {
+    int64_t step;  /* the step that starts from it */
+    size_t bytes;  /* its memory: device copies and host regions */
+} te_record_entry;
+/* The snapshots, oldest first: fills up to max entries, returns how many
+ * there are. */
+TE_API int te_record_list(te_record_entry *out, int max);
+/* A recorded step's loss (the root of its te_backward, divided by the loss
+ * scale when it is the scaled loss; the sum of the roots when it has
+ * several; NaN when it had none) and the 64-bit checksum of every
+ * parameter's bytes after its update. TE_ERR_ARG naming the recorded
+ * range when the step was not recorded. */
+TE_API te_status te_record_step_info(int64_t step, double *loss, uint64_t *checksum);
+
+/* Rewinds to the start of `step`, from a hook at a stop, inside a step or
+ * between steps. TE_ERR_STATE when the program does not take part or
+ * nothing is recorded; TE_ERR_ARG when no snapshot is at or before step
+ * (the message names the oldest step it can reach) or step has not run.
+ * Inside a step, the step unwinds: every op, te_backward, te_optim_step,
+ * te_graph_run and te_loader_next returns TE_ERR_REWOUND at once (no
+ * kernels, no hooks) until te_step_end; the next te_step_begin restores
+ * the snapshot and the steps before `step` run silently. */
+TE_API te_status te_rewind(int64_t step);
+/* A rewind waits for the next te_step_begin: the loop must go on. */
+TE_API bool te_rewind_pending(void);
+
+/* Checkpoints on request (ckpt_request.c): a front end (the debugger's
+ * `checkpoint save FILE`) asks, the program's loop writes. The program
+ * says once that it honours requests (te_checkpoint_writer), and after
+ * each step asks whether one is waiting (te_checkpoint_take: the file,
+ * once). te_checkpoint_request: TE_ERR_STATE when the program writes no
+ * checkpoints on request, TE_ERR_ARG on an empty or too long name. */
+TE_API void te_checkpoint_writer(void);
+TE_API te_status te_checkpoint_request(const char *file);
+TE_API bool te_checkpoint_take(char *file, size_t n);
+/* Steps are running silently towards a rewind's target. */
+TE_API bool te_rewind_fast_forward(void);
+
+/* Where a diverged step parts from its recording (te_record_locate). */
+struct te_record_located {
+    int64_t step;
+    bool found;            /* an op was found: the fields below name it */
+    te_phase phase;
+    int exec_index;        /* its place in the step's order */
+    char op[TE_NAME_MAX];  /* "fc1/linear", "grad/fc1/linear", "update/fc1.weight" */
+    char type[32];
+    int output;            /* which of its outputs differs first */
+    bool replays_agree;    /* the two replays gave the same ops' outputs */
+    bool matches_recorded; /* the replays' loss and checksum equal the recorded ones */
+    char cause[640];       /* the likely cause, in words */
+};
+/* Finds the first op where `step` parts: rewinds to it (as te_rewind) and
+ * runs it twice, silently, with a checksum of every op's outputs, then
+ * compares the two runs op by op, and with the recording's per-op
+ * checksums when op_sums was on. The answer goes to the hooks' `located`
+ * at the end of the second run and to te_record_located_get; the run then
+ * goes on from the step after. Errors as te_rewind's. */
+TE_API te_status te_record_locate(int64_t step);
+/* The last answer; false while none (or one is under way). */
+TE_API bool te_record_located_get(te_record_located *r);
 
 /* ---- the deferred watch (watch.c) ---------------------------------------
  * A hook that only needs to hear of ops whose outputs hold a NaN
@@ -749,6 +912,13 @@ TE_API te_status te_amp_set(te_amp_level level, te_dtype low);
 TE_API te_amp_level te_amp_level_get(void);
 TE_API te_dtype te_amp_dtype(void);               /* the low dtype; TE_F32 at O0 */
 TE_API const char *te_amp_level_name(te_amp_level level); /* "O2"; NULL when out of range */
+/* Keeps parameter p in f32 at O2 (Apex's keep_batchnorm_fp32): te_amp_set
+ * does not lower it, and at O2 it is brought back to f32 if it was. The
+ * first batch norm at O2 does this for its gamma and beta; a program that
+ * loads trained values before that (a checkpoint's resume) calls it when
+ * it makes them, so they are never rounded. NULL, or not a parameter:
+ * nothing (TE_OK); TE_ERR_NOMEM when the conversion cannot allocate. */
+TE_API te_status te_amp_keep_f32(te_tensor *p);
 /* The precision an op type ("MatMul" or its "MatMulGrad") runs in at the
  * current level: "low" (the low dtype), "f32", or "follows" (its inputs'
  * dtype; Cast: its target); NULL for an unknown type. At O0 every op is
@@ -900,6 +1070,16 @@ TE_API te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y);
 /* The epoch the next batch comes from: `while (te_loader_epoch(l) < E)` runs E epochs. */
 TE_API int64_t te_loader_epoch(const te_loader *l);
 TE_API int64_t te_loader_batches_per_epoch(const te_loader *l);
+/* Batches handed out so far, over all epochs: the number of the next one
+ * (its epoch is position / te_loader_batches_per_epoch). */
+TE_API int64_t te_loader_position(const te_loader *l);
+/* Moves l so that its next batch is batch `consumed` of the sequence,
+ * forward or back, without building the batches between (a checkpoint's
+ * resume, a rewind): its workers are stopped, its queue emptied and the
+ * workers started again from there. TE_ERR_ARG for NULL or a negative
+ * position; TE_ERR_IO when the workers cannot be started again (the
+ * loader then builds each batch in the caller: the same batches). */
+TE_API te_status te_loader_seek(te_loader *l, int64_t consumed);
 TE_API void te_loader_free(te_loader *l);
 
 /* ---- the profiler (prof.c, prof_json.c; docs/engine.md "Profiling") ------

@@ -341,6 +341,10 @@ typedef struct te_update_args {
     int64_t n;
     bool first;
     te_stats *stats;
+    /* When set (a backend with update_sums): checksum.h's checksum of the
+     * new values (te_checksum_host of p's n floats), taken a strip at a
+     * time while the strip is in cache, for time travel's record. */
+    uint64_t *sum;
 } te_update_args;
 
 /* One gradient for the loss scaler's unscale: src (f32, f16 or bf16)
@@ -431,6 +435,7 @@ typedef struct te_backend {
     void (*watch_flag)(const te_tensor *t, unsigned kinds, int slot);
     int (*watch_take)(int n);
     bool async;
+    bool update_sums; /* sgd/adam fill te_update_args.sum */
     /* The profiler's device clock (prof.c), NULL where host time is the
      * device's: timer_mark records a mark on the queue and returns its
      * handle (-1 on failure); timer_ms waits for mark b and gives the
@@ -444,6 +449,10 @@ typedef struct te_backend {
     /* Gradient clipping's sum of squares of count sources (src, dt, n;
      * dst unused), in double: each source's sum, then those in order. */
     double (*sumsq)(const te_unscale_args *u, int count);
+    /* checksum.h's checksum of bytes at p in this backend's memory, the
+     * value te_checksum_host gives for the same bytes; only the 8 bytes
+     * of the result reach the host. */
+    uint64_t (*checksum)(const void *p, size_t bytes);
     te_kernel_fn forward[TE_OP_COUNT];  /* one kernel per op and direction */
     te_kernel_fn backward[TE_OP_COUNT];
     /* Native low-precision kernels, NULL where none: see te_lowp_run_native. */
@@ -521,6 +530,7 @@ enum {
     TE_TENSOR_GRAPH = 1u << 5,    /* owned by a compiled graph */
     TE_TENSOR_AMP_LOWERED = 1u << 6, /* a parameter te_amp_set converted from f32 */
     TE_TENSOR_AMP_KEEP_F32 = 1u << 7, /* a batch norm's parameter: f32 at O2 (te_amp_keep_f32) */
+    TE_TENSOR_BUFFER = 1u << 8,   /* registered buffer (te_buffer_new) */
 };
 
 /* Registers a tape tensor so te_tape_reset() frees it. */
@@ -530,6 +540,10 @@ te_tensor *te_tensor_alloc(te_dtype dt, int ndim, const int64_t *shape, unsigned
 te_tensor *te_tensor_alloc_on(te_device d, te_dtype dt, int ndim, const int64_t *shape, unsigned flags);
 
 void te_params_shutdown(void);
+/* checksum.c: the checksum of n bytes of host memory (checksum.h). */
+uint64_t te_checksum_host(const void *p, size_t n);
+/* te_tensor_free of a buffer: it leaves the registry. */
+void te_buffer_forget(te_tensor *t);
 /* The loss scaler (scaler.c), for the optimizer: this step's unscale found
  * a non-finite gradient (skip the update); the unscaled f32 gradient of
  * the f16/bf16 parameter p this step (a tensor on p's device), or NULL. */
@@ -562,9 +576,62 @@ void te_phase_restore(te_phase p);
 typedef struct te_snapshot te_snapshot;
 void te_persist_track(te_tensor *t);
 void te_persist_forget(te_tensor *t);
-te_snapshot *te_snapshot_take(void);
+/* whole: a step boundary's snapshot for time travel (record.c), which also
+ * holds the step counter, the training flag, the loaders' positions and
+ * the host regions; without, what the deferred watch needs. */
+te_snapshot *te_snapshot_take(bool whole);
 void te_snapshot_restore(const te_snapshot *s);
 void te_snapshot_free(te_snapshot *s);
+int64_t te_snapshot_step(const te_snapshot *s);
+size_t te_snapshot_bytes(const te_snapshot *s);
+
+/* ---- time travel (record.c) ---------------------------------------------
+ * te_rec_unwinding: a rewind unwinds the current step; every op and step
+ * call checks it first and returns te_rewound() (TE_ERR_REWOUND, the
+ * message set). te_rec_on: recording, the backward roots are read. */
+extern bool te_rec_unwinding;
+extern bool te_rec_on;
+te_status te_rewound(const char *what);
+/* From te_step_begin once the counter moved (restore, snapshots, the
+ * silent run's start and end, `rewound`); from te_step_end, in a step not
+ * unwound, before its hooks (the loss and checksum, the replay check). */
+void te_record_begin(void);
+void te_record_end(void);
+/* te_init: TDBG_RECORD=1 in the environment starts recording at the
+ * defaults, and te_shutdown then prints what it kept to stderr (a
+ * program that knows nothing of time travel, measured: bench/record.sh). */
+void te_record_env(void);
+void te_record_shutdown(void); /* te_shutdown: everything dropped, registries too */
+void te_checkpoint_shutdown(void); /* te_shutdown: no writer, no request */
+/* Time travel's parameter checksum, taken by the optimizer's update
+ * (te_update_args.sum) and used at the step's end instead of reading the
+ * parameter again; a write to the parameter after it (a debugger's set)
+ * forgets it. te_record_sums_wanted: whether to take them at all. */
+bool te_record_sums_wanted(void);
+void te_record_note_sum(const te_tensor *p, uint64_t sum);
+void te_record_forget_sum(const te_tensor *p);
+void te_record_root(const te_tensor *y);        /* a te_backward's root (both modes) */
+void te_record_op(const te_op_record *rec);     /* every op, while observing */
+/* The registries a whole snapshot reads: host regions and live loaders. */
+int te_record_host_count(void);
+void te_record_host_at(int i, int *handle, void **ptr, size_t *bytes);
+bool te_record_host_alive(int handle, const void *ptr, size_t bytes);
+te_status te_record_loader_add(te_loader *l);
+void te_record_loader_remove(te_loader *l);
+int te_record_loader_count(void);
+te_loader *te_record_loader_at(int i);
+bool te_record_loader_alive(const te_loader *l);
+/* tape.c: the step counter as a snapshot had it. */
+void te_step_set(int64_t step);
+/* hooks.c: silence the attached hooks (silence: no op, step or phase
+ * calls) and/or call te_record_op on every op (observe); the time-travel
+ * calls below are never silenced. */
+void te_hooks_silence(bool silence, bool observe);
+void te_hooks_rewound(int64_t step);
+void te_hooks_diverged(int64_t step, double rec_loss, double loss, uint64_t rec_sum, uint64_t sum);
+void te_hooks_located(const te_record_located *r);
+/* prof.c: the current step is dropped (unwound by a rewind), not written. */
+void te_prof_step_drop(void);
 
 /* The optimizers' part: each live optimizer's update count and which state
  * tensors it had (state made since is freed again on restore, so that a
@@ -669,10 +736,6 @@ bool te_in_step(void);
 te_dtype te_amp_input_dtype(te_op op, te_dtype dt, bool any_low);
 /* te_shutdown: back to O0 (the parameters are gone). */
 void te_amp_reset(void);
-/* Marks parameter p (NULL, or not a parameter: nothing) as one that stays
- * f32 at O2, and at O2 brings it back to f32 if te_amp_set lowered it:
- * a batch norm's gamma and beta, as Apex's keep_batchnorm_fp32. */
-te_status te_amp_keep_f32(te_tensor *p);
 
 /* n's forward again in f32 (rerun.c): its inputs copied and cast up, the
  * kernel run on the copies without rounding, nothing of the program

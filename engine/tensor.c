@@ -265,6 +265,8 @@ void te_tensor_free(te_tensor *t)
     if (t->grad && (t->grad->flags & TE_TENSOR_PERSISTENT))
         te_tensor_free(t->grad);
     te_persist_forget(t);
+    if (t->flags & TE_TENSOR_BUFFER)
+        te_buffer_forget(t);
     te_mem_free_on(t->device, te_data(t), t->nbytes);
     free(t);
 }
@@ -313,6 +315,7 @@ float te_get(const te_tensor *t, int64_t i)
 
 void te_set(te_tensor *t, int64_t i, float v)
 {
+    te_record_forget_sum(t);
     element e = f32_element(t->dtype, v);
     te_backend_for(t)->from_host(te_data_at(t, i), &e, te_dtype_size(t->dtype));
 }
@@ -397,6 +400,7 @@ te_status te_tensor_read_f32(const te_tensor *t, int64_t first, int64_t count, f
 
 te_status te_tensor_write(te_tensor *t, int64_t first, int64_t count, const void *src)
 {
+    te_record_forget_sum(t);
     te_status st = slice_ok(t, first, count, "te_tensor_write");
     if (st == TE_OK && count > 0)
         te_backend_for(t)->from_host(te_data_at(t, first), src, (size_t)count * te_dtype_size(t->dtype));

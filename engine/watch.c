@@ -98,7 +98,7 @@ te_status te_watch_run(te_status (*run)(void *ctx), void *ctx)
 {
     if (!begin())
         return run(ctx);
-    te_snapshot *snap = te_snapshot_take();
+    te_snapshot *snap = te_snapshot_take(false);
     if (!snap) {
         w.active = false;
         return te_error_code();
@@ -114,7 +114,7 @@ te_status te_watch_run(te_status (*run)(void *ctx), void *ctx)
     const te_prof_mark prof = te_prof_mark_take();
     te_status st = run(ctx);
     const int hit = end();
-    if (hit < 0 && st == TE_OK) {
+    if ((hit < 0 && st == TE_OK) || st == TE_ERR_REWOUND) { /* a rewind: nothing to run again */
         te_tape_names_free(names);
         te_snapshot_free(snap);
         return st;

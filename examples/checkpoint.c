@@ -17,7 +17,8 @@
 #include <string.h>
 
 #define FORMAT "tdbg-checkpoint"
-#define VERSION 1
+#define VERSION 2     /* 2: program, /buffers, /data/epoch, string attributes */
+#define OLDEST_VERSION 1
 #define MAX_SLOTS 3 /* m, v, and the f32 master copies of f16/bf16 parameters (AMP O2) */
 
 /* The loss scaler's state as the file keeps it (/scaler's attributes). */
@@ -116,20 +117,43 @@ static bool write_amp(hid_t f)
     return ok;
 }
 
-/* Everything but the file itself; false at the first failure. */
-static bool write_all(hid_t f, const ckpt_info *info, const ckpt_attr *attrs, int n_attrs, const te_optim *opt,
-                      const char *kind)
+/* Each buffer's host values as /buffers/NAME. */
+static bool write_buffers(hid_t f, const ckpt_model *m)
 {
-    bool ok = attr_str(f, "format", FORMAT) && attr_i64(f, "version", VERSION) && write_amp(f);
-    for (int i = 0; ok && i < n_attrs; i++)
-        ok = attr_i64(f, attrs[i].name, attrs[i].value);
+    hid_t g = group(f, "buffers");
+    bool ok = g >= 0;
+    for (int i = 0; ok && i < m->n_buffers; i++) {
+        const te_tensor *b = m->buffers[i];
+        float *v = malloc((size_t)b->numel * sizeof *v);
+        if ((ok = v != NULL)) {
+            te_copy_to_f32(b, v);
+            ok = write_f32(g, b->name, b, v);
+        }
+        free(v);
+    }
+    if (g >= 0) H5Gclose(g);
+    return ok;
+}
+
+/* Everything but the file itself; false at the first failure. */
+static bool write_all(hid_t f, const ckpt_model *m, const ckpt_info *info)
+{
+    bool ok = attr_str(f, "format", FORMAT) && attr_i64(f, "version", VERSION) &&
+              attr_str(f, "program", m->program) && write_amp(f);
+    for (int i = 0; ok && i < m->n_attrs; i++)
+        ok = m->attrs[i].text ? attr_str(f, m->attrs[i].name, m->attrs[i].text)
+                              : attr_i64(f, m->attrs[i].name, m->attrs[i].value);
     ok = ok && write_scalar(f, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->step);
     hid_t rng = ok ? group(f, "rng") : -1, data = ok ? group(f, "data") : -1;
     ok = rng >= 0 && data >= 0 && write_scalar(rng, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &info->seed) &&
          write_scalar(rng, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->rng_step) &&
-         write_scalar(data, "position", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->data_position);
+         write_scalar(data, "position", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->data_position) &&
+         (info->epoch < 0 || write_scalar(data, "epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &info->epoch));
     if (rng >= 0) H5Gclose(rng);
     if (data >= 0) H5Gclose(data);
+    ok = ok && write_buffers(f, m);
+    const te_optim *opt = m->opt;
+    const char *kind = m->optim_kind;
 
     hid_t params = ok ? group(f, "params") : -1, og = ok ? group(f, "optim") : -1;
     hid_t slots[MAX_SLOTS] = { -1, -1, -1 };
@@ -178,8 +202,7 @@ static const char *h5_reason(char *buf)
     return buf[0] ? buf : "unknown HDF5 error";
 }
 
-bool ckpt_save(const char *path, const ckpt_info *info, const ckpt_attr *attrs, int n_attrs, const te_optim *opt,
-               const char *optim_kind, char *why, size_t n)
+bool ckpt_save(const char *path, const ckpt_model *m, const ckpt_info *info, char *why, size_t n)
 {
     char tmp[4096], reason[256];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
@@ -191,7 +214,7 @@ bool ckpt_save(const char *path, const ckpt_info *info, const ckpt_attr *attrs, 
     H5Eget_auto2(H5E_DEFAULT, &func, &data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    bool ok = f >= 0 && write_all(f, info, attrs, n_attrs, opt, optim_kind);
+    bool ok = f >= 0 && write_all(f, m, info);
     if (!ok)
         h5_reason(reason);
     if (f >= 0 && H5Fclose(f) < 0 && ok) {
@@ -216,10 +239,8 @@ bool ckpt_save(const char *path, const ckpt_info *info, const ckpt_attr *attrs, 
 
 typedef struct load_arg {
     const char *path;
-    const ckpt_attr *attrs;
-    int n_attrs;
-    te_optim *opt;      /* NULL: the info only */
-    const char *kind;
+    const ckpt_model *m;
+    bool tensors;       /* false: the info only */
 } load_arg;
 
 /* The failure message of the child's parse: the blob's first string. */
@@ -375,37 +396,68 @@ static bool read_f32(hid_t f, const char *path, const te_tensor *like, float *ds
     return ok;
 }
 
-/* Checks the format and the attributes; reads the info into out. */
+/* One of the attributes the run must match, against the file's. */
+static bool check_attr(hid_t f, const ckpt_attr *a, child_err *e)
+{
+    char text[256], got[300];
+    int64_t v;
+    if (a->text) {
+        if (!read_attr_str(f, "/", a->name, text, sizeof text, e))
+            return false;
+        if (strcmp(text, a->text) == 0)
+            return true;
+        snprintf(got, sizeof got, "%s", text);
+    } else {
+        if (!read_attr_i64(f, "/", a->name, &v, e))
+            return false;
+        if (v == a->value)
+            return true;
+        snprintf(got, sizeof got, "%lld", (long long)v);
+    }
+    char want[256];
+    if (a->text)
+        snprintf(want, sizeof want, "%s", a->text);
+    else
+        snprintf(want, sizeof want, "%lld", (long long)a->value);
+    return fail(e, "made with %s=%s; this run has %s %s (give the flags the checkpoint was made with)", a->name, got,
+                a->flag, want);
+}
+
+/* Checks the format, the version, the program and the attributes; reads
+ * the info into out. */
 static bool parse_info(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
 {
-    char format[64];
-    int64_t version;
+    char format[64], program[64] = "gpt"; /* version 1 was gpt's alone */
+    int64_t v;
     dump_contain_at("the attributes of /");
     if (!read_attr_str(f, "/", "format", format, sizeof format, e))
         return false;
     if (strcmp(format, FORMAT) != 0)
         return fail(e, "format '%s' is not a tdbg checkpoint's ('%s')", format, FORMAT);
-    if (!read_attr_i64(f, "/", "version", &version, e))
+    if (!read_attr_i64(f, "/", "version", &v, e))
         return false;
-    if (version != VERSION)
-        return fail(e, "version %lld; this program reads version %d", (long long)version, VERSION);
-    for (int i = 0; i < a->n_attrs; i++) {
-        int64_t v;
-        if (!read_attr_i64(f, "/", a->attrs[i].name, &v, e))
+    if (v < OLDEST_VERSION || v > VERSION)
+        return fail(e, "version %lld; this program reads versions %d to %d", (long long)v, OLDEST_VERSION,
+                    VERSION);
+    if (v >= 2 && !read_attr_str(f, "/", "program", program, sizeof program, e))
+        return false;
+    if (strcmp(program, a->m->program) != 0)
+        return fail(e, "made by %s; this is %s (a checkpoint resumes the program that wrote it)", program,
+                    a->m->program);
+    for (int i = 0; i < a->m->n_attrs; i++)
+        if (!check_attr(f, &a->m->attrs[i], e))
             return false;
-        if (v != a->attrs[i].value)
-            return fail(e, "made with %s=%lld; this run has %s %lld (give the flags the checkpoint was made "
-                        "with)", a->attrs[i].name, (long long)v, a->attrs[i].flag, (long long)a->attrs[i].value);
-    }
-    ckpt_info in;
+    ckpt_info in = { .epoch = -1 };
     if (!read_scalar(f, "step", H5T_NATIVE_INT64, &in.step, e) ||
         !read_scalar(f, "rng/seed", H5T_NATIVE_UINT64, &in.seed, e) ||
         !read_scalar(f, "rng/step", H5T_NATIVE_INT64, &in.rng_step, e) ||
         !read_scalar(f, "data/position", H5T_NATIVE_INT64, &in.data_position, e))
         return false;
-    if (in.step < 0 || in.rng_step < 0 || in.data_position < 0 || in.seed == 0)
-        return fail(e, "step %lld, rng step %lld, data position %lld or seed %llu out of range",
-                    (long long)in.step, (long long)in.rng_step, (long long)in.data_position,
+    if (link_exists(f, "data/epoch") && !read_scalar(f, "data/epoch", H5T_NATIVE_INT64, &in.epoch, e))
+        return false;
+    if (in.step < 0 || in.rng_step < 0 || in.data_position < 0 || in.seed == 0 || in.epoch < -1)
+        return fail(e, "step %lld, rng step %lld, data position %lld, epoch %lld or seed %llu out of range",
+                    (long long)in.step, (long long)in.rng_step, (long long)in.data_position, (long long)in.epoch,
                     (unsigned long long)in.seed);
     dump_blob_put(out, &in, sizeof in);
     return true;
@@ -476,11 +528,33 @@ static bool parse_amp(hid_t f, dump_blob *out, child_err *e)
     return true;
 }
 
-/* The AMP state (parse_amp), every parameter, then the optimizer's steps
- * and each present buffer. */
+/* Each of the model's buffers, /buffers/NAME. (Version 1 files have none:
+ * they are gpt's, whose model has none.) */
+static bool parse_buffers(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
+{
+    char path[512];
+    bool ok = true;
+    for (int i = 0; ok && i < a->m->n_buffers; i++) {
+        const te_tensor *b = a->m->buffers[i];
+        snprintf(path, sizeof path, "buffers/%s", b->name);
+        float *v = malloc((size_t)b->numel * sizeof *v);
+        if (!v)
+            return fail(e, "out of memory reading /%s", path);
+        dump_contain_at("/%s", path);
+        if (!link_exists(f, path))
+            ok = fail(e, "missing dataset /%s", path);
+        else if ((ok = read_f32(f, path, b, v, e)))
+            dump_blob_put(out, v, (size_t)b->numel * sizeof *v);
+        free(v);
+    }
+    return ok;
+}
+
+/* The AMP state (parse_amp), every parameter and the optimizer's steps and
+ * each present state buffer, then the model's buffers. */
 static bool parse_tensors(hid_t f, const load_arg *a, dump_blob *out, child_err *e)
 {
-    te_optim *opt = a->opt;
+    te_optim *opt = a->m->opt;
     char kind[32], path[512];
     int64_t steps;
     if (!parse_amp(f, out, e))
@@ -498,8 +572,8 @@ static bool parse_tensors(hid_t f, const load_arg *a, dump_blob *out, child_err 
     H5Oclose(og);
     if (!ok)
         return false;
-    if (strcmp(kind, a->kind) != 0)
-        return fail(e, "optimizer %s; this run has --optim %s", kind, a->kind);
+    if (strcmp(kind, a->m->optim_kind) != 0)
+        return fail(e, "optimizer %s; this run has --optim %s", kind, a->m->optim_kind);
     dump_blob_int(out, steps);
     float *buf = NULL;
     for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
@@ -527,7 +601,7 @@ static bool parse_tensors(hid_t f, const load_arg *a, dump_blob *out, child_err 
         }
     }
     free(buf);
-    return ok;
+    return ok && parse_buffers(f, a, out, e);
 }
 
 /* dump_contain's parse: the error string ("" when all is well), then the info
@@ -546,7 +620,7 @@ static void parse(void *arg, dump_blob *out)
     hid_t f = H5Fopen(a->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0)
         fail(&e, "not an HDF5 file, or not readable (%s)", h5_reason(reason));
-    else if (parse_info(f, a, &body, &e) && a->opt)
+    else if (parse_info(f, a, &body, &e) && a->tensors)
         parse_tensors(f, a, &body, &e);
     if (f >= 0)
         H5Fclose(f);
@@ -577,10 +651,9 @@ static bool contained(const load_arg *a, size_t max, dump_blob *out, dump_cursor
     return true;
 }
 
-bool ckpt_read_info(const char *path, const ckpt_attr *attrs, int n_attrs, ckpt_info *info, char *why,
-                    size_t n)
+bool ckpt_read_info(const char *path, const ckpt_model *m, ckpt_info *info, char *why, size_t n)
 {
-    const load_arg a = { .path = path, .attrs = attrs, .n_attrs = n_attrs };
+    const load_arg a = { .path = path, .m = m };
     dump_blob out;
     dump_cursor cur;
     if (!contained(&a, 1 << 16, &out, &cur, why, n))
@@ -592,13 +665,26 @@ bool ckpt_read_info(const char *path, const ckpt_attr *attrs, int n_attrs, ckpt_
     return ok;
 }
 
-bool ckpt_load(const char *path, te_optim *opt, const char *optim_kind, char *why, size_t n)
+/* Steps the cursor c over bytes; false when fewer are left. */
+static bool cur_skip(dump_cursor *c, size_t bytes)
 {
-    const load_arg a = { .path = path, .opt = opt, .kind = optim_kind };
+    if (c->left < bytes)
+        return false;
+    c->p += bytes;
+    c->left -= bytes;
+    return true;
+}
+
+bool ckpt_load(const char *path, const ckpt_model *m, char *why, size_t n)
+{
+    const load_arg a = { .path = path, .m = m, .tensors = true };
+    te_optim *opt = m->opt;
     size_t max = 4096 + sizeof(ckpt_info);
     const int slots = te_optim_slots(opt);
     for (int i = 0; i < te_optim_param_count(opt); i++)
         max += 8 * (size_t)slots + (size_t)(1 + slots) * (size_t)te_optim_param(opt, i)->numel * sizeof(float);
+    for (int i = 0; i < m->n_buffers; i++)
+        max += (size_t)m->buffers[i]->numel * sizeof(float);
     dump_blob out;
     dump_cursor cur;
     if (!contained(&a, max, &out, &cur, why, n))
@@ -613,16 +699,13 @@ bool ckpt_load(const char *path, te_optim *opt, const char *optim_kind, char *wh
     dump_cursor check = cur;
     for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
         const size_t bytes = (size_t)te_optim_param(opt, i)->numel * sizeof(float);
-        ok = check.left >= bytes;
-        check.p += ok ? bytes : 0;
-        check.left -= ok ? bytes : 0;
+        ok = cur_skip(&check, bytes);
         for (int s = 0; ok && s < slots; s++)
-            if (dump_cur_int(&check)) {
-                ok = check.left >= bytes;
-                check.p += ok ? bytes : 0;
-                check.left -= ok ? bytes : 0;
-            }
+            if (dump_cur_int(&check))
+                ok = cur_skip(&check, bytes);
     }
+    for (int i = 0; ok && i < m->n_buffers; i++)
+        ok = cur_skip(&check, (size_t)m->buffers[i]->numel * sizeof(float));
     ok = ok && !check.bad && !cur.bad && check.left == 0;
     for (int i = 0; ok && i < te_optim_param_count(opt); i++) {
         te_tensor *p = te_optim_param(opt, i);
@@ -634,6 +717,14 @@ bool ckpt_load(const char *path, te_optim *opt, const char *optim_kind, char *wh
         for (int s = 0; ok && s < slots; s++)
             if (dump_cur_int(&cur))
                 ok = dump_cur_get(&cur, v, bytes) && te_optim_state_set(opt, i, s, v) == TE_OK;
+        free(v);
+    }
+    for (int i = 0; ok && i < m->n_buffers; i++) {
+        te_tensor *b = m->buffers[i];
+        float *v = malloc((size_t)b->numel * sizeof *v);
+        ok = v && dump_cur_get(&cur, v, (size_t)b->numel * sizeof *v);
+        if (ok)
+            te_copy_from_f32(b, v);
         free(v);
     }
     if (ok)

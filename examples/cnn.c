@@ -75,13 +75,15 @@ static te_tensor *cnn_forward(const void *model, te_tensor *x)
     return x;
 }
 
+/* A running statistic: an engine buffer (te_buffers lists it for checkpoints
+ * and snapshots; te_shutdown frees it). */
 static te_tensor *running_stat(int k, const char *what, int c, float value)
 {
-    te_tensor *t = te_tensor_persistent(TE_F32, te_shape(c));
-    if (t) {
+    char name[32];
+    snprintf(name, sizeof name, "bn%d.%s", k, what);
+    te_tensor *t = te_buffer_new(name, TE_F32, te_shape(c));
+    if (t)
         te_fill(t, value);
-        snprintf(t->name, sizeof t->name, "bn%d.%s", k, what);
-    }
     return t;
 }
 
@@ -100,7 +102,10 @@ static bool block_init(conv_block *b, int k, int in, int out)
         return false;
     te_init_linear(b->w, NULL);
     te_fill(b->gamma, 1.0f); /* beta stays 0 */
-    return true;
+    /* f32 at O2 from the start (the first batch norm would do it after
+     * te_amp_set rounded them: exact from 1 and 0, not from a resumed
+     * run's trained values). */
+    return te_amp_keep_f32(b->gamma) == TE_OK && te_amp_keep_f32(b->beta) == TE_OK;
 }
 
 static bool cnn_init(cnn *m, const cnn_cfg *c, int classes)
@@ -119,13 +124,15 @@ static bool cnn_init(cnn *m, const cnn_cfg *c, int classes)
     return true;
 }
 
-/* Running statistics are not parameters: te_shutdown() does not free them. */
-static void cnn_free(cnn *m)
+/* What a checkpoint must match: the widths, and the loader's batch and
+ * training size. */
+static int ckpt_attrs(const void *cfg, const ex_opts *o, ckpt_attr *out)
 {
-    for (int k = 0; k < 3; k++) {
-        te_tensor_free(m->conv[k].running_mean);
-        te_tensor_free(m->conv[k].running_var);
-    }
+    const cnn_cfg *c = cfg;
+    static char channels[64];
+    snprintf(channels, sizeof channels, "%d,%d,%d", c->channels[0], c->channels[1], c->channels[2]);
+    out[0] = (ckpt_attr){ "channels", "--channels", 0, channels };
+    return 1 + ex_loader_attrs(o, out + 1);
 }
 
 int main(int argc, char **argv)
@@ -141,7 +148,7 @@ int main(int argc, char **argv)
     ex_parse(argc, argv,
              &(ex_program){ .name = "cnn",
                             .summary = "Trains a small CNN (conv, batch norm, pooling) on 32x32 images of 10 shapes.",
-                            .flags = cnn_flags, .cfg = &cfg },
+                            .flags = cnn_flags, .cfg = &cfg, .ckpt_attrs = ckpt_attrs },
              &o);
     ex_start(&o);
 
@@ -159,9 +166,9 @@ int main(int argc, char **argv)
         printf("cnn: channels 3-%d-%d-%d, %lld params, %s, batch %d x %d, %d steps, seed %llu\n",
                cfg.channels[0], cfg.channels[1], cfg.channels[2], (long long)params, all->name,
                o.batch, o.accum, o.steps, (unsigned long long)o.seed);
-        rc = ex_train(&o, &(ex_task){ train, test, cnn_forward, &m });
+        rc = ex_train(&o, &(ex_task){ .train = train, .test = test, .forward = cnn_forward, .model = &m,
+                                      .buffers = te_buffers(), .n_buffers = te_buffer_count() });
     }
-    cnn_free(&m);
     ex_split_free(train);
     ex_split_free(test);
     te_dataset_free(all);

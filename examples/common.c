@@ -23,7 +23,8 @@ static const char *prog_name = "example";
 typedef enum {
     F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
     F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH, F_DUMP,
-    F_PROFILE,    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_BACKEND, F_HELP,
+    F_PROFILE,    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_BACKEND,
+    F_SAVE, F_SAVE_EVERY, F_LOAD, F_STOP_AT, F_HELP,
 } flag_id;
 
 typedef struct {
@@ -64,6 +65,11 @@ static const common_flag common_flags[] = {
     { F_SCALE_WINDOW, "--scale-window", "N", "clean steps before the scale doubles (2000)" },
     { F_SCALE_HYSTERESIS, "--scale-hysteresis", "N", "non-finite steps before the scale halves (1)" },
     { F_BACKEND, "--backend", "NAME", "cpu, or cuda (a build with --with-cuda and a GPU)" },
+    { F_SAVE, "--save", "FILE", "write the whole training state to an HDF5 checkpoint when training stops\n"
+      "                         (docs/examples.md \"Checkpoints\")" },
+    { F_SAVE_EVERY, "--save-every", "N", "with --save: also after every N steps; 0: at the end only" },
+    { F_LOAD, "--load", "FILE", "resume from a checkpoint, bit for bit as if never stopped" },
+    { F_STOP_AT, "--stop-at", "N", "stop after N steps of the --steps schedule (to resume with --load)" },
     { F_TIME, "--time", NULL, "print ms per step (median, min, max) after warm-up" },
     { F_HELP, "--help", NULL, "this text" },
 };
@@ -93,8 +99,9 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     case F_AMP: snprintf(buf, n, "%s", te_amp_level_name(d->amp)); break;
     case F_AMP_DTYPE: snprintf(buf, n, "%s", d->amp_bf16 ? "bf16" : "f16"); break;
     case F_BACKEND: snprintf(buf, n, "%s", d->backend ? d->backend : "cpu"); break;
+    case F_SAVE_EVERY: snprintf(buf, n, "%d", d->save_every); break;
     case F_INJECT: case F_TIME: case F_HELP: case F_LOSS_SCALE: case F_SCALE_INIT: case F_SCALE_WINDOW:
-    case F_SCALE_HYSTERESIS: buf[0] = '\0'; break;
+    case F_SCALE_HYSTERESIS: case F_SAVE: case F_LOAD: case F_STOP_AT: buf[0] = '\0'; break;
     }
     return buf;
 }
@@ -127,7 +134,8 @@ static void usage(FILE *f, const ex_program *p, const ex_opts *d)
     }
     fprintf(f, "\n%s", p->output ? p->output
                                  : "Each logged step prints `step=N loss=X acc=Y`; the run ends with\n"
-                                   "`final: loss=X acc=Y` on held-out data. Exit status 2 on a bad flag.\n");
+                                   "`final: loss=X acc=Y` on held-out data. Exit status 2 on a bad flag\n"
+                                   "or checkpoint.\n");
 }
 
 /* Names the bad flag (and its value, when given) with what would do,
@@ -311,6 +319,17 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
             return false;
         o->backend = v;
         return true;
+    case F_SAVE:
+    case F_LOAD:
+        *why = "expected a file name, e.g. ck.h5";
+        *(f->id == F_SAVE ? &o->save : &o->load) = v;
+        return v[0] != '\0';
+    case F_SAVE_EVERY:
+        *why = "expected a whole number >= 0 (0: at the end only), e.g. 100";
+        return set_int(v, 0, INT_MAX, &o->save_every);
+    case F_STOP_AT:
+        *why = "expected a whole number >= 1, e.g. 500";
+        return set_int(v, 1, INT_MAX, &o->stop_at);
     case F_TIME:
     case F_HELP:
         break;
@@ -380,6 +399,9 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
         bad_flag(p, &def, lonely, NULL,
                  o->scale_mode == EX_SCALE_FIXED ? "is for a dynamic scale, and --loss-scale sets a fixed one"
                                                  : "needs a dynamic loss scaler: --amp O2 or --loss-scale dynamic");
+    if (o->save_every && !o->save)
+        bad_flag(p, &def, "--save-every", NULL, "needs --save FILE, the checkpoint it writes");
+    ex_resume_read(p, o);
 }
 
 bool ex_scaler_on(const ex_opts *o) { return o->scale_mode != EX_SCALE_DEFAULT || o->amp == TE_AMP_O2; }
@@ -713,7 +735,8 @@ te_graph *ex_graph_new(const ex_opts *o, te_step_fn fn, void *ctx, const char *n
 
 /* One step through g: loads the micro-batches, runs, adds up the mean
  * loss and the correct predictions; *load_ms and *load_cpu_ms get the
- * time spent waiting for data and the process's CPU time meanwhile. */
+ * time spent waiting for data and the process's CPU time meanwhile.
+ * TE_ERR_REWOUND: a rewind unwound the step (the loop goes on). */
 static te_status train_step(const ex_opts *o, te_loader *ld, te_graph *g, float *loss, int *correct,
                             double *load_ms, double *load_cpu_ms)
 {
@@ -721,16 +744,15 @@ static te_status train_step(const ex_opts *o, te_loader *ld, te_graph *g, float 
     *loss = 0.0f;
     *correct = 0;
     *load_ms = *load_cpu_ms = 0.0;
-    te_step_begin();
-    for (int m = 0; m < o->accum; m++) {
+    te_status st = TE_OK;
+    for (int m = 0; m < o->accum && st == TE_OK; m++) {
         double t0 = ex_now_ms(), c0 = ex_cpu_ms();
-        te_status st = te_loader_next(ld, &in[2 * m], &in[2 * m + 1]);
+        st = te_loader_next(ld, &in[2 * m], &in[2 * m + 1]);
         *load_ms += ex_now_ms() - t0;
         *load_cpu_ms += ex_cpu_ms() - c0;
-        if (st != TE_OK)
-            return st;
     }
-    te_status st = te_graph_run(g, in, out);
+    if (st == TE_OK)
+        st = te_graph_run(g, in, out);
     for (int m = 0; m < o->accum && st == TE_OK; m++) {
         *loss += te_item(out[2 * m]);
         *correct += count_correct(out[2 * m + 1], in[2 * m + 1]);
@@ -797,6 +819,31 @@ void ex_print_memory(const te_graph *g, const ex_opts *o)
            s.ops, s.kernels, s.fused, s.arena_bytes, s.lower_bound, s.naive_bytes, s.compile_ms);
 }
 
+/* With --load: the state of the file, and ld moved to its data position
+ * (a whole number of batches into the same order: its epoch must be the
+ * file's). Returns 0 or 2. */
+static int resume_train(const ex_opts *o, const ckpt_model *m, te_loader *ld)
+{
+    const ckpt_info *in = &o->resume;
+    int rc = ex_resume(o, m);
+    if (rc != 0)
+        return rc;
+    if (in->data_position % o->batch != 0) {
+        fprintf(stderr, "%s: checkpoint %s: data position %lld is not a whole number of --batch %d batches\n",
+                prog_name, o->load, (long long)in->data_position, o->batch);
+        return 2;
+    }
+    if (te_loader_seek(ld, in->data_position / o->batch) != TE_OK)
+        return ex_fail("cannot move the loader to the checkpoint's data position");
+    if (in->epoch >= 0 && te_loader_epoch(ld) != in->epoch) {
+        fprintf(stderr, "%s: checkpoint %s: data position %lld is in epoch %lld of this run's loader; the file "
+                "says epoch %lld\n", prog_name, o->load, (long long)in->data_position,
+                (long long)te_loader_epoch(ld), (long long)in->epoch);
+        return 2;
+    }
+    return 0;
+}
+
 int ex_train(const ex_opts *o, const ex_task *t)
 {
     te_loader *ld = te_loader_new(t->train, &(te_loader_opts){ .batch = o->batch, .shuffle = true,
@@ -805,40 +852,70 @@ int ex_train(const ex_opts *o, const ex_task *t)
                                                                .seed = o->seed });
     te_optim *opt = ld && ex_amp_start(o) == TE_OK ? ex_optim_new(o) : NULL;
     step_ctx c = { .o = o, .t = t, .opt = opt };
-    te_graph *g = opt ? ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, 2 * o->accum, false) : NULL;
+    ckpt_attr attrs[EX_MAX_CKPT_ATTRS];
+    const ckpt_model cm = ex_ckpt_model(o, opt, t->buffers, t->n_buffers, attrs);
+    int rc = opt && o->load ? resume_train(o, &cm, ld) : 0;
+    te_graph *g = opt && rc == 0 ? ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, 2 * o->accum, false)
+                                 : NULL;
     double *ms = g ? malloc(2 * (size_t)o->steps * sizeof *ms) : NULL, *cpu = ms ? ms + o->steps : NULL;
     if (!ms) {
-        int rc = ex_fail(g ? "out of memory" : "cannot set up training");
+        if (rc == 0)
+            rc = ex_fail(g ? "out of memory" : "cannot set up training");
         te_graph_free(g);
         te_optim_free(opt);
         te_loader_free(ld);
         return rc;
     }
-    int rc = 0;
-    for (int step = 0; step < o->steps; step++) {
+    /* The loop's own state, its step and the samples it drew, in a region
+     * time travel puts back (docs/engine.md "Time travel"); `ran` is not
+     * in it: a step at or below it runs again after a rewind. */
+    const int first = o->load ? (int)o->resume.step : 0, last = ex_last_step(o);
+    int timed = 0;
+    struct { int64_t step, position; } loop = { first, o->load ? o->resume.data_position : 0 };
+    const int region = te_record_host("loop", &loop, sizeof loop);
+    te_checkpoint_writer(); /* the debugger's `checkpoint save FILE`: ex_save_requested */
+    int64_t ran = first - 1;
+    if (region < 0)
+        rc = ex_fail("cannot register the loop's state");
+    for (; rc == 0 && (loop.step < last || te_rewind_pending()); loop.step++) {
+        double load_ms, load_cpu, t0 = ex_now_ms(), c0 = ex_cpu_ms();
+        te_step_begin(); /* a rewind puts `loop` back here */
+        const int step = (int)loop.step;
+        const float scale = ex_scale_now();
         float loss;
         int correct;
-        double load_ms, load_cpu, t0 = ex_now_ms(), c0 = ex_cpu_ms();
-        const float scale = ex_scale_now();
-        if (train_step(o, ld, g, &loss, &correct, &load_ms, &load_cpu) != TE_OK) {
+        te_status st = train_step(o, ld, g, &loss, &correct, &load_ms, &load_cpu);
+        if (st == TE_ERR_REWOUND)
+            continue;
+        if (st != TE_OK) {
             char what[64];
             snprintf(what, sizeof what, "step %d failed", step);
             rc = ex_fail(what);
             te_tape_reset();
             break;
         }
-        ms[step] = ex_now_ms() - t0 - load_ms;
-        cpu[step] = ex_cpu_ms() - c0 - load_cpu;
-        if (step % o->log_every == 0 || step == o->steps - 1) {
+        const bool replayed = step <= ran;
+        ran = step > ran ? step : ran;
+        loop.position += (int64_t)o->batch * o->accum;
+        ms[step - first] = ex_now_ms() - t0 - load_ms; /* a replayed step's time replaces its first */
+        cpu[step - first] = ex_cpu_ms() - c0 - load_cpu;
+        timed = step - first + 1 > timed ? step - first + 1 : timed;
+        if (step % o->log_every == 0 || step == last - 1) {
             printf("step=%d loss=%.6f acc=%.4f", step, loss, (float)correct / (float)(o->batch * o->accum));
             ex_print_scale(scale);
-            printf("\n");
+            printf("%s\n", replayed ? " (replayed)" : "");
         }
+        const ckpt_info now = { .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
+                                .data_position = loop.position, .epoch = te_loader_epoch(ld) };
+        if (ex_save_due(o, step + 1) || (o->save && step == last - 1))
+            rc = ex_save(o, &cm, &now);
+        ex_save_requested(&cm, &now);
     }
+    te_record_host_remove(region);
     const int prof_rc = ex_profile_finish();
     float loss = 0.0f, acc = 0.0f;
-    if (rc == 0 && o->time) {
-        ex_print_times(ms, cpu, o->steps);
+    if (rc == 0 && o->time && timed > 0) {
+        ex_print_times(ms, cpu, timed);
         ex_print_memory(g, o);
     }
     if (rc == 0 && evaluate(o, t, &loss, &acc) != TE_OK)

@@ -15,10 +15,12 @@
 #ifndef TDBG_EXAMPLES_COMMON_H
 #define TDBG_EXAMPLES_COMMON_H
 
+#include "checkpoint.h"
 #include "te.h"
 
 #define EX_MAX_INJECT 16
 #define EX_MAX_ACCUM 32 /* micro-batches per step: a graph has at most 64 inputs */
+#define EX_MAX_CKPT_ATTRS 16
 
 typedef enum { EX_SGD, EX_ADAM, EX_ADAMW } ex_optim_kind;
 
@@ -53,6 +55,10 @@ typedef struct ex_opts {
     float loss_scale; /* EX_SCALE_FIXED's */
     float scale_init;
     int scale_window, scale_hysteresis;
+    const char *save, *load; /* --save, --load: checkpoints (docs/examples.md "Checkpoints") */
+    int save_every;          /* --save-every: also after every N steps; 0: when training stops only */
+    int stop_at;             /* --stop-at: stop after N steps of the --steps schedule; 0: at --steps */
+    ckpt_info resume;        /* with --load: the checkpoint's step, seed and data position (ex_parse) */
 } ex_opts;
 
 /* A flag of one program, beside the common ones. set() returns false when
@@ -77,11 +83,18 @@ typedef struct ex_program {
     const char *const *unsupported;
     const char *unsupported_why;
     const char *output;     /* the usage's last lines, on what a run prints; NULL: the classifiers' */
+    /* What a checkpoint of this program must match (the model's shape, the
+     * data): fills out (at most EX_MAX_CKPT_ATTRS) and returns the count.
+     * Strings it points to must live as long as cfg. */
+    int (*ckpt_attrs)(const void *cfg, const ex_opts *o, ckpt_attr *out);
 } ex_program;
 
 /* Parses argv into o (which holds the defaults on entry) and the program's
  * own flags. Prints the usage and exits 0 on --help; on an unknown or
- * malformed flag, names it, prints the usage to stderr and exits 2. */
+ * malformed flag, names it, prints the usage to stderr and exits 2. With
+ * --load it reads the checkpoint's info into o->resume and takes its seed;
+ * a checkpoint that does not fit (its program, p->ckpt_attrs, nothing left
+ * of --steps) is one line naming the file and exit 2. */
 void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o);
 
 /* Starts the engine with o's seed, threads and backend, adds o's injections
@@ -112,12 +125,20 @@ typedef struct ex_task {
     const te_dataset *train, *test;
     ex_forward_fn forward;
     const void *model;
+    /* Persistent tensors the model changes as it trains beside its
+     * parameters (batch norm's running statistics), each with a unique
+     * name: checkpoints keep them. */
+    te_tensor *const *buffers;
+    int n_buffers;
 } ex_task;
 
-/* Trains with cross-entropy for o->steps steps, logging `step=N loss=X
- * acc=Y` every o->log_every steps (and at the last), then evaluates on
- * t->test in eval mode and prints `final: loss=X acc=Y`. Returns the exit
- * status: 0, or 2 after printing te_error() when an op fails. */
+/* Trains with cross-entropy for o->steps steps (from the checkpoint's step
+ * with --load, to --stop-at), logging `step=N loss=X acc=Y` every
+ * o->log_every steps (and at the last), saving per --save and
+ * --save-every, then evaluates on t->test in eval mode and prints `final:
+ * loss=X acc=Y`. Returns the exit status: 0, or 2 after printing
+ * te_error() when an op fails or the reason a checkpoint did not load or
+ * save. */
 int ex_train(const ex_opts *o, const ex_task *t);
 
 /* Samples [offset, offset + size) of d as a dataset of their own: a
@@ -152,6 +173,37 @@ double ex_cpu_ms(void);
  * steps, then `memory: ...` (and `graph: ...` in graph mode). */
 void ex_print_times(double *ms, const double *cpu_ms, int n);
 void ex_print_memory(const te_graph *g, const ex_opts *o);
+
+/* ---- checkpoints (resume.c) ------------------------------------------------ */
+
+/* ex_parse's last part: remembers p for the checkpoints and, with --load,
+ * reads the file's info into o->resume and its seed into o->seed, or
+ * says why not and exits 2. */
+void ex_resume_read(const ex_program *p, ex_opts *o);
+/* The step a run stops after: --stop-at, or --steps. */
+int ex_last_step(const ex_opts *o);
+/* The checkpoint description of this run: the program's name and
+ * ckpt_attrs (into attrs, EX_MAX_CKPT_ATTRS of them), opt, and buffers. */
+ckpt_model ex_ckpt_model(const ex_opts *o, te_optim *opt, te_tensor *const *buffers, int n_buffers,
+                         ckpt_attr *attrs);
+/* --batch and --train-size as attributes (a loader's order depends on
+ * them): a ckpt_attrs function of a program with a te_loader adds them. */
+int ex_loader_attrs(const ex_opts *o, ckpt_attr *out);
+/* With --load: the parameters, buffers, optimizer and scaler from the file
+ * into m's, and the engine's step counter set to the checkpoint's; prints
+ * `resumed: FILE at step S, data position P`. After ex_amp_start and the
+ * optimizer, before the first step. Returns 0, or 2 after saying why. */
+int ex_resume(const ex_opts *o, const ckpt_model *m);
+/* Whether --save-every asks for a checkpoint once `done` steps are done
+ * (the one at the last step is --save's own). */
+bool ex_save_due(const ex_opts *o, int done);
+/* Writes --save's checkpoint of m with info; prints `saved: FILE at step
+ * N`. Returns 0, or 2 after saying why. */
+int ex_save(const ex_opts *o, const ckpt_model *m, const ckpt_info *info);
+/* After a step: the checkpoint a front end asked for (the debugger's
+ * `checkpoint save FILE`, te_checkpoint_take), written as --save's; a
+ * failure is said and training goes on. */
+void ex_save_requested(const ckpt_model *m, const ckpt_info *info);
 
 /* Parses "a,b,c" into at most max positive ints no larger than limit;
  * returns the count, or 0 when s is malformed. */

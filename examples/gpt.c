@@ -25,8 +25,8 @@
 
 typedef struct {
     gpt_config model;
-    const char *data, *save, *load, *prompt;
-    int warmup, eval_every, sample_every, sample_bytes, stop_at;
+    const char *data, *prompt;
+    int warmup, eval_every, sample_every, sample_bytes;
     float temperature;
 } gpt_cfg;
 
@@ -75,10 +75,6 @@ static bool set_sample_bytes(const char *v, void *c, char *why, size_t n)
 {
     return set_count(v, 1, 1 << 20, &((gpt_cfg *)c)->sample_bytes, why, n, "200");
 }
-static bool set_stop_at(const char *v, void *c, char *why, size_t n)
-{
-    return set_count(v, 1, INT_MAX, &((gpt_cfg *)c)->stop_at, why, n, "500");
-}
 
 static bool set_fraction(const char *v, float lo, float hi, float *out, char *why, size_t n, const char *what)
 {
@@ -101,15 +97,12 @@ static bool set_temperature(const char *v, void *c, char *why, size_t n)
                         "expected a number in [0, 100), e.g. 0.8 (0: greedy)");
 }
 
-static bool set_path(const char *v, const char **out, char *why, size_t n)
+static bool set_data(const char *v, void *c, char *why, size_t n)
 {
     snprintf(why, n, "expected a file name");
-    *out = v;
+    ((gpt_cfg *)c)->data = v;
     return v[0] != '\0';
 }
-static bool set_data(const char *v, void *c, char *why, size_t n) { return set_path(v, &((gpt_cfg *)c)->data, why, n); }
-static bool set_save(const char *v, void *c, char *why, size_t n) { return set_path(v, &((gpt_cfg *)c)->save, why, n); }
-static bool set_load(const char *v, void *c, char *why, size_t n) { return set_path(v, &((gpt_cfg *)c)->load, why, n); }
 static bool set_prompt(const char *v, void *c, char *why, size_t n)
 {
     snprintf(why, n, "expected some text to continue");
@@ -132,9 +125,6 @@ static const ex_flag gpt_flags[] = {
     { "--sample-bytes", "N", "bytes each sample generates (200)", set_sample_bytes },
     { "--prompt", "TEXT", "what samples continue (\"The \")", set_prompt },
     { "--temperature", "X", "sampling temperature; 0: greedy (0.8)", set_temperature },
-    { "--save", "FILE", "write an HDF5 checkpoint when training stops (docs/examples.md)", set_save },
-    { "--load", "FILE", "resume from a checkpoint: parameters, optimizer, step, RNG, data position", set_load },
-    { "--stop-at", "N", "stop after N steps of the --steps schedule (to resume with --load)", set_stop_at },
     { NULL, NULL, NULL, NULL },
 };
 
@@ -282,17 +272,21 @@ static te_status sample(const gpt_cfg *g, const gpt_model *m, int step)
 
 /* ---- training -------------------------------------------------------------------- */
 
-/* What a checkpoint must match: the model's shape. */
-static int model_attrs(const gpt_cfg *g, ckpt_attr *a)
+/* What a checkpoint must match: the model's shape. (The data position
+ * counts windows drawn at random places: any --batch goes on from it.) */
+static int model_attrs(const void *cfg, const ex_opts *o, ckpt_attr *a)
 {
-    a[0] = (ckpt_attr){ "layers", "--layers", g->model.layers };
-    a[1] = (ckpt_attr){ "heads", "--heads", g->model.heads };
-    a[2] = (ckpt_attr){ "embd", "--embd", g->model.embd };
-    a[3] = (ckpt_attr){ "block", "--block", g->model.block };
-    a[4] = (ckpt_attr){ "vocab", "the vocabulary", GPT_VOCAB };
+    const gpt_cfg *g = cfg;
+    (void)o;
+    a[0] = (ckpt_attr){ "layers", "--layers", g->model.layers, NULL };
+    a[1] = (ckpt_attr){ "heads", "--heads", g->model.heads, NULL };
+    a[2] = (ckpt_attr){ "embd", "--embd", g->model.embd, NULL };
+    a[3] = (ckpt_attr){ "block", "--block", g->model.block, NULL };
+    a[4] = (ckpt_attr){ "vocab", "the vocabulary", GPT_VOCAB, NULL };
     return 5;
 }
 
+/* The loop's own state: what a checkpoint keeps of it besides the engine's. */
 typedef struct {
     int64_t step;          /* the first step to run */
     int64_t data_position; /* training samples drawn */
@@ -307,29 +301,35 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
     char why[1536];
     if (!opt)
         return ex_fail("cannot make the optimizer");
-    if (g->load) {
-        if (!ckpt_load(g->load, opt, ex_optim_name(o), why, sizeof why)) {
-            fprintf(stderr, "gpt: %s\n", why);
-            te_optim_free(opt);
-            return 2;
-        }
-        printf("resumed: %s at step %lld, data position %lld\n", g->load, (long long)rs.step,
-               (long long)rs.data_position);
+    ckpt_attr attrs[EX_MAX_CKPT_ATTRS];
+    const ckpt_model cm = ex_ckpt_model(o, opt, NULL, 0, attrs);
+    if (o->load && ex_resume(o, &cm) != 0) {
+        te_optim_free(opt);
+        return 2;
     }
     te_graph *tg = ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, o->accum, false);
     te_graph *eg = tg ? ex_graph_new(o, eval_step_fn, &c, "eval", 2, 1, false) : NULL;
-    const int last = g->stop_at && g->stop_at < o->steps ? g->stop_at : o->steps;
+    const int last = ex_last_step(o);
     double *ms = eg ? calloc(2 * ((size_t)o->steps + 1), sizeof *ms) : NULL, *cpu = ms ? ms + o->steps + 1 : NULL;
     int rc = 0, timed = 0;
     if (!ms)
         rc = ex_fail(eg ? "out of memory" : "cannot set up training");
-    for (int step = (int)rs.step; rc == 0 && step < last; step++) {
+    /* rs is the loop's state: time travel puts it back (docs/engine.md
+     * "Time travel"); a step at or below `ran` runs again after a rewind. */
+    const int region = te_record_host("loop", &rs, sizeof rs);
+    te_checkpoint_writer(); /* the debugger's `checkpoint save FILE`: ex_save_requested */
+    const int64_t first = rs.step;
+    int64_t ran = rs.step - 1;
+    if (rc == 0 && region < 0)
+        rc = ex_fail("cannot register the loop's state");
+    for (; rc == 0 && (rs.step < last || te_rewind_pending()); rs.step++) {
         te_tensor *in[2 * EX_MAX_ACCUM], *out[EX_MAX_ACCUM];
+        const double t0 = ex_now_ms(), c0 = ex_cpu_ms();
+        te_step_begin(); /* a rewind puts rs back here */
+        const int step = (int)rs.step;
         const float lr = lr_at(g, o, step);
         te_optim_set_lr(opt, lr);
-        const double t0 = ex_now_ms(), c0 = ex_cpu_ms();
         const float scale = ex_scale_now();
-        te_step_begin();
         te_status st = TE_OK;
         for (int k = 0; k < o->accum && st == TE_OK; k++) {
             text_batch(text, te_seed(), rs.data_position, o->batch, m->cfg.block, &in[2 * k], &in[2 * k + 1]);
@@ -342,17 +342,22 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
             for (int k = 0; k < o->accum; k++)
                 loss += te_item(out[k]);
         te_step_end();
+        if (st == TE_ERR_REWOUND)
+            continue;
         if (st != TE_OK) {
             snprintf(why, sizeof why, "step %d failed", step);
             rc = ex_fail(why);
             break;
         }
-        cpu[timed] = ex_cpu_ms() - c0;
-        ms[timed++] = ex_now_ms() - t0;
+        const bool replayed = step <= ran;
+        ran = step > ran ? step : ran;
+        cpu[step - first] = ex_cpu_ms() - c0; /* a replayed step's time replaces its first */
+        ms[step - first] = ex_now_ms() - t0;
+        timed = step - first + 1 > timed ? (int)(step - first + 1) : timed;
         if (step % o->log_every == 0 || step == last - 1) {
             printf("step=%d loss=%.6f lr=%.6g", step, loss, lr);
             ex_print_scale(scale);
-            printf("\n");
+            printf("%s\n", replayed ? " (replayed)" : "");
         }
         float val;
         if (g->eval_every && (step + 1) % g->eval_every == 0 && step != last - 1) {
@@ -364,8 +369,15 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         if (rc == 0 && g->sample_every && (step + 1) % g->sample_every == 0 && step != last - 1 &&
             sample(g, m, step) != TE_OK)
             rc = ex_fail("sampling failed");
+        const ckpt_info now = { .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
+                                .data_position = rs.data_position, .epoch = -1 };
+        if (rc == 0 && (ex_save_due(o, step + 1) || (o->save && step == last - 1)))
+            rc = ex_save(o, &cm, &now);
+        if (rc == 0)
+            ex_save_requested(&cm, &now);
         fflush(stdout);
     }
+    te_record_host_remove(region);
     const int prof_rc = ex_profile_finish();
     if (rc == 0 && o->time && timed > 0) {
         ex_print_times(ms, cpu, timed);
@@ -378,17 +390,6 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         printf("final: step=%d val_loss=%.6f val_bpb=%.4f\n", last - 1, val, val / M_LN2);
     if (rc == 0 && g->sample_every && sample(g, m, last - 1) != TE_OK)
         rc = ex_fail("sampling failed");
-    if (rc == 0 && g->save) {
-        ckpt_attr attrs[8];
-        const ckpt_info info = { .step = last, .seed = te_seed(), .rng_step = last,
-                                 .data_position = rs.data_position };
-        if (!ckpt_save(g->save, &info, attrs, model_attrs(g, attrs), opt, ex_optim_name(o), why, sizeof why)) {
-            fprintf(stderr, "gpt: %s\n", why);
-            rc = 2;
-        } else {
-            printf("saved: %s at step %d\n", g->save, last);
-        }
-    }
     if (rc == 0)
         rc = prof_rc;
     free(ms);
@@ -411,7 +412,7 @@ int main(int argc, char **argv)
     };
     ex_parse(argc, argv,
              &(ex_program){ .name = "gpt", .summary = "Trains a GPT-2-style decoder on the bytes of a text file.",
-                            .flags = gpt_flags, .cfg = &g,
+                            .flags = gpt_flags, .cfg = &g, .ckpt_attrs = model_attrs,
                             .unsupported = gpt_unsupported,
                             .unsupported_why = "does not apply to gpt: its samples are windows of --data, "
                                                "the first 90% of the text",
@@ -429,27 +430,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpt: --warmup %d must be below --steps %d\n", g.warmup, o.steps);
         return 2;
     }
-    run_state rs = { 0, 0 };
-    if (g.load) {
-        ckpt_attr attrs[8];
-        ckpt_info info;
-        if (!ckpt_read_info(g.load, attrs, model_attrs(&g, attrs), &info, why, sizeof why)) {
-            fprintf(stderr, "gpt: %s\n", why);
-            return 2;
-        }
-        if (info.step >= o.steps) {
-            fprintf(stderr, "gpt: checkpoint %s is at step %lld: nothing left of --steps %d\n", g.load,
-                    (long long)info.step, o.steps);
-            return 2;
-        }
-        if (g.stop_at && g.stop_at <= info.step) {
-            fprintf(stderr, "gpt: checkpoint %s is at step %lld: --stop-at %d is behind it\n", g.load,
-                    (long long)info.step, g.stop_at);
-            return 2;
-        }
-        o.seed = info.seed; /* the RNG state: init, dropout masks and data windows */
-        rs = (run_state){ info.step, info.data_position };
-    }
+    const run_state rs = { o.load ? o.resume.step : 0, o.load ? o.resume.data_position : 0 };
     text_corpus text;
     if (!text_load(&text, g.data, g.model.block, why, sizeof why)) {
         fprintf(stderr, "gpt: --data: %s%s\n", why,
@@ -461,8 +442,6 @@ int main(int argc, char **argv)
     int rc;
     if (!gpt_model_init(&m, &g.model)) {
         rc = ex_fail("cannot build the model");
-    } else if (g.load && te_step_resume(rs.step) != TE_OK) {
-        rc = ex_fail("cannot resume");
     } else {
         printf("gpt: %d layers, %d heads, embd %d, block %d, %.2fM params, %s: %lld bytes (%lld to train, "
                "%lld to validate), batch %d x %d, %d steps, seed %llu\n",

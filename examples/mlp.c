@@ -98,6 +98,20 @@ static bool mlp_init(mlp *m, const mlp_cfg *c, int in, int classes)
     return true;
 }
 
+/* What a checkpoint must match: the dataset, the hidden widths, and the
+ * loader's batch and training size. */
+static int ckpt_attrs(const void *cfg, const ex_opts *o, ckpt_attr *out)
+{
+    const mlp_cfg *c = cfg;
+    static char hidden[MAX_LAYERS * 8];
+    size_t at = 0;
+    for (int i = 0; i < c->n_hidden; i++)
+        at += (size_t)snprintf(hidden + at, sizeof hidden - at, "%s%d", i ? "," : "", c->hidden[i]);
+    out[0] = (ckpt_attr){ "data", "--data", 0, data_names[c->data] };
+    out[1] = (ckpt_attr){ "hidden", "--hidden", 0, hidden };
+    return 2 + ex_loader_attrs(o, out + 2);
+}
+
 int main(int argc, char **argv)
 {
     mlp_cfg cfg = { .hidden = { 1024, 1024 }, .n_hidden = 2 };
@@ -110,7 +124,7 @@ int main(int argc, char **argv)
     };
     ex_parse(argc, argv,
              &(ex_program){ .name = "mlp", .summary = "Trains an MLP classifier on Gaussian blobs or 2-D spirals.",
-                            .flags = mlp_flags, .cfg = &cfg },
+                            .flags = mlp_flags, .cfg = &cfg, .ckpt_attrs = ckpt_attrs },
              &o);
     ex_start(&o);
 
@@ -132,7 +146,7 @@ int main(int argc, char **argv)
         }
         printf(", %lld params, %s, batch %d x %d, %d steps, seed %llu\n", (long long)params,
                all->name, o.batch, o.accum, o.steps, (unsigned long long)o.seed);
-        rc = ex_train(&o, &(ex_task){ train, test, mlp_forward, &m });
+        rc = ex_train(&o, &(ex_task){ .train = train, .test = test, .forward = mlp_forward, .model = &m });
     }
     ex_split_free(train);
     ex_split_free(test);

@@ -19,9 +19,11 @@
 /* The seeds (fuzz/mkseeds.sh) are made with the same configuration. */
 static const gpt_config cfg = { .layers = 1, .heads = 1, .embd = 4, .block = 4, .dropout = 0.0f };
 static const ckpt_attr attrs[] = {
-    { "layers", "--layers", 1 }, { "heads", "--heads", 1 }, { "embd", "--embd", 4 },
-    { "block", "--block", 4 },   { "vocab", "the vocabulary", GPT_VOCAB },
+    { "layers", "--layers", 1, NULL }, { "heads", "--heads", 1, NULL }, { "embd", "--embd", 4, NULL },
+    { "block", "--block", 4, NULL },   { "vocab", "the vocabulary", GPT_VOCAB, NULL },
 };
+static ckpt_model ck = { .program = "gpt", .attrs = attrs, .n_attrs = (int)(sizeof attrs / sizeof attrs[0]),
+                         .optim_kind = "adamw" };
 
 static gpt_model model;
 static te_optim *opt;
@@ -35,6 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     opt = te_adam_new(te_params(), te_param_count(), &(te_adam_opts){ .lr = 1e-3f, .decoupled = true });
     if (!opt)
         abort();
+    ck.opt = opt;
     snprintf(file, sizeof file, "%s/ckpt.h5", fuzz_tmpdir());
     return 0;
 }
@@ -79,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     char why[1536] = "";
     ckpt_info info;
-    if (ckpt_read_info(file, attrs, (int)(sizeof attrs / sizeof attrs[0]), &info, why, sizeof why)) {
+    if (ckpt_read_info(file, &ck, &info, why, sizeof why)) {
         if (info.step < 0 || info.rng_step < 0 || info.data_position < 0 || info.seed == 0)
             abort();   /* the reader promises these */
     } else if (!why[0]) {
@@ -87,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     why[0] = '\0';
     const uint64_t before = state_hash();
-    if (!ckpt_load(file, opt, "adamw", why, sizeof why)) {
+    if (!ckpt_load(file, &ck, why, sizeof why)) {
         if (!why[0])
             abort();
         if (state_hash() != before)

@@ -17,6 +17,7 @@ int main(void)
     srunner_add_suite(sr, suite_elementwise());
     srunner_add_suite(sr, suite_residency());
     srunner_add_suite(sr, suite_watch());
+    srunner_add_suite(sr, suite_record());
     srunner_add_suite(sr, suite_reduce());
     srunner_add_suite(sr, suite_loss());
     srunner_add_suite(sr, suite_conv());
@@ -37,6 +38,7 @@ int main(void)
     srunner_add_suite(sr, suite_gpt());
     srunner_add_suite(sr, suite_examples());
     srunner_add_suite(sr, suite_gpt_example());
+    srunner_add_suite(sr, suite_checkpoint());
     srunner_add_suite(sr, suite_exports());
     srunner_add_suite(sr, suite_dbg_cmd());
     srunner_add_suite(sr, suite_cmd_args());
@@ -45,6 +47,7 @@ int main(void)
     srunner_add_suite(sr, suite_verdict());
     srunner_add_suite(sr, suite_dbg_amp());
     srunner_add_suite(sr, suite_dbg_prof());
+    srunner_add_suite(sr, suite_dbg_record());
     srunner_add_suite(sr, suite_debugger());
     srunner_add_suite(sr, suite_names());
     srunner_add_suite(sr, suite_prof());

@@ -41,12 +41,15 @@ Suite *suite_tui(void);         /* the terminal UI driven under tmux: stops, key
 Suite *suite_tui_prof(void);    /* the TUI's profile pane and ms/step, drawn in-process */
 Suite *suite_examples(void);    /* the example programs: flags, convergence, injection */
 Suite *suite_gpt_example(void); /* examples/gpt: learning, samples, checkpoints, modes, a NaN in attention */
+Suite *suite_checkpoint(void);  /* the examples' --save/--load: exact resume, damaged and mismatched files */
 Suite *suite_exports(void);     /* the shared libraries' exports: te.h's TE_API, the plugin's entry */
 Suite *suite_names(void);       /* names checked at once or after the first step: types, globs, injections, conditions */
 Suite *suite_prof(void);        /* the profiler: spec, ring, Chrome trace JSON, nesting, cost model */
 Suite *suite_amp(void);         /* mixed precision: levels, autocast, rounding against PyTorch, eager/graph parity */
 Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits, loss, gradients, training losses */
 Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to, devices, dispatch, per-device memory */
+Suite *suite_record(void);     /* time travel: record, rewind, replay bit for bit, diverged, locate */
+Suite *suite_dbg_record(void); /* the debugger's time travel: rewind to a NaN's past and stop there again, reverse-step/next, replay with a dump, diverged */
 Suite *suite_watch(void);      /* the deferred NaN watch: the same stops, replays bit for bit */
 #ifdef TE_HAVE_CUDA
 Suite *suite_cuda_elementwise(void); /* CUDA elementwise, shape and cast kernels against the CPU's; their shared per-element code */

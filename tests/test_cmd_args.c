@@ -52,11 +52,11 @@ START_TEST(test_every_command_refuses_extra_words)
             ck_assert(!dbg.started);
             checked++;
         }
-    /* run continue step next finish until quit, ignore, info stats hist trend help, compare, focus scroll jump keys
-     * refresh */
-    ck_assert_int_eq(checked, 19);
-    /* break tbreak delete disable enable condition, print set, dump, profile, view search */
-    ck_assert_int_eq(free_text, 12);
+    /* run continue step next finish until quit, ignore, info stats hist trend help, compare, record rewind
+     * reverse-step reverse-next locate checkpoint, focus scroll jump keys refresh */
+    ck_assert_int_eq(checked, 25);
+    /* break tbreak delete disable enable condition, print set, dump, profile, replay, view search */
+    ck_assert_int_eq(free_text, 13);
     ck_assert(!ts_exec("step 1 2"));
     ck_assert_str_eq(ts_captured, "error: step: unexpected argument '2' (usage: step [N])\n");
 }
@@ -74,8 +74,8 @@ START_TEST(test_bad_arguments_run_nothing)
     ts_has(&s, "error: next: unexpected argument '2' (usage: next [N])\n");
     ts_has(&s, "error: continue: unexpected argument '2' (usage: continue [N])\n");
     ts_has(&s, "error: quit: unexpected argument '2' (usage: quit [N])\n");
-    ts_has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch)\n");
-    ts_has(&s, "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory or watch, got 'bogus'\n");
+    ts_has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch|record)\n");
+    ts_has(&s, "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory, watch or record, got 'bogus'\n");
     ts_has(&s, "error: help: unexpected argument 'now' (usage: help [COMMAND])\n");
     ts_has(&s, "error: stats: unexpected argument 'b' (usage: stats TENSOR)\n");
     ts_has(&s, "step 0, forward phase, 0 ops run in it (training not started)\n");

@@ -18,6 +18,7 @@
 #include "cuda/k_optim.h"
 #include "cuda/k_reduce.h"
 #include "cuda/k_stats.h"
+#include "checksum.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -632,6 +633,53 @@ START_TEST(test_unscale_device)
 }
 END_TEST
 
+/* Time travel's checksum on the device equals the CPU's (te_checksum_host)
+ * for the same bytes: random buffers of every tail length, small and
+ * large, aligned and not; the same bits twice; a flipped bit seen by
+ * both. */
+START_TEST(test_checksum_device)
+{
+    if (!have_device())
+        return;
+    static const size_t sizes[] = { 0, 1, 7, 8, 9, 31, 33, 4096 + 5, 3000003, (size_t)64 << 20 };
+    const size_t max = ((size_t)64 << 20) + 1;
+    unsigned char *h = malloc(max);
+    ck_assert_ptr_nonnull(h);
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (size_t i = 0; i < max; i++) { /* xorshift64 */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        h[i] = (unsigned char)(x >> 24);
+    }
+    unsigned char *d;
+    cu(cudaMalloc((void **)&d, max), "cudaMalloc");
+    cu(cudaMemcpy(d, h, max, cudaMemcpyHostToDevice), "cudaMemcpy");
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (size_t off = 0; off < 2; off++) { /* off 1: an unaligned start */
+            const size_t n = sizes[si];
+            const uint64_t want = te_checksum_host(h + off, n);
+            const uint64_t got = te_backend_cuda.checksum(d + off, n);
+            ck_assert_msg(got == want, "n %zu offset %zu: device %016llx, CPU %016llx", n, off,
+                          (unsigned long long)got, (unsigned long long)want);
+            ck_assert(te_backend_cuda.checksum(d + off, n) == got);
+        }
+    /* one bit of the last word, then of the first, flipped on both sides */
+    const size_t n = 3000003;
+    for (size_t at = n - 1; at != (size_t)-1; at = at ? 0 : (size_t)-1) {
+        h[at] ^= 0x10;
+        cu(cudaMemcpy(d + at, h + at, 1, cudaMemcpyHostToDevice), "cudaMemcpy");
+        const uint64_t want = te_checksum_host(h, n), got = te_backend_cuda.checksum(d, n);
+        ck_assert(got == want);
+        h[at] ^= 0x10;
+        ck_assert(te_checksum_host(h, n) != want);
+    }
+    ck_assert_ptr_nonnull(te_backend_cuda.checksum);
+    cudaFree(d);
+    free(h);
+}
+END_TEST
+
 Suite *suite_cuda_reduce(void)
 {
     Suite *s = suite_create("cuda_reduce");
@@ -645,6 +693,7 @@ Suite *suite_cuda_reduce(void)
     tcase_add_test(tc, test_stats_device);
     tcase_add_loop_test(tc, test_optim_device, 0, (int)(sizeof opt_cases / sizeof opt_cases[0]));
     tcase_add_test(tc, test_unscale_device);
+    tcase_add_test(tc, test_checksum_device);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -110,7 +110,7 @@ START_TEST(test_break_errors)
         { "delete x", "error: breakpoint number: expected a whole number >= 1, got 'x'" },
         { "until 5", "error: until: expected 'until step N', got '5'" },
         { "continue 0", "error: continue N: expected a whole number >= 1, got '0'" },
-        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory or watch" },
+        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory, watch or record" },
         { "print fc1/linear:out0[0", "error: print: column 18: " },
         { "set x", "error: set: expected TENSOR[INDEX] = VALUE" },
         { "set param:w[0] = abc", "error: set: 'abc' is not a number (nan and inf are)" },
@@ -381,7 +381,7 @@ START_TEST(test_names_unique)
     ck_assert_msg(tui_cmds_register(why, sizeof why), "the TUI's commands: %s", why);
     int n_groups;
     const dbg_cmd_group *g = dbg_cmd_groups(&n_groups);
-    ck_assert_int_eq(n_groups, 7); /* 6 built in (profiling the sixth), the TUI's */
+    ck_assert_int_eq(n_groups, 8); /* 7 built in (time travel the seventh), the TUI's */
     const char *words[256];
     int n = 0, n_cmds = 0;
     for (int i = 0; i < n_groups; i++)
@@ -410,7 +410,7 @@ START_TEST(test_names_unique)
     ck_assert(!tui_cmds_register(why, sizeof why));
     ck_assert_msg(strstr(why, "terminal UI: the command 'focus' (alias none) clashes with 'focus'"), "%s", why);
     dbg_cmd_groups(&n_groups);
-    ck_assert_int_eq(n_groups, 7);
+    ck_assert_int_eq(n_groups, 8);
 }
 END_TEST
 
@@ -748,7 +748,8 @@ START_TEST(test_needs_ever_stopped)
 END_TEST
 
 /* The entries that go on with training, or end it, say so: the running
- * group's, and no other built-in one's. */
+ * group's and time travel's that go back (all but `record` and
+ * `checkpoint`), and no other built-in one's. */
 START_TEST(test_resumes_declared)
 {
     int n_groups;
@@ -756,10 +757,14 @@ START_TEST(test_resumes_declared)
     int n_resume = 0;
     for (int i = 0; i < n_groups; i++)
         for (const dbg_cmd *c = g[i].cmds; c->name; c++) {
-            ck_assert_msg(c->resumes == (g[i].cmds == dbg_cmds_exec), "%s: resumes %d", c->name, c->resumes);
+            const bool goes_back = g[i].cmds == dbg_cmds_record && strcmp(c->name, "record") != 0 &&
+                                   strcmp(c->name, "checkpoint") != 0;
+            ck_assert_msg(c->resumes == (g[i].cmds == dbg_cmds_exec || goes_back), "%s: resumes %d", c->name,
+                          c->resumes);
             n_resume += c->resumes;
         }
-    ck_assert_int_eq(n_resume, 7); /* run continue step next finish until quit */
+    ck_assert_int_eq(n_resume, 12); /* run continue step next finish until quit, rewind reverse-step reverse-next
+                                      * replay locate */
     ck_assert(dbg_cmd_find("continue")->resumes && dbg_cmd_find("quit")->resumes);
     ck_assert(!dbg_cmd_find("print")->resumes && !dbg_cmd_find("break")->resumes);
 }

@@ -344,7 +344,7 @@ START_TEST(test_multi_tensor_adam)
                         buf[r][k][j][i] = fabsf(buf[r][k][j][i]);
             }
             u[r][k] = (te_update_args){ buf[r][k][0], buf[r][k][1], buf[r][k][2], buf[r][k][3], len[k], false,
-                                        k == 2 ? &st[r][k] : NULL };
+                                        k == 2 ? &st[r][k] : NULL, NULL };
         }
     float *p0 = malloc((size_t)len[2] * sizeof *p0), *m0 = malloc((size_t)len[2] * sizeof *m0),
           *v0 = malloc((size_t)len[2] * sizeof *v0);

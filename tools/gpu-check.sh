@@ -2,7 +2,8 @@
 # gpu-check.sh — issue 18's run on a real GPU, in one go and in at most 8
 # minutes: build with --with-cuda (or use a tree built elsewhere), run the
 # GPU test suites, the CPU-against-CUDA parity checks of the examples and
-# the debugger, the profiler's device time (issue 19), then bench/gpu.sh;
+# the debugger, the profiler's device time (issue 19), time travel's
+# rewind and exact resume (issue 20), then bench/gpu.sh;
 # everything it prints is also written under OUTDIR.
 #
 #   tools/gpu-check.sh facts            what this machine has (one short call)
@@ -159,6 +160,37 @@ run() {
             sed -n '/^top ops by total/,/^$/p' "$d/prof-$mode.txt" | sed 's/^/    /'
         else
             echo "  $mode: no device track or tdbg-prof failed: $(tail -2 "$d/prof-$mode.log" "$d/prof-$mode.txt" 2>&1)"
+            fail=1
+        fi
+    done
+
+    echo "== time travel on CUDA: a rewind replays to the same stop, bit for bit; a resumed run's losses"
+    for mode in eager graph; do
+        timeout 90 "$b/debugger/tdbg" --batch -ex "record every 2" -ex "break nan" -ex run -ex "rewind 4" \
+            -ex continue -ex quit -- "$b/examples/mlp" --backend cuda \
+            --mode $mode --steps 10 --batch 32 --train-size 256 --inject "nan@op=fc2/linear,step=8" \
+            > "$d/rewind-$mode.txt" 2>&1
+        local stops
+        stops=$(grep "^stopped:" "$d/rewind-$mode.txt")
+        if [ "$(sed -n 1p <<< "$stops")" = "$(sed -n 3p <<< "$stops")" ] && grep -q "reason=rewind" <<< "$stops" &&
+            ! grep -qi "diverged" "$d/rewind-$mode.txt"; then
+            echo "  $mode: the replay stopped again at $(sed -n 1p <<< "$stops" | cut -d' ' -f2-4), no step diverged"
+        else
+            echo "  $mode: replay differs:"; sed 's/^/    /' "$d/rewind-$mode.txt" | tail -30
+            fail=1
+        fi
+        timeout 60 "$b/examples/mlp" --backend cuda --mode $mode --steps 8 --batch 32 --train-size 256 \
+            --log-every 1 > "$d/whole-$mode.txt" 2>&1 || fail=1
+        timeout 60 "$b/examples/mlp" --backend cuda --mode $mode --steps 8 --batch 32 --train-size 256 \
+            --log-every 1 --stop-at 4 --save "$d/ck-$mode.h5" > /dev/null 2>&1 || fail=1
+        timeout 60 "$b/examples/mlp" --backend cuda --mode $mode --steps 8 --batch 32 --train-size 256 \
+            --log-every 1 --load "$d/ck-$mode.h5" > "$d/resumed-$mode.txt" 2>&1 || fail=1
+        if diff <(grep -E '^step=[4-7] ' "$d/whole-$mode.txt") <(grep -E '^step=[4-7] ' "$d/resumed-$mode.txt") \
+            > /dev/null && [ "$(grep -cE '^step=[4-7] ' "$d/resumed-$mode.txt")" = 4 ]; then
+            echo "  $mode: resumed at step 4: the same losses as the whole run"
+        else
+            echo "  $mode: resumed losses differ:"; diff <(grep '^step=' "$d/whole-$mode.txt") \
+                <(grep '^step=' "$d/resumed-$mode.txt") | sed 's/^/    /'
             fail=1
         fi
     done

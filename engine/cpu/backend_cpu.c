@@ -57,8 +57,10 @@ const te_backend te_backend_cpu = {
     .widen = te_widen_host,
     .sgd = cpu_sgd,
     .adam = cpu_adam,
+    .update_sums = true,
     .unscale = cpu_unscale,
     .sumsq = cpu_sumsq,
+    .checksum = te_checksum_host,
     .forward = { CPU_KERNELS(CPU_FWD) },
     .backward = { CPU_KERNELS(CPU_BWD) },
     /* Native low-precision kernels: the oneDNN ones (bf16, AVX512-BF16)

@@ -14,7 +14,9 @@
 #include "cuda/cuda_services.h"
 #include "cuda/cuda_shape.h"
 #include "cuda/cuda_timer.h"
+#include "cuda/k_checksum.h"
 #include "cuda/k_watch.h"
+#include "checksum.h"
 
 #include <stdlib.h>
 
@@ -202,6 +204,29 @@ static int cuda_watch_take(int n)
     return -1;
 }
 
+/* ---- time travel's checksum (record.c) -------------------------------------
+ * The terms summed into one device word, kept for the process; the host
+ * reads those 8 bytes and mixes in the length, as te_checksum_host. */
+static unsigned long long *sum_dev;
+
+static uint64_t cuda_checksum(const void *p, size_t bytes)
+{
+    cudaStream_t s = te_cuda_stream();
+    unsigned long long sum = 0;
+    if (bytes && (sum_dev || cudaMalloc((void **)&sum_dev, sizeof *sum_dev) == cudaSuccess)) {
+        check(cudaMemsetAsync(sum_dev, 0, sizeof *sum_dev, s), "cudaMemsetAsync");
+        k_checksum(p, bytes, sum_dev, te_cuda_blocks((int64_t)te_sum_words(bytes), 256), s);
+        check(cudaGetLastError(), "the checksum kernel");
+        check(cudaMemcpyAsync(&sum, sum_dev, sizeof sum, cudaMemcpyDeviceToHost, s), "reading the checksum");
+        cuda_sync();
+    } else if (bytes) {
+        /* no word for the sum: a value no read gives (te_mix64 of "nomem") */
+        check(cudaErrorMemoryAllocation, "the checksum's word");
+        return 0x6e6f6d656dull;
+    }
+    return te_sum_final(sum, bytes);
+}
+
 static const char *cuda_lowp_native(void) { return "cuBLAS tensor cores (f16/bf16 in, f32 sums)"; }
 
 /* Each op and the prefix of its kernels, PREFIX_forward and
@@ -247,6 +272,7 @@ const te_backend te_backend_cuda = {
     .adam = cuda_adam,
     .unscale = cuda_unscale,
     .sumsq = cuda_sumsq,
+    .checksum = cuda_checksum,
     .watch_flag = cuda_watch_flag,
     .watch_take = cuda_watch_take,
     .async = true,

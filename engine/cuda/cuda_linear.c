@@ -6,7 +6,10 @@
  * cores, f32 sums, one rounding: cpu_lowp.c's contract).
  *
  * f32 GEMMs compute in CUBLAS_COMPUTE_32F (TF32 only with
- * TDBG_CUDA_TF32=1), so they stay within 1e-5 of the CPU's. The bias's
+ * TDBG_CUDA_TF32=1), so they stay within 1e-5 of the CPU's. Determinism
+ * (time travel's replays): cuBLAS gives the same bits on every run on one
+ * GPU model with one stream per handle and atomics not allowed (cuda_rt.c
+ * sets both); cuBLASLt's heuristic is asked with a fixed workspace size. The bias's
  * gradient is a column sum in the CPU's order (k_col_sums). Every call is
  * queued on the backend's stream; nothing here waits, except the native
  * kernels' rounding, whose counts the host must read.
@@ -478,6 +481,14 @@ static te_status lt_linear(te_node *n, const float *x, const float *w, const flo
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     void *ws = te_cuda_workspace(LT_WORKSPACE);
     const uint64_t ws_bytes = ws ? LT_WORKSPACE : 0;
+    /* The heuristic's choice depends on the workspace offered: without it
+     * another algorithm (other bits) would run. While recording, a replay
+     * must run the recorded algorithm, so that is an error instead. */
+    if (!ws && te_rec_on)
+        return te_kernel_fail(n, TE_ERR_NOMEM,
+                              "linear: no %zu bytes of cuBLASLt workspace; while recording, a smaller one would "
+                              "pick another algorithm and the replay would differ",
+                              LT_WORKSPACE);
     cublasStatus_t s = cublasLtMatmulDescCreate(&l.op, ct, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);

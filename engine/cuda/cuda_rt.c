@@ -29,6 +29,9 @@ static void rt_init(void)
     if (cublasCreate(&rt.cublas) == CUBLAS_STATUS_SUCCESS) {
         cublasSetStream(rt.cublas, rt.stream);
         cublasSetMathMode(rt.cublas, rt.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+        /* cuBLAS's default, said: routines with an atomics variant (symv,
+         * hemv) sum in a fixed order, so a replay gives the same bits. */
+        cublasSetAtomicsMode(rt.cublas, CUBLAS_ATOMICS_NOT_ALLOWED);
     }
     if (cublasLtCreate(&rt.cublaslt) != CUBLAS_STATUS_SUCCESS)
         rt.cublaslt = NULL;

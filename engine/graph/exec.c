@@ -110,6 +110,8 @@ static te_status run_seed(const tg_kernel *k)
     te_grad_buf(y, &acc);
     for (int64_t i = 0; i < y->numel; i++)
         te_set(y->grad, i, acc ? te_get(y->grad, i) + k->seed_dy[i] : k->seed_dy[i]);
+    if (te_rec_on)
+        te_record_root(y);
     return TE_OK;
 }
 
@@ -157,6 +159,8 @@ te_status tg_kernel_run(const tg_kernel *k, int base)
 te_status tg_kernel_exec(const tg_plan *p, int i, int base)
 {
     const tg_kernel *k = &p->kernels[i];
+    if (te_rec_unwinding) /* a hook rewound at the kernel before */
+        return te_rewound(k->desc ? k->desc : tg_kernel_kind_name(k->kind));
     te_set_phase(k->phase);
     if (te_prof_observed())
         for (int j = 0; j < k->n_orig; j++)

@@ -383,6 +383,8 @@ static te_status run_step(void *ctx)
 
 te_status te_graph_run(te_graph *g, te_tensor *const *inputs, te_tensor **outputs)
 {
+    if (te_rec_unwinding)
+        return te_rewound("graph run");
     for (int i = 0; i < g->o.n_inputs; i++)
         if (!inputs[i]) {
             if (te_error_code() == TE_OK)
