@@ -16,6 +16,23 @@ static int n_buffers, cap_buffers;
  * on how many numbers earlier calls drew. */
 static uint64_t init_stream;
 
+/* Room for one more in a registry (params or buffers), doubling it;
+ * false with the error set, naming the tensor. */
+static bool room(te_tensor ***v, int n, int *cap, const char *what, const char *name)
+{
+    if (n < *cap)
+        return true;
+    const int c = *cap ? 2 * *cap : 16;
+    te_tensor **g = realloc(*v, (size_t)c * sizeof *g);
+    if (!g) {
+        te_set_error(TE_ERR_NOMEM, "%s %s: out of memory", what, name);
+        return false;
+    }
+    *v = g;
+    *cap = c;
+    return true;
+}
+
 te_tensor *te_param_new(const char *name, te_dtype dt, int ndim, const int64_t *shape)
 {
     if (!te_dtype_is_float(dt)) {
@@ -26,16 +43,8 @@ te_tensor *te_param_new(const char *name, te_dtype dt, int ndim, const int64_t *
         te_set_error(TE_ERR_ARG, "param %s: a parameter of that name exists already", name);
         return NULL;
     }
-    if (n_params == cap_params) {
-        int cap = cap_params ? 2 * cap_params : 32;
-        te_tensor **p = realloc(params, (size_t)cap * sizeof *p);
-        if (!p) {
-            te_set_error(TE_ERR_NOMEM, "param %s: out of memory", name);
-            return NULL;
-        }
-        params = p;
-        cap_params = cap;
-    }
+    if (!room(&params, n_params, &cap_params, "param", name))
+        return NULL;
     te_tensor *t = te_tensor_alloc(dt, ndim, shape, TE_TENSOR_PERSISTENT | TE_TENSOR_PARAM);
     if (!t)
         return NULL;
@@ -70,16 +79,8 @@ te_tensor *te_buffer_new(const char *name, te_dtype dt, int ndim, const int64_t 
             te_set_error(TE_ERR_ARG, "buffer %s: a buffer of that name exists already", name);
             return NULL;
         }
-    if (n_buffers == cap_buffers) {
-        int cap = cap_buffers ? 2 * cap_buffers : 16;
-        te_tensor **b = realloc(buffers, (size_t)cap * sizeof *b);
-        if (!b) {
-            te_set_error(TE_ERR_NOMEM, "buffer %s: out of memory", name);
-            return NULL;
-        }
-        buffers = b;
-        cap_buffers = cap;
-    }
+    if (!room(&buffers, n_buffers, &cap_buffers, "buffer", name))
+        return NULL;
     te_tensor *t = te_tensor_alloc(dt, ndim, shape, TE_TENSOR_PERSISTENT | TE_TENSOR_BUFFER);
     if (!t)
         return NULL;
