@@ -49,6 +49,13 @@ static bool pending_find(int id, bool drop)
     return false;
 }
 
+void dbg_breaks_clear(void)
+{
+    while (dbg.n_breaks)
+        dbg_break_remove(dbg.breaks[0].id);
+    dbg.next_id = 1;
+}
+
 void dbg_break_remove(int id)
 {
     for (int i = 0; i < dbg.n_breaks; i++)

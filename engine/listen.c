@@ -53,6 +53,7 @@ static struct {
     int pending;             /* accepted, waiting for te_step_begin; -1 none */
     bool attached;           /* pending or handed out, until te_listen_detached */
     int peer_pid;
+    char peer_mode[8];       /* its HELLO's mode= ("cli", "batch"; "" when none) */
     time_t since;
     int strikes;             /* failed TCP connections in a row */
     char addr[128];
@@ -79,11 +80,26 @@ static void remove_files(void)
 
 /* $XDG_RUNTIME_DIR/tdbg, else /tmp/tdbg-UID, made 0700 or checked to be a
  * real directory of ours that nobody else may enter. false with a warning. */
-static bool private_dir(char *dir, size_t n)
+static int dir_name(char *dir, size_t n)
 {
     const char *xdg = getenv("XDG_RUNTIME_DIR");
-    int len = xdg && xdg[0] == '/' ? snprintf(dir, n, "%s/tdbg", xdg)
-                                   : snprintf(dir, n, "/tmp/tdbg-%u", (unsigned)geteuid());
+    return xdg && xdg[0] == '/' ? snprintf(dir, n, "%s/tdbg", xdg)
+                                : snprintf(dir, n, "/tmp/tdbg-%u", (unsigned)geteuid());
+}
+
+int te_listen_socket_path(int pid, char *buf, size_t n)
+{
+    char dir[200];
+    int len = dir_name(dir, sizeof dir);
+    if (len < 0 || (size_t)len >= sizeof dir)
+        return -1;
+    len = snprintf(buf, n, "%s/%d.sock", dir, pid);
+    return len < 0 || (size_t)len >= n ? -1 : 0;
+}
+
+static bool private_dir(char *dir, size_t n)
+{
+    int len = dir_name(dir, n);
     if (len < 0 || (size_t)len >= n) {
         fprintf(stderr, "tdbg: not listening: XDG_RUNTIME_DIR is too long for a socket's path\n");
         return false;
@@ -313,7 +329,7 @@ static bool token_ok(const char *got, size_t len)
 
 /* The checks of a fresh connection. NULL: it may attach (*pid from its
  * HELLO); else the refusal's text (in buf or static). */
-static const char *check(int fd, int *pid, char *buf, size_t n)
+static const char *check(int fd, int *pid, char *mode, char *buf, size_t n)
 {
     if (!L.tcp) {
         struct ucred c;
@@ -341,6 +357,9 @@ static const char *check(int fd, int *pid, char *buf, size_t n)
         snprintf(buf, n, "a HELLO tdbg does not know: \"%.64s\" (expected \"tdbg-attach 1 pid=N mode=cli|batch\")", f);
         return buf;
     }
+    const char *m = strstr(f, " mode=");
+    if (m)
+        sscanf(m + 6, "%7[a-z]", mode);
     if (!L.tcp)
         return NULL;
     struct timespec t1;
@@ -378,7 +397,8 @@ static bool serve(int fd)
 {
     char buf[256];
     int pid = 0;
-    const char *bad = check(fd, &pid, buf, sizeof buf);
+    char mode[8] = "";
+    const char *bad = check(fd, &pid, mode, buf, sizeof buf);
     bool go_on = true;
     pthread_mutex_lock(&L.mu);
     if (!bad && L.attached) {
@@ -391,6 +411,7 @@ static bool serve(int fd)
         L.attached = true;
         L.pending = fd;
         L.peer_pid = pid;
+        snprintf(L.peer_mode, sizeof L.peer_mode, "%s", mode);
         L.since = time(NULL);
         L.strikes = 0;
         L.conn = -1;
@@ -591,6 +612,7 @@ void te_listen_info_get(te_listen_info *i)
     pthread_mutex_lock(&L.mu);
     *i = (te_listen_info){ .listening = L.started && L.listening, .attached = L.attached, .peer_pid = L.peer_pid,
                            .since = L.since };
+    snprintf(i->peer_mode, sizeof i->peer_mode, "%s", L.attached ? L.peer_mode : "");
     if (i->listening) {
         snprintf(i->addr, sizeof i->addr, "%s", L.addr);
         snprintf(i->token_file, sizeof i->token_file, "%s", L.token_path);

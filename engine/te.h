@@ -1223,11 +1223,16 @@ typedef struct te_listen_info {
     bool listening;        /* a listener is up (false after 3 failed TCP tries) */
     bool attached;         /* a front end holds the session, or is being handed it */
     int peer_pid;          /* its HELLO's pid; 0 when none */
+    char peer_mode[8];     /* its HELLO's mode=: "cli", "batch"; "" when none */
     int64_t since;         /* when it was accepted (time(NULL)); 0 when none */
     char addr[128];        /* "unix:PATH" or "tcp:127.0.0.1:PORT"; "" when not listening */
     char token_file[256];  /* TCP: the token's file; "" otherwise */
 } te_listen_info;
 TE_API void te_listen_info_get(te_listen_info *i);
+/* The Unix socket a run of pid listens on with TDBG_LISTEN=1 under this
+ * environment ($XDG_RUNTIME_DIR/tdbg/PID.sock, else /tmp/tdbg-UID/PID.sock):
+ * what `tdbg attach PID` connects to. 0, or -1 when it does not fit in n. */
+TE_API int te_listen_socket_path(int pid, char *buf, size_t n);
 
 #ifdef __cplusplus
 }
