@@ -18,13 +18,11 @@
 
 static bool was_recording; /* the program's own recording, left as it was */
 
-/* The program ends while attached: the client hears why. */
+/* The program ends while attached: the client hears why, in END. */
 static void at_exit(void)
 {
     if (!dbg_remote_on())
         return;
-    if (!dbg.ending)
-        fprintf(dbg_out, "tdbg: the program finished%s\n", dbg_last_stop() ? " (it stopped on the way)" : "");
     dbg_stop_leave(); /* the program's tensors are going */
     dbg_remote_close(dbg.ending ? "the program was ended by quit" : "the program finished");
 }
