@@ -6,7 +6,8 @@
  * detach ten times leave the run's descriptors and threads as they were;
  * a client killed with -9 at a prompt, a second client (refused, naming
  * the first), a malformed frame: the run goes on to the same losses;
- * quit's rules while attached; a run without TDBG_LISTEN is named as such.
+ * quit's rules while attached; Ctrl-C in the client pauses the run; the
+ * loopback with its token file; a run without TDBG_LISTEN is named as such.
  * Every child dies with the test (PR_SET_PDEATHSIG) and every wait is
  * bounded. */
 #include "suites.h"
@@ -291,7 +292,28 @@ typedef struct {
     char out[96];
 } client_t;
 
-static client_t client_at_prompt(const run_t *r, const char *opts, const char *name)
+/* Waits until the client's output ends with tail (and holds has, when
+ * given). */
+static void client_shows(const client_t *c, const char *tail, const char *has)
+{
+    double t0 = now_s();
+    for (;;) {
+        if (access(c->out, F_OK) == 0) { /* the child has made it */
+            char *o = slurp(c->out);
+            size_t n = strlen(o), k = strlen(tail);
+            bool there = n >= k && strcmp(o + n - k, tail) == 0 && (!has || strstr(o, has));
+            free(o);
+            if (there)
+                return;
+        }
+        ck_assert_msg(now_s() - t0 < WAIT_S, "the client never showed '%s'", tail);
+        ck_assert_msg(waitpid(c->pid, NULL, WNOHANG) == 0, "the client ended before showing '%s'", tail);
+        usleep(20000);
+    }
+}
+
+/* A client started with opts, once its output ends with tail. */
+static client_t client_at(const run_t *r, const char *opts, const char *name, const char *tail)
 {
     client_t c;
     int p[2];
@@ -303,33 +325,78 @@ static client_t client_at_prompt(const run_t *r, const char *opts, const char *n
     c.pid = spawn(cmd, p[0], c.out, err);
     close(p[0]);
     c.in = p[1];
-    /* the script's lines are shown after their prompts; the next prompt waits for stdin */
-    double t0 = now_s();
-    for (;;) {
-        if (access(c.out, F_OK) != 0) { /* the child has not made it yet */
-            usleep(20000);
-            continue;
-        }
-        char *o = slurp(c.out);
-        const char *last = strrchr(o, '\n');
-        bool waiting = last && strcmp(last + 1, "(tdbg) ") == 0;
-        free(o);
-        if (waiting)
-            return c;
-        ck_assert_msg(now_s() - t0 < WAIT_S, "the client never came to its prompt");
-        ck_assert_msg(waitpid(c.pid, NULL, WNOHANG) == 0, "the client ended before its prompt");
-        usleep(20000);
-    }
+    client_shows(&c, tail, NULL);
+    return c;
 }
 
 #define PLAIN_ARGS "--steps 2000"
+
+/* Ctrl-C in the client while the run trains: INTR, the run stops at the
+ * next op, the prompt comes back; the client lives on. */
+START_TEST(test_attach_ctrl_c)
+{
+    scene_begin();
+    run_t r = run_start(true, "--steps 1000000");
+    run_listening(&r);
+    client_t c = client_at(&r, "--cli -ex continue", "c1", "(tdbg) continue\n"); /* training */
+    usleep(300000);
+    kill(c.pid, SIGINT);
+    client_shows(&c, "\n(tdbg) ", "reason=interrupt");
+    ck_assert_int_eq(write(c.in, "detach\n", 7), 7);
+    close(c.in);
+    ck_assert_int_eq(reap(c.pid, WAIT_S, "the client"), 0);
+    char *o = slurp(c.out);
+    ck_assert_msg(strstr(o, "Interrupted.") && strstr(o, "Detaching from mlp"), "%s", o);
+    free(o);
+    ck_assert_int_eq(waitpid(r.pid, NULL, WNOHANG), 0); /* still training */
+    kill(r.pid, SIGKILL);
+    reap(r.pid, WAIT_S, "the run");
+    scene_end();
+}
+END_TEST
+
+/* TDBG_LISTEN=tcp:127.0.0.1:0: the client with the address and token file
+ * the run printed. */
+START_TEST(test_attach_tcp)
+{
+    scene_begin();
+    run_t r;
+    snprintf(r.out, sizeof r.out, "%s/run.out", xdg);
+    snprintf(r.err, sizeof r.err, "%s/run.err", xdg);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "TDBG_LISTEN=tcp:127.0.0.1:0 exec '%s/examples/mlp' %s %s", TDBG_BUILDDIR, MLP_ARGS,
+             PLAIN_ARGS);
+    r.pid = spawn(cmd, -1, r.out, r.err);
+    char how[512] = "";
+    double t0 = now_s();
+    while (!how[0]) {
+        ck_assert_msg(now_s() - t0 < WAIT_S, "the run never said where it listens");
+        if (access(r.err, F_OK) == 0) { /* the child has made it */
+            char *err = slurp(r.err), line[512];
+            if (line_with(err, "attach with: tdbg attach tcp:", line, sizeof line))
+                snprintf(how, sizeof how, "%s", strstr(line, "tdbg attach tcp:") + 12);
+            free(err);
+        }
+        usleep(20000);
+    }
+    ck_assert_msg(strstr(how, " --token-file "), "%s", how);
+    ts_session a = ts_sh("timeout %d '%s/debugger/tdbg' attach %s --batch -ex 'print fc1/linear:out0[0,0]' "
+                         "</dev/null", WAIT_S, TDBG_BUILDDIR, how);
+    ts_status_is(&a, 0);
+    ts_has(&a, "fc1/linear:out0 f32 [32,64]");
+    ts_has(&a, "(tdbg) detach\nDetaching from mlp");
+    ts_free(&a);
+    run_ends_like(&r, PLAIN_ARGS);
+    scene_end();
+}
+END_TEST
 
 START_TEST(test_attach_client_killed)
 {
     scene_begin();
     run_t r = run_start(true, PLAIN_ARGS);
     run_listening(&r);
-    client_t c = client_at_prompt(&r, "--cli -ex 'break fc2/linear' -ex continue", "c1");
+    client_t c = client_at(&r, "--cli -ex 'break fc2/linear' -ex continue", "c1", "origin=-\n(tdbg) ");
     kill(c.pid, SIGKILL);
     ck_assert_int_eq(reap(c.pid, WAIT_S, "the client"), 128 + SIGKILL);
     close(c.in);
@@ -346,7 +413,7 @@ START_TEST(test_attach_second_refused)
     scene_begin();
     run_t r = run_start(true, PLAIN_ARGS);
     run_listening(&r);
-    client_t c = client_at_prompt(&r, "--cli", "c1");
+    client_t c = client_at(&r, "--cli", "c1", "origin=-\n(tdbg) "); /* at the prompt after the attach's stop */
     ts_session b = attach(&r, "--batch -ex detach");
     ts_status_is(&b, 2);
     char want[64];
@@ -462,6 +529,8 @@ Suite *suite_attach(void)
     tcase_add_test(tc, test_attach_second_refused);
     tcase_add_test(tc, test_attach_malformed);
     tcase_add_test(tc, test_attach_quit_rules);
+    tcase_add_test(tc, test_attach_ctrl_c);
+    tcase_add_test(tc, test_attach_tcp);
     tcase_add_test(tc, test_attach_not_listening);
     suite_add_tcase(s, tc);
     return s;
