@@ -95,7 +95,9 @@ static void add_file(const char *path)
     fclose(f);
 }
 
-/* The debugger library beside this program in a build tree, else installed. */
+/* The debugger library beside this program in a build tree (this program
+ * is debugger/.libs/tdbg there, run by libtool's wrapper, as it links the
+ * engine's shared library), else installed. */
 static const char *plugin_path(void)
 {
     static char path[PATH_MAX + 64];
@@ -103,7 +105,11 @@ static const char *plugin_path(void)
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = '\0';
-        snprintf(path, sizeof path, "%s/.libs/libtdbg-debugger.so", dirname(exe));
+        const char *dir = dirname(exe), *last = strrchr(dir, '/');
+        snprintf(path, sizeof path, "%s/libtdbg-debugger.so", dir);
+        if (strcmp(last ? last + 1 : dir, ".libs") == 0 && access(path, R_OK) == 0)
+            return path;
+        snprintf(path, sizeof path, "%s/.libs/libtdbg-debugger.so", dir);
         if (access(path, R_OK) == 0)
             return path;
     }
