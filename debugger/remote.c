@@ -46,7 +46,7 @@ bool dbg_remote_on(void) { return R.fd >= 0; }
 
 const char *dbg_remote_gone(void)
 {
-    return atomic_load_explicit(&gone, memory_order_relaxed) ? R.why : NULL;
+    return atomic_load_explicit(&gone, memory_order_acquire) ? R.why : NULL; /* why is written before */
 }
 
 /* The session is over from the client's side; why says how (under R.mu). */
