@@ -10,17 +10,39 @@
 #include "te_internal.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #ifndef TDBG_PLUGIN_PATH
 #define TDBG_PLUGIN_PATH "libtdbg-debugger.so"
 #endif
 
+/* TDBG_PLUGIN, else the installed module, else (a program run from a build
+ * tree, where nothing is installed: an attach finds no TDBG_PLUGIN in a
+ * run started by hand) the tree's own, found from where this engine
+ * library was loaded: TOP/engine/.libs/ -> TOP/debugger/.libs/. */
 static const char *module_path(void)
 {
     const char *path = getenv("TDBG_PLUGIN");
-    return path && path[0] ? path : TDBG_PLUGIN_PATH;
+    if (path && path[0])
+        return path;
+    if (access(TDBG_PLUGIN_PATH, R_OK) == 0)
+        return TDBG_PLUGIN_PATH;
+    static char tree[PATH_MAX];
+    Dl_info self;
+    const char *tail = "/engine/.libs/";
+    if (dladdr((void *)module_path, &self) && self.dli_fname) {
+        const char *at = strstr(self.dli_fname, tail);
+        if (at && !strchr(at + strlen(tail), '/') &&
+            snprintf(tree, sizeof tree, "%.*s/debugger/.libs/libtdbg-debugger.so", (int)(at - self.dli_fname),
+                     self.dli_fname) < (int)sizeof tree &&
+            access(tree, R_OK) == 0)
+            return tree;
+    }
+    return TDBG_PLUGIN_PATH;
 }
 
 /* RTLD_NOW: a symbol the module lacks fails here, with dlerror()'s
