@@ -505,6 +505,7 @@ void te_listen_start(void)
         remove_files();
         return;
     }
+    pthread_setname_np(L.thread, "tdbg-listen"); /* what top -H and /proc/PID/task show */
     L.started = true;
     if (tcp)
         fprintf(stderr, "tdbg: listening on %s (the token is in %s); attach with: tdbg attach %s --token-file %s\n",
