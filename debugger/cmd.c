@@ -304,6 +304,10 @@ void dbg_command_loop(void)
 {
     for (;;) {
         char *line = dbg_read_line("(tdbg) ");
+        if (!line && dbg_remote_on()) { /* an attached front end went away: the run goes on */
+            dbg_detach_if_gone();
+            return;
+        }
         if (!line) {
             /* End of input: an interactive user left; a script ran out. */
             if (dbg.started || !dbg.batch) { /* as `quit`, with its status */

@@ -49,6 +49,13 @@ static bool pending_find(int id, bool drop)
     return false;
 }
 
+void dbg_breaks_clear(void)
+{
+    while (dbg.n_breaks)
+        dbg_break_remove(dbg.breaks[0].id);
+    dbg.next_id = 1;
+}
+
 void dbg_break_remove(int id)
 {
     for (int i = 0; i < dbg.n_breaks; i++)
@@ -95,7 +102,9 @@ static void pending_unmatched(const char *msg, void *user)
  * (*pending set): the engine checks it when the first step ends and warns
  * once if it matched nothing. In the middle of that first step, a glob
  * matching none of the ops so far is refused only when it is a typo of one
- * (one within TE_NEAR edits); another may name an op still to come. */
+ * (one within TE_NEAR edits); another may name an op still to come. An
+ * attached session's first step (the engine learns the names from it)
+ * refuses none: it came in after the step's first ops. */
 static bool known_ops(const char *glob, bool *pending_out)
 {
     static const char *names[3 * DBG_MAX_OPS];
@@ -106,7 +115,9 @@ static bool known_ops(const char *glob, bool *pending_out)
         if (fnmatch(glob, names[i], 0) == 0)
             return true;
     const char *near = te_suggest(glob, names, n, TE_NEAR);
-    if (!known && !near) {
+    /* An attached session comes in mid-step: near a name so far or not,
+     * the glob may name an op of the rest of the step. */
+    if (!known && (!near || dbg_remote_on())) {
         *pending_out = true;
         return true;
     }

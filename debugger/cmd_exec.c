@@ -101,6 +101,46 @@ static bool cmd_until(const char *args)
 
 int dbg_quit_status(void) { return dbg_last_stop() ? 1 : 0; }
 
+/* `detach`: an attached front end leaves, the run trains on. */
+static bool cmd_detach(const char *args)
+{
+    (void)args;
+    if (!dbg_remote_on()) {
+        dbg_error("detach: no front end is attached (this session started the program: 'quit' ends it; "
+                  "'tdbg attach' attaches to a run started with TDBG_LISTEN=1)");
+        return false;
+    }
+    fprintf(dbg_out, "Detaching from %s (pid %d) at step %lld; training goes on.\n", dbg.program, (int)getpid(),
+            (long long)dbg.step);
+    dbg_detach("detached");
+    return true;
+}
+
+/* quit while attached, as gdb: ask before killing the run (interactive),
+ * detach (batch). false: the user said no, or the front end went. */
+static bool quit_attached(void)
+{
+    if (dbg.batch) {
+        fprintf(dbg_out, "quit in batch mode while attached: detaching, training goes on.\n");
+        return false;
+    }
+    for (;;) {
+        char *a = dbg_read_line("Kill the program being debugged? (y or n) ");
+        if (!a)
+            return false;
+        char w[16];
+        dbg_word(a, w, sizeof w);
+        free(a);
+        if (strcmp(w, "y") == 0 || strcmp(w, "yes") == 0)
+            return true;
+        if (strcmp(w, "n") == 0 || strcmp(w, "no") == 0) {
+            fprintf(dbg_out, "Not confirmed.\n");
+            return false;
+        }
+        fprintf(dbg_out, "Please answer y or n.\n");
+    }
+}
+
 /* `quit [N]`: status N (0-255) as gdb's `quit EXPR`, else dbg_quit_status(). */
 static bool cmd_quit(const char *args)
 {
@@ -109,6 +149,12 @@ static bool cmd_quit(const char *args)
         if (status > 255)
             dbg_error("quit N: an exit status is 0 to 255, got '%s'", args);
         return false;
+    }
+    if (dbg_remote_on() && !quit_attached()) {
+        if (!dbg.batch)
+            return false;
+        dbg_detach("detached");
+        return true;
     }
     fprintf(dbg_out, "tdbg: training ended by quit at step %lld\n", (long long)(dbg.step < 0 ? 0 : dbg.step));
     dbg.ending = true;
@@ -133,7 +179,11 @@ const dbg_cmd dbg_cmds_exec[] = {
     { .name = "until", .alias = "u", .usage = "until step N", .help = "run to the start of step N",
       .args = { { .words = DBG_WORDS("step") } }, .max_words = 2, .resumes = true, .run = cmd_until },
     { .name = "quit", .alias = "q", .usage = "quit [N]", .help = "end training and the program\n"
-      "The exit status is N, else 1 when training stopped at least once, else 0 (every front end).",
+      "The exit status is N, else 1 when training stopped at least once, else 0 (every front end).\n"
+      "Attached with 'tdbg attach': asks 'Kill the program being debugged? (y or n)' first; --batch detaches.",
       .max_words = 1, .resumes = true, .run = cmd_quit },
+    { .name = "detach", .usage = "detach", .help = "leave a run attached to with 'tdbg attach': training goes on\n"
+      "Breakpoints, watches, dumps and profiles this session set go; the run trains on as if never attached.",
+      .resumes = true, .run = cmd_detach },
     { .name = NULL },
 };

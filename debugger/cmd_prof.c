@@ -146,6 +146,12 @@ static void stop_at_exit(void)
         say_written("tdbg: profile ended; wrote", info().last_file);
 }
 
+void dbg_prof_detach(void)
+{
+    stop_at_exit();
+    started_here = seen_recording = false;
+}
+
 /* Starts the engine's profiler with o, replacing one running. */
 static bool start(const te_profile_opts *o)
 {

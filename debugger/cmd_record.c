@@ -47,6 +47,16 @@ static struct {
     te_record_located located;
 } T = { .arrive = ARRIVE_STOP, .reason = "rewind", .diverged_step = -1 };
 
+void dbg_record_detach(bool was_recording)
+{
+    if (!was_recording && te_record_active())
+        te_record_stop();
+    memset(&T, 0, sizeof T);
+    T.arrive = ARRIVE_STOP;
+    T.reason = "rewind";
+    T.diverged_step = -1;
+}
+
 void dbg_record_setup(void)
 {
     if (te_record_start(NULL) != TE_OK)

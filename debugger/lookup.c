@@ -195,6 +195,17 @@ static uint32_t hash(const char *s)
     return h;
 }
 
+void dbg_trends_clear(void)
+{
+    for (int i = 0; i < dbg.n_trends; i++)
+        if (dbg.trends[i].prev)
+            te_tensor_free(dbg.trends[i].prev);
+    memset(slots, 0, sizeof slots);
+    if (dbg.trends)
+        memset(dbg.trends, 0, (size_t)dbg.n_trends * sizeof *dbg.trends);
+    dbg.n_trends = 0;
+}
+
 dbg_trend *dbg_trend_get(const char *name, bool create)
 {
     for (uint32_t j = hash(name) & (TREND_SLOTS - 1);; j = (j + 1) & (TREND_SLOTS - 1)) {

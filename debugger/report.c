@@ -221,11 +221,18 @@ void dbg_stop_report(const dbg_stop *s)
         fprintf(dbg_out, "  verdict: propagated from %s%s%s\n", origin->from,
                 origin->from_read ? " (a forward tensor this op reads)" : "",
                 origin->intended ? " (an intended value, carried on)" : "");
-    /* The one line scripts parse: origin=created or origin=propagated:TENSOR. */
-    char origin_tok[TE_NAME_MAX + 32];
-    dbg_origin_token(origin, origin_tok, sizeof origin_tok);
-    fprintf(dbg_out, "stopped: step=%lld phase=%s op=%s type=%s reason=%s tensor=%s index=%s origin=%s\n",
-            (long long)s->step, te_phase_name(s->phase), or_dash(s->op), or_dash(s->type), s->reason,
-            or_dash(s->tensor), or_dash(s->index_text), origin_tok);
+    char line[DBG_STOP_LINE_MAX];
+    dbg_stop_line(s, line, sizeof line);
+    fprintf(dbg_out, "%s\n", line);
     fflush(dbg_out);
+}
+
+/* The one line scripts parse: origin=created or origin=propagated:TENSOR. */
+void dbg_stop_line(const dbg_stop *s, char *buf, size_t n)
+{
+    char origin_tok[TE_NAME_MAX + 32];
+    dbg_origin_token(&s->origin, origin_tok, sizeof origin_tok);
+    snprintf(buf, n, "stopped: step=%lld phase=%s op=%s type=%s reason=%s tensor=%s index=%s origin=%s",
+             (long long)s->step, te_phase_name(s->phase), or_dash(s->op), or_dash(s->type), s->reason,
+             or_dash(s->tensor), or_dash(s->index_text), origin_tok);
 }

@@ -181,6 +181,22 @@ static dbg_stop last_stop;
 
 const dbg_stop *dbg_last_stop(void) { return last_stop.seq ? &last_stop : NULL; }
 
+void dbg_session_reset(void)
+{
+    dbg_op *ops = dbg.ops, *last_ops = dbg.last_ops;
+    dbg_trend *trends = dbg.trends;
+    memset(&dbg, 0, sizeof dbg);
+    dbg.ops = ops;
+    dbg.last_ops = last_ops;
+    dbg.trends = trends;
+    dbg.hook = -1;
+    dbg_cond_free(last_stop.cond);
+    memset(&last_stop, 0, sizeof last_stop);
+    step_t0_ns = paused_ns = 0;
+    last_step_ms = -1;
+    dbg_interrupted = 0;
+}
+
 const te_op_record *dbg_stopped_at(void) { return last_stop.active ? last_stop.rec : NULL; }
 
 void dbg_stop_leave(void)
@@ -230,7 +246,7 @@ void dbg_stop_at(const char *reason, void (*fill)(dbg_stop *s)) { stop_fill(NULL
  * every op, as always. */
 static unsigned defer_kinds(void)
 {
-    if (dbg.mode != RUN_GO || dbg.n_watch ||
+    if (dbg.mode != RUN_GO || dbg.n_watch || dbg_interrupted ||
         (dbg_frontend_active && strcmp(dbg_frontend_active->name, "tui") == 0))
         return 0;
     unsigned kinds = 0;
@@ -248,6 +264,8 @@ static unsigned defer_kinds(void)
 void dbg_on_step_begin(int64_t step, void *user)
 {
     (void)user;
+    if (dbg_detach_if_gone())
+        return;
     step_t0_ns = now_ns();
     paused_ns = 0;
     dbg_prof_step_begin();
@@ -531,6 +549,8 @@ static bool skip_armed(void)
 void dbg_on_op_end(const te_op_record *r, void *user)
 {
     (void)user;
+    if (dbg_detach_if_gone())
+        return;
     remember_op(r);
     dbg_verdict_note(r); /* before any check: which of its non-finite values are intended */
     dbg_op *o = &dbg.ops[dbg.n_ops - 1];

@@ -180,6 +180,10 @@ void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const db
 void dbg_stop_at(const char *reason, void (*fill)(dbg_stop *s));
 /* Prints s's report and its `stopped:` line on dbg_out. report.c. */
 void dbg_stop_report(const dbg_stop *s);
+/* s's `stopped:` line, without its newline, into buf (DBG_STOP_LINE_MAX
+ * holds any). report.c. */
+#define DBG_STOP_LINE_MAX (6 * TE_NAME_MAX + 256)
+void dbg_stop_line(const dbg_stop *s, char *buf, size_t n);
 /* Training is not paused at the last stop any more (the program ends
  * inside it): its pointers go. */
 void dbg_stop_leave(void);
@@ -225,6 +229,38 @@ extern const dbg_frontend *dbg_frontend_active;
 /* Catches the fatal signals: the active front end's fatal_signal runs,
  * then the signal's old action (the program still dies of it). */
 void dbg_fatal_handlers_install(void);
+
+/* ---- an attached session (attach.c, remote.c; docs/attach.md) -------------
+ * A listening run (TDBG_LISTEN) hands a front end's connection to
+ * dbg_plugin_attach, which sets the session up over it with the remote
+ * front end and pauses at the next op; `detach`, `quit` in batch mode, BYE
+ * or a lost connection take everything the session set in the engine away
+ * again (dbg_detach) and training goes on as if it had never attached. */
+extern const dbg_frontend dbg_frontend_remote;
+/* Starts the remote front end on fd (its output stream, its reader
+ * thread); false with why, fd untouched. */
+bool dbg_remote_open(int fd, char *why, size_t n);
+/* A front end is attached. */
+bool dbg_remote_on(void);
+/* Why the client is gone (BYE, closed, malformed), NULL while it is there. */
+const char *dbg_remote_gone(void);
+/* Sends END why (when the client can still read it), stops the reader,
+ * closes the fd and tells the engine (te_listen_detached). */
+void dbg_remote_close(const char *why);
+/* Ends an attached session: the session's hooks, breakpoints, observed
+ * tensors, dump, profile and recording go, END why goes to the client,
+ * the state is reset for the next attach. Training resumes when the
+ * caller returns. attach.c. */
+void dbg_detach(const char *why);
+/* At an op or step boundary: detaches when the client is gone (true). */
+bool dbg_detach_if_gone(void);
+/* Back to a session never started (keeps the ops' arrays). session.c. */
+void dbg_session_reset(void);
+/* What detach takes away, by their modules. */
+void dbg_breaks_clear(void);
+void dbg_trends_clear(void);
+void dbg_prof_detach(void);
+void dbg_record_detach(bool was_recording);
 
 /* ---- mixed precision (amp.c) ------------------------------------------------
  * What the debugger keeps of the loss scaler across steps, for `info amp`

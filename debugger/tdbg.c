@@ -6,8 +6,11 @@
  * (engine/plugin.c), so any program linked with the engine can be
  * debugged without rebuilding it. The launcher waits: it says so when
  * PROGRAM never loaded the debugger, and ends with PROGRAM's status (or
- * dies of PROGRAM's signal).
+ * dies of PROGRAM's signal). `tdbg attach` attaches to a run that is
+ * already going instead (attach_client.c).
  */
+#include "attach_client.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -34,6 +37,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tdbg [-x FILE] [-ex CMD]... [--batch | --cli | --tui] -- PROGRAM [ARGS]\n"
+               "       tdbg attach PID | SOCKET | tcp:HOST:PORT --token-file F [-x FILE] [-ex CMD]... [--batch | --cli]\n"
                "Runs PROGRAM (any program linked with the tdbg engine) under the debugger.\n\n"
                "  -x FILE     run the commands in FILE first (one per line, # comments)\n"
                "  -ex CMD     run CMD first (repeatable; after -x files, in order)\n"
@@ -48,7 +52,9 @@ static void usage(FILE *f)
                "Exit status: PROGRAM's own (death by signal N: 128+N, as without tdbg); 1 when\n"
                "training stopped and then ended by quit, the script's end or (--batch) the\n"
                "program's end; 'quit N': N; 2 for a usage error or a program that cannot run;\n"
-               "3 when PROGRAM ended without ever loading the debugger.\n");
+               "3 when PROGRAM ended without ever loading the debugger.\n\n"
+               "'tdbg attach' attaches to a run started with TDBG_LISTEN=1 (tdbg attach --help,\n"
+               "docs/attach.md).\n");
 }
 
 static char *script;
@@ -89,7 +95,9 @@ static void add_file(const char *path)
     fclose(f);
 }
 
-/* The debugger library beside this program in a build tree, else installed. */
+/* The debugger library beside this program in a build tree (this program
+ * is debugger/.libs/tdbg there, run by libtool's wrapper, as it links the
+ * engine's shared library), else installed. */
 static const char *plugin_path(void)
 {
     static char path[PATH_MAX + 64];
@@ -97,7 +105,11 @@ static const char *plugin_path(void)
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = '\0';
-        snprintf(path, sizeof path, "%s/.libs/libtdbg-debugger.so", dirname(exe));
+        const char *dir = dirname(exe), *last = strrchr(dir, '/');
+        snprintf(path, sizeof path, "%s/libtdbg-debugger.so", dir);
+        if (strcmp(last ? last + 1 : dir, ".libs") == 0 && access(path, R_OK) == 0)
+            return path;
+        snprintf(path, sizeof path, "%s/.libs/libtdbg-debugger.so", dir);
         if (access(path, R_OK) == 0)
             return path;
     }
@@ -235,6 +247,8 @@ static int run(char **argv)
 int main(int argc, char **argv)
 {
     /* The TUI when there is a terminal to draw on and type into. */
+    if (argc > 1 && strcmp(argv[1], "attach") == 0)
+        return tdbg_attach_main(argc - 1, argv + 1);
     const char *mode = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) ? "tui" : "cli";
     int i = 1;
     for (; i < argc; i++) {

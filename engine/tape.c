@@ -91,11 +91,13 @@ te_status te_init(const te_config *cfg)
     te_error_clear();
     te_record_env();
     te_plugin_load();
+    te_listen_start();
     return TE_OK;
 }
 
 void te_shutdown(void)
 {
+    te_listen_stop();
     te_record_shutdown(); /* its snapshots hold the allocator's memory */
     te_checkpoint_shutdown();
     te_tape_reset();
@@ -140,6 +142,8 @@ void te_step_begin(void)
     eng.exec_index = 0;
     eng.phase = TE_PHASE_FORWARD;
     te_record_begin(); /* may put an earlier step back (a rewind) */
+    if (te_listen_waiting())
+        te_listen_hand_off(); /* a front end attaches: its hooks see this step whole */
     if (te_prof_on)
         te_prof_step(true);
     if (te_hook_count) {

@@ -1152,6 +1152,88 @@ TE_API void te_profile_info_get(te_profile_info *i);
  * dump writer's queue), added to the current step's args; any thread. */
 TE_API void te_profile_note_wait(const char *what, int64_t ns);
 
+/* ---- attaching to a running job (wire.c, listen.c; docs/attach.md) --------
+ *
+ * With TDBG_LISTEN set at te_init ("1" or "unix": a Unix socket in a private
+ * directory; "tcp:127.0.0.1:PORT": the loopback, with a token file), a
+ * listener thread accepts one front end at a time, checks it (the peer's uid;
+ * the token) and hands its connection to the training thread, which at the
+ * next te_step_begin sends WELCOME and calls the attach handler with the fd:
+ * by default the debugger module's `int dbg_plugin_attach(int fd)`, loaded
+ * as the TDBG plugin is (TDBG_PLUGIN, else the installed one).
+ *
+ * The wire: each frame is a 4-byte big-endian payload length (at most
+ * TE_WIRE_MAX), one type byte, then the payload (text, no NUL). */
+#define TE_WIRE_MAX (1u << 20)
+typedef enum te_wire_type {
+    /* client -> run */
+    TE_WIRE_HELLO = 1, /* "tdbg-attach 1 pid=N mode=cli|batch", the first frame */
+    TE_WIRE_AUTH,      /* the token (TCP only), the second frame */
+    TE_WIRE_LINE,      /* a command line, the answer to a PROMPT */
+    TE_WIRE_INTR,      /* Ctrl-C: pause at the next op (no payload) */
+    TE_WIRE_BYE,       /* detach and leave (no payload) */
+    /* run -> client */
+    TE_WIRE_WELCOME,   /* "tdbg-run 1 pid=N step=S program=PATH": the session begins */
+    TE_WIRE_REFUSED,   /* why; the run closes the connection */
+    TE_WIRE_OUT,       /* output text */
+    TE_WIRE_PROMPT,    /* the prompt: the run waits for one LINE */
+    TE_WIRE_STOP,      /* the `stopped:` line */
+    TE_WIRE_END,       /* the session is over (detached, the program ended): why */
+    TE_WIRE_TYPE_END   /* one past the last type */
+} te_wire_type;
+
+typedef enum te_wire_status {
+    TE_WIRE_FRAME = 0,     /* a whole frame was read */
+    TE_WIRE_CLOSED = 1,    /* the peer closed (or reset) the connection between frames */
+    TE_WIRE_TIMEOUT = 2,   /* no frame began within the timeout; nothing was consumed */
+    TE_WIRE_MALFORMED = 3, /* too long, unknown type, cut short, or late: close the fd */
+    TE_WIRE_ERROR = 4,     /* another I/O error (errno and te_error() say which) */
+} te_wire_status;
+
+/* "hello", "auth", ... "end"; "?" for another value. */
+TE_API const char *te_wire_type_name(int type);
+TE_API const char *te_wire_status_str(te_wire_status s);
+/* Sends one frame on the socket fd, whole (partial writes and EINTR
+ * handled; MSG_NOSIGNAL: a closed peer is EPIPE, never SIGPIPE). Returns 0,
+ * or -1 with errno and te_error() set (EINVAL: an unknown type or n over
+ * TE_WIRE_MAX). One writer per fd at a time. */
+TE_API int te_wire_send(int fd, int type, const void *payload, size_t n);
+/* Reads one frame into buf (cap bytes: the payload and a NUL after it):
+ * *type and *len set on TE_WIRE_FRAME. The length is checked before the
+ * payload is read: over TE_WIRE_MAX or over cap - 1 is TE_WIRE_MALFORMED,
+ * as are an unknown type and a frame cut short. timeout_ms bounds the
+ * whole frame (-1: none): TE_WIRE_TIMEOUT when it runs out before the
+ * first byte, TE_WIRE_MALFORMED after it. te_error() says why on every
+ * status but TE_WIRE_FRAME. */
+TE_API te_wire_status te_wire_recv(int fd, int *type, char *buf, size_t cap, size_t *len, int timeout_ms);
+
+/* What the training thread does with an accepted, checked connection, at
+ * the step boundary, after sending WELCOME: the handler owns fd from then
+ * on, closes it when the session ends and then calls te_listen_detached().
+ * NULL restores the default (the debugger module's dbg_plugin_attach; if
+ * the module or the symbol is missing, the client gets REFUSED with
+ * dlerror()'s text and the run goes on). Call it before te_init or between
+ * steps. */
+typedef void (*te_listen_handler)(int fd, void *user);
+TE_API void te_listen_set_handler(te_listen_handler fn, void *user);
+/* The session handed out ended and its fd is closed: the listener accepts
+ * the next front end. Any thread; harmless when none is attached. */
+TE_API void te_listen_detached(void);
+typedef struct te_listen_info {
+    bool listening;        /* a listener is up (false after 3 failed TCP tries) */
+    bool attached;         /* a front end holds the session, or is being handed it */
+    int peer_pid;          /* its HELLO's pid; 0 when none */
+    char peer_mode[8];     /* its HELLO's mode=: "cli", "batch"; "" when none */
+    int64_t since;         /* when it was accepted (time(NULL)); 0 when none */
+    char addr[128];        /* "unix:PATH" or "tcp:127.0.0.1:PORT"; "" when not listening */
+    char token_file[256];  /* TCP: the token's file; "" otherwise */
+} te_listen_info;
+TE_API void te_listen_info_get(te_listen_info *i);
+/* The Unix socket a run of pid listens on with TDBG_LISTEN=1 under this
+ * environment ($XDG_RUNTIME_DIR/tdbg/PID.sock, else /tmp/tdbg-UID/PID.sock):
+ * what `tdbg attach PID` connects to. 0, or -1 when it does not fit in n. */
+TE_API int te_listen_socket_path(int pid, char *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

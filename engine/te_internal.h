@@ -657,6 +657,23 @@ void te_scaler_snap_restore(const te_scaler_snap *s);
 void te_scaler_snap_free(te_scaler_snap *s);
 /* With TDBG set, loads the debugger once per process (plugin.c). */
 void te_plugin_load(void);
+/* The debugger module's `int dbg_plugin_attach(int fd)` (0: it took fd and
+ * calls te_listen_detached when the session ends), loaded as te_plugin_load
+ * loads the module; NULL with dlerror()'s text in why when it cannot be. */
+typedef int (*te_plugin_attach_fn)(int fd);
+te_plugin_attach_fn te_plugin_attach_entry(char *why, size_t n);
+
+/* ---- attaching (listen.c) ---- */
+/* Set by the listener thread when a checked connection waits for the
+ * training thread; te_step_begin tests it (one branch with nobody there). */
+extern int te_listen_ready;
+static inline bool te_listen_waiting(void) { return __atomic_load_n(&te_listen_ready, __ATOMIC_RELAXED) != 0; }
+void te_listen_hand_off(void);   /* te_step_begin, when te_listen_waiting() */
+void te_listen_start(void);      /* te_init: TDBG_LISTEN */
+void te_listen_stop(void);       /* te_shutdown: thread joined, files removed */
+/* NULL when a peer of uid peer may attach to a run of euid self, else the
+ * REFUSED text ("another user (uid N)") written into buf. */
+const char *te_listen_check_uid(unsigned peer, unsigned self, char *buf, size_t n);
 
 /* Hooks and injections cost one predictable branch each when none is set. */
 extern int te_hook_count;

@@ -50,6 +50,8 @@ Suite *suite_gpt(void);         /* examples/gpt's model against PyTorch: logits,
 Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to, devices, dispatch, per-device memory */
 Suite *suite_record(void);     /* time travel: record, rewind, replay bit for bit, diverged, locate */
 Suite *suite_dbg_record(void); /* the debugger's time travel: rewind to a NaN's past and stop there again, reverse-step/next, replay with a dump, diverged */
+Suite *suite_listen(void);     /* attaching, the run's side: frames, TDBG_LISTEN, the socket's modes, uid and token checks, refusals, the hand-off, no leaks */
+Suite *suite_attach(void);     /* attaching end to end: tdbg attach, break nan, detach with the same losses, no leaks, kill -9, refusals, quit */
 Suite *suite_watch(void);      /* the deferred NaN watch: the same stops, replays bit for bit */
 #ifdef TE_HAVE_CUDA
 Suite *suite_cuda_elementwise(void); /* CUDA elementwise, shape and cast kernels against the CPU's; their shared per-element code */

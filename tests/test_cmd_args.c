@@ -52,9 +52,9 @@ START_TEST(test_every_command_refuses_extra_words)
             ck_assert(!dbg.started);
             checked++;
         }
-    /* run continue step next finish until quit, ignore, info stats hist trend help, compare, record rewind
-     * reverse-step reverse-next locate checkpoint, focus scroll jump keys refresh */
-    ck_assert_int_eq(checked, 25);
+    /* run continue step next finish until quit detach, ignore, info stats hist trend help, compare, record
+     * rewind reverse-step reverse-next locate checkpoint, focus scroll jump keys refresh */
+    ck_assert_int_eq(checked, 26);
     /* break tbreak delete disable enable condition, print set, dump, profile, replay, view search */
     ck_assert_int_eq(free_text, 13);
     ck_assert(!ts_exec("step 1 2"));

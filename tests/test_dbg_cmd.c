@@ -763,8 +763,8 @@ START_TEST(test_resumes_declared)
                           c->resumes);
             n_resume += c->resumes;
         }
-    ck_assert_int_eq(n_resume, 12); /* run continue step next finish until quit, rewind reverse-step reverse-next
-                                      * replay locate */
+    ck_assert_int_eq(n_resume, 13); /* run continue step next finish until quit detach, rewind reverse-step
+                                      * reverse-next replay locate */
     ck_assert(dbg_cmd_find("continue")->resumes && dbg_cmd_find("quit")->resumes);
     ck_assert(!dbg_cmd_find("print")->resumes && !dbg_cmd_find("break")->resumes);
 }

@@ -1,7 +1,7 @@
 /* test_exports.c — what the shared libraries export, read from the built
  * files with `nm -D --defined-only`: libtdbg-engine.so exactly the functions
  * and variables te.h declares, each marked TE_API (the rest is compiled
- * hidden), and the debugger module only its entry point. */
+ * hidden), and the debugger module only its entry points (start, attach). */
 #include "suites.h"
 
 #include <ctype.h>
@@ -256,15 +256,18 @@ START_TEST(test_engine_exports_te_h)
 END_TEST
 
 /* The debugger module, loaded RTLD_LOCAL into the training program, exports
- * its entry point alone: no dbg_*, dump_*, tui_*. */
+ * its entry points alone (start; attach, for a listening run): no other
+ * dbg_*, no dump_*, tui_*. */
 START_TEST(test_plugin_exports_entry_point)
 {
     names exp = { 0 };
     exported(PLUGIN_SO, &exp);
     static char extra[8192];
-    names_minus(&exp, &(names){ .n = 1, .v = (char *[]){ "dbg_plugin_start" } }, extra, sizeof extra);
-    ck_assert_msg(!extra[0], "libtdbg-debugger.so exports more than dbg_plugin_start:%s", extra);
+    names_minus(&exp, &(names){ .n = 2, .v = (char *[]){ "dbg_plugin_start", "dbg_plugin_attach" } }, extra,
+                sizeof extra);
+    ck_assert_msg(!extra[0], "libtdbg-debugger.so exports more than dbg_plugin_start and dbg_plugin_attach:%s", extra);
     ck_assert_msg(names_has(&exp, "dbg_plugin_start"), "libtdbg-debugger.so does not export dbg_plugin_start");
+    ck_assert_msg(names_has(&exp, "dbg_plugin_attach"), "libtdbg-debugger.so does not export dbg_plugin_attach");
     names_free(&exp);
 }
 END_TEST

@@ -1,0 +1,388 @@
+/*
+ * attach_client.c — `tdbg attach PID | SOCKET | tcp:HOST:PORT --token-file F`:
+ * connects to a run started with TDBG_LISTEN (engine/listen.c), says HELLO
+ * (and the token on TCP), then relays: OUT frames to stdout (the stop's
+ * report and its `stopped:` line among them; STOP frames carry that line
+ * again as data, for a front end that draws it), a PROMPT answered from
+ * the -x/-ex script first, then by readline at a terminal or stdin's lines
+ * (--batch: `detach` when the script is over), Ctrl-C as an INTR frame.
+ * END and REFUSED say why the session is over. The frames are the
+ * engine's (te_wire_send, te_wire_recv).
+ */
+#include "attach_client.h"
+
+#include "te.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <readline/history.h>
+#include <readline/readline.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define FRAME_MS 30000 /* a frame begun must be whole within this */
+#define TOKEN_MAX 512
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tdbg attach PID | SOCKET | tcp:HOST:PORT --token-file FILE [-x FILE] [-ex CMD]...\n"
+               "                   [--batch | --cli]\n"
+               "Attaches to a training run started with TDBG_LISTEN=1 (or tcp:127.0.0.1:PORT),\n"
+               "pauses it at the next op and gives the debugger's command line; 'detach' leaves\n"
+               "it running.\n\n"
+               "  PID         the run's pid: its socket in $XDG_RUNTIME_DIR/tdbg (else /tmp/tdbg-UID)\n"
+               "  SOCKET      the socket's path, as the run printed it\n"
+               "  tcp:HOST:PORT --token-file FILE\n"
+               "              a run listening on the loopback, and the token file it printed\n"
+               "  -x FILE     run the commands in FILE first (one per line, # comments)\n"
+               "  -ex CMD     run CMD first (repeatable; after -x files, in order)\n"
+               "  --batch     run only those commands, then detach\n"
+               "  --cli       the command line (the default; readline at a terminal)\n\n"
+               "Exit status: 0 after a detach; 1 when the run ended while attached; 2 for\n"
+               "trouble (cannot connect, refused, the connection lost). See docs/attach.md.\n");
+}
+
+/* ---- the script ---------------------------------------------------------------- */
+
+static char **script;
+static int n_script, script_pos;
+
+static void add_line(const char *l, size_t n)
+{
+    char **s = realloc(script, (size_t)(n_script + 1) * sizeof *s);
+    if (!s || !(s[n_script] = strndup(l, n))) {
+        fprintf(stderr, "tdbg: out of memory\n");
+        exit(2);
+    }
+    script = s;
+    n_script++;
+}
+
+static bool add_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "tdbg: -x %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            n--;
+        size_t lead = strspn(line, " \t");
+        if ((size_t)n > lead && line[lead] != '#')
+            add_line(line + lead, (size_t)n - lead);
+    }
+    free(line);
+    fclose(f);
+    return true;
+}
+
+/* ---- connecting ------------------------------------------------------------------- */
+
+static int connect_unix(const char *path, const char *pid_text)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    if (strlen(path) >= sizeof a.sun_path) {
+        fprintf(stderr, "tdbg: attach: %s: the path is too long for a Unix socket\n", path);
+        return -1;
+    }
+    strcpy(a.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+        return fd;
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (pid_text && (e == ENOENT || e == ECONNREFUSED))
+        fprintf(stderr, "tdbg: pid %s is not listening: start it with TDBG_LISTEN=1 (docs/attach.md); "
+                        "no socket at %s\n", pid_text, path);
+    else if (e == ENOENT || e == ECONNREFUSED)
+        fprintf(stderr, "tdbg: nothing listens on %s (%s): is the run started with TDBG_LISTEN=1 still "
+                        "going? (docs/attach.md)\n", path, strerror(e));
+    else if (e == EACCES || e == EPERM)
+        fprintf(stderr, "tdbg: cannot connect to %s: %s (only the run's user can attach)\n", path, strerror(e));
+    else
+        fprintf(stderr, "tdbg: cannot connect to %s: %s\n", path, strerror(e));
+    return -1;
+}
+
+static int connect_pid(const char *pid_text)
+{
+    char *end;
+    long pid = strtol(pid_text, &end, 10);
+    if (*end || pid <= 0 || pid > 1 << 30) {
+        fprintf(stderr, "tdbg: attach: '%s' is no pid\n", pid_text);
+        return -1;
+    }
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+        fprintf(stderr, "tdbg: attach: no process with pid %ld\n", pid);
+        return -1;
+    }
+    char path[256];
+    if (te_listen_socket_path((int)pid, path, sizeof path) != 0) {
+        fprintf(stderr, "tdbg: attach: XDG_RUNTIME_DIR is too long for a socket's path\n");
+        return -1;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == EACCES) {
+        fprintf(stderr, "tdbg: cannot attach to pid %ld: %s: %s (only the run's user can attach)\n", pid, path,
+                strerror(errno));
+        return -1;
+    }
+    return connect_unix(path, pid_text);
+}
+
+static int connect_tcp(const char *target)
+{
+    const char *hp = target + 4, *colon = strrchr(hp, ':');
+    if (!colon || colon == hp || !colon[1]) {
+        fprintf(stderr, "tdbg: attach: %s: expected tcp:HOST:PORT\n", target);
+        return -1;
+    }
+    char host[128];
+    snprintf(host, sizeof host, "%.*s", (int)(colon - hp), hp);
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [::1] */
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = '\0';
+    }
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res;
+    int rc = getaddrinfo(host, colon + 1, &hints, &res);
+    if (rc != 0) {
+        fprintf(stderr, "tdbg: attach: %s: %s\n", target, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, e = 0;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        fprintf(stderr, "tdbg: cannot connect to %s: %s%s\n", target, strerror(e),
+                e == ECONNREFUSED ? " (is the run listening there? docs/attach.md)" : "");
+    return fd;
+}
+
+/* The token file's first line. */
+static bool read_token(const char *path, char *tok, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "tdbg: attach: --token-file %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    bool ok = fgets(tok, (int)n, f) != NULL;
+    fclose(f);
+    if (!ok) {
+        fprintf(stderr, "tdbg: attach: --token-file %s is empty\n", path);
+        return false;
+    }
+    tok[strcspn(tok, "\r\n")] = '\0';
+    return true;
+}
+
+/* ---- the session -------------------------------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+/* The answer to a PROMPT: the script's next line (shown after the
+ * prompt, as a launched session shows it), else the user's; NULL at the
+ * end of input. batch: the script only, then `detach`. */
+static char *answer(const char *prompt, bool batch, bool use_readline)
+{
+    if (script_pos < n_script || batch) {
+        const char *l = script_pos < n_script ? script[script_pos++] : "detach";
+        printf("%s%s\n", prompt, l);
+        fflush(stdout);
+        return strdup(l);
+    }
+    if (use_readline) {
+        char *l = readline(prompt);
+        if (l && l[strspn(l, " \t")])
+            add_history(l);
+        return l;
+    }
+    printf("%s", prompt);
+    fflush(stdout);
+    char *l = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&l, &cap, stdin)) < 0 && errno == EINTR && !feof(stdin))
+        clearerr(stdin);
+    if (n < 0) {
+        free(l);
+        return NULL;
+    }
+    if (n && l[n - 1] == '\n')
+        l[n - 1] = '\0';
+    return l;
+}
+
+/* Relays frames until the session ends; returns the exit status. */
+static int relay(int fd, const char *target, bool batch)
+{
+    bool use_readline = !batch && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    char *buf = malloc(TE_WIRE_MAX + 1);
+    if (!buf) {
+        fprintf(stderr, "tdbg: out of memory\n");
+        return 2;
+    }
+    int status = 2;
+    for (;;) {
+        if (interrupted) {
+            interrupted = 0;
+            if (te_wire_send(fd, TE_WIRE_INTR, NULL, 0) != 0)
+                fprintf(stderr, "tdbg: cannot send the interrupt: %s\n", strerror(errno));
+        }
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        if (poll(&pf, 1, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "tdbg: poll: %s\n", strerror(errno));
+            break;
+        }
+        int type;
+        size_t len;
+        te_wire_status st = te_wire_recv(fd, &type, buf, TE_WIRE_MAX + 1, &len, FRAME_MS);
+        if (st != TE_WIRE_FRAME) {
+            fprintf(stderr, "tdbg: the connection to %s was lost: %s\n", target,
+                    st == TE_WIRE_CLOSED ? "the run closed it" : te_error());
+            break;
+        }
+        if (type == TE_WIRE_WELCOME) {
+            /* the run's banner follows in an OUT frame */
+        } else if (type == TE_WIRE_REFUSED) {
+            fprintf(stderr, "tdbg: attach refused: %s\n", buf);
+            break;
+        } else if (type == TE_WIRE_OUT) {
+            fwrite(buf, 1, len, stdout);
+            fflush(stdout);
+        } else if (type == TE_WIRE_STOP) {
+            /* the same line came in the report's OUT already */
+        } else if (type == TE_WIRE_PROMPT) {
+            char *l = answer(buf, batch, use_readline);
+            interrupted = 0; /* Ctrl-C at the prompt pauses nothing */
+            int rc = l ? te_wire_send(fd, TE_WIRE_LINE, l, strlen(l)) : te_wire_send(fd, TE_WIRE_BYE, NULL, 0);
+            if (!l) {
+                printf("\n");
+                fflush(stdout);
+            }
+            free(l);
+            if (rc != 0) {
+                fprintf(stderr, "tdbg: the connection to %s was lost: %s\n", target, strerror(errno));
+                break;
+            }
+        } else if (type == TE_WIRE_END) {
+            if (strcmp(buf, "detached") != 0)
+                printf("tdbg: %s\n", buf);
+            fflush(stdout);
+            status = strcmp(buf, "detached") == 0 ? 0 : 1;
+            break;
+        } else {
+            fprintf(stderr, "tdbg: the run sent a %s frame, which a run does not send: leaving\n",
+                    te_wire_type_name(type));
+            break;
+        }
+    }
+    free(buf);
+    return status;
+}
+
+int tdbg_attach_main(int argc, char **argv)
+{
+    const char *target = NULL, *token_file = NULL;
+    bool batch = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((strcmp(a, "-x") == 0 || strcmp(a, "-ex") == 0 || strcmp(a, "--token-file") == 0) && i + 1 < argc) {
+            if (a[1] == 'x') {
+                if (!add_file(argv[++i]))
+                    return 2;
+            } else if (a[1] == 'e') {
+                add_line(argv[i + 1], strlen(argv[i + 1])), i++;
+            } else {
+                token_file = argv[++i];
+            }
+        } else if (strcmp(a, "--batch") == 0) {
+            batch = true;
+        } else if (strcmp(a, "--cli") == 0) {
+            batch = false;
+        } else if (strcmp(a, "--tui") == 0) {
+            fprintf(stderr, "tdbg: attach: the terminal UI over an attached session is not there yet; "
+                            "use --cli (the default) or --batch\n");
+            return 2;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] == '-' || target) {
+            fprintf(stderr, "tdbg: attach: %s '%s'%s\n", a[0] == '-' ? "unknown option" : "one target only, not",
+                    a, a[0] == '-' && i + 1 == argc ? " (or its argument is missing)" : "");
+            usage(stderr);
+            return 2;
+        } else {
+            target = a;
+        }
+    }
+    if (!target) {
+        fprintf(stderr, "tdbg: attach: no run named (a pid, a socket's path or tcp:HOST:PORT)\n");
+        usage(stderr);
+        return 2;
+    }
+    bool tcp = strncmp(target, "tcp:", 4) == 0;
+    char token[TOKEN_MAX + 2];
+    if (tcp && !token_file) {
+        fprintf(stderr, "tdbg: attach %s: needs --token-file FILE (the run printed its path)\n", target);
+        return 2;
+    }
+    if (!tcp && token_file) {
+        fprintf(stderr, "tdbg: attach: --token-file is for tcp:HOST:PORT; a Unix socket checks the user instead\n");
+        return 2;
+    }
+    if (tcp && !read_token(token_file, token, sizeof token))
+        return 2;
+    int fd = tcp ? connect_tcp(target) : strchr(target, '/') ? connect_unix(target, NULL) : connect_pid(target);
+    if (fd < 0)
+        return 2;
+    char hello[96];
+    int n = snprintf(hello, sizeof hello, "tdbg-attach 1 pid=%d mode=%s", (int)getpid(), batch ? "batch" : "cli");
+    if (te_wire_send(fd, TE_WIRE_HELLO, hello, (size_t)n) != 0 ||
+        (tcp && te_wire_send(fd, TE_WIRE_AUTH, token, strlen(token)) != 0)) {
+        fprintf(stderr, "tdbg: cannot talk to %s: %s\n", target, strerror(errno));
+        close(fd);
+        return 2;
+    }
+    memset(token, 0, sizeof token);
+    /* Ctrl-C pauses the run (INTR); it never ends the client. No
+     * SA_RESTART: poll returns at once to send it. */
+    struct sigaction sa = { .sa_handler = on_sigint };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int status = relay(fd, target, batch);
+    close(fd);
+    for (int i = 0; i < n_script; i++)
+        free(script[i]);
+    free(script);
+    return status;
+}
