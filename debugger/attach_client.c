@@ -10,6 +10,7 @@
  * engine's (te_wire_send, te_wire_recv).
  */
 #include "attach_client.h"
+#include "script_file.h"
 
 #include "te.h"
 
@@ -68,23 +69,10 @@ static void add_line(const char *l, size_t n)
 
 static bool add_file(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    if (!script_file_read(path, add_line)) {
         fprintf(stderr, "tdbg: -x %s: %s\n", path, strerror(errno));
         return false;
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, f)) >= 0) {
-        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-            n--;
-        size_t lead = strspn(line, " \t");
-        if ((size_t)n > lead && line[lead] != '#')
-            add_line(line + lead, (size_t)n - lead);
-    }
-    free(line);
-    fclose(f);
     return true;
 }
 

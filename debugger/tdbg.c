@@ -10,6 +10,7 @@
  * already going instead (attach_client.c).
  */
 #include "attach_client.h"
+#include "script_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,23 +77,10 @@ static void add_line(const char *l, size_t n)
 
 static void add_file(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    if (!script_file_read(path, add_line)) {
         fprintf(stderr, "tdbg: -x %s: %s\n", path, strerror(errno));
         exit(2);
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, f)) >= 0) {
-        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-            n--;
-        size_t lead = strspn(line, " \t");
-        if ((size_t)n > lead && line[lead] != '#')
-            add_line(line + lead, (size_t)n - lead);
-    }
-    free(line);
-    fclose(f);
 }
 
 /* The debugger library beside this program in a build tree (this program
