@@ -33,14 +33,9 @@ int dbg_plugin_attach(int fd)
     static bool registered;
     if (dbg_remote_on())
         return 1; /* the engine hands out one session at a time: never here */
-    if (!dbg.ops) {
-        dbg.ops = calloc(DBG_MAX_OPS, sizeof *dbg.ops);
-        dbg.last_ops = calloc(DBG_MAX_OPS, sizeof *dbg.last_ops);
-        dbg.trends = calloc(DBG_MAX_TRENDS, sizeof *dbg.trends);
-        if (!dbg.ops || !dbg.last_ops || !dbg.trends) {
-            fprintf(stderr, "tdbg: attach: out of memory\n");
-            return 1;
-        }
+    if (!dbg_session_tables()) {
+        fprintf(stderr, "tdbg: attach: out of memory\n");
+        return 1;
     }
     dbg_session_reset();
     te_listen_info li;
@@ -55,10 +50,7 @@ int dbg_plugin_attach(int fd)
         fprintf(stderr, "tdbg: attach: %s\n", why);
         return 1;
     }
-    te_hooks h = { .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end, .phase_begin = dbg_on_phase,
-                   .op_end = dbg_on_op_end, .rewound = dbg_on_rewound, .diverged = dbg_on_diverged,
-                   .located = dbg_on_located };
-    if ((dbg.hook = te_hook_add(&h, NULL)) < 0) {
+    if (dbg_session_hook_add() < 0) {
         snprintf(why, sizeof why, "the debugger cannot hook into the engine: %s", te_error());
         fprintf(stderr, "tdbg: attach: %s\n", why);
         dbg_remote_close(why); /* the session's fd is closed and the listener told */

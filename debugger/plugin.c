@@ -64,10 +64,7 @@ int dbg_plugin_start(void)
     }
     dbg.batch = fe == &dbg_frontend_batch;
     dbg.interactive = !dbg.batch;
-    dbg.ops = calloc(DBG_MAX_OPS, sizeof *dbg.ops);
-    dbg.last_ops = calloc(DBG_MAX_OPS, sizeof *dbg.last_ops);
-    dbg.trends = calloc(DBG_MAX_TRENDS, sizeof *dbg.trends);
-    if (!dbg.ops || !dbg.last_ops || !dbg.trends) {
+    if (!dbg_session_tables()) {
         fprintf(stderr, "tdbg: out of memory\n");
         return 1;
     }
@@ -76,10 +73,7 @@ int dbg_plugin_start(void)
     dbg.program = program_invocation_short_name;
     /* The program's own output and ours interleave in order. */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    te_hooks h = { .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end, .phase_begin = dbg_on_phase,
-                   .op_end = dbg_on_op_end, .rewound = dbg_on_rewound, .diverged = dbg_on_diverged,
-                   .located = dbg_on_located };
-    if ((dbg.hook = te_hook_add(&h, NULL)) < 0) {
+    if (dbg_session_hook_add() < 0) {
         fprintf(stderr, "tdbg: %s\n", te_error());
         return 1;
     }

@@ -181,6 +181,24 @@ static dbg_stop last_stop;
 
 const dbg_stop *dbg_last_stop(void) { return last_stop.seq ? &last_stop : NULL; }
 
+bool dbg_session_tables(void)
+{
+    if (!dbg.ops) {
+        dbg.ops = calloc(DBG_MAX_OPS, sizeof *dbg.ops);
+        dbg.last_ops = calloc(DBG_MAX_OPS, sizeof *dbg.last_ops);
+        dbg.trends = calloc(DBG_MAX_TRENDS, sizeof *dbg.trends);
+    }
+    return dbg.ops && dbg.last_ops && dbg.trends;
+}
+
+int dbg_session_hook_add(void)
+{
+    te_hooks h = { .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end, .phase_begin = dbg_on_phase,
+                   .op_end = dbg_on_op_end, .rewound = dbg_on_rewound, .diverged = dbg_on_diverged,
+                   .located = dbg_on_located };
+    return dbg.hook = te_hook_add(&h, NULL);
+}
+
 void dbg_session_reset(void)
 {
     dbg_op *ops = dbg.ops, *last_ops = dbg.last_ops;

@@ -255,6 +255,12 @@ void dbg_detach(const char *why);
 /* At an op or step boundary: detaches when the client is gone (true). */
 bool dbg_detach_if_gone(void);
 /* Back to a session never started (keeps the ops' arrays). session.c. */
+/* The session's tables (ops, last step's ops, trends), allocated the first
+ * time and kept across attaches; false when out of memory. */
+bool dbg_session_tables(void);
+/* Adds the session's hook (every dbg_on_* callback) to the engine:
+ * dbg.hook, or -1 with te_error() set. */
+int dbg_session_hook_add(void);
 void dbg_session_reset(void);
 /* What detach takes away, by their modules. */
 void dbg_breaks_clear(void);
