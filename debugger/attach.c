@@ -8,6 +8,13 @@
  * The launched session's process-wide settings stay out of it: no SIGINT
  * handler (Ctrl-C comes as an INTR frame), no crash handlers, no time
  * travel recording (it would cost the run until the end), no history.
+ *
+ * `tdbg attach --tui` (HELLO mode=tui) gets the TUI, run here on the
+ * client's terminal (dbg_remote_term_open): the TUI reads the session's
+ * own tables and tensors as it draws, so it runs where they are, and the
+ * client passes bytes, as tmux's client does. When it cannot start (no
+ * terminfo here for the client's TERM), the command line takes its place
+ * and says why.
  */
 #include "session.h"
 
@@ -16,7 +23,103 @@
 #include <string.h>
 #include <unistd.h>
 
+#define SCRIPT_MAX 1000       /* lines a TUI's client may send with HELLO */
+#define SCRIPT_LINE_MAX 4096  /* bytes in one */
+#define SCRIPT_MS 10000       /* each must come within this */
+
 static bool was_recording; /* the program's own recording, left as it was */
+
+/* HELLO's "term=T rows=R cols=C utf8=0|1" (mode=tui). false: missing or bad. */
+static bool parse_term(const char *hello, dbg_term *t)
+{
+    const char *p = strstr(hello, " term=");
+    const char *r = strstr(hello, " rows="), *c = strstr(hello, " cols="), *u = strstr(hello, " utf8=");
+    *t = (dbg_term){ .in_fd = -1, .out_fd = -1 };
+    if (!p || !r || !c || sscanf(p + 6, "%63[A-Za-z0-9._+-]", t->name) != 1 || sscanf(r + 6, "%d", &t->rows) != 1 ||
+        sscanf(c + 6, "%d", &t->cols) != 1)
+        return false;
+    t->utf8 = u && u[6] == '1';
+    t->rows = t->rows < DBG_TERM_MAX ? t->rows : DBG_TERM_MAX;
+    t->cols = t->cols < DBG_TERM_MAX ? t->cols : DBG_TERM_MAX;
+    return t->rows > 0 && t->cols > 0;
+}
+
+/* mode=tui: HELLO's "script=N" LINE frames follow it, the client's -x and
+ * -ex commands (it has no prompt to answer them at): the session's
+ * script, run first. false with why: the connection is to be closed. */
+static bool read_script(int fd, const char *hello, char *why, size_t n)
+{
+    const char *p = strstr(hello, " script=");
+    int count = 0;
+    if (!p)
+        return true;
+    if (sscanf(p + 8, "%d", &count) != 1 || count < 0 || count > SCRIPT_MAX) {
+        snprintf(why, n, "a HELLO with script=%.16s: expected 0 to %d lines", p + 8, SCRIPT_MAX);
+        return false;
+    }
+    char *line = malloc(SCRIPT_LINE_MAX + 1);
+    bool ok = line != NULL;
+    for (int i = 0; ok && i < count; i++) {
+        int type = 0;
+        size_t len = 0;
+        te_wire_status st = te_wire_recv(fd, &type, line, SCRIPT_LINE_MAX + 1, &len, SCRIPT_MS);
+        if (st != TE_WIRE_FRAME || type != TE_WIRE_LINE) {
+            snprintf(why, n, "the script's line %d of %d: %s", i + 1, count,
+                     st == TE_WIRE_FRAME ? te_wire_type_name(type) : te_error());
+            ok = false;
+        } else if (!dbg_script_add(line, len)) {
+            snprintf(why, n, "out of memory");
+            ok = false;
+        }
+    }
+    if (!line)
+        snprintf(why, n, "out of memory");
+    free(line);
+    return ok;
+}
+
+static void drop_script(void)
+{
+    for (int i = 0; i < dbg.n_script; i++)
+        free(dbg.script[i]);
+    free(dbg.script);
+    dbg.script = NULL;
+    dbg.n_script = dbg.script_pos = 0;
+}
+
+/* The TUI on the client's terminal; NULL and why when it cannot be. */
+static const dbg_frontend *start_tui(const char *hello, char *why, size_t n)
+{
+    const dbg_frontend *tui = dbg_frontend_find("tui");
+    dbg_term t;
+    if (!tui || !tui->start_on) {
+        snprintf(why, n, "this debugger has no TUI");
+        return NULL;
+    }
+    if (!parse_term(hello, &t)) {
+        snprintf(why, n, "the client did not say which terminal it has (term=, rows=, cols=)");
+        return NULL;
+    }
+    if (!dbg_remote_term_open(&t, tui->resize, why, n))
+        return NULL;
+    int rc = tui->start_on(&t, why, n);
+    close(t.in_fd); /* the TUI holds its own copies */
+    close(t.out_fd);
+    if (rc != 0) {
+        dbg_remote_term_close();
+        return NULL;
+    }
+    return tui;
+}
+
+/* The TUI gives the client's terminal back (its last bytes go out
+ * before END); the remote front end has nothing to give back. */
+static void leave_frontend(void)
+{
+    if (dbg_frontend_active && dbg_frontend_active->leave)
+        dbg_frontend_active->leave();
+    dbg_frontend_active = NULL;
+}
 
 /* The program ends while attached: the client hears why, in END. */
 static void at_exit(void)
@@ -24,6 +127,8 @@ static void at_exit(void)
     if (!dbg_remote_on())
         return;
     dbg_stop_leave(); /* the program's tensors are going */
+    dbg_script_free("the program ended first");
+    leave_frontend();
     dbg_remote_close(dbg.ending ? "the program was ended by quit" : "the program finished");
 }
 
@@ -46,6 +151,14 @@ int dbg_plugin_attach(int fd)
     dbg.step = te_step();
     dbg.program = program_invocation_short_name;
     char why[256];
+    if (strcmp(li.peer_mode, "tui") == 0 && !read_script(fd, li.peer_hello, why, sizeof why)) {
+        fprintf(stderr, "tdbg: attach: %s\n", why);
+        te_wire_send(fd, TE_WIRE_END, why, strlen(why));
+        close(fd);
+        drop_script();
+        te_listen_detached();
+        return 0; /* fd taken and closed */
+    }
     if (!dbg_remote_open(fd, why, sizeof why)) {
         fprintf(stderr, "tdbg: attach: %s\n", why);
         return 1;
@@ -60,6 +173,13 @@ int dbg_plugin_attach(int fd)
         registered = atexit(at_exit) == 0;
     was_recording = te_record_active();
     dbg_frontend_active = &dbg_frontend_remote;
+    if (strcmp(li.peer_mode, "tui") == 0) {
+        const dbg_frontend *tui = start_tui(li.peer_hello, why, sizeof why);
+        if (tui)
+            dbg_frontend_active = tui;
+        else
+            fprintf(dbg_out, "tdbg: the TUI cannot start in the run: %s; the command line instead.\n", why);
+    }
     /* pause at the next op, as `step` would */
     dbg.started = true;
     dbg.mode = RUN_STEP;
@@ -85,8 +205,10 @@ void dbg_detach(const char *why)
     dbg_stop_leave();
     dbg_trends_clear();
     dbg_amp_reset();
+    leave_frontend();
+    dbg_script_free("detached first");
+    free(dbg.script);
     dbg_remote_close(why);
-    dbg_frontend_active = NULL;
     dbg_session_reset();
 }
 

@@ -8,8 +8,16 @@
  * (--batch: `detach` when the script is over), Ctrl-C as an INTR frame.
  * END and REFUSED say why the session is over. The frames are the
  * engine's (te_wire_send, te_wire_recv).
+ *
+ * --tui: the TUI runs in the run and draws on this terminal: TERM frames
+ * are written to it as they come (the first puts it in the TUI's modes,
+ * attach_term.c), what is typed goes back as KEYS, a new size as RESIZE.
+ * The script goes with HELLO (script=N, then N LINE frames): there is no
+ * prompt to answer. A run that cannot start the TUI says so and prompts:
+ * the command line, as without --tui.
  */
 #include "attach_client.h"
+#include "attach_term.h"
 #include "script_file.h"
 
 #include "te.h"
@@ -35,7 +43,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tdbg attach PID | SOCKET | tcp:HOST:PORT --token-file FILE [-x FILE] [-ex CMD]...\n"
-               "                   [--batch | --cli]\n"
+               "                   [--batch | --cli | --tui]\n"
                "Attaches to a training run started with TDBG_LISTEN=1 (or tcp:127.0.0.1:PORT),\n"
                "pauses it at the next op and gives the debugger's command line; 'detach' leaves\n"
                "it running.\n\n"
@@ -46,7 +54,8 @@ static void usage(FILE *f)
                "  -x FILE     run the commands in FILE first (one per line, # comments)\n"
                "  -ex CMD     run CMD first (repeatable; after -x files, in order)\n"
                "  --batch     run only those commands, then detach\n"
-               "  --cli       the command line (the default; readline at a terminal)\n\n"
+               "  --cli       the command line (the default; readline at a terminal)\n"
+               "  --tui       the terminal UI (docs/tui.md), drawn by the run on this terminal\n\n"
                "Exit status: 0 after a detach; 1 when the run ended while attached; 2 for\n"
                "trouble (cannot connect, refused, the connection lost). See docs/attach.md.\n");
 }
@@ -227,6 +236,41 @@ static char *answer(const char *prompt, bool batch, bool use_readline)
     return l;
 }
 
+static bool write_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t k = write(fd, s, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return false;
+        s += (size_t)k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+/* --tui: what was typed, as KEYS; and the terminal's new size. 0, or -1
+ * when the connection broke. The terminal gone (end of input): BYE,
+ * and the run's END follows. */
+static int send_keys(int fd, bool typed, bool *eof)
+{
+    char size[32];
+    if (attach_term_resized(size, sizeof size) && te_wire_send(fd, TE_WIRE_RESIZE, size, strlen(size)) != 0)
+        return -1;
+    if (!typed || *eof)
+        return 0;
+    char keys[4096];
+    ssize_t k = read(STDIN_FILENO, keys, sizeof keys);
+    if (k < 0 && errno == EINTR)
+        return 0;
+    if (k <= 0) {
+        *eof = true;
+        return te_wire_send(fd, TE_WIRE_BYE, NULL, 0);
+    }
+    return te_wire_send(fd, TE_WIRE_KEYS, keys, (size_t)k);
+}
+
 /* Relays frames until the session ends; returns the exit status. */
 static int relay(int fd, const char *target, bool batch)
 {
@@ -237,22 +281,35 @@ static int relay(int fd, const char *target, bool batch)
         return 2;
     }
     int status = 2;
+    bool keys_eof = false;
     for (;;) {
         if (interrupted) {
             interrupted = 0;
             if (te_wire_send(fd, TE_WIRE_INTR, NULL, 0) != 0)
                 fprintf(stderr, "tdbg: cannot send the interrupt: %s\n", strerror(errno));
         }
-        struct pollfd pf = { .fd = fd, .events = POLLIN };
-        if (poll(&pf, 1, -1) < 0) {
+        bool screen = attach_term_is_raw();
+        struct pollfd pf[2] = { { .fd = fd, .events = POLLIN },
+                                { .fd = screen && !keys_eof ? STDIN_FILENO : -1, .events = POLLIN } };
+        int ready = poll(pf, 2, -1);
+        if (screen && send_keys(fd, ready > 0 && pf[1].revents, &keys_eof) != 0) {
+            attach_term_restore();
+            fprintf(stderr, "tdbg: the connection to %s was lost: %s\n", target, strerror(errno));
+            break;
+        }
+        if (ready < 0) {
             if (errno == EINTR)
                 continue;
             fprintf(stderr, "tdbg: poll: %s\n", strerror(errno));
             break;
         }
-        int type;
+        if (!pf[0].revents)
+            continue;
+        int type = 0;
         size_t len;
         te_wire_status st = te_wire_recv(fd, &type, buf, TE_WIRE_MAX + 1, &len, FRAME_MS);
+        if (st != TE_WIRE_FRAME || type != TE_WIRE_TERM)
+            attach_term_restore(); /* the TUI left (or never came): the command line's terminal */
         if (st != TE_WIRE_FRAME) {
             fprintf(stderr, "tdbg: the connection to %s was lost: %s\n", target,
                     st == TE_WIRE_CLOSED ? "the run closed it" : te_error());
@@ -263,6 +320,13 @@ static int relay(int fd, const char *target, bool batch)
         } else if (type == TE_WIRE_REFUSED) {
             fprintf(stderr, "tdbg: attach refused: %s\n", buf);
             break;
+        } else if (type == TE_WIRE_TERM) {
+            if (!screen && !attach_term_raw()) {
+                fprintf(stderr, "tdbg: cannot set the terminal's modes for the TUI: %s\n", strerror(errno));
+                break;
+            }
+            if (!write_all(STDOUT_FILENO, buf, len))
+                break;
         } else if (type == TE_WIRE_OUT) {
             fwrite(buf, 1, len, stdout);
             fflush(stdout);
@@ -300,7 +364,7 @@ static int relay(int fd, const char *target, bool batch)
 int tdbg_attach_main(int argc, char **argv)
 {
     const char *target = NULL, *token_file = NULL;
-    bool batch = false;
+    bool batch = false, tui = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if ((strcmp(a, "-x") == 0 || strcmp(a, "-ex") == 0 || strcmp(a, "--token-file") == 0) && i + 1 < argc) {
@@ -312,14 +376,9 @@ int tdbg_attach_main(int argc, char **argv)
             } else {
                 token_file = argv[++i];
             }
-        } else if (strcmp(a, "--batch") == 0) {
-            batch = true;
-        } else if (strcmp(a, "--cli") == 0) {
-            batch = false;
-        } else if (strcmp(a, "--tui") == 0) {
-            fprintf(stderr, "tdbg: attach: the terminal UI over an attached session is not there yet; "
-                            "use --cli (the default) or --batch\n");
-            return 2;
+        } else if (strcmp(a, "--batch") == 0 || strcmp(a, "--cli") == 0 || strcmp(a, "--tui") == 0) {
+            batch = a[2] == 'b'; /* the last one given */
+            tui = a[2] == 't';
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
@@ -352,14 +411,29 @@ int tdbg_attach_main(int argc, char **argv)
     int fd = tcp ? connect_tcp(target) : strchr(target, '/') ? connect_unix(target, NULL) : connect_pid(target);
     if (fd < 0)
         return 2;
-    char hello[96];
-    int n = snprintf(hello, sizeof hello, "tdbg-attach 1 pid=%d mode=%s", (int)getpid(), batch ? "batch" : "cli");
-    if (te_wire_send(fd, TE_WIRE_HELLO, hello, (size_t)n) != 0 ||
-        (tcp && te_wire_send(fd, TE_WIRE_AUTH, token, strlen(token)) != 0)) {
+    char why[160], term[128] = "";
+    if (tui && !attach_term_usable(why, sizeof why)) {
+        fprintf(stderr, "tdbg: attach --tui: %s; the command line instead\n", why);
+        tui = false;
+    }
+    if (tui)
+        attach_term_describe(term, sizeof term);
+    char hello[256];
+    int n = snprintf(hello, sizeof hello, "tdbg-attach 1 pid=%d mode=%s%s", (int)getpid(),
+                     batch ? "batch" : tui ? "tui" : "cli", term);
+    if (tui) /* the script goes first: the TUI asks for no line the client could answer */
+        n += snprintf(hello + n, sizeof hello - (size_t)n, " script=%d", n_script);
+    bool sent = te_wire_send(fd, TE_WIRE_HELLO, hello, (size_t)n) == 0 &&
+                (!tcp || te_wire_send(fd, TE_WIRE_AUTH, token, strlen(token)) == 0);
+    for (int i = 0; sent && tui && i < n_script; i++)
+        sent = te_wire_send(fd, TE_WIRE_LINE, script[i], strlen(script[i])) == 0;
+    if (!sent) {
         fprintf(stderr, "tdbg: cannot talk to %s: %s\n", target, strerror(errno));
         close(fd);
         return 2;
     }
+    if (tui)
+        script_pos = n_script;
     memset(token, 0, sizeof token);
     /* Ctrl-C pauses the run (INTR); it never ends the client. No
      * SA_RESTART: poll returns at once to send it. */

@@ -188,30 +188,37 @@ char **dbg_complete(const char *text, int start, int end)
 
 /* ---- lines ------------------------------------------------------------------- */
 
+bool dbg_script_add(const char *line, size_t n)
+{
+    char **s = realloc(dbg.script, (size_t)(dbg.n_script + 1) * sizeof *s);
+    if (!s)
+        return false;
+    dbg.script = s;
+    if (!(s[dbg.n_script] = strndup(line, n)))
+        return false;
+    dbg.n_script++;
+    return true;
+}
+
 void dbg_script_load(void)
 {
     const char *script = getenv("TDBG_SCRIPT");
     if (script && script[0]) {
         char *copy = strdup(script), *save = NULL;
-        for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-            char **s = realloc(dbg.script, (size_t)(dbg.n_script + 1) * sizeof *s);
-            if (!s)
+        for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+            if (!dbg_script_add(l, strlen(l)))
                 break;
-            dbg.script = s;
-            dbg.script[dbg.n_script++] = strdup(l);
-        }
         free(copy);
     }
 }
 
-/* Commands the program's end left unrun are named, never dropped in
- * silence: a script that expected a stop learns that none came. */
-void dbg_script_free(void)
+/* Commands left unrun are named, never dropped in silence: a script
+ * that expected a stop learns that none came. */
+void dbg_script_free(const char *why)
 {
     int left = dbg.n_script - dbg.script_pos;
     if (left > 0) {
-        fprintf(dbg_out, "tdbg: %d command%s of the script did not run (the program ended first):", left,
-                left == 1 ? "" : "s");
+        fprintf(dbg_out, "tdbg: %d command%s of the script did not run (%s):", left, left == 1 ? "" : "s", why);
         for (int i = dbg.script_pos; i < dbg.n_script; i++)
             fprintf(dbg_out, "%s '%s'", i == dbg.script_pos ? "" : ",", dbg.script[i]);
         fprintf(dbg_out, "\n");
@@ -229,6 +236,7 @@ void dbg_readline_setup(void)
     const char *home = getenv("HOME");
     if (home) {
         snprintf(history_path, sizeof history_path, "%s/.tdbg_history", home);
+        clear_history(); /* an attached TUI sets up again at each attach */
         read_history(history_path);
     }
 }

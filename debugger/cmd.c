@@ -128,6 +128,19 @@ bool dbg_cmd_add_group(const dbg_cmd_group *group, char *err, size_t errlen)
     return true;
 }
 
+void dbg_cmd_remove_group(const dbg_cmd_group *group)
+{
+    if (groups == builtin) /* none added */
+        return;
+    for (int g = 0; g < n_groups; g++)
+        if (groups[g].cmds == group->cmds) {
+            memmove(&groups[g], &groups[g + 1], (size_t)(n_groups - g - 1) * sizeof *groups);
+            n_groups--;
+            names_fill(names); /* shorter: the room is there */
+            return;
+        }
+}
+
 const dbg_cmd_group *dbg_cmd_groups(int *n)
 {
     *n = n_groups;

@@ -110,6 +110,9 @@ const dbg_cmd_group *dbg_cmd_groups(int *n);
  * help or function, no memory) it returns false with err saying why, and
  * adds nothing: a front end must not go on as if its commands were there. */
 bool dbg_cmd_add_group(const dbg_cmd_group *group, char *err, size_t errlen) __attribute__((warn_unused_result));
+/* Takes that group (the same tables) away again: the front end is gone
+ * (an attached TUI at detach). Harmless when it is not there. */
+void dbg_cmd_remove_group(const dbg_cmd_group *group);
 
 /* The status `quit` without N ends the program with, in every front end
  * (and the end of the script or of input at a stop): 1 when training

@@ -24,7 +24,7 @@ static void at_exit(void)
     dbg_stop_leave(); /* the program's tensors are going */
     if (dbg_frontend_active && dbg_frontend_active->finish)
         dbg_frontend_active->finish(); /* the TUI: a last look, then the terminal back */
-    dbg_script_free();
+    dbg_script_free("the program ended first");
     fflush(NULL);
     /* --batch: a program that finishes after a stop leaves with status 1,
      * as documented; quit and the script's end chose their status already */

@@ -190,6 +190,17 @@ void dbg_stop_leave(void);
 
 /* ---- front ends ----------------------------------------------------------- */
 
+/* A terminal far away: the one `tdbg attach --tui` runs in. The run's
+ * front end draws on out_fd and reads keys from in_fd, pipes whose bytes
+ * travel to and from the client (remote.c). */
+#define DBG_TERM_MAX 1000 /* a remote terminal's rows and cols are clamped to this (memory) */
+typedef struct dbg_term {
+    int in_fd, out_fd; /* the front end takes its own copies (dup) */
+    char name[64];     /* the client's TERM */
+    int rows, cols;
+    bool utf8;         /* the client's terminal takes UTF-8 */
+} dbg_term;
+
 /* A front end: where command lines come from and where a stop is shown.
  * Output: the debugger writes to dbg_out; a front end that shows output
  * its own way points dbg_out_stream at a stream of its own in start (the
@@ -207,6 +218,13 @@ typedef struct dbg_frontend {
     void (*show_stop)(const dbg_stop *s);
     /* optional: the program ends (a last look, then the terminal back). */
     void (*finish)(void);
+    /* optional: as start, on the terminal of an attached client (the TUI
+     * of `tdbg attach --tui`), not this process's. */
+    int (*start_on)(const dbg_term *t, char *why, size_t n);
+    /* optional: that terminal's new size; called from any thread. */
+    void (*resize)(int rows, int cols);
+    /* optional: the session ends now (detach): the terminal back, no last look. */
+    void (*leave)(void);
     /* optional: a fatal signal (SIGSEGV, SIGABRT, SIGTERM, SIGHUP, ...),
      * from the debugger's handler: async-signal-safe calls only. The TUI
      * gives the terminal back here. */
@@ -240,6 +258,15 @@ extern const dbg_frontend dbg_frontend_remote;
 /* Starts the remote front end on fd (its output stream, its reader
  * thread); false with why, fd untouched. */
 bool dbg_remote_open(int fd, char *why, size_t n);
+/* For `tdbg attach --tui`: the pipes of a terminal far away. t->in_fd
+ * gets the KEYS the client sends, what is written to t->out_fd goes to
+ * it as TERM frames (a forwarder thread), RESIZE frames call resize.
+ * Close both fds once the front end has its copies: the session reads
+ * the end of the screen's pipe as the front end's leave. false with why. */
+bool dbg_remote_term_open(dbg_term *t, void (*resize)(int rows, int cols), char *why, size_t n);
+/* Waits for the screen's last bytes to go out (every copy of out_fd
+ * closed) and stops the forwarder; harmless when none runs. */
+void dbg_remote_term_close(void);
 /* A front end is attached. */
 bool dbg_remote_on(void);
 /* Why the client is gone (BYE, closed, malformed), NULL while it is there. */
@@ -332,10 +359,12 @@ void dbg_command_loop(void);
 bool dbg_execute(const char *line);
 /* Reads the next command line (the script's, else the front end's); NULL at the end. */
 char *dbg_read_line(const char *prompt);
-/* The -x/-ex commands the launcher passed in TDBG_SCRIPT, run first; and
- * those left over at the end, named (the program ended before them) and freed. cli.c. */
+/* The -x/-ex commands the launcher passed in TDBG_SCRIPT (or an attached
+ * TUI's client sent), run first; and those left over at the end, named
+ * with why they did not run, and freed. cli.c. */
 void dbg_script_load(void);
-void dbg_script_free(void);
+bool dbg_script_add(const char *line, size_t n);
+void dbg_script_free(const char *why);
 
 /* Did an op of this step produce t (an output of a recorded op)? */
 bool dbg_made_this_step(const te_tensor *t);

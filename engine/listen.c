@@ -53,7 +53,8 @@ static struct {
     int pending;             /* accepted, waiting for te_step_begin; -1 none */
     bool attached;           /* pending or handed out, until te_listen_detached */
     int peer_pid;
-    char peer_mode[8];       /* its HELLO's mode= ("cli", "batch"; "" when none) */
+    char peer_mode[8];       /* its HELLO's mode= ("cli", "batch", "tui"; "" when none) */
+    char peer_hello[256];    /* its HELLO as sent */
     time_t since;
     int strikes;             /* failed TCP connections in a row */
     char addr[128];
@@ -329,7 +330,7 @@ static bool token_ok(const char *got, size_t len)
 
 /* The checks of a fresh connection. NULL: it may attach (*pid from its
  * HELLO); else the refusal's text (in buf or static). */
-static const char *check(int fd, int *pid, char *mode, char *buf, size_t n)
+static const char *check(int fd, int *pid, char *mode, char *hello, size_t hello_n, char *buf, size_t n)
 {
     if (!L.tcp) {
         struct ucred c;
@@ -354,9 +355,13 @@ static const char *check(int fd, int *pid, char *mode, char *buf, size_t n)
     }
     int version = 0;
     if (sscanf(f, "tdbg-attach %d pid=%d", &version, pid) != 2 || version != 1 || *pid <= 0) {
-        snprintf(buf, n, "a HELLO tdbg does not know: \"%.64s\" (expected \"tdbg-attach 1 pid=N mode=cli|batch\")", f);
+        snprintf(buf, n, "a HELLO tdbg does not know: \"%.64s\" (expected \"tdbg-attach 1 pid=N mode=cli|batch|tui\")",
+                 f);
         return buf;
     }
+    size_t k = strnlen(f, hello_n - 1);
+    memcpy(hello, f, k);
+    hello[k] = '\0';
     const char *m = strstr(f, " mode=");
     if (m)
         sscanf(m + 6, "%7[a-z]", mode);
@@ -397,8 +402,8 @@ static bool serve(int fd)
 {
     char buf[256];
     int pid = 0;
-    char mode[8] = "";
-    const char *bad = check(fd, &pid, mode, buf, sizeof buf);
+    char mode[8] = "", hello[sizeof L.peer_hello] = "";
+    const char *bad = check(fd, &pid, mode, hello, sizeof hello, buf, sizeof buf);
     bool go_on = true;
     pthread_mutex_lock(&L.mu);
     if (!bad && L.attached) {
@@ -412,6 +417,7 @@ static bool serve(int fd)
         L.pending = fd;
         L.peer_pid = pid;
         snprintf(L.peer_mode, sizeof L.peer_mode, "%s", mode);
+        snprintf(L.peer_hello, sizeof L.peer_hello, "%s", hello);
         L.since = time(NULL);
         L.strikes = 0;
         L.conn = -1;
@@ -614,6 +620,7 @@ void te_listen_info_get(te_listen_info *i)
     *i = (te_listen_info){ .listening = L.started && L.listening, .attached = L.attached, .peer_pid = L.peer_pid,
                            .since = L.since };
     snprintf(i->peer_mode, sizeof i->peer_mode, "%s", L.attached ? L.peer_mode : "");
+    snprintf(i->peer_hello, sizeof i->peer_hello, "%s", L.attached ? L.peer_hello : "");
     if (i->listening) {
         snprintf(i->addr, sizeof i->addr, "%s", L.addr);
         snprintf(i->token_file, sizeof i->token_file, "%s", L.token_path);

@@ -1167,7 +1167,7 @@ TE_API void te_profile_note_wait(const char *what, int64_t ns);
 #define TE_WIRE_MAX (1u << 20)
 typedef enum te_wire_type {
     /* client -> run */
-    TE_WIRE_HELLO = 1, /* "tdbg-attach 1 pid=N mode=cli|batch", the first frame */
+    TE_WIRE_HELLO = 1, /* "tdbg-attach 1 pid=N mode=cli|batch|tui [term=T rows=R cols=C utf8=0|1]", first */
     TE_WIRE_AUTH,      /* the token (TCP only), the second frame */
     TE_WIRE_LINE,      /* a command line, the answer to a PROMPT */
     TE_WIRE_INTR,      /* Ctrl-C: pause at the next op (no payload) */
@@ -1179,6 +1179,10 @@ typedef enum te_wire_type {
     TE_WIRE_PROMPT,    /* the prompt: the run waits for one LINE */
     TE_WIRE_STOP,      /* the `stopped:` line */
     TE_WIRE_END,       /* the session is over (detached, the program ended): why */
+    /* the terminal UI (mode=tui): drawn in the run onto the client's terminal */
+    TE_WIRE_TERM,      /* run -> client: bytes for the client's terminal, as they are */
+    TE_WIRE_KEYS,      /* client -> run: bytes typed at the client's terminal */
+    TE_WIRE_RESIZE,    /* client -> run: "ROWS COLS", the terminal's new size */
     TE_WIRE_TYPE_END   /* one past the last type */
 } te_wire_type;
 
@@ -1223,7 +1227,8 @@ typedef struct te_listen_info {
     bool listening;        /* a listener is up (false after 3 failed TCP tries) */
     bool attached;         /* a front end holds the session, or is being handed it */
     int peer_pid;          /* its HELLO's pid; 0 when none */
-    char peer_mode[8];     /* its HELLO's mode=: "cli", "batch"; "" when none */
+    char peer_mode[8];     /* its HELLO's mode=: "cli", "batch", "tui"; "" when none */
+    char peer_hello[256];  /* its HELLO as sent (term=, rows=, ... for mode=tui); "" when none */
     int64_t since;         /* when it was accepted (time(NULL)); 0 when none */
     char addr[128];        /* "unix:PATH" or "tcp:127.0.0.1:PORT"; "" when not listening */
     char token_file[256];  /* TCP: the token's file; "" otherwise */

@@ -21,7 +21,8 @@ static const char *const type_names[TE_WIRE_TYPE_END] = {
     [TE_WIRE_HELLO] = "hello", [TE_WIRE_AUTH] = "auth",       [TE_WIRE_LINE] = "line",
     [TE_WIRE_INTR] = "intr",   [TE_WIRE_BYE] = "bye",         [TE_WIRE_WELCOME] = "welcome",
     [TE_WIRE_REFUSED] = "refused", [TE_WIRE_OUT] = "out",     [TE_WIRE_PROMPT] = "prompt",
-    [TE_WIRE_STOP] = "stop",   [TE_WIRE_END] = "end",
+    [TE_WIRE_STOP] = "stop",   [TE_WIRE_END] = "end",         [TE_WIRE_TERM] = "term",
+    [TE_WIRE_KEYS] = "keys",   [TE_WIRE_RESIZE] = "resize",
 };
 
 static bool known(int type) { return type > 0 && type < TE_WIRE_TYPE_END; }

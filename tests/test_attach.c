@@ -463,6 +463,126 @@ START_TEST(test_attach_malformed)
 }
 END_TEST
 
+/* A raw client of the TUI's frames: connected, HELLO (mode=tui, its
+ * terminal, script=N) and the script's N LINEs sent. */
+static int tui_client(const run_t *r, int script, const char *lines)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    ck_assert_int_eq(te_listen_socket_path((int)r->pid, a.sun_path, sizeof a.sun_path), 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char hello[128];
+    int n = snprintf(hello, sizeof hello, "tdbg-attach 1 pid=1 mode=tui term=xterm rows=24 cols=80 utf8=0 script=%d",
+                     script);
+    ck_assert_int_eq(te_wire_send(fd, TE_WIRE_HELLO, hello, (size_t)n), 0);
+    for (const char *l = lines; l && *l; l += strlen(l) + 1)
+        ck_assert_int_eq(te_wire_send(fd, TE_WIRE_LINE, l, strlen(l)), 0);
+    return fd;
+}
+
+/* Reads TERM frames, their bytes appended to screen (NUL-free), until
+ * the bytes hold want; returns the type of the frame that ended it (END,
+ * or TE_WIRE_TERM when want came). */
+static int tui_read(int fd, char *screen, size_t cap, const char *want)
+{
+    static char buf[TE_WIRE_MAX + 1];
+    size_t have = strlen(screen);
+    for (;;) {
+        int type = 0;
+        size_t len;
+        ck_assert_int_eq(te_wire_recv(fd, &type, buf, sizeof buf, &len, WAIT_S * 1000), TE_WIRE_FRAME);
+        if (type == TE_WIRE_END) {
+            size_t k = strnlen(buf, cap - 1); /* why */
+            memcpy(screen, buf, k);
+            screen[k] = '\0';
+            return type;
+        }
+        if (type != TE_WIRE_TERM)
+            continue; /* WELCOME */
+        for (size_t i = 0; i < len && have + 1 < cap; i++)
+            if (buf[i])
+                screen[have++] = buf[i];
+        screen[have] = '\0';
+        if (want && strstr(screen, want))
+            return type;
+    }
+}
+
+/* The frames of `tdbg attach --tui`: the screen comes as TERM, the
+ * script sent with HELLO runs first, KEYS are typed, a RESIZE is taken;
+ * `detach` typed ends it with END. A malformed RESIZE, a script cut
+ * short, KEYS to a command-line session: END, the run trains on, with its
+ * descriptors and threads as they were. */
+START_TEST(test_attach_tui_frames)
+{
+    scene_begin();
+    run_t r = run_start(true, "--steps 1000000");
+    run_listening(&r);
+    usleep(200000); /* past the first steps: the engine's threads are up */
+    const int fds = count_dir(r.pid, "fd"), tasks = count_dir(r.pid, "task");
+    static char screen[1 << 20];
+    screen[0] = '\0';
+    int fd = tui_client(&r, 1, "break nan\0");
+    ck_assert_int_eq(tui_read(fd, screen, sizeof screen, "Breakpoint 1: the first op creating a NaN"), TE_WIRE_TERM);
+    ck_assert_msg(strstr(screen, "PAUSED"), "no status bar on the screen");
+    ck_assert_int_eq(te_wire_send(fd, TE_WIRE_RESIZE, "30 100", 6), 0);
+    ck_assert_int_eq(te_wire_send(fd, TE_WIRE_KEYS, "info break\r", 11), 0);
+    ck_assert_int_eq(tui_read(fd, screen, sizeof screen, "keep  y"), TE_WIRE_TERM);
+    ck_assert_int_eq(te_wire_send(fd, TE_WIRE_KEYS, "detach\r", 7), 0);
+    screen[0] = '\0';
+    ck_assert_int_eq(tui_read(fd, screen, sizeof screen, NULL), TE_WIRE_END);
+    ck_assert_str_eq(screen, "detached");
+    close(fd);
+    counts_back(r.pid, fds, tasks, 1);
+
+    struct {
+        int script;
+        const char *lines;
+        int type;
+        const char *payload, *end;
+    } bad[] = {
+        { 0, NULL, TE_WIRE_RESIZE, "24 x", "a malformed message from the front end: resize \"24 x\"" },
+        { 2, "info break\0", TE_WIRE_INTR, "", "the script's line 2 of 2: intr" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fd = tui_client(&r, bad[i].script, bad[i].lines);
+        if (bad[i].type == TE_WIRE_RESIZE) /* once the TUI is up */
+            ck_assert_int_eq(tui_read(fd, screen, sizeof screen, "PAUSED"), TE_WIRE_TERM);
+        ck_assert_int_eq(te_wire_send(fd, bad[i].type, bad[i].payload, strlen(bad[i].payload)), 0);
+        screen[0] = '\0';
+        ck_assert_int_eq(tui_read(fd, screen, sizeof screen, NULL), TE_WIRE_END);
+        ck_assert_str_eq(screen, bad[i].end);
+        close(fd);
+        counts_back(r.pid, fds, tasks, 2 + (int)i);
+    }
+    /* KEYS to a session of the command line, at its prompt */
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    ck_assert_int_eq(te_listen_socket_path((int)r.pid, sa.sun_path, sizeof sa.sun_path), 0);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(te_wire_send(fd, TE_WIRE_HELLO, "tdbg-attach 1 pid=1 mode=cli", 28), 0);
+    static char buf[TE_WIRE_MAX + 1];
+    int type = 0;
+    size_t len;
+    while (type != TE_WIRE_PROMPT)
+        ck_assert_int_eq(te_wire_recv(fd, &type, buf, sizeof buf, &len, WAIT_S * 1000), TE_WIRE_FRAME);
+    ck_assert_int_eq(te_wire_send(fd, TE_WIRE_KEYS, "x", 1), 0);
+    do
+        ck_assert_int_eq(te_wire_recv(fd, &type, buf, sizeof buf, &len, WAIT_S * 1000), TE_WIRE_FRAME);
+    while (type != TE_WIRE_END);
+    ck_assert_str_eq(buf, "a message out of place from the front end: keys");
+    close(fd);
+    counts_back(r.pid, fds, tasks, 4);
+    ts_session a = attach(&r, "--batch -ex 'info breakpoints'"); /* no session's breakpoint is left */
+    ts_has(&a, "No breakpoints");
+    ts_free(&a);
+    ck_assert_int_eq(waitpid(r.pid, NULL, WNOHANG), 0); /* still training */
+    kill(r.pid, SIGKILL);
+    reap(r.pid, WAIT_S, "the run");
+    scene_end();
+}
+END_TEST
+
 /* quit while attached: interactive asks, n stays; batch detaches; y ends
  * the run as quit does (status 1: it stopped). */
 START_TEST(test_attach_quit_rules)
@@ -528,6 +648,7 @@ Suite *suite_attach(void)
     tcase_add_test(tc, test_attach_client_killed);
     tcase_add_test(tc, test_attach_second_refused);
     tcase_add_test(tc, test_attach_malformed);
+    tcase_add_test(tc, test_attach_tui_frames);
     tcase_add_test(tc, test_attach_quit_rules);
     tcase_add_test(tc, test_attach_ctrl_c);
     tcase_add_test(tc, test_attach_tcp);

@@ -143,8 +143,9 @@ static void type(const char *text)
 }
 
 /* A w x h pane running `tdbg ARGS` from a script that then prints its
- * status and whether the terminal is back in canonical mode with echo. */
-static void start(const char *env, int w, int h, const char *args)
+ * status and whether the terminal is back in canonical mode with echo;
+ * the shell lines pre run before tdbg, post after those lines. */
+static void start_sh(const char *env, int w, int h, const char *pre, const char *args, const char *post)
 {
     static int n_started;
     kill_server();
@@ -154,15 +155,33 @@ static void start(const char *env, int w, int h, const char *args)
     FILE *f = fopen(script, "w");
     ck_assert_msg(f != NULL, "cannot write %s", script);
     /* trap: Ctrl-C is for tdbg; the script goes on (an interactive shell would too) */
-    fprintf(f, "cd '%s'\ntrap : INT\nexport HOME='%s' LANG=C.UTF-8 %s\n"
+    fprintf(f, "cd '%s'\ntrap : INT\nexport HOME='%s' LANG=C.UTF-8 %s\n%s\n"
                "'%s/debugger/tdbg' %s\n"
                "echo \"tdbg-exit=$?\"\n"
                "stty -a | tr ' ;' '\\n\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' '; echo stty-done\n"
-               "exec sleep 600\n",
-            dir, dir, env, TDBG_BUILDDIR, args);
+               "%s\nexec sleep 600\n",
+            dir, dir, env, pre, TDBG_BUILDDIR, args, post);
     fclose(f);
     ck_assert_msg(tu_shell(NULL, 0, "tmux -L %s -f /dev/null new-session -d -s t -x %d -y %d 'sh %s'", sock, w, h,
                            script) == 0, "cannot start tmux");
+}
+
+static void start(const char *env, int w, int h, const char *args) { start_sh(env, w, h, "", args, ""); }
+
+/* `tdbg attach $run --tui OPTS` in a w x h pane, to an MLP started with
+ * TDBG_LISTEN=1 (RUN_ARGS) in the background, with $run its pid, once it
+ * listens (XDG_RUNTIME_DIR of the test's own); then post. */
+static void start_attached(const char *env, int w, int h, const char *run_args, const char *opts, const char *post)
+{
+    char pre[1024], args[512];
+    snprintf(pre, sizeof pre, "export XDG_RUNTIME_DIR='%s/xdg' TDBG_PLUGIN='%s/debugger/.libs/libtdbg-debugger.so'\n"
+             "mkdir -m 700 \"$XDG_RUNTIME_DIR\"\n"
+             "TDBG_LISTEN=1 '%s/examples/mlp' --hidden 64,64 --batch 32 --threads 1 --log-every 50 %s "
+             ">run.out 2>run.err &\nrun=$!\n"
+             "i=0; while [ ! -S \"$XDG_RUNTIME_DIR/tdbg/$run.sock\" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done",
+             dir, TDBG_BUILDDIR, TDBG_BUILDDIR, run_args);
+    snprintf(args, sizeof args, "attach $run --tui %s", opts);
+    start_sh(env, w, h, pre, args, post);
 }
 
 /* The program has ended: its status and a restored terminal. */
@@ -752,6 +771,86 @@ START_TEST(test_no_terminal_falls_back)
 }
 END_TEST
 
+/* ---- attached: tdbg attach --tui --------------------------------------------------------- */
+
+/* The TUI on a run already going: the script sent with the attach runs
+ * first, a breakpoint stops, Ctrl-C pauses, a resize lays out again,
+ * quit asks and n stays, detach gives the terminal back, and the run
+ * trains on. */
+START_TEST(test_attached_break_interrupt_resize_quit_detach)
+{
+    if (skip())
+        return;
+    start_attached("", 100, 30, "--steps 1000000", "-ex 'break fc2/linear'",
+                   "sleep 1; kill -0 $run && echo run-alive; kill $run");
+    wait_for(0, "PAUSED", NULL); /* the attach's pause at the next op */
+    wait_for(-1, "Breakpoint 1 (fc2/linear) pending", NULL);
+    keys("F5");
+    const char *screen = wait_for(0, "PAUSED", "fc2/linear", NULL);
+    shot("attached", screen);
+    type("delete 1");
+    keys("Enter");
+    wait_for(-1, "(tdbg) delete 1", NULL);
+    keys("F5");
+    wait_for(0, "RUNNING", NULL);
+    keys("C-c");
+    wait_for(0, "PAUSED", "interrupted (Ctrl-C)", NULL);
+    /* the client's terminal grows: the run's TUI lays out again */
+    ck_assert_int_eq(tu_shell(NULL, 0, "tmux -L %s resize-window -t t -x 120 -y 40", sock), 0);
+    wait_for(39, "1Help", NULL);
+    type("quit");
+    keys("Enter");
+    wait_for(-1, "Kill the program being debugged? (y or n)", NULL);
+    type("n");
+    keys("Enter");
+    wait_for(-1, "Not confirmed.", NULL);
+    type("detach");
+    keys("Enter");
+    assert_restored("tdbg-exit=0");
+    screen = wait_for(-1, "run-alive", NULL);
+    if (!strstr(screen, "Detaching from mlp"))
+        fail_with("the last lines of the TUI's output are not on the terminal", screen);
+    kill_server();
+}
+END_TEST
+
+/* The run has no terminfo for the client's TERM: the command line takes
+ * the TUI's place, and quit's y ends the run. */
+START_TEST(test_attached_no_terminfo_quit)
+{
+    if (skip())
+        return;
+    start_attached("TERM=tdbg-no-such-term", 100, 30, "--steps 1000000", "", "wait $run; echo \"run-exit=$?\"");
+    wait_for(-1, "the TUI cannot start in the run: no terminfo here for the client's TERM=tdbg-no-such-term;", NULL);
+    wait_for(-1, "reason=step", NULL);
+    type("quit");
+    keys("Enter");
+    wait_for(-1, "Kill the program being debugged? (y or n)", NULL);
+    type("y");
+    keys("Enter");
+    assert_restored("tdbg-exit=1");
+    wait_for(-1, "tdbg: the program was ended by quit", "run-exit=1", NULL);
+    kill_server();
+}
+END_TEST
+
+/* The client killed with -9 while its TUI is up: the run detaches and
+ * trains on. (Nothing gives the terminal back after a -9: the script
+ * does, to show what follows.) */
+START_TEST(test_attached_client_killed)
+{
+    if (skip())
+        return;
+    start_attached("", 100, 30, "--steps 1000000", "",
+                   "stty sane; clear; sleep 1; kill -0 $run && echo run-alive; kill $run; cat run.err");
+    wait_for(0, "PAUSED", NULL);
+    ck_assert_int_eq(tu_shell(NULL, 0, "pkill -KILL -P $(tmux -L %s list-panes -t t -F '#{pane_pid}') -f 'tdbg.* attach'",
+                              sock), 0);
+    wait_for(-1, "run-alive", "the front end closed the connection; detached, training goes on", NULL);
+    kill_server();
+}
+END_TEST
+
 /* ---- without a terminal: layout and the output pane's lines --------------------------- */
 
 static bool overlap(tui_rect a, tui_rect b)
@@ -850,11 +949,16 @@ START_TEST(test_output_lines)
     tui_out_unlock();
     char buf[4096] = "";
     FILE *f = fmemopen(buf, sizeof buf, "w");
-    tui_out_tail(f, 5);
+    tui_out_tail(f, 5, "\n");
     fclose(f);
     const char *want = "step=0 loss=2.3\nprogress 100%\nred     x\nstopped: step=7";
     ck_assert_msg(strncmp(buf, want, strlen(want)) == 0, "tail:\n%s", buf);
     ck_assert_msg(strstr(buf, "\npartial\n") != NULL, "the unfinished line is missing:\n%s", buf);
+    /* an attached client's terminal, with no output translation yet */
+    f = fmemopen(buf, sizeof buf, "w");
+    tui_out_tail(f, 2, "\r\n");
+    fclose(f);
+    ck_assert_msg(strstr(buf, "\r\npartial\r\n") != NULL, "the lines do not end in CR LF:\n%s", buf);
     /* output is only shown: a `stopped:` line in it is no stop (the
      * stop on show is the session's struct) */
     const dbg_stop *after = dbg_last_stop();
@@ -1058,6 +1162,9 @@ Suite *suite_tui(void)
     tcase_add_test(tc, test_colour_and_no_color);
     tcase_add_test(tc, test_crash_restores_terminal);
     tcase_add_test(tc, test_no_terminal_falls_back);
+    tcase_add_test(tc, test_attached_break_interrupt_resize_quit_detach);
+    tcase_add_test(tc, test_attached_no_terminfo_quit);
+    tcase_add_test(tc, test_attached_client_killed);
     suite_add_tcase(s, tc);
     TCase *unit = tcase_create("parts");
     tcase_add_test(unit, test_layout);

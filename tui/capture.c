@@ -108,8 +108,11 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-bool tui_capture_start(char *why, size_t n)
+static FILE *prev_stream; /* dbg_out_stream before: the attached session's OUT frames */
+
+bool tui_capture_start(bool tee, char *why, size_t n)
 {
+    prev_stream = dbg_out_stream;
     int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
     if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 || pipe2(wake, O_CLOEXEC) != 0) {
         snprintf(why, n, "cannot make pipes for the program's output: %s", strerror(errno));
@@ -123,8 +126,8 @@ bool tui_capture_start(char *why, size_t n)
     fflush(stderr);
     saved_out = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
     saved_err = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
-    tee_out = saved_out >= 0 && !isatty(saved_out);
-    tee_err = saved_err >= 0 && !isatty(saved_err);
+    tee_out = saved_out >= 0 && (tee || !isatty(saved_out));
+    tee_err = saved_err >= 0 && (tee || !isatty(saved_err));
     /* fds 1 and 2 are the writing ends now (children inherit them too) */
     dup2(po[1], STDOUT_FILENO);
     dup2(pe[1], STDERR_FILENO);
@@ -151,7 +154,8 @@ void tui_capture_stop(void)
 {
     if (saved_out < 0 && saved_err < 0)
         return;
-    dbg_out_stream = NULL;
+    dbg_out_stream = prev_stream;
+    prev_stream = NULL;
     dbg_crash_set_fd(-1);
     fflush(stdout);
     fflush(stderr);

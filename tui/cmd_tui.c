@@ -255,8 +255,8 @@ static const dbg_setting settings[] = {
     { NULL, NULL },
 };
 
-bool tui_cmds_register(char *why, size_t n)
-{
-    static const dbg_cmd_group group = { "terminal UI", cmds, settings };
-    return dbg_cmd_add_group(&group, why, n);
-}
+static const dbg_cmd_group group = { "terminal UI", cmds, settings };
+
+bool tui_cmds_register(char *why, size_t n) { return dbg_cmd_add_group(&group, why, n); }
+
+void tui_cmds_unregister(void) { dbg_cmd_remove_group(&group); }

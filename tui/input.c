@@ -84,8 +84,10 @@ static void on_line(char *line)
         ended = true;
         return;
     }
-    dbg_history_add(line);
-    fprintf(dbg_out, "(tdbg) %s\n", line);
+    const char *prompt = rl_prompt ? rl_prompt : "";
+    if (strcmp(prompt, "(tdbg) ") == 0) /* a command, not an answer (quit's y or n) */
+        dbg_history_add(line);
+    fprintf(dbg_out, "%s%s\n", prompt, line);
     free(ready);
     ready = line;
     if (back_to >= 0)
@@ -149,8 +151,11 @@ void tui_input_prep(FILE *in)
 void tui_input_install(const char *prompt)
 {
     rl_attempted_completion_function = complete_cb; /* after the CLI's set-up */
-    if (installed)
+    if (installed) {
+        if (!rl_prompt || strcmp(rl_prompt, prompt) != 0) /* a question (quit's), or the commands' again */
+            rl_set_prompt(prompt);
         return;
+    }
     installed = true;
     inpad = newpad(1, 1);
     keypad(inpad, TRUE);
@@ -480,6 +485,7 @@ bool tui_input_poll(int timeout_ms)
 {
     if (!installed)
         return false;
+    tui_term_resized(); /* a remote terminal's new size: KEY_RESIZE below */
     wtimeout(inpad, timeout_ms);
     int ch = wgetch(inpad);
     bool any = false;

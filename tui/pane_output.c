@@ -248,7 +248,7 @@ const tui_pane_class tui_pane_output = { .name = "output", .draw = draw, .click 
 
 /* ---- after the TUI, and in a crash ------------------------------------------------ */
 
-void tui_out_tail(FILE *f, int n)
+void tui_out_tail(FILE *f, int n, const char *eol)
 {
     tui_out_lock();
     int have = 0;
@@ -256,7 +256,7 @@ void tui_out_tail(FILE *f, int n)
     while (have < n && line_at(have, &k))
         have++;
     for (int i = have - 1; i >= 0; i--)
-        fprintf(f, "%s\n", line_at(i, &k));
+        fprintf(f, "%s%s", line_at(i, &k), eol);
     tui_out_unlock();
 }
 

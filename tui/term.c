@@ -7,6 +7,10 @@
  * tui_term_fatal(), from it. endwin() is not async-signal-safe: that
  * restores the saved termios with tcsetattr() and writes the terminal's
  * own reset sequences, read from terminfo at start.
+ *
+ * For `tdbg attach --tui` the terminal is the client's, far away: curses
+ * runs on pipes (remote.c), with the client's TERM and size; the client
+ * sets its terminal's modes, and a new size comes as tui_term_resize.
  */
 #include "tui_internal.h"
 
@@ -16,6 +20,7 @@
 #include <locale.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <term.h>
@@ -30,6 +35,9 @@ static bool have_saved;
 static volatile sig_atomic_t active;
 static char reset_seq[512];
 static size_t reset_len;
+static _Atomic long new_size = -1;  /* rows << 16 | cols, from tui_term_resize; -1 none */
+static char *saved_ctype;           /* a remote terminal's: LC_CTYPE as the program had it */
+static bool remote;                 /* the terminal is an attached client's */
 
 /* ---- crash ------------------------------------------------------------------- */
 
@@ -178,22 +186,61 @@ static void fail(char *why, size_t n, const char *fmt, const char *arg)
     snprintf(why, n, fmt, arg);
 }
 
-bool tui_term_open(char *why, size_t n)
+/* This process's terminal: stdin and stdout when both are, else /dev/tty. */
+static bool local_fds(int *in, int *out, char *why, size_t n)
 {
-    int in, out;
     if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) {
-        in = fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
-        out = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+        *in = fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+        *out = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
     } else {
-        in = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
-        if (in < 0) {
-            fail(why, n, "no terminal for the TUI (stdin or stdout is not one, and /dev/tty: %s)",
-                 strerror(errno));
+        *in = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
+        if (*in < 0) {
+            fail(why, n, "no terminal for the TUI (stdin or stdout is not one, and /dev/tty: %s)", strerror(errno));
             return false;
         }
-        out = fcntl(in, F_DUPFD_CLOEXEC, 3);
+        *out = fcntl(*in, F_DUPFD_CLOEXEC, 3);
     }
-    const char *term = getenv("TERM");
+    return true;
+}
+
+/* The locale's character type: the user's for a terminal of this
+ * process; for a client's, UTF-8 when it takes it (the program's own is
+ * given back at the end). Numbers keep the C locale. */
+static void pick_ctype(const dbg_term *far)
+{
+    if (!far) {
+        setlocale(LC_CTYPE, "");
+    } else if (far->utf8 && strcmp(nl_langinfo(CODESET), "UTF-8") != 0) {
+        const char *cur = setlocale(LC_CTYPE, NULL);
+        saved_ctype = cur ? strdup(cur) : NULL;
+        if (saved_ctype && !setlocale(LC_CTYPE, "C.UTF-8")) {
+            free(saved_ctype);
+            saved_ctype = NULL;
+        }
+    }
+    tui.utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0 && (!far || far->utf8);
+}
+
+static void restore_ctype(void)
+{
+    if (!saved_ctype)
+        return;
+    setlocale(LC_CTYPE, saved_ctype);
+    free(saved_ctype);
+    saved_ctype = NULL;
+}
+
+bool tui_term_open(const dbg_term *far, char *why, size_t n)
+{
+    remote = far != NULL;
+    int in = -1, out = -1;
+    if (far) {
+        in = fcntl(far->in_fd, F_DUPFD_CLOEXEC, 3);
+        out = fcntl(far->out_fd, F_DUPFD_CLOEXEC, 3);
+    } else if (!local_fds(&in, &out, why, n)) {
+        return false;
+    }
+    const char *term = far ? far->name : getenv("TERM");
     if (in < 0 || out < 0 || !term || !term[0] || strcmp(term, "dumb") == 0) {
         fail(why, n, in < 0 || out < 0 ? "cannot use the terminal: %s"
                      : "TERM is '%s': the TUI needs a terminal that moves the cursor",
@@ -207,22 +254,26 @@ bool tui_term_open(char *why, size_t n)
     tty_in = fdopen(in, "r");
     tty_out = fdopen(out, "w");
     tty_fd = out;
-    have_saved = tcgetattr(out, &saved) == 0;
-    setlocale(LC_CTYPE, ""); /* wide characters; numbers keep the C locale */
-    tui.utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
+    have_saved = !far && tcgetattr(out, &saved) == 0; /* the client keeps its own modes */
+    pick_ctype(far);
     /* readline's terminal set-up takes curses' cur_term: it goes first */
     tui_input_prep(tty_in);
     /* curses catches SIGTERM only when nobody does: the debugger's fatal
      * handler is in place already (dbg_fatal_handlers_install) */
-    screen = newterm(NULL, tty_out, tty_in);
+    screen = newterm(term, tty_out, tty_in);
     if (!screen) {
-        fail(why, n, "cannot start curses on TERM=%s (no terminfo entry?)", term);
+        fail(why, n, far ? "no terminfo here for the client's TERM=%s" : "cannot start curses on TERM=%s (no terminfo entry?)",
+             term);
         fclose(tty_in);
         fclose(tty_out);
         tty_in = tty_out = NULL;
+        restore_ctype();
         return false;
     }
     set_term(screen);
+    if (far) /* a pipe has no size: the client's */
+        resizeterm(far->rows, far->cols);
+    atomic_store(&new_size, -1);
     cbreak(); /* Ctrl-C stays a signal: the session's interrupt */
     noecho();
     nonl();
@@ -231,6 +282,15 @@ bool tui_term_open(char *why, size_t n)
     colors_init();
     active = 1;
     return true;
+}
+
+void tui_term_resize(int rows, int cols) { atomic_store(&new_size, (long)rows << 16 | cols); }
+
+void tui_term_resized(void)
+{
+    long sz = atomic_exchange(&new_size, -1);
+    if (sz >= 0 && screen)
+        resizeterm((int)(sz >> 16), (int)(sz & 0xffff)); /* queues KEY_RESIZE */
 }
 
 bool tui_term_gone(void)
@@ -254,10 +314,11 @@ void tui_term_close(void)
     if (have_saved)
         tcsetattr(tty_fd, TCSANOW, &saved);
     /* what the program and the debugger said last, on the terminal again */
-    tui_out_tail(tty_out, 6);
+    tui_out_tail(tty_out, 6, remote ? "\r\n" : "\n"); /* a client's terminal translates nothing yet */
     fflush(tty_out);
     fclose(tty_in);
     fclose(tty_out);
     tty_in = tty_out = NULL;
     tty_fd = -1;
+    restore_ctype();
 }

@@ -7,6 +7,9 @@
  * lines (read_line: the key loop until a line is ready), and at the
  * program's end it gets a last look (finish) before the terminal goes
  * back; on a fatal signal it gives the terminal back (tui_term_fatal).
+ * An attached session (tdbg attach --tui) starts it on the client's
+ * terminal (start_on), tells it the terminal's new sizes (resize), and
+ * ends it at a detach with no last look (leave).
  *
  * While training runs, the TUI's own engine hooks keep the screen live at
  * op boundaries, at most every TUI_FRAME_MS: keys are read (a command
@@ -170,6 +173,7 @@ static void stop_tui(void)
     if (hook >= 0)
         te_hook_remove(hook);
     hook = -1;
+    tui_cmds_unregister();
     tui_input_close();
     tui_capture_stop();
     tui_layout_free();
@@ -227,6 +231,8 @@ static void show_stop(const dbg_stop *s)
     tui_jump();
 }
 
+static int start_on(const dbg_term *t, char *why, size_t n);
+
 static const dbg_frontend frontend = {
     .name = "tui",
     .start = tui_start,
@@ -234,6 +240,9 @@ static const dbg_frontend frontend = {
     .show_stop = show_stop,
     .finish = finish,
     .fatal_signal = tui_term_fatal,
+    .start_on = start_on,
+    .resize = tui_term_resize,
+    .leave = stop_tui,
 };
 
 /* The TUI's objects are linked into the debugger library (libtool links
@@ -285,7 +294,7 @@ static void on_step_end(int64_t step, void *user)
     tui_track_step_end(step);
 }
 
-int tui_start(char *why, size_t n)
+static int start(const dbg_term *remote, char *why, size_t n)
 {
     memset(&tui, 0, sizeof tui);
     const char *st = getenv("TDBG_TUI_STATS");
@@ -297,9 +306,9 @@ int tui_start(char *why, size_t n)
     };
     for (int i = 0; i < TUI_NPANES; i++)
         tui.pane[i].cls = classes[i];
-    if (!tui_term_open(why, n))
+    if (!tui_term_open(remote, why, n))
         return -1;
-    if (!tui_capture_start(why, n)) {
+    if (!tui_capture_start(remote != NULL, why, n)) {
         tui_term_close();
         return -1;
     }
@@ -318,3 +327,7 @@ int tui_start(char *why, size_t n)
     tui_redraw(true);
     return 0;
 }
+
+int tui_start(char *why, size_t n) { return start(NULL, why, n); }
+
+static int start_on(const dbg_term *t, char *why, size_t n) { return start(t, why, n); }

@@ -164,8 +164,15 @@ typedef enum {
     TUI_C_COUNT
 } tui_color;
 
-/* Opens the terminal and starts curses; false with why written. */
-bool tui_term_open(char *why, size_t n);
+/* Opens the terminal and starts curses; false with why written. remote:
+ * the terminal of an attached client (tdbg attach --tui) instead of this
+ * process's: its pipes, TERM, size and UTF-8 as the client said. */
+bool tui_term_open(const dbg_term *remote, char *why, size_t n);
+/* The remote terminal's new size (any thread); curses learns it at the
+ * next key read (tui_term_resized), as KEY_RESIZE. */
+void tui_term_resize(int rows, int cols);
+/* The training thread: a size given by tui_term_resize is put in place. */
+void tui_term_resized(void);
 /* The terminal hung up (the ssh connection or the tmux pane is gone). */
 bool tui_term_gone(void);
 /* Ends curses and gives the terminal back as it was; safe to call twice. */
@@ -183,9 +190,10 @@ const char *tui_glyph_hbar(int eighths);  /* 0..8: a horizontal bar's last cell 
 /* ---- capture.c ------------------------------------------------------------------ */
 
 /* Sends the program's stdout and stderr through pipes into the output
- * pane (and on to the original file when that was not the terminal), and
+ * pane (and on to the original file when that was not the terminal, or
+ * always: tee, for an attached run whose terminal is not the TUI's), and
  * dbg_out into it as the debugger's own lines. false with why written. */
-bool tui_capture_start(char *why, size_t n);
+bool tui_capture_start(bool tee, char *why, size_t n);
 /* Gives fds 1 and 2 back, reads what is left, stops the reader thread. */
 void tui_capture_stop(void);
 /* Output arrived since the last call. */
@@ -203,7 +211,7 @@ void tui_out_unlock(void);
  * a '\r' starts the line again, tabs expand, other control bytes go. */
 void tui_out_add(tui_source src, const char *s, size_t n);
 /* The last n lines, plain, to f (after the TUI has closed). */
-void tui_out_tail(FILE *f, int n);
+void tui_out_tail(FILE *f, int n, const char *eol);
 /* From a crash handler: the last lines to fd, without locking. */
 void tui_out_crash_tail(int fd, int n);
 void tui_out_free(void);
@@ -342,6 +350,8 @@ void tui_mouse_set(bool on);
 
 /* Adds the TUI's commands and settings; false with why when they clash. */
 bool tui_cmds_register(char *why, size_t n);
+/* ...and away again when the TUI stops (an attached session detaches). */
+void tui_cmds_unregister(void);
 /* The op and tensor of the last stop: selected, shown, the cursor on the
  * bad element, a condition's threshold highlighted. */
 void tui_jump(void);
