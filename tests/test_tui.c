@@ -775,8 +775,8 @@ END_TEST
 
 /* The TUI on a run already going: the script sent with the attach runs
  * first, a breakpoint stops, Ctrl-C pauses, a resize lays out again,
- * quit asks and n stays, detach gives the terminal back, and the run
- * trains on. */
+ * quit asks and n stays, detach typed while training runs gives the
+ * terminal back, and the run trains on. */
 START_TEST(test_attached_break_interrupt_resize_quit_detach)
 {
     if (skip())
@@ -804,6 +804,8 @@ START_TEST(test_attached_break_interrupt_resize_quit_detach)
     type("n");
     keys("Enter");
     wait_for(-1, "Not confirmed.", NULL);
+    keys("F5"); /* detach typed while training runs: at the next frame */
+    wait_for(0, "RUNNING", NULL);
     type("detach");
     keys("Enter");
     assert_restored("tdbg-exit=0");

@@ -264,6 +264,8 @@ static void frame(void)
         else
             snprintf(tui.hint, sizeof tui.hint, "Ctrl-D leaves at a stop; Ctrl-C stops training first");
         free(line);
+        if (hook < 0) /* it was `detach`: the TUI is gone */
+            return;
     }
     if (dbg_interrupted)
         snprintf(tui.hint, sizeof tui.hint, "Ctrl-C: stopping at the next op");
