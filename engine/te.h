@@ -929,6 +929,10 @@ TE_API const char *te_amp_op_precision(const char *type);
  * NULL when they run on f32 copies instead: built without oneDNN, a CPU
  * without AVX512-BF16, or TDBG_NO_NATIVE_LOWP=1 in the environment. */
 TE_API const char *te_lowp_native(void);
+/* What runs f32 Conv2D on the CPU, forward and backward: "oneDNN (blocked
+ * layouts)" where built with oneDNN, else (or with TDBG_CPU_CONV=ref in
+ * the environment) "im2col + sgemm", the reference kernels. */
+TE_API const char *te_cpu_conv(void);
 
 /* Dynamic loss scaling, PyTorch GradScaler's rule with Megatron's
  * hysteresis: a step whose unscaled gradients hold a non-finite value is

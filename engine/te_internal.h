@@ -478,6 +478,9 @@ te_status te_lowp_run_native(te_node *n, bool backward);
 /* Tests: turn the native kernels off and on (the environment's
  * TDBG_NO_NATIVE_LOWP is read once otherwise), and count the nodes they ran. */
 void te_lowp_native_allow(bool on);
+/* Lets f32 Conv2D run on oneDNN (the default where built with it) or not
+ * (the reference kernels): what TDBG_CPU_CONV=ref says, for the tests. */
+void te_cpu_conv_dnnl_allow(bool on);
 int64_t te_lowp_native_runs(void);
 
 extern const te_backend te_backend_cpu;

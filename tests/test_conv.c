@@ -1,9 +1,13 @@
 /* test_conv.c — conv2d and the pools: PyTorch goldens (tests/fixtures/conv.bin),
  * a direct-loop reference on larger shapes (where the loops go parallel),
- * finite differences, gradient accumulation, half precision and errors. */
+ * finite differences, gradient accumulation, half precision and errors;
+ * the conv tests run twice, on oneDNN (where built with it) and on the
+ * reference kernels (im2col + sgemm), and the two are compared directly
+ * on geometries that take each kernel's edge cases. */
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "te_internal.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -594,6 +598,82 @@ START_TEST(test_pool_errors)
 }
 END_TEST
 
+/* ---- oneDNN against the reference kernels --------------------------------- */
+
+/* y, dx, dw, db of one geometry on the path te_cpu_conv_dnnl_allow picked;
+ * the gradients run twice, so the second adds to the first. */
+static void conv_run(const geom *g, bool bias, bool dnnl, te_tensor *out[4])
+{
+    te_cpu_conv_dnnl_allow(dnnl);
+    te_tensor *x = gc_random(te_shape(g->N, g->C, g->H, g->W), -1, 1, 51);
+    te_tensor *w = gc_random(te_shape(g->O, g->C, g->KH, g->KW), -1, 1, 52);
+    te_tensor *b = bias ? gc_random(te_shape(g->O), -1, 1, 53) : NULL;
+    x->requires_grad = w->requires_grad = true;
+    if (b)
+        b->requires_grad = true;
+    for (int pass = 0; pass < 2; pass++) {
+        te_tensor *y = te_conv2d(x, w, b, g->stride, g->pad);
+        ck_assert_msg(y && y->shape[2] == g->OH && y->shape[3] == g->OW, "conv: %s", te_error());
+        te_tensor *dy = te_tensor_new(TE_F32, y->ndim, y->shape);
+        for (int64_t i = 0; i < dy->numel; i++)
+            te_set(dy, i, te_rand_uniform(7, (uint64_t)pass, (uint64_t)i) - 0.5f);
+        if (pass == 0)
+            out[0] = tu_as_dtype(y, TE_F32);
+        ck_assert(te_backward_with(y, dy) == TE_OK);
+        te_tape_reset();
+    }
+    out[1] = tu_as_dtype(x->grad, TE_F32);
+    out[2] = tu_as_dtype(w->grad, TE_F32);
+    out[3] = b ? tu_as_dtype(b->grad, TE_F32) : NULL;
+    te_tensor_free(x);
+    te_tensor_free(w);
+    te_tensor_free(b);
+    te_cpu_conv_dnnl_allow(true);
+}
+
+START_TEST(test_conv_dnnl_matches_reference)
+{
+#ifdef HAVE_DNNL
+    ck_assert_str_eq(te_cpu_conv(), "oneDNN (blocked layouts)");
+#endif
+    te_cpu_conv_dnnl_allow(false);
+    ck_assert_str_eq(te_cpu_conv(), "im2col + sgemm");
+    te_cpu_conv_dnnl_allow(true);
+    static const struct {
+        geom g;
+        bool bias;
+    } cases[] = {
+        { { 2, 16, 12, 12, 32, 3, 3, 1, 1, 12, 12 }, true },  /* blocks of 16: oneDNN's own */
+        { { 3, 3, 11, 9, 10, 3, 3, 2, 1, 6, 5 }, true },      /* odd channels, stride 2, a remainder */
+        { { 1, 8, 7, 7, 5, 1, 1, 1, 0, 7, 7 }, false },       /* 1x1: no col matrix in the reference */
+        { { 2, 5, 9, 9, 6, 5, 5, 1, 2, 9, 9 }, true },        /* 5x5, pad 2 */
+        { { 4, 20, 8, 8, 24, 3, 3, 3, 0, 2, 2 }, false },     /* stride 3, no padding */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        te_tensor *d[4], *r[4];
+        conv_run(&cases[k].g, cases[k].bias, true, d);
+        conv_run(&cases[k].g, cases[k].bias, false, r);
+        static const char *const names[] = { "y", "dx (accumulated)", "dw (accumulated)", "db (accumulated)" };
+        for (int i = 0; i < 4; i++) {
+            if (!r[i])
+                continue;
+            char what[96];
+            snprintf(what, sizeof what, "case %zu: %s, oneDNN against the reference", k, names[i]);
+            fx_assert_close(d[i], r[i], 1e-4, 1e-4, what);
+            te_tensor_free(d[i]);
+            te_tensor_free(r[i]);
+        }
+    }
+}
+END_TEST
+
+/* The conv tests again, on the reference kernels. */
+static void setup_reference(void)
+{
+    tu_setup();
+    te_cpu_conv_dnnl_allow(false);
+}
+
 Suite *suite_conv(void)
 {
     Suite *s = suite_create("conv");
@@ -613,6 +693,17 @@ Suite *suite_conv(void)
     tcase_add_test(tc, test_conv_half);
     tcase_add_test(tc, test_conv_errors);
     tcase_add_test(tc, test_pool_errors);
+    tcase_add_test(tc, test_conv_dnnl_matches_reference);
     suite_add_tcase(s, tc);
+    TCase *ref = tcase_create("conv reference kernels");
+    tcase_add_checked_fixture(ref, setup_reference, tu_teardown);
+    tcase_add_test(ref, test_conv_golden);
+    tcase_add_test(ref, test_conv_accumulates);
+    tcase_add_test(ref, test_conv_partial_grads);
+    tcase_add_test(ref, test_conv_large);
+    tcase_add_test(ref, test_conv_deterministic);
+    tcase_add_test(ref, test_conv_gradcheck);
+    tcase_add_test(ref, test_conv_half);
+    suite_add_tcase(s, ref);
     return s;
 }

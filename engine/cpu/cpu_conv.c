@@ -1,5 +1,9 @@
 /* cpu_conv.c — conv2d and the pools on the CPU, forward and backward, NCHW.
  *
+ * Where the engine is built with oneDNN, f32 conv2d runs there first
+ * (cpu_conv_dnnl.c); these kernels are the reference it is tested against
+ * and run where it declines (TDBG_CPU_CONV=ref: always).
+ *
  * conv2d lowers each sample to one sgemm: y[O, OH*OW] = w[O, C*KH*KW] @
  * col[C*KH*KW, OH*OW], where col (im2col) holds the input pixel under every
  * kernel tap at every output position. A 1x1 unpadded stride-1 conv needs no
@@ -144,8 +148,21 @@ static float *scratch(size_t bytes)
 
 /* ---- conv2d: y [N,O,OH,OW] = x [N,C,H,W] * w [O,C,KH,KW] + b [O] --------- */
 
+const char *te_cpu_conv(void)
+{
+    const char *dnnl = cpu_conv_dnnl();
+    return dnnl ? dnnl : "im2col + sgemm";
+}
+
+#ifndef HAVE_DNNL
+void te_cpu_conv_dnnl_allow(bool on) { (void)on; }
+#endif
+
 te_status cpu_conv2d_forward(te_node *n)
 {
+    te_status st = cpu_conv2d_forward_dnnl(n);
+    if (st != TE_LOWP_DECLINED)
+        return st;
     conv_geom g = conv_geom_of(n);
     const float *x = te_f32(n->in[0]), *w = te_f32(n->in[1]);
     const float *b = n->in[2] ? te_f32(n->in[2]) : NULL;
@@ -195,6 +212,9 @@ static void conv_bias_grad(const conv_geom *g, const float *dy, float *db, int a
 
 te_status cpu_conv2d_backward(te_node *n)
 {
+    te_status st = cpu_conv2d_backward_dnnl(n);
+    if (st != TE_LOWP_DECLINED)
+        return st;
     conv_geom g = conv_geom_of(n);
     te_tensor *xt = n->in[0], *wt = n->in[1];
     const float *x = te_f32(xt), *w = te_f32(wt);

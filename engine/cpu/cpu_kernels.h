@@ -22,6 +22,16 @@ te_status cpu_linear_forward_lowp(te_node *n);
 te_status cpu_linear_backward_lowp(te_node *n);
 te_status cpu_conv2d_forward_lowp(te_node *n);
 te_status cpu_conv2d_backward_lowp(te_node *n);
+/* f32 Conv2D through oneDNN (cpu_conv_dnnl.c), tried first by
+ * cpu_conv2d_forward/backward: TE_LOWP_DECLINED, nothing changed, when it
+ * does not take the node. cpu_conv_dnnl: its name, NULL when off. */
+const char *cpu_conv_dnnl(void);
+te_status cpu_conv2d_forward_dnnl(te_node *n);
+te_status cpu_conv2d_backward_dnnl(te_node *n);
+#else
+static inline const char *cpu_conv_dnnl(void) { return NULL; }
+static inline te_status cpu_conv2d_forward_dnnl(te_node *n) { (void)n; return TE_LOWP_DECLINED; }
+static inline te_status cpu_conv2d_backward_dnnl(te_node *n) { (void)n; return TE_LOWP_DECLINED; }
 #endif
 
 /* Portable native low-precision kernels (f16 and bf16, any CPU): the

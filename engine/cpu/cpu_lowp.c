@@ -23,13 +23,11 @@
  * let oneDNN choose its layouts (blocked, for its AVX512-BF16 kernels:
  * twice as fast as its im2col GEMM on plain NCHW) and reorder around them.
  */
+#include "cpu_dnnl.h"
 #include "cpu_kernels.h"
 
-#include <oneapi/dnnl/dnnl.h>
 #include <string.h>
 
-static dnnl_engine_t lp_engine;
-static dnnl_stream_t lp_stream;
 static int lp_state = -1; /* -1: not asked yet */
 
 const char *cpu_lowp_native(void)
@@ -37,96 +35,16 @@ const char *cpu_lowp_native(void)
     if (lp_state < 0) {
         dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
         lp_state = ((unsigned)isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 &&
-                   dnnl_engine_create(&lp_engine, dnnl_cpu, 0) == dnnl_success &&
-                   dnnl_stream_create(&lp_stream, lp_engine, dnnl_stream_default_flags) == dnnl_success;
+                   cpu_dnnl_engine();
     }
     return lp_state ? "oneDNN bf16 (avx512_bf16)" : NULL;
 }
 
-/* ---- running a primitive ------------------------------------------------- */
-
-typedef struct lp_io {
-    int arg; /* DNNL_ARG_SRC ... */
-    dnnl_memory_desc_t md;
-    const void *p;
-} lp_io;
-
-/* from (at src) copied into layout to (at dst) by a oneDNN reorder. */
-static bool lp_reorder(const dnnl_memory_desc_t *from, const void *src, const dnnl_memory_desc_t *to, void *dst)
-{
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    dnnl_memory_t m[2] = { 0 };
-    bool ok = dnnl_reorder_primitive_desc_create(&pd, from, lp_engine, to, lp_engine, NULL) == dnnl_success &&
-              dnnl_primitive_create(&prim, pd) == dnnl_success &&
-              dnnl_memory_create(&m[0], from, lp_engine, (void *)src) == dnnl_success &&
-              dnnl_memory_create(&m[1], to, lp_engine, dst) == dnnl_success;
-    dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, m[0] }, { DNNL_ARG_TO, m[1] } };
-    ok = ok && dnnl_primitive_execute(prim, lp_stream, 2, args) == dnnl_success;
-    for (int i = 0; i < 2; i++)
-        if (m[i])
-            dnnl_memory_destroy(m[i]);
-    if (prim)
-        dnnl_primitive_destroy(prim);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    return ok;
-}
-
-static bool lp_is_output(int arg)
-{
-    return arg == DNNL_ARG_DST || arg == DNNL_ARG_DIFF_SRC || arg == DNNL_ARG_DIFF_WEIGHTS ||
-           arg == DNNL_ARG_DIFF_BIAS;
-}
-
-/* The primitive of op_desc (hint: the forward one of a backward), run on
- * the n buffers of io, in their plain layouts. A primitive that chose its
- * own layout (its descriptor said `any`: the blocked layouts of oneDNN's
- * fastest convolutions) gets its inputs reordered into scratch first and
- * its outputs reordered back after. False, nothing written, when oneDNN
- * has no implementation or fails. */
-static bool lp_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const lp_io *io, int n)
-{
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    dnnl_memory_t mem[8] = { 0 };
-    dnnl_exec_arg_t args[8];
-    void *tmp[8] = { 0 };
-    size_t tmp_bytes[8] = { 0 };
-    const dnnl_memory_desc_t *want[8];
-    bool ok = dnnl_primitive_desc_create(&pd, op_desc, NULL, lp_engine, hint) == dnnl_success &&
-              dnnl_primitive_create(&prim, pd) == dnnl_success;
-    for (int i = 0; ok && i < n; i++) {
-        want[i] = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, io[i].arg);
-        void *p = (void *)io[i].p;
-        if (!want[i] || !dnnl_memory_desc_equal(want[i], &io[i].md)) {
-            tmp_bytes[i] = want[i] ? dnnl_memory_desc_get_size(want[i]) : 0;
-            ok = want[i] && (p = tmp[i] = te_mem_alloc(tmp_bytes[i])) != NULL &&
-                 (lp_is_output(io[i].arg) || lp_reorder(&io[i].md, io[i].p, want[i], p));
-        }
-        ok = ok && dnnl_memory_create(&mem[i], ok ? want[i] : &io[i].md, lp_engine, p) == dnnl_success;
-        args[i] = (dnnl_exec_arg_t){ io[i].arg, mem[i] };
-    }
-    ok = ok && dnnl_primitive_execute(prim, lp_stream, n, args) == dnnl_success;
-    for (int i = 0; ok && i < n; i++)
-        if (tmp[i] && lp_is_output(io[i].arg))
-            ok = lp_reorder(want[i], tmp[i], &io[i].md, (void *)io[i].p);
-    ok = ok && dnnl_stream_wait(lp_stream) == dnnl_success;
-    for (int i = 0; i < n; i++) {
-        if (mem[i])
-            dnnl_memory_destroy(mem[i]);
-        te_mem_free(tmp[i], tmp_bytes[i]);
-    }
-    if (prim)
-        dnnl_primitive_destroy(prim);
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    return ok;
-}
+/* ---- operands ------------------------------------------------------------ */
 
 /* A matrix operand of an nd-dim product: t's contiguous storage of shape
  * [ndim] with 1s added in front, its last two dims read swapped when tr. */
-static lp_io mat(int arg, const int64_t *shape, int ndim, int nd, bool tr, dnnl_data_type_t dt,
+static cpu_dnnl_io mat(int arg, const int64_t *shape, int ndim, int nd, bool tr, dnnl_data_type_t dt,
                  const void *p)
 {
     dnnl_dims_t d, s;
@@ -145,27 +63,27 @@ static lp_io mat(int arg, const int64_t *shape, int ndim, int nd, bool tr, dnnl_
         s[nd - 1] = s[nd - 2];
         s[nd - 2] = t;
     }
-    lp_io io = { .arg = arg, .p = p };
+    cpu_dnnl_io io = { .arg = arg, .p = p };
     dnnl_memory_desc_init_by_strides(&io.md, nd, d, dt, s);
     return io;
 }
 
 /* A rows x cols matrix at p, read transposed when tr. */
-static lp_io mat2(int arg, int64_t rows, int64_t cols, bool tr, dnnl_data_type_t dt, const void *p)
+static cpu_dnnl_io mat2(int arg, int64_t rows, int64_t cols, bool tr, dnnl_data_type_t dt, const void *p)
 {
     return mat(arg, (const int64_t[]){ tr ? cols : rows, tr ? rows : cols }, 2, 2, tr, dt, p);
 }
 
 /* dst = src @ wei (+ bias), dst f32. */
-static bool lp_matmul(lp_io src, lp_io wei, const lp_io *bias, lp_io dst)
+static bool lp_matmul(cpu_dnnl_io src, cpu_dnnl_io wei, const cpu_dnnl_io *bias, cpu_dnnl_io dst)
 {
     dnnl_matmul_desc_t desc;
     if (dnnl_matmul_desc_init(&desc, &src.md, &wei.md, bias ? &bias->md : NULL, &dst.md) != dnnl_success)
         return false;
-    lp_io io[4] = { src, wei, dst, { 0 } };
+    cpu_dnnl_io io[4] = { src, wei, dst, { 0 } };
     if (bias)
         io[3] = *bias;
-    return lp_run(&desc, NULL, io, bias ? 4 : 3);
+    return cpu_dnnl_run(&desc, NULL, io, bias ? 4 : 3);
 }
 
 /* ---- the node ------------------------------------------------------------ */
@@ -280,7 +198,7 @@ te_status cpu_linear_forward_lowp(te_node *n)
     int64_t N = x->shape[0], K = x->shape[1], O = w->shape[0];
     lp_bufs b = { 0 };
     float *y = lp_buf(&b, 0, N * O);
-    lp_io bio = mat2(DNNL_ARG_BIAS, 1, O, false, BF16, bias ? bias->data : NULL);
+    cpu_dnnl_io bio = mat2(DNNL_ARG_BIAS, 1, O, false, BF16, bias ? bias->data : NULL);
     bool ok = y && lp_matmul(mat2(DNNL_ARG_SRC, N, K, false, BF16, x->data),
                              mat2(DNNL_ARG_WEIGHTS, K, O, true, BF16, w->data), bias ? &bio : NULL,
                              mat2(DNNL_ARG_DST, N, O, false, F32, y));
@@ -422,7 +340,7 @@ static bool lp_mm_grads(te_node *n, const lp_mm *p, lp_bufs *b)
     bool ok = true;
     if (te_needs_grad(a)) {
         float *g = lp_buf(b, 0, a->numel);
-        lp_io dst = mat(DNNL_ARG_DST, a->shape, a->ndim, nd, false, F32, g);
+        cpu_dnnl_io dst = mat(DNNL_ARG_DST, a->shape, a->ndim, nd, false, F32, g);
         if (!g)
             ok = false;
         else if (!p->ta) /* da [..,M,K] = dy @ op(b)^T */
@@ -435,7 +353,7 @@ static bool lp_mm_grads(te_node *n, const lp_mm *p, lp_bufs *b)
     }
     if (ok && te_needs_grad(bt)) {
         float *g = lp_buf(b, 1, bt->numel);
-        lp_io dst = mat(DNNL_ARG_DST, bt->shape, bt->ndim, nd, false, F32, g);
+        cpu_dnnl_io dst = mat(DNNL_ARG_DST, bt->shape, bt->ndim, nd, false, F32, g);
         if (!g)
             ok = false;
         else if (!p->tb) /* db [..,K,N] = op(a)^T @ dy */
@@ -461,53 +379,23 @@ te_status cpu_matmul_backward_lowp(te_node *n)
 
 /* ---- conv2d: y [N,O,OH,OW] = x [N,C,H,W] * w [O,C,KH,KW] + b [O], NCHW ---- */
 
-typedef struct lp_conv {
-    dnnl_memory_desc_t x, w, b, y;
-    dnnl_dims_t stride, pad_l, pad_r;
-} lp_conv;
-
-/* n's geometry as oneDNN's: x's, w's and y's dtypes as given, in layout
- * tag (NCHW and OIHW as the tensors are, or any: the primitive's choice);
- * the right padding is what makes the output size y's (less than pad_l
- * when the stride leaves a remainder). */
-static lp_conv lp_conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
-                          bool any)
-{
-    const te_tensor *x = n->in[0], *w = n->in[1], *y = n->out[0];
-    lp_conv c;
-    dnnl_dims_t xd, wd, bd = { w->shape[0] }, yd; /* oneDNN reads a whole dnnl_dims_t */
-    memcpy(xd, x->shape, 4 * sizeof *xd);
-    memcpy(wd, w->shape, 4 * sizeof *wd);
-    memcpy(yd, y->shape, 4 * sizeof *yd);
-    dnnl_memory_desc_init_by_tag(&c.x, 4, xd, xt, any ? dnnl_format_tag_any : dnnl_nchw);
-    dnnl_memory_desc_init_by_tag(&c.w, 4, wd, wt, any ? dnnl_format_tag_any : dnnl_oihw);
-    dnnl_memory_desc_init_by_tag(&c.b, 1, bd, wt, dnnl_a);
-    dnnl_memory_desc_init_by_tag(&c.y, 4, yd, yt, any ? dnnl_format_tag_any : dnnl_nchw);
-    for (int d = 0; d < 2; d++) {
-        c.stride[d] = n->a.stride;
-        c.pad_l[d] = n->a.pad;
-        c.pad_r[d] = (y->shape[2 + d] - 1) * n->a.stride + w->shape[2 + d] - x->shape[2 + d] - n->a.pad;
-    }
-    return c;
-}
-
 te_status cpu_conv2d_forward_lowp(te_node *n)
 {
     if (!lp_takes(n))
         return TE_LOWP_DECLINED;
     const te_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
-    lp_conv a = lp_conv_of(n, BF16, BF16, F32, true), c = lp_conv_of(n, BF16, BF16, F32, false);
+    cpu_dnnl_conv a = cpu_dnnl_conv_of(n, BF16, BF16, F32, true), c = cpu_dnnl_conv_of(n, BF16, BF16, F32, false);
     dnnl_convolution_desc_t desc;
     lp_bufs b = { 0 };
     float *y = lp_buf(&b, 0, n->out[0]->numel);
     bool ok = y && dnnl_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct,
                                                       &a.x, &a.w, bias ? &a.b : NULL, &a.y, a.stride,
                                                       a.pad_l, a.pad_r) == dnnl_success;
-    lp_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
+    cpu_dnnl_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
                    { DNNL_ARG_WEIGHTS, c.w, w->data },
                    { DNNL_ARG_DST, c.y, y },
                    { DNNL_ARG_BIAS, c.b, bias ? bias->data : NULL } };
-    ok = ok && lp_run(&desc, NULL, io, bias ? 4 : 3);
+    ok = ok && cpu_dnnl_run(&desc, NULL, io, bias ? 4 : 3);
     return lp_forward_done(n, &b, ok);
 }
 
@@ -518,31 +406,31 @@ te_status cpu_conv2d_backward_lowp(te_node *n)
     te_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     const void *dy = n->out[0]->grad->data;
     /* The backward primitives want the forward one as a hint: all bf16. */
-    lp_conv h = lp_conv_of(n, BF16, BF16, BF16, true);
+    cpu_dnnl_conv h = cpu_dnnl_conv_of(n, BF16, BF16, BF16, true);
     dnnl_convolution_desc_t fwd;
     dnnl_primitive_desc_t hint = NULL;
     lp_bufs b = { 0 };
     bool ok = dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &h.x,
                                                  &h.w, bias ? &h.b : NULL, &h.y, h.stride, h.pad_l,
                                                  h.pad_r) == dnnl_success &&
-              dnnl_primitive_desc_create(&hint, &fwd, NULL, lp_engine, NULL) == dnnl_success;
+              dnnl_primitive_desc_create(&hint, &fwd, NULL, cpu_dnnl_eng, NULL) == dnnl_success;
     if (ok && te_needs_grad(x)) { /* dx: f32, from bf16 w and dy */
-        lp_conv a = lp_conv_of(n, F32, BF16, BF16, true), c = lp_conv_of(n, F32, BF16, BF16, false);
+        cpu_dnnl_conv a = cpu_dnnl_conv_of(n, F32, BF16, BF16, true), c = cpu_dnnl_conv_of(n, F32, BF16, BF16, false);
         dnnl_convolution_desc_t desc;
         float *g = lp_buf(&b, 0, x->numel);
-        lp_io io[] = { { DNNL_ARG_DIFF_SRC, c.x, g },
+        cpu_dnnl_io io[] = { { DNNL_ARG_DIFF_SRC, c.x, g },
                        { DNNL_ARG_WEIGHTS, c.w, w->data },
                        { DNNL_ARG_DIFF_DST, c.y, dy } };
         ok = g && dnnl_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w, &a.y,
                                                            a.stride, a.pad_l, a.pad_r) == dnnl_success &&
-             lp_run(&desc, hint, io, 3);
+             cpu_dnnl_run(&desc, hint, io, 3);
     }
     bool want_b = te_needs_grad(bias);
     if (ok && (te_needs_grad(w) || want_b)) { /* dw (and db): f32, from bf16 x and dy */
-        lp_conv a = lp_conv_of(n, BF16, F32, BF16, true), c = lp_conv_of(n, BF16, F32, BF16, false);
+        cpu_dnnl_conv a = cpu_dnnl_conv_of(n, BF16, F32, BF16, true), c = cpu_dnnl_conv_of(n, BF16, F32, BF16, false);
         dnnl_convolution_desc_t desc;
         float *gw = lp_buf(&b, 1, w->numel), *gb = want_b ? lp_buf(&b, 2, bias->numel) : NULL;
-        lp_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
+        cpu_dnnl_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
                        { DNNL_ARG_DIFF_DST, c.y, dy },
                        { DNNL_ARG_DIFF_WEIGHTS, c.w, gw },
                        { DNNL_ARG_DIFF_BIAS, c.b, gb } };
@@ -550,7 +438,7 @@ te_status cpu_conv2d_backward_lowp(te_node *n)
              dnnl_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w,
                                                          want_b ? &a.b : NULL, &a.y, a.stride, a.pad_l,
                                                          a.pad_r) == dnnl_success &&
-             lp_run(&desc, hint, io, want_b ? 4 : 3);
+             cpu_dnnl_run(&desc, hint, io, want_b ? 4 : 3);
         if (!te_needs_grad(w)) { /* computed with db only: not a gradient to keep */
             te_mem_free(b.p[1], b.bytes[1]);
             b.p[1] = NULL;
