@@ -348,7 +348,7 @@ te_status cpu_scale_backward(te_node *n)
     return TE_OK;
 }
 /* NaN passes through relu, forward and backward, as in PyTorch. */
-UNARY(relu, x < 0.0f ? 0.0f : x, y <= 0.0f ? 0.0f : 1.0f, y, out)
+UNARY(relu, x < 0.0f ? 0.0f : x, (float)!(y <= 0.0f), y, out) /* the derivative as a mask: it vectorises */
 UNARY(tanh, tanhf(x), 1.0f - y * y, y, out)
 UNARY(sigmoid, 1.0f / (1.0f + expf(-x)), y * (1.0f - y), y, out)
 UNARY(exp, expf(x), y, y, out)

@@ -202,7 +202,7 @@ te_status cpu_batchnorm_forward_lowp(te_node *n)
     }
 
 BN_ROW_LOOPS(, dyc[k])
-BN_ROW_LOOPS(_relu, dyc[k] * (yc[k] <= 0.0f ? 0.0f : 1.0f))
+BN_ROW_LOOPS(_relu, dyc[k] * (float)!(yc[k] <= 0.0f)) /* the ternary of ReLU's formula, as a mask GCC vectorises */
 
 /* dy (and relu_y) f32, or for the native low-precision kernel x, dy and
  * dx f16/bf16: the channel's x and dy rows widened once, each dx row
