@@ -933,6 +933,10 @@ TE_API const char *te_lowp_native(void);
  * layouts)" where built with oneDNN, else (or with TDBG_CPU_CONV=ref in
  * the environment) "im2col + sgemm", the reference kernels. */
 TE_API const char *te_cpu_conv(void);
+/* What runs the CPU's matrix products (Linear, MatMul, the reference
+ * convolutions): "oneDNN sgemm" where built with oneDNN, else (or with
+ * TDBG_CPU_GEMM=openblas in the environment) "OpenBLAS sgemm". */
+TE_API const char *te_cpu_gemm(void);
 
 /* Dynamic loss scaling, PyTorch GradScaler's rule with Megatron's
  * hysteresis: a step whose unscaled gradients hold a non-finite value is

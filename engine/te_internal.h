@@ -481,6 +481,9 @@ void te_lowp_native_allow(bool on);
 /* Lets f32 Conv2D run on oneDNN (the default where built with it) or not
  * (the reference kernels): what TDBG_CPU_CONV=ref says, for the tests. */
 void te_cpu_conv_dnnl_allow(bool on);
+/* Lets the CPU's matrix products run on oneDNN's sgemm (the default where
+ * built with it) or on OpenBLAS's: TDBG_CPU_GEMM=openblas, for the tests. */
+void te_cpu_gemm_dnnl_allow(bool on);
 int64_t te_lowp_native_runs(void);
 
 extern const te_backend te_backend_cpu;

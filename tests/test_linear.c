@@ -3,6 +3,7 @@
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "te_internal.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -351,6 +352,64 @@ START_TEST(test_linear_large)
 }
 END_TEST
 
+/* y, dx, dw, db of a linear layer on the GEMM te_cpu_gemm_dnnl_allow
+ * picked: the three products of a layer (x w^T forward, dy w and dy^T x
+ * backward), each transposition the engine asks for. */
+static void linear_run(int N, int K, int O, bool dnnl, te_tensor *out[4])
+{
+    te_cpu_gemm_dnnl_allow(dnnl);
+    te_tensor *x = gc_random(te_shape(N, K), -1, 1, 61), *w = gc_random(te_shape(O, K), -1, 1, 62);
+    te_tensor *b = gc_random(te_shape(O), -1, 1, 63);
+    x->requires_grad = w->requires_grad = b->requires_grad = true;
+    te_tensor *y = te_linear(x, w, b);
+    te_tensor *dy = gc_random(te_shape(N, O), -1, 1, 64);
+    out[0] = tu_as_dtype(y, TE_F32);
+    ck_assert(te_backward_with(y, dy) == TE_OK);
+    out[1] = tu_as_dtype(x->grad, TE_F32);
+    out[2] = tu_as_dtype(w->grad, TE_F32);
+    out[3] = tu_as_dtype(b->grad, TE_F32);
+    te_tape_reset();
+    te_tensor_free(dy);
+    te_tensor_free(x);
+    te_tensor_free(w);
+    te_tensor_free(b);
+    te_cpu_gemm_dnnl_allow(true);
+}
+
+/* oneDNN's sgemm against OpenBLAS's on the shapes of the MLP, an odd one
+ * and one too small to split across threads. */
+START_TEST(test_gemm_onednn_matches_openblas)
+{
+#ifdef HAVE_DNNL
+    ck_assert_str_eq(te_cpu_gemm(), "oneDNN sgemm");
+#endif
+    te_cpu_gemm_dnnl_allow(false);
+    ck_assert_str_eq(te_cpu_gemm(), "OpenBLAS sgemm");
+    static const int shapes[][3] = { { 128, 784, 1024 }, { 33, 65, 17 }, { 4, 8, 3 } };
+    static const char *const names[] = { "y", "dx", "dw", "db" };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        te_tensor *d[4], *r[4];
+        linear_run(shapes[k][0], shapes[k][1], shapes[k][2], true, d);
+        linear_run(shapes[k][0], shapes[k][1], shapes[k][2], false, r);
+        for (int i = 0; i < 4; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "linear %dx%d -> %d: %s, oneDNN against OpenBLAS", shapes[k][0],
+                     shapes[k][1], shapes[k][2], names[i]);
+            fx_assert_close(d[i], r[i], 1e-4, 1e-4, what);
+            te_tensor_free(d[i]);
+            te_tensor_free(r[i]);
+        }
+    }
+}
+END_TEST
+
+/* The products again, on OpenBLAS. */
+static void setup_openblas(void)
+{
+    tu_setup();
+    te_cpu_gemm_dnnl_allow(false);
+}
+
 Suite *suite_linear(void)
 {
     Suite *s = suite_create("linear");
@@ -367,6 +426,17 @@ Suite *suite_linear(void)
     tcase_add_test(tc, test_linear_errors);
     tcase_add_test(tc, test_linear_half);
     tcase_add_test(tc, test_linear_large);
+    tcase_add_test(tc, test_gemm_onednn_matches_openblas);
     suite_add_tcase(s, tc);
+    TCase *ob = tcase_create("linear on OpenBLAS");
+    tcase_add_checked_fixture(ob, setup_openblas, tu_teardown);
+    tcase_add_test(ob, test_matmul_golden);
+    tcase_add_test(ob, test_matmul_gradcheck);
+    tcase_add_test(ob, test_matmul_accumulates);
+    tcase_add_test(ob, test_linear_golden);
+    tcase_add_test(ob, test_linear_gradcheck);
+    tcase_add_test(ob, test_linear_accumulates);
+    tcase_add_test(ob, test_linear_large);
+    suite_add_tcase(s, ob);
     return s;
 }
