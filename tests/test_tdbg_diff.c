@@ -410,6 +410,40 @@ static csv diff_injected(char *a, char *b, const char *mode, const char *spec, c
     return t;
 }
 
+/* The CNN on the reference kernels (im2col + OpenBLAS's sgemm) against
+ * the same run on oneDNN (issue 22), eager and graph mode: every tensor
+ * of every op is `same` within f32 tolerance, and the exit status 0. */
+START_TEST(test_reference_kernels_vs_onednn)
+{
+    char dir[128], d[3][160];
+    static const char *const how[3][2] = { { "TDBG_CPU_CONV=ref TDBG_CPU_GEMM=openblas", "eager" },
+                                           { "", "eager" },
+                                           { "", "graph" } };
+    test_dir(dir, sizeof dir);
+    for (int i = 0; i < 3; i++) {
+        snprintf(d[i], sizeof d[i], "%s/kernels%d", dir, i);
+        int st = tu_shell(shell_out, sizeof shell_out,
+                          "%s '%s/examples/cnn' --channels 4,8,8 --batch 8 --steps 3 --train-size 64 "
+                          "--threads 2 --log-every 100 --mode %s --dump 'dir=%s;io=both' 2>&1",
+                          how[i][0], TDBG_BUILDDIR, how[i][1], d[i]);
+        ck_assert_msg(st == 0, "cnn: exit %d:\n%s", st, shell_out);
+    }
+    for (int i = 1; i < 3; i++) {
+        tu_result r = RUN(d[0], d[i], "--format", "csv");
+        ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+        csv t = csv_parse(r.out);
+        ck_assert_int_gt(t.nrows, 100);
+        for (int k = 0; k < t.nrows; k++)
+            ck_assert_msg(strcmp(cell(&t, k, "status"), "compared") == 0 &&
+                              strcmp(cell(&t, k, "verdict"), "same") == 0,
+                          "reference against oneDNN %s, row %d: %s %s %s", how[i][1], k, cell(&t, k, "op"),
+                          cell(&t, k, "status"), cell(&t, k, "verdict"));
+        csv_free(&t);
+        tu_result_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(test_injected_noise)
 {
     char a[PATH_MAX_TEST], b[PATH_MAX_TEST];
@@ -1734,6 +1768,7 @@ Suite *suite_tdbg_diff(void)
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_run_against_itself);
     tcase_add_test(tc, test_eager_vs_graph);
+    tcase_add_test(tc, test_reference_kernels_vs_onednn);
     tcase_add_test(tc, test_injected_noise);
     tcase_add_test(tc, test_injected_backward_scale);
     tcase_add_test(tc, test_injected_accumulation);
