@@ -324,6 +324,22 @@ START_TEST(test_run_against_itself)
 }
 END_TEST
 
+/* tdbg-diff a b: exit 0, over 100 rows, every one compared and same. */
+static void all_same(const char *a, const char *b, const char *what)
+{
+    tu_result r = RUN(a, b, "--format", "csv");
+    ck_assert_msg(r.rc == 0, "%s: rc %d: %s", what, r.rc, r.err);
+    csv t = csv_parse(r.out);
+    ck_assert_int_gt(t.nrows, 100);
+    for (int i = 0; i < t.nrows; i++)
+        ck_assert_msg(strcmp(cell(&t, i, "status"), "compared") == 0 &&
+                      strcmp(cell(&t, i, "verdict"), "same") == 0,
+                      "%s, row %d: %s %s %s", what, i, cell(&t, i, "op"), cell(&t, i, "status"),
+                      cell(&t, i, "verdict"));
+    csv_free(&t);
+    tu_result_free(&r);
+}
+
 START_TEST(test_eager_vs_graph)
 {
     char a[160], b[160], dir[128];
@@ -332,20 +348,10 @@ START_TEST(test_eager_vs_graph)
     snprintf(b, sizeof b, "%s/graph", dir);
     mlp_dump(a, "eager", "io=both", NULL);
     mlp_dump(b, "graph", "io=both", NULL);
-    tu_result r = RUN(a, b, "--format", "csv");
+    all_same(a, b, "eager against graph");
+    tu_result r = RUN(b, a, "--format", "csv"); /* graph as the reference: its kernels are named */
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     csv t = csv_parse(r.out);
-    ck_assert_int_gt(t.nrows, 100);
-    for (int i = 0; i < t.nrows; i++)
-        ck_assert_msg(strcmp(cell(&t, i, "status"), "compared") == 0 &&
-                      strcmp(cell(&t, i, "verdict"), "same") == 0,
-                      "row %d: %s %s %s", i, cell(&t, i, "op"), cell(&t, i, "status"),
-                      cell(&t, i, "verdict"));
-    csv_free(&t);
-    tu_result_free(&r);
-    r = RUN(b, a, "--format", "csv");   /* graph as the reference: its kernels are named */
-    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
-    t = csv_parse(r.out);
     int k = find_row(&t, 2, "grad/fc1/linear", "out", 1);
     ck_assert_msg(k >= 0 && strstr(cell(&t, k, "kernel"), " bwd"), "kernel '%s'",
                   k >= 0 ? cell(&t, k, "kernel") : "(no row)");
@@ -428,19 +434,8 @@ START_TEST(test_reference_kernels_vs_onednn)
                           how[i][0], TDBG_BUILDDIR, how[i][1], d[i]);
         ck_assert_msg(st == 0, "cnn: exit %d:\n%s", st, shell_out);
     }
-    for (int i = 1; i < 3; i++) {
-        tu_result r = RUN(d[0], d[i], "--format", "csv");
-        ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
-        csv t = csv_parse(r.out);
-        ck_assert_int_gt(t.nrows, 100);
-        for (int k = 0; k < t.nrows; k++)
-            ck_assert_msg(strcmp(cell(&t, k, "status"), "compared") == 0 &&
-                              strcmp(cell(&t, k, "verdict"), "same") == 0,
-                          "reference against oneDNN %s, row %d: %s %s %s", how[i][1], k, cell(&t, k, "op"),
-                          cell(&t, k, "status"), cell(&t, k, "verdict"));
-        csv_free(&t);
-        tu_result_free(&r);
-    }
+    all_same(d[0], d[1], "the reference kernels against oneDNN, eager");
+    all_same(d[0], d[2], "the reference kernels against oneDNN, graph");
 }
 END_TEST
 
