@@ -498,9 +498,12 @@ END_TEST
 /* Buffers: listed in the order made, in every snapshot, out of the list
  * when freed, a name once; te_shutdown frees the rest (LSan would say). */
 /* The default interval: 20 steps while a snapshot is cheap beside them (a
- * few bytes of state against 2 ms steps), stretched to 20 x 16 when it is
+ * few bytes of state against 20 ms steps), stretched to 20 x 16 when it is
  * not (64 MB of state against steps of next to nothing). Wall times, with
- * margins of 20x and more either way. */
+ * margins of 50x and more either way: a snapshot of 16 bytes (some 30 us)
+ * would have to take 2 ms to stretch; against the 2 ms steps this test had
+ * first, the threshold was 0.2 ms, which one under ASan on a loaded machine
+ * reached. */
 static void default_pace(int64_t numel, unsigned step_us, int steps, int want_stretch, const int64_t *want,
                          int n_want)
 {
@@ -531,7 +534,7 @@ static void default_pace(int64_t numel, unsigned step_us, int steps, int want_st
 
 START_TEST(test_default_interval)
 {
-    default_pace(4, 2000, 50, 1, (int64_t[]){ 0, 20, 40 }, 3);
+    default_pace(4, 20000, 50, 1, (int64_t[]){ 0, 20, 40 }, 3);
 }
 END_TEST
 
