@@ -54,18 +54,10 @@ te_status cpu_conv2d_forward_dnnl(te_node *n)
     if (!takes(n))
         return TE_LOWP_DECLINED;
     const te_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
-    cpu_dnnl_conv a = cpu_dnnl_conv_of(n, dnnl_f32, dnnl_f32, dnnl_f32, true);
-    cpu_dnnl_conv c = cpu_dnnl_conv_of(n, dnnl_f32, dnnl_f32, dnnl_f32, false);
-    dnnl_convolution_desc_t desc;
-    cpu_dnnl_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
-                         { DNNL_ARG_WEIGHTS, c.w, w->data },
-                         { DNNL_ARG_DST, c.y, n->out[0]->data },
-                         { DNNL_ARG_BIAS, c.b, b ? b->data : NULL } };
-    bool ok = dnnl_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct, &a.x,
-                                                 &a.w, b ? &a.b : NULL, &a.y, a.stride, a.pad_l,
-                                                 a.pad_r) == dnnl_success &&
-              cpu_dnnl_run(&desc, NULL, io, b ? 4 : 3);
-    return ok ? TE_OK : TE_LOWP_DECLINED;
+    return cpu_dnnl_conv_forward(n, dnnl_f32, dnnl_f32, dnnl_f32, x->data, w->data, b ? b->data : NULL,
+                                 n->out[0]->data)
+               ? TE_OK
+               : TE_LOWP_DECLINED;
 }
 
 /* A gradient oneDNN writes: t's own buffer when t's gradient is not valid
@@ -118,35 +110,16 @@ te_status cpu_conv2d_backward_dnnl(te_node *n)
         return TE_LOWP_DECLINED;
     te_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
     const void *dy = n->out[0]->grad->data;
-    cpu_dnnl_conv a = cpu_dnnl_conv_of(n, dnnl_f32, dnnl_f32, dnnl_f32, true);
-    cpu_dnnl_conv c = cpu_dnnl_conv_of(n, dnnl_f32, dnnl_f32, dnnl_f32, false);
     /* The backward primitives want the forward one as a hint. */
-    dnnl_convolution_desc_t fwd, desc;
-    dnnl_primitive_desc_t hint = NULL;
-    bool ok = dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &a.x, &a.w,
-                                                 b ? &a.b : NULL, &a.y, a.stride, a.pad_l, a.pad_r) == dnnl_success &&
-              dnnl_primitive_desc_create(&hint, &fwd, NULL, cpu_dnnl_eng, NULL) == dnnl_success;
+    dnnl_primitive_desc_t hint = cpu_dnnl_conv_hint(n, dnnl_f32, b != NULL);
     grad_out gx = { 0 }, gw = { 0 }, gb = { 0 };
-    ok = ok && grad_take(&gx, x) && grad_take(&gw, w) && grad_take(&gb, b);
-    if (ok && gx.to) {
-        cpu_dnnl_io io[] = { { DNNL_ARG_DIFF_SRC, c.x, gx.to },
-                             { DNNL_ARG_WEIGHTS, c.w, w->data },
-                             { DNNL_ARG_DIFF_DST, c.y, dy } };
-        ok = dnnl_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w, &a.y, a.stride,
-                                                      a.pad_l, a.pad_r) == dnnl_success &&
-             cpu_dnnl_run(&desc, hint, io, 3);
-    }
+    bool ok = hint && grad_take(&gx, x) && grad_take(&gw, w) && grad_take(&gb, b);
+    if (ok && gx.to)
+        ok = cpu_dnnl_conv_backward_data(n, dnnl_f32, dnnl_f32, dnnl_f32, hint, gx.to, w->data, dy);
     if (ok && (gw.to || gb.to)) {
         /* db alone still needs somewhere for dw: scratch, dropped after */
         float *dw = gw.to ? gw.to : te_mem_alloc((size_t)w->numel * sizeof(float));
-        cpu_dnnl_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
-                             { DNNL_ARG_DIFF_DST, c.y, dy },
-                             { DNNL_ARG_DIFF_WEIGHTS, c.w, dw },
-                             { DNNL_ARG_DIFF_BIAS, c.b, gb.to } };
-        ok = dw && dnnl_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w,
-                                                               gb.to ? &a.b : NULL, &a.y, a.stride, a.pad_l,
-                                                               a.pad_r) == dnnl_success &&
-             cpu_dnnl_run(&desc, hint, io, gb.to ? 4 : 3);
+        ok = dw && cpu_dnnl_conv_backward_weights(n, dnnl_f32, dnnl_f32, dnnl_f32, hint, x->data, dy, dw, gb.to);
         if (!gw.to)
             te_mem_free(dw, (size_t)w->numel * sizeof(float));
     }

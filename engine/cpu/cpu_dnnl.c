@@ -1,6 +1,7 @@
 /*
  * cpu_dnnl.c — oneDNN for the CPU backend's kernels: its engine and
- * stream, reorders, and a primitive run on plain buffers (cpu_dnnl.h).
+ * stream, reorders, a primitive run on plain buffers, and a Conv2D's
+ * primitives for the f32 and the bf16 kernels (cpu_dnnl.h).
  */
 #include "cpu_dnnl.h"
 
@@ -85,8 +86,16 @@ bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const c
     return ok;
 }
 
-cpu_dnnl_conv cpu_dnnl_conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
-                               bool any)
+/* A Conv2D node's geometry as oneDNN's: x's, w's and y's dtypes as given,
+ * in layout NCHW and OIHW as the tensors are, or `any` (the primitive's
+ * choice); the right padding is what makes the output size y's (less
+ * than the left when the stride leaves a remainder). */
+typedef struct cpu_dnnl_conv {
+    dnnl_memory_desc_t x, w, b, y;
+    dnnl_dims_t stride, pad_l, pad_r;
+} cpu_dnnl_conv;
+
+static cpu_dnnl_conv conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt, bool any)
 {
     const te_tensor *x = n->in[0], *w = n->in[1], *y = n->out[0];
     cpu_dnnl_conv c;
@@ -106,3 +115,54 @@ cpu_dnnl_conv cpu_dnnl_conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_
     return c;
 }
 
+bool cpu_dnnl_conv_forward(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                           const void *x, const void *w, const void *b, void *y)
+{
+    cpu_dnnl_conv a = conv_of(n, xt, wt, yt, true), c = conv_of(n, xt, wt, yt, false);
+    dnnl_convolution_desc_t desc;
+    cpu_dnnl_io io[] = { { DNNL_ARG_SRC, c.x, x },
+                         { DNNL_ARG_WEIGHTS, c.w, w },
+                         { DNNL_ARG_DST, c.y, y },
+                         { DNNL_ARG_BIAS, c.b, b } };
+    return dnnl_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct, &a.x, &a.w,
+                                              b ? &a.b : NULL, &a.y, a.stride, a.pad_l, a.pad_r) == dnnl_success &&
+           cpu_dnnl_run(&desc, NULL, io, b ? 4 : 3);
+}
+
+dnnl_primitive_desc_t cpu_dnnl_conv_hint(const te_node *n, dnnl_data_type_t dt, bool bias)
+{
+    cpu_dnnl_conv a = conv_of(n, dt, dt, dt, true);
+    dnnl_convolution_desc_t fwd;
+    dnnl_primitive_desc_t hint = NULL;
+    if (dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &a.x, &a.w,
+                                           bias ? &a.b : NULL, &a.y, a.stride, a.pad_l, a.pad_r) != dnnl_success ||
+        dnnl_primitive_desc_create(&hint, &fwd, NULL, cpu_dnnl_eng, NULL) != dnnl_success)
+        return NULL;
+    return hint;
+}
+
+bool cpu_dnnl_conv_backward_data(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                                 const_dnnl_primitive_desc_t hint, void *dx, const void *w, const void *dy)
+{
+    cpu_dnnl_conv a = conv_of(n, xt, wt, yt, true), c = conv_of(n, xt, wt, yt, false);
+    dnnl_convolution_desc_t desc;
+    cpu_dnnl_io io[] = { { DNNL_ARG_DIFF_SRC, c.x, dx }, { DNNL_ARG_WEIGHTS, c.w, w }, { DNNL_ARG_DIFF_DST, c.y, dy } };
+    return dnnl_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w, &a.y, a.stride,
+                                                    a.pad_l, a.pad_r) == dnnl_success &&
+           cpu_dnnl_run(&desc, hint, io, 3);
+}
+
+bool cpu_dnnl_conv_backward_weights(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                                    const_dnnl_primitive_desc_t hint, const void *x, const void *dy, void *dw,
+                                    void *db)
+{
+    cpu_dnnl_conv a = conv_of(n, xt, wt, yt, true), c = conv_of(n, xt, wt, yt, false);
+    dnnl_convolution_desc_t desc;
+    cpu_dnnl_io io[] = { { DNNL_ARG_SRC, c.x, x },
+                         { DNNL_ARG_DIFF_DST, c.y, dy },
+                         { DNNL_ARG_DIFF_WEIGHTS, c.w, dw },
+                         { DNNL_ARG_DIFF_BIAS, c.b, db } };
+    return dnnl_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w, db ? &a.b : NULL,
+                                                       &a.y, a.stride, a.pad_l, a.pad_r) == dnnl_success &&
+           cpu_dnnl_run(&desc, hint, io, db ? 4 : 3);
+}

@@ -1,8 +1,9 @@
 /*
  * cpu_dnnl.h — oneDNN for the CPU backend's kernels (cpu_dnnl.c): one
  * engine and stream, and a primitive run on the engine's tensors in their
- * plain layouts, whatever layouts the primitive chose. The bf16 kernels
- * (cpu_lowp.c) and the f32 convolutions (cpu_conv_dnnl.c) use it.
+ * plain layouts, whatever layouts the primitive chose, and a Conv2D's
+ * primitives. The bf16 kernels (cpu_lowp.c) and the f32 convolutions
+ * (cpu_conv_dnnl.c) use it.
  */
 #ifndef TE_CPU_DNNL_H
 #define TE_CPU_DNNL_H
@@ -35,15 +36,19 @@ typedef struct cpu_dnnl_io {
  * implementation or fails. */
 bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const cpu_dnnl_io *io, int n);
 
-/* A Conv2D node's geometry as oneDNN's: x's, w's and y's dtypes as given,
- * in layout NCHW and OIHW as the tensors are, or `any` (the primitive's
- * choice); the right padding is what makes the output size y's (less
- * than the left when the stride leaves a remainder). */
-typedef struct cpu_dnnl_conv {
-    dnnl_memory_desc_t x, w, b, y;
-    dnnl_dims_t stride, pad_l, pad_r;
-} cpu_dnnl_conv;
-cpu_dnnl_conv cpu_dnnl_conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
-                               bool any);
+/* A Conv2D node's primitives on plain NCHW/OIHW buffers, the layouts
+ * oneDNN's (cpu_dnnl_run), with x's, w's and y's dtypes as given (the
+ * gradients' dtypes are those of what they are the gradients of): the
+ * forward (b: NULL for none); the forward's descriptor as the backwards'
+ * hint, all of dtype dt (NULL when oneDNN has none; the caller destroys
+ * it); dx; dw and db (db: NULL for none). False when oneDNN cannot. */
+bool cpu_dnnl_conv_forward(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                           const void *x, const void *w, const void *b, void *y);
+dnnl_primitive_desc_t cpu_dnnl_conv_hint(const te_node *n, dnnl_data_type_t dt, bool bias);
+bool cpu_dnnl_conv_backward_data(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                                 const_dnnl_primitive_desc_t hint, void *dx, const void *w, const void *dy);
+bool cpu_dnnl_conv_backward_weights(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                                    const_dnnl_primitive_desc_t hint, const void *x, const void *dy, void *dw,
+                                    void *db);
 
 #endif

@@ -384,18 +384,9 @@ te_status cpu_conv2d_forward_lowp(te_node *n)
     if (!lp_takes(n))
         return TE_LOWP_DECLINED;
     const te_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
-    cpu_dnnl_conv a = cpu_dnnl_conv_of(n, BF16, BF16, F32, true), c = cpu_dnnl_conv_of(n, BF16, BF16, F32, false);
-    dnnl_convolution_desc_t desc;
     lp_bufs b = { 0 };
     float *y = lp_buf(&b, 0, n->out[0]->numel);
-    bool ok = y && dnnl_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct,
-                                                      &a.x, &a.w, bias ? &a.b : NULL, &a.y, a.stride,
-                                                      a.pad_l, a.pad_r) == dnnl_success;
-    cpu_dnnl_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
-                   { DNNL_ARG_WEIGHTS, c.w, w->data },
-                   { DNNL_ARG_DST, c.y, y },
-                   { DNNL_ARG_BIAS, c.b, bias ? bias->data : NULL } };
-    ok = ok && cpu_dnnl_run(&desc, NULL, io, bias ? 4 : 3);
+    bool ok = y && cpu_dnnl_conv_forward(n, BF16, BF16, F32, x->data, w->data, bias ? bias->data : NULL, y);
     return lp_forward_done(n, &b, ok);
 }
 
@@ -406,39 +397,17 @@ te_status cpu_conv2d_backward_lowp(te_node *n)
     te_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     const void *dy = n->out[0]->grad->data;
     /* The backward primitives want the forward one as a hint: all bf16. */
-    cpu_dnnl_conv h = cpu_dnnl_conv_of(n, BF16, BF16, BF16, true);
-    dnnl_convolution_desc_t fwd;
-    dnnl_primitive_desc_t hint = NULL;
+    dnnl_primitive_desc_t hint = cpu_dnnl_conv_hint(n, BF16, bias != NULL);
     lp_bufs b = { 0 };
-    bool ok = dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &h.x,
-                                                 &h.w, bias ? &h.b : NULL, &h.y, h.stride, h.pad_l,
-                                                 h.pad_r) == dnnl_success &&
-              dnnl_primitive_desc_create(&hint, &fwd, NULL, cpu_dnnl_eng, NULL) == dnnl_success;
+    bool ok = hint != NULL;
     if (ok && te_needs_grad(x)) { /* dx: f32, from bf16 w and dy */
-        cpu_dnnl_conv a = cpu_dnnl_conv_of(n, F32, BF16, BF16, true), c = cpu_dnnl_conv_of(n, F32, BF16, BF16, false);
-        dnnl_convolution_desc_t desc;
         float *g = lp_buf(&b, 0, x->numel);
-        cpu_dnnl_io io[] = { { DNNL_ARG_DIFF_SRC, c.x, g },
-                       { DNNL_ARG_WEIGHTS, c.w, w->data },
-                       { DNNL_ARG_DIFF_DST, c.y, dy } };
-        ok = g && dnnl_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w, &a.y,
-                                                           a.stride, a.pad_l, a.pad_r) == dnnl_success &&
-             cpu_dnnl_run(&desc, hint, io, 3);
+        ok = g && cpu_dnnl_conv_backward_data(n, F32, BF16, BF16, hint, g, w->data, dy);
     }
     bool want_b = te_needs_grad(bias);
     if (ok && (te_needs_grad(w) || want_b)) { /* dw (and db): f32, from bf16 x and dy */
-        cpu_dnnl_conv a = cpu_dnnl_conv_of(n, BF16, F32, BF16, true), c = cpu_dnnl_conv_of(n, BF16, F32, BF16, false);
-        dnnl_convolution_desc_t desc;
         float *gw = lp_buf(&b, 1, w->numel), *gb = want_b ? lp_buf(&b, 2, bias->numel) : NULL;
-        cpu_dnnl_io io[] = { { DNNL_ARG_SRC, c.x, x->data },
-                       { DNNL_ARG_DIFF_DST, c.y, dy },
-                       { DNNL_ARG_DIFF_WEIGHTS, c.w, gw },
-                       { DNNL_ARG_DIFF_BIAS, c.b, gb } };
-        ok = gw && (gb || !want_b) &&
-             dnnl_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &a.x, &a.w,
-                                                         want_b ? &a.b : NULL, &a.y, a.stride, a.pad_l,
-                                                         a.pad_r) == dnnl_success &&
-             cpu_dnnl_run(&desc, hint, io, want_b ? 4 : 3);
+        ok = gw && (gb || !want_b) && cpu_dnnl_conv_backward_weights(n, BF16, F32, BF16, hint, x->data, dy, gw, gb);
         if (!te_needs_grad(w)) { /* computed with db only: not a gradient to keep */
             te_mem_free(b.p[1], b.bytes[1]);
             b.p[1] = NULL;
