@@ -271,14 +271,11 @@ bool dbg_remote_open(int fd, char *why, size_t n)
 
 bool dbg_remote_term_open(dbg_term *t, void (*resize)(int rows, int cols), char *why, size_t n)
 {
-    int keys[2], screen[2];
-    if (pipe2(keys, O_CLOEXEC) != 0) {
+    int keys[2] = { -1, -1 }, screen[2] = { -1, -1 };
+    if (pipe2(keys, O_CLOEXEC) != 0 || pipe2(screen, O_CLOEXEC) != 0) {
         snprintf(why, n, "cannot make the terminal's pipes: %s", strerror(errno));
-        return false;
-    }
-    if (pipe2(screen, O_CLOEXEC) != 0) {
-        snprintf(why, n, "cannot make the terminal's pipes: %s", strerror(errno));
-        close(keys[0]), close(keys[1]);
+        if (keys[0] >= 0)
+            close(keys[0]), close(keys[1]);
         return false;
     }
     fcntl(keys[1], F_SETFL, O_NONBLOCK);

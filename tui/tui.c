@@ -231,7 +231,7 @@ static void show_stop(const dbg_stop *s)
     tui_jump();
 }
 
-static int start_on(const dbg_term *t, char *why, size_t n);
+static int start(const dbg_term *remote, char *why, size_t n);
 
 static const dbg_frontend frontend = {
     .name = "tui",
@@ -240,7 +240,7 @@ static const dbg_frontend frontend = {
     .show_stop = show_stop,
     .finish = finish,
     .fatal_signal = tui_term_fatal,
-    .start_on = start_on,
+    .start_on = start,
     .resize = tui_term_resize,
     .leave = stop_tui,
 };
@@ -331,5 +331,3 @@ static int start(const dbg_term *remote, char *why, size_t n)
 }
 
 int tui_start(char *why, size_t n) { return start(NULL, why, n); }
-
-static int start_on(const dbg_term *t, char *why, size_t n) { return start(t, why, n); }
