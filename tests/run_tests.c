@@ -12,6 +12,10 @@ int main(void)
 {
     /* The example programs the tests start inherit this (sanitizer builds). */
     setenv("LSAN_OPTIONS", "suppressions=" TDBG_SRCDIR "/tests/lsan.supp", 0);
+    /* A failure's message often holds a whole session's output. Check's
+     * default (4 KiB) ends the test with "Early exit with return value 2"
+     * instead, and the message is lost. */
+    check_set_max_msg_size(1 << 22);
     SRunner *sr = srunner_create(suite_core());
     srunner_add_suite(sr, suite_linear());
     srunner_add_suite(sr, suite_elementwise());

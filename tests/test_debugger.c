@@ -341,8 +341,11 @@ END_TEST
 
 START_TEST(test_interrupt)
 {
-    /* Ctrl-C while training runs: a stop at the next op boundary. */
+    /* Ctrl-C while training runs: a stop at the next op boundary. A line
+     * every 1000 steps: at 15k steps a second, one a step would outgrow
+     * what the test keeps. */
     ts_session s = ts_sh("'%s/debugger/tdbg' --batch -ex run -ex 'info step' -- '%s/examples/mlp' %s --steps 1000000 "
+                         "--log-every 1000 "
                          ">%s/interrupt.out 2>&1 </dev/null & pid=$!; sleep 3; kill -INT $pid; wait $pid; st=$?; "
                          "cat '%s/interrupt.out'; rm -f '%s/interrupt.out'; exit $st",
                          TDBG_BUILDDIR, TDBG_BUILDDIR, MLP, TDBG_BUILDDIR, TDBG_BUILDDIR, TDBG_BUILDDIR);

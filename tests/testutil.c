@@ -270,9 +270,15 @@ int tu_shell(char *out, size_t n, const char *fmt, ...)
     } else {
         FILE *p = popen(cmd, "r");
         ck_assert_msg(p != NULL, "popen: %s", cmd);
-        size_t got = fread(out, 1, n - 1, p);
+        size_t got = fread(out, 1, n - 1, p), more = 0;
         out[got] = '\0';
+        /* Read to the end: a test must not pass or fail on output it never saw. */
+        char rest[4096];
+        for (size_t r; (r = fread(rest, 1, sizeof rest, p)) > 0;)
+            more += r;
         st = pclose(p);
+        ck_assert_msg(more == 0, "the command printed %zu bytes, more than the %zu a test keeps: %.300s", got + more,
+                      n - 1, cmd);
     }
     /* what $? would say: 128+N for a death by signal N */
     return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;

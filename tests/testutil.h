@@ -82,8 +82,8 @@ dump_tensor_info tu_dump_info(const char *op, const char *type, dump_iokind io, 
                               const int64_t *shape);
 
 /* Runs the command fmt makes through /bin/sh, its standard output caught
- * into out (n bytes at most, NUL-terminated), or left to the test's own
- * when out is NULL; returns the status a shell reports for it: the exit
+ * into out (NUL-terminated; more than n - 1 bytes fails the test), or
+ * left to the test's own when out is NULL; returns the status a shell reports for it: the exit
  * status, 128+N for a death by signal N. tsession.h runs whole sessions
  * (stdout and stderr together) on it. */
 int tu_shell(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
