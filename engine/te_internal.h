@@ -373,6 +373,10 @@ typedef struct te_graph_kernels {
     /* Optional: a linear and its activation in one kernel, written into
      * lin->out[0]; NULL: the linear, then act_inplace. */
     te_status (*linear_act)(te_node *lin, te_op act);
+    /* Optional: whether a conv's output may stay in nChw16c from the conv
+     * to its batch norm and back (pass_layout.c), read when a plan
+     * compiles; NULL: never. */
+    bool (*blocked16)(void);
     /* Optional, with the four below: whether n's kernel waits for the host
      * (reads a bad-data flag back), so that it cannot be captured. */
     bool (*host_wait)(const te_node *n, bool backward);
@@ -537,6 +541,9 @@ enum {
     TE_TENSOR_AMP_LOWERED = 1u << 6, /* a parameter te_amp_set converted from f32 */
     TE_TENSOR_AMP_KEEP_F32 = 1u << 7, /* a batch norm's parameter: f32 at O2 (te_amp_keep_f32) */
     TE_TENSOR_BUFFER = 1u << 8,   /* registered buffer (te_buffer_new) */
+    /* a graph-private CPU value in oneDNN's nChw16c (aBcd16b): channel
+     * blocks of 16 innermost, no padding (C % 16 == 0); pass_layout.c */
+    TE_TENSOR_BLOCKED16 = 1u << 9,
 };
 
 /* Registers a tape tensor so te_tape_reset() frees it. */

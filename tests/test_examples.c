@@ -3,6 +3,7 @@
  * convergence, determinism, fault injection, accumulation and flag errors.
  */
 #include "suites.h"
+#include "te_internal.h"
 #include "tsession.h"
 #include "testutil.h"
 
@@ -425,14 +426,17 @@ static void assert_same_run(const run_result *e, const run_result *g, int last, 
 START_TEST(test_graph_parity)
 {
     /* 200 steps, the same seed: graph mode's losses are eager mode's. The
-     * held-out evaluation runs a BN-folded eval graph in the CNN. */
+     * held-out evaluation runs a BN-folded eval graph in the CNN; with 16
+     * and 32 channels, its convs' outputs are blocked (pass_layout.c) where
+     * oneDNN's convolutions are. */
     static const struct {
         const char *prog, *args;
     } runs[] = {
         { "mlp", "--hidden 64,64 --batch 64 --lr 0.001" },
         { "cnn", "--channels 4,8,8 --batch 16 --lr 0.05 --momentum 0.9" },
+        { "cnn", "--channels 16,16,32 --batch 8 --lr 0.05 --momentum 0.9" },
     };
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         run_result *e = run(runs[i].prog, "%s --steps 200 --log-every 1 --threads 2", runs[i].args);
         run_result *g = run(runs[i].prog, "%s --steps 200 --log-every 1 --threads 2 --mode graph",
                             runs[i].args);
@@ -474,8 +478,19 @@ START_TEST(test_graph_flags)
     run_result *r = run("mlp", "%s --steps 2 --log-every 1 --mode graph --save-graph %s --time", MLP_SMALL, dir);
     assert_ran(r, "--save-graph", 1);
     ck_assert_msg(strstr(r->out, "graph: ops=12 kernels=12 fused=2 arena_bytes="), "no graph line:\n%s", r->out);
-    snprintf(cmd, sizeof cmd, "test -s %s/train-v0-11-memory.txt && test -s %s/eval-v0-00-trace.txt", dir, dir);
+    snprintf(cmd, sizeof cmd, "test -s %s/train-v0-12-memory.txt && test -s %s/eval-v0-00-trace.txt", dir, dir);
     ck_assert_msg(system(cmd) == 0, "no IR files in %s", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+    run_free(r);
+    /* the CNN's convs keep their outputs blocked where oneDNN's convolutions are */
+    const te_backend *cpu = te_backends[TE_DEV_CPU];
+    const bool blocked = cpu->graph.blocked16 && cpu->graph.blocked16();
+    r = run("cnn", "--steps 1 --batch 4 --mode graph --save-graph %s", dir);
+    assert_ran(r, "cnn --save-graph", 0);
+    snprintf(cmd, sizeof cmd, "grep -q 'conv2/conv:out0 .* nChw16c' %s/train-v0-12-memory.txt", dir);
+    ck_assert_msg((system(cmd) == 0) == blocked, "nChw16c %s in %s/train-v0-12-memory.txt",
+                  blocked ? "missing" : "unexpected", dir);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert(system(cmd) == 0);
     run_free(r);

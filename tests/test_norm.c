@@ -3,6 +3,7 @@
 #include "fixture.h"
 #include "gradcheck.h"
 #include "suites.h"
+#include "te_internal.h"
 #include "testutil.h"
 
 #include <check.h>
@@ -227,6 +228,83 @@ static float *norm_run(int64_t *count)
     return out;
 }
 
+/* ---- x in nChw16c (graph mode's layout after a conv) against NCHW -------- */
+
+/* p (NCHW) as nChw16c into b: ((n * C/16 + c/16) * S + s) * 16 + c % 16 */
+static void to_blocked(const float *p, float *b, const int64_t *shape)
+{
+    const int64_t N = shape[0], C = shape[1], S = shape[2] * shape[3];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t s = 0; s < S; s++)
+                b[((n * (C / 16) + c / 16) * S + s) * 16 + c % 16] = p[(n * C + c) * S + s];
+}
+
+/* y = bn(x) + bn(x) (the second backward adds to x's gradient), and what
+ * it leaves: y, dx (as NCHW), dgamma, dbeta, the running stats. */
+static void bn_twice(const te_tensor *x0, bool blocked, bool training, float *out[6])
+{
+    const int64_t *shape = x0->shape, C = shape[1];
+    te_tensor *x = te_tensor_persistent(TE_F32, 4, shape);
+    te_tensor *g = gc_random(1, &C, 0.5f, 1.5f, 42), *b = gc_random(1, &C, -1.0f, 1.0f, 43);
+    te_tensor *rm = gc_random(1, &C, -0.5f, 0.5f, 44), *rv = gc_random(1, &C, 0.5f, 2.0f, 45);
+    te_tensor *dy = gc_random(4, shape, -1.0f, 1.0f, 46);
+    if (blocked) {
+        to_blocked(x0->data, x->data, shape);
+        x->flags |= TE_TENSOR_BLOCKED16;
+    } else {
+        memcpy(x->data, x0->data, x0->nbytes);
+    }
+    x->requires_grad = g->requires_grad = b->requires_grad = true;
+    te_set_training(training);
+    te_tensor *y = te_add(te_batchnorm(x, g, b, rm, rv, 0.1f, 1e-5f), te_batchnorm(x, g, b, rm, rv, 0.1f, 1e-5f));
+    ck_assert_msg(y && te_backward_with(y, dy) == TE_OK, "%s", te_error());
+    const te_tensor *parts[6] = { y, x->grad, g->grad, b->grad, rm, rv };
+    for (int i = 0; i < 6; i++) {
+        out[i] = malloc(parts[i]->nbytes);
+        memcpy(out[i], parts[i]->data, parts[i]->nbytes);
+    }
+    if (blocked) { /* dx is blocked as x is: back to NCHW */
+        float *blk = out[1], *plain = malloc(x->nbytes);
+        const int64_t N = shape[0], S = shape[2] * shape[3];
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t s = 0; s < S; s++)
+                    plain[(n * C + c) * S + s] = blk[((n * (C / 16) + c / 16) * S + s) * 16 + c % 16];
+        free(blk);
+        out[1] = plain;
+    }
+    te_tape_reset();
+    te_set_training(true);
+    te_tensor *own[] = { x, g, b, rm, rv, dy };
+    for (int i = 0; i < 6; i++)
+        te_tensor_free(own[i]);
+}
+
+START_TEST(test_bn_blocked_matches_plain)
+{
+    /* 32 channels (two blocks), H * W = 48 (three 16-wide tiles) */
+    const int64_t shape[4] = { 3, 32, 6, 8 }, n = 3 * 32 * 48;
+    const int64_t count[6] = { n, n, 32, 32, 32, 32 };
+    const char *what[6] = { "y", "dx", "dgamma", "dbeta", "running mean", "running var" };
+    te_tensor *x = gc_random(4, shape, -2.0f, 3.0f, 41);
+    for (int training = 0; training < 2; training++) {
+        float *plain[6], *blocked[6];
+        bn_twice(x, false, training, plain);
+        bn_twice(x, true, training, blocked);
+        for (int i = 0; i < 6; i++) {
+            for (int64_t k = 0; k < count[i]; k++)
+                ck_assert_msg(fabsf(plain[i][k] - blocked[i][k]) <= 1e-5f * fmaxf(1.0f, fabsf(plain[i][k])),
+                              "%s %s[%lld]: NCHW %.9g, nChw16c %.9g", training ? "training" : "eval", what[i],
+                              (long long)k, plain[i][k], blocked[i][k]);
+            free(plain[i]);
+            free(blocked[i]);
+        }
+    }
+    te_tensor_free(x);
+}
+END_TEST
+
 START_TEST(test_norm_thread_count_determinism)
 {
     int64_t n2, n1;
@@ -387,6 +465,7 @@ Suite *suite_norm(void)
     tcase_add_test(tc, test_bn_gradcheck);
     tcase_add_test(tc, test_ln_gradcheck);
     tcase_add_test(tc, test_ln_golden);
+    tcase_add_test(tc, test_bn_blocked_matches_plain);
     tcase_add_test(tc, test_norm_thread_count_determinism);
     tcase_add_test(tc, test_bn_ln_half_inputs);
     tcase_add_test(tc, test_bn_errors);

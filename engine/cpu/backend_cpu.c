@@ -77,5 +77,6 @@ const te_backend te_backend_cpu = {
     /* Graph mode's fused kernels (cpu_fused.c, cpu_attention.c); no capture. */
     .graph = { .ew_run = tg_ew_run, .act_inplace = tg_act_inplace, .bn_relu_forward = tg_bn_relu_forward,
                .bn_relu_backward = tg_bn_relu_backward, .bn_fold_run = tg_bn_fold_run,
-               .attn_forward = tg_attn_forward, .attn_backward = tg_attn_backward },
+               .attn_forward = tg_attn_forward, .attn_backward = tg_attn_backward,
+               .blocked16 = cpu_conv_blocked16 },
 };

@@ -37,11 +37,18 @@ const char *cpu_conv_dnnl(void)
     return allowed && cpu_dnnl_engine() ? "oneDNN (blocked layouts)" : NULL;
 }
 
+/* Graph mode chose nChw16c for y and its gradient (pass_layout.c): only
+ * these kernels read that layout, so they run whatever TDBG_CPU_CONV says
+ * now (it was read when the plan compiled), and cannot decline. */
+static bool blocked(const te_node *n) { return n->out[0]->flags & TE_TENSOR_BLOCKED16; }
+
+bool cpu_conv_blocked16(void) { return cpu_conv_dnnl() && __builtin_cpu_supports("avx512f"); }
+
 /* Every tensor f32 and not empty; x and w distinct (their gradients would
  * meet). */
 static bool takes(const te_node *n)
 {
-    if (!cpu_conv_dnnl())
+    if (!blocked(n) && !cpu_conv_dnnl())
         return false;
     for (int i = 0; i < n->n_in; i++)
         if (n->in[i] && (n->in[i]->dtype != TE_F32 || n->in[i]->numel == 0))
@@ -49,15 +56,23 @@ static bool takes(const te_node *n)
     return n->in[0] != n->in[1] && n->out[0]->dtype == TE_F32 && n->out[0]->numel > 0;
 }
 
+/* Declined: the reference kernels take over, unless y is blocked. */
+static te_status declined(te_node *n)
+{
+    return blocked(n) ? te_kernel_fail(n, TE_ERR_STATE, "oneDNN failed it, and only oneDNN writes the nChw16c "
+                                                        "layout graph mode chose for its output")
+                      : TE_LOWP_DECLINED;
+}
+
 te_status cpu_conv2d_forward_dnnl(te_node *n)
 {
     if (!takes(n))
-        return TE_LOWP_DECLINED;
+        return declined(n);
     const te_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
     return cpu_dnnl_conv_forward(n, dnnl_f32, dnnl_f32, dnnl_f32, x->data, w->data, b ? b->data : NULL,
                                  n->out[0]->data)
                ? TE_OK
-               : TE_LOWP_DECLINED;
+               : declined(n);
 }
 
 /* A gradient oneDNN writes: t's own buffer when t's gradient is not valid
@@ -107,7 +122,7 @@ static void grad_finish(grad_out *g, bool ok)
 te_status cpu_conv2d_backward_dnnl(te_node *n)
 {
     if (!takes(n))
-        return TE_LOWP_DECLINED;
+        return declined(n);
     te_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
     const void *dy = n->out[0]->grad->data;
     /* The backward primitives want the forward one as a hint. */
@@ -128,5 +143,5 @@ te_status cpu_conv2d_backward_dnnl(te_node *n)
     grad_finish(&gb, ok);
     if (hint)
         dnnl_primitive_desc_destroy(hint);
-    return ok ? TE_OK : TE_LOWP_DECLINED;
+    return ok ? TE_OK : declined(n);
 }

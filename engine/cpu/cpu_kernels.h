@@ -28,8 +28,12 @@ te_status cpu_conv2d_backward_lowp(te_node *n);
 const char *cpu_conv_dnnl(void);
 te_status cpu_conv2d_forward_dnnl(te_node *n);
 te_status cpu_conv2d_backward_dnnl(te_node *n);
+/* Whether graph mode may keep a conv's output in nChw16c (pass_layout.c):
+ * oneDNN's f32 convolutions are on and choose that layout (AVX-512). */
+bool cpu_conv_blocked16(void);
 #else
 static inline const char *cpu_conv_dnnl(void) { return NULL; }
+static inline bool cpu_conv_blocked16(void) { return false; }
 static inline te_status cpu_conv2d_forward_dnnl(te_node *n) { (void)n; return TE_LOWP_DECLINED; }
 static inline te_status cpu_conv2d_backward_dnnl(te_node *n) { (void)n; return TE_LOWP_DECLINED; }
 #endif
@@ -101,6 +105,10 @@ te_status cpu_batchnorm_backward(te_node *n);
 /* Batch norm with the ReLU after it, in one pass each way (graph mode). */
 te_status cpu_batchnorm_relu_forward(te_node *bn, te_node *relu);
 te_status cpu_batchnorm_relu_backward(te_node *bn, te_node *relu);
+/* The same with x (and its gradient) in nChw16c, C % 16 == 0: y, dy and
+ * relu_y are NCHW (cpu_norm_blocked.c; cpu_batchnorm_* call them). */
+te_status cpu_bn_blocked_forward(te_node *n, float *y, bool relu);
+te_status cpu_bn_blocked_backward(te_node *n, const float *dy, const float *relu_y);
 te_status cpu_layernorm_forward(te_node *n);
 te_status cpu_layernorm_backward(te_node *n);
 te_status cpu_dropout_forward(te_node *n);

@@ -134,11 +134,19 @@ static inline te_status batchnorm_forward(te_node *n, void *y, bool relu)
     return TE_OK;
 }
 
-te_status cpu_batchnorm_forward(te_node *n) { return batchnorm_forward(n, te_f32(n->out[0]), false); }
+/* x in nChw16c: graph mode's choice after a conv (cpu_norm_blocked.c) */
+static bool blocked_x(const te_node *n) { return n->in[0]->flags & TE_TENSOR_BLOCKED16; }
+
+te_status cpu_batchnorm_forward(te_node *n)
+{
+    return blocked_x(n) ? cpu_bn_blocked_forward(n, te_f32(n->out[0]), false)
+                        : batchnorm_forward(n, te_f32(n->out[0]), false);
+}
 
 te_status cpu_batchnorm_relu_forward(te_node *bn, te_node *relu)
 {
-    return batchnorm_forward(bn, te_f32(relu->out[0]), true);
+    return blocked_x(bn) ? cpu_bn_blocked_forward(bn, te_f32(relu->out[0]), true)
+                         : batchnorm_forward(bn, te_f32(relu->out[0]), true);
 }
 
 /* The native low-precision kernels take x, y and dy all f16 or all bf16,
@@ -297,12 +305,14 @@ static inline te_status batchnorm_backward(te_node *n, const void *dyv, const fl
 
 te_status cpu_batchnorm_backward(te_node *n)
 {
-    return batchnorm_backward(n, te_f32(n->out[0]->grad), NULL);
+    return blocked_x(n) ? cpu_bn_blocked_backward(n, te_f32(n->out[0]->grad), NULL)
+                        : batchnorm_backward(n, te_f32(n->out[0]->grad), NULL);
 }
 
 te_status cpu_batchnorm_relu_backward(te_node *bn, te_node *relu)
 {
-    return batchnorm_backward(bn, te_f32(relu->out[0]->grad), te_f32(relu->out[0]));
+    const float *dy = te_f32(relu->out[0]->grad), *y = te_f32(relu->out[0]);
+    return blocked_x(bn) ? cpu_bn_blocked_backward(bn, dy, y) : batchnorm_backward(bn, dy, y);
 }
 
 te_status cpu_batchnorm_backward_lowp(te_node *n)

@@ -201,7 +201,7 @@ static unsigned env_disabled(void)
     } names[] = { { "dce", TE_PASS_DCE }, { "fold", TE_PASS_FOLD }, { "cse", TE_PASS_CSE },
                   { "bn-fold", TE_PASS_BN_FOLD }, { "fuse-act", TE_PASS_FUSE_ACT },
                   { "fuse-ew", TE_PASS_FUSE_EW }, { "fuse-attn", TE_PASS_FUSE_ATTN },
-                  { "recompute", TE_PASS_RECOMPUTE },
+                  { "recompute", TE_PASS_RECOMPUTE }, { "layout", TE_PASS_LAYOUT },
                   { "capture", 0 } /* not a pass: capture.c reads it */ };
     const char *env = getenv("TDBG_GRAPH_DISABLE");
     unsigned bits = 0;
@@ -219,7 +219,7 @@ static unsigned env_disabled(void)
         if (!known && len && !warned) {
             warned = true;
             fprintf(stderr, "tdbg: TDBG_GRAPH_DISABLE: no pass '%.*s' (dce, fold, cse, bn-fold, fuse-act, "
-                            "fuse-ew, fuse-attn, recompute, capture, all)\n", (int)len, env);
+                            "fuse-ew, fuse-attn, recompute, layout, capture, all)\n", (int)len, env);
         }
         env += len + (env[len] == ',');
     }
@@ -250,7 +250,8 @@ static te_status compile(te_graph *g, tg_plan *p)
         { "fuse-act", TE_PASS_FUSE_ACT, tg_pass_fuse_act },
         { "fuse-act-grad", TE_PASS_FUSE_ACT, tg_pass_fuse_act_grad },
         { "fuse-ew", TE_PASS_FUSE_EW, tg_pass_fuse_elementwise },
-        { "recompute", TE_PASS_RECOMPUTE, tg_pass_recompute }, /* last: it sees the final kernels */
+        { "recompute", TE_PASS_RECOMPUTE, tg_pass_recompute }, /* it sees the final kernels */
+        { "layout", TE_PASS_LAYOUT, tg_pass_layout }, /* last: of the final kernels, the values recompute left */
     };
     int stage = 0;
     save_stage(g, p, stage++, "trace");

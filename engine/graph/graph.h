@@ -221,6 +221,7 @@ int tg_pass_fuse_act_grad(tg_plan *p);
 int tg_pass_fuse_elementwise(tg_plan *p);
 int tg_pass_fuse_attention(tg_plan *p);
 int tg_pass_recompute(tg_plan *p);
+int tg_pass_layout(tg_plan *p);
 /* Liveness, arena offsets, binding; verifies the plan. */
 te_status tg_plan_memory(tg_plan *p);
 

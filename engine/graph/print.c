@@ -97,6 +97,8 @@ void tg_print(const tg_plan *p, FILE *f, const char *title)
                 fprintf(f, " live [%d,%d] %zu bytes at +%zu", val->def, val->last_use, val->t->nbytes,
                         val->offset);
         }
+        if (val->t->flags & TE_TENSOR_BLOCKED16)
+            fprintf(f, " nChw16c");
         if (val->output)
             fprintf(f, " output");
         if (val->observed)
