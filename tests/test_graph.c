@@ -553,16 +553,21 @@ END_TEST
  * the batch norm (pass_layout.c), and the results are eager mode's within
  * f32 rounding (the statistics sum in another order). Not where the pass
  * is off, nor where the debugger observes the values. */
-static void layout_run(conv_bn *c, te_tensor *x, int mode, unsigned disable, bool observe, float **out)
+static void layout_run(conv_bn *c, te_tensor *x, int mode, unsigned disable, int observe, float **out)
 {
+    /* observe 1: a watch on every tensor; 2: an injection into the batch
+     * norm's backward, which writes the conv output's gradient (an index of
+     * NCHW: the value stays there) */
     te_graph *g = te_graph_new(conv_bn_relu, c, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 1,
                                                                     .n_outputs = 2, .disable = disable });
     te_tensor *res[2], *in[1] = { x };
     te_zero_grad();
     te_fill(c->rm, 0.0f);
     te_fill(c->rv, 1.0f);
-    if (observe)
+    if (observe == 1)
         te_observe_add("*");
+    if (observe == 2)
+        ck_assert_msg(te_inject_add("scale@op=grad/bn,step=0,value=1") == TE_OK, "%s", te_error());
     te_step_begin();
     ck_assert_msg(te_graph_run(g, in, res) == TE_OK, "%s", te_error());
     const te_tensor *parts[] = { res[1], c->w->grad, c->gamma->grad, c->beta->grad, c->rm, c->rv };
@@ -575,12 +580,13 @@ static void layout_run(conv_bn *c, te_tensor *x, int mode, unsigned disable, boo
         const tg_value *y = value_named(g, "conv:out0"), *dy = value_named(g, "grad:conv:out0");
         ck_assert_msg(!!(y->t->flags & TE_TENSOR_BLOCKED16) == want, "conv:out0 blocked: want %d", want);
         ck_assert_msg(!!(dy->t->flags & TE_TENSOR_BLOCKED16) == want, "grad:conv:out0 blocked: want %d", want);
-        ck_assert_int_eq(count_kernels(g, TG_K_ACT, 0), !observe); /* batch norm + ReLU: the blocked kernels */
-        ck_assert_int_eq(count_kernels(g, TG_K_ACT_BWD, 0), !observe);
+        ck_assert_int_eq(count_kernels(g, TG_K_ACT, 0), observe != 1); /* batch norm + ReLU: the blocked kernels */
+        ck_assert_int_eq(count_kernels(g, TG_K_ACT_BWD, 0), observe != 1);
         assert_plan_sound(g);
     }
-    if (observe)
+    if (observe == 1)
         te_observe_remove("*");
+    te_inject_clear();
     te_graph_free(g);
 }
 
@@ -594,11 +600,11 @@ START_TEST(test_layout_conv_bn)
     const int64_t n[6] = { 3 * 16 * 64, 16 * 27, 16, 16, 16, 16 };
     const char *what[6] = { "y", "grad w", "grad gamma", "grad beta", "running mean", "running var" };
     float *eager[6], *got[6];
-    layout_run(&c, x, TE_MODE_EAGER, 0, false, eager);
+    layout_run(&c, x, TE_MODE_EAGER, 0, 0, eager);
     const struct {
         unsigned disable;
-        bool observe;
-    } cases[] = { { 0, false }, { TE_PASS_LAYOUT, false }, { 0, true } };
+        int observe;
+    } cases[] = { { 0, 0 }, { TE_PASS_LAYOUT, 0 }, { 0, 1 }, { 0, 2 } };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         layout_run(&c, x, TE_MODE_GRAPH, cases[k].disable, cases[k].observe, got);
         for (int i = 0; i < 6; i++) {

@@ -14,7 +14,8 @@
  *
  * Only a value no one else can see: a temporary of the step, not an
  * output, not observed (a breakpoint, a watch or a dump observes every
- * value: the debugger sees what eager mode shows), f32, [N,C,H,W] with C
+ * value: the debugger sees what eager mode shows; so does an injection
+ * into the conv or the batch norm's backward, at an index of NCHW), f32, [N,C,H,W] with C
  * a multiple of 16 (the blocked tensor is then exactly the plain one's
  * size, with no padding, and the memory plan stands as it is) and H * W
  * too (the batch norm moves 16 x 16 tiles), and only where the backend
@@ -55,7 +56,8 @@ static bool only_conv_and_bn(const tg_plan *p, int v, int g, const te_tensor *t)
         n = tg_kernel_writes(p, k, ids);
         for (int j = 0; j < n; j++)
             if ((ids[j] == v && !conv_kernel(k, t->node, TG_K_FWD)) ||
-                (ids[j] == g && !(bn_of(k, t) && (k->kind == TG_K_BWD || k->kind == TG_K_ACT_BWD))))
+                (ids[j] == g && !(bn_of(k, t) && (k->kind == TG_K_BWD || k->kind == TG_K_ACT_BWD))) ||
+                (ids[j] == g && te_inject_targets(k->node->grad_name))) /* it would land elsewhere */
                 return false;
     }
     return true;
