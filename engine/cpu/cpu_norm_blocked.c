@@ -95,23 +95,24 @@ static void grad_tile(const float *dy, const float *y, int64_t S, int64_t k0, fl
         t[e] *= (float)!(m[e] <= 0.0f);
 }
 
-/* One sample's part of a channel block's sums: x, then (x - mean)^2. */
-CPU_CLONES static void sum_x(const float *b, int64_t S, double s[L])
+/* One sample's part of a channel block's sums of d = x - shift and d^2,
+ * in f64. */
+CPU_CLONES static void sums(const float *b, int64_t S, const float shift[L], double s1[L], double s2[L])
 {
-    for (int64_t k = 0; k < S; k++)
-#pragma omp simd
-        for (int l = 0; l < L; l++)
-            s[l] += b[k * L + l];
-}
-
-CPU_CLONES static void sum_sq(const float *b, int64_t S, const double mean[L], double ss[L])
-{
+    double a1[L], a2[L]; /* in registers: s1 and s2 may alias for all the compiler knows */
+    float k0[L];
+    memcpy(a1, s1, sizeof a1);
+    memcpy(a2, s2, sizeof a2);
+    memcpy(k0, shift, sizeof k0);
     for (int64_t k = 0; k < S; k++)
 #pragma omp simd
         for (int l = 0; l < L; l++) {
-            double d = b[k * L + l] - mean[l];
-            ss[l] += d * d;
+            const double d = (double)b[k * L + l] - k0[l];
+            a1[l] += d;
+            a2[l] += d * d;
         }
+    memcpy(s1, a1, sizeof a1);
+    memcpy(s2, a2, sizeof a2);
 }
 
 /* y = x * a + d (then ReLU) for one sample's channel block, into NCHW rows y. */
@@ -130,20 +131,22 @@ CPU_CLONES static void normalise(const float *b, int64_t S, const float a[L], co
     }
 }
 
-/* The batch's mean and biased variance of a channel block, two passes (the
- * shifted sum of squares does not cancel). */
+/* The batch's mean and biased variance of a channel block in one pass
+ * over x (it is not in cache: a block is 16 channels of the batch), with
+ * sums of x - x[0,c,0]: shifted by a value of the channel, the sum of
+ * squares does not cancel (in f64 what the NCHW kernel's two passes give). */
 static void block_stats(const bn_geom *g, const float *x, int64_t cb, double mean[L], double var[L])
 {
-    double s[L] = { 0 }, ss[L] = { 0 };
+    double s1[L] = { 0 }, s2[L] = { 0 };
+    const float *shift = block(g, x, 0, cb);
     for (int64_t i = 0; i < g->N; i++)
-        sum_x(block(g, x, i, cb), g->S, s);
+        sums(block(g, x, i, cb), g->S, shift, s1, s2);
     const double M = (double)(g->N * g->S);
-    for (int l = 0; l < L; l++)
-        mean[l] = s[l] / M;
-    for (int64_t i = 0; i < g->N; i++)
-        sum_sq(block(g, x, i, cb), g->S, mean, ss);
-    for (int l = 0; l < L; l++)
-        var[l] = ss[l] / M;
+    for (int l = 0; l < L; l++) {
+        const double dm = s1[l] / M;
+        mean[l] = shift[l] + dm;
+        var[l] = fmax(s2[l] / M - dm * dm, 0.0);
+    }
 }
 
 te_status cpu_bn_blocked_forward(te_node *n, float *y, bool relu)
@@ -204,6 +207,9 @@ CPU_CLONES static void grad_sums(const float *b, const float *dy, const float *y
      * streams read in order, not two transposed), CH positions at a time. */
     enum { CH = 256 };
     float rows[L][CH], own[L * L];
+    double s1[L], s2[L]; /* in registers: sdy and sdyxh may alias for all the compiler knows */
+    memcpy(s1, sdy, sizeof s1);
+    memcpy(s2, sdyxh, sizeof s2);
     for (int64_t c0 = 0; c0 < S; c0 += CH) {
         const int64_t cn = S - c0 < CH ? S - c0 : CH;
         for (int l = 0; y && l < L; l++) {
@@ -222,11 +228,13 @@ CPU_CLONES static void grad_sums(const float *b, const float *dy, const float *y
             for (int k = 0; k < L; k++)
 #pragma omp simd
                 for (int l = 0; l < L; l++) {
-                    sdy[l] += t[k * L + l];
-                    sdyxh[l] += (double)t[k * L + l] * ((xb[k * L + l] - m[l]) * r[l]);
+                    s1[l] += t[k * L + l];
+                    s2[l] += (double)t[k * L + l] * ((xb[k * L + l] - m[l]) * r[l]);
                 }
         }
     }
+    memcpy(sdy, s1, sizeof s1);
+    memcpy(sdyxh, s2, sizeof s2);
 }
 
 /* dx (blocked rows o) = gr * (dy - mdy - xh * mdyxh), or added to o;
