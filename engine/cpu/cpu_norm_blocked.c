@@ -7,16 +7,16 @@
  * x[n][c][s] is at ((n * C/16 + c/16) * S + s) * 16 + c % 16, with C and
  * S = H * W multiples of 16 (pass_layout.c sees to it). Sixteen
  * channels side by side make one vector: the statistics of a block of
- * channels accumulate lane by lane (in double, as cpu_norm.c's, with the
- * same formulas), and the NCHW side goes through a 16 x 16 tile in L1, so
- * the move between layouts is part of a pass over memory that runs anyway.
+ * channels accumulate lane by lane in double (the mean and variance in
+ * one pass, where cpu_norm.c makes two over a channel that is in cache),
+ * and the NCHW side goes through 16 x 16 tiles in L1, so the move between
+ * layouts is part of a pass over memory that runs anyway.
  * Threads split across channel blocks only: the same bits on any thread
  * count.
  */
 #include "cpu_kernels.h"
 #include "cpu_math.h"
 
-#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
@@ -37,6 +37,10 @@ static const float *block(const bn_geom *g, const float *x, int64_t i, int64_t c
 {
     return x + (i * g->CB + cb) * g->S * L;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_TRANSPOSE16 1
 
 /* dst[i][j] = src[j][i] for a 16 x 16 block of floats, rows ss and ds
  * floats apart: 16 loads, 64 shuffles, 16 stores. */
@@ -69,12 +73,16 @@ __attribute__((target("avx512f"))) static void transpose16(const float *src, int
         _mm512_storeu_ps(dst + i * ds, r[i]);
 }
 
+#endif
+
 static void transpose(const float *src, int64_t ss, float *dst, int64_t ds)
 {
+#ifdef HAVE_TRANSPOSE16
     if (__builtin_cpu_supports("avx512f")) {
         transpose16(src, ss, dst, ds);
         return;
     }
+#endif
     for (int i = 0; i < L; i++)
         for (int j = 0; j < L; j++)
             dst[i * ds + j] = src[j * ss + i];
