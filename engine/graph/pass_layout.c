@@ -36,7 +36,7 @@ static bool conv_kernel(const tg_kernel *k, const te_node *conv, tg_kkind kind)
     return k->kind == kind && k->node == conv && !k->shadow;
 }
 
-static bool private_f32(const tg_value *val)
+static bool private_float(const tg_value *val)
 {
     return val->kind == TG_TEMP && !val->output && !val->observed && val->recompute < 0 &&
            val->t->dtype == TE_F32;
@@ -72,12 +72,12 @@ int tg_pass_layout(tg_plan *p)
     for (int v = 0; v < p->n_values; v++) {
         const tg_value *val = &p->values[v];
         te_tensor *t = val->t;
-        if (!private_f32(val) || val->grad_of >= 0 || !val->materialized || !t->node ||
+        if (!private_float(val) || val->grad_of >= 0 || !val->materialized || !t->node ||
             t->node->op != TE_OP_CONV2D || t->slot != 0 || t->ndim != 4 || t->shape[1] % 16 != 0 ||
             t->shape[2] * t->shape[3] % 16 != 0)
             continue;
         int g = t->grad ? tg_value_of(p, t->grad) : -1;
-        if (g >= 0 && !private_f32(&p->values[g]))
+        if (g >= 0 && !private_float(&p->values[g]))
             continue;
         if (!only_conv_and_bn(p, v, g, t))
             continue;
