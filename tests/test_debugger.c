@@ -343,12 +343,15 @@ START_TEST(test_interrupt)
 {
     /* Ctrl-C while training runs: a stop at the next op boundary. A line
      * every 1000 steps: at 15k steps a second, one a step would outgrow
-     * what the test keeps. */
-    ts_session s = ts_sh("'%s/debugger/tdbg' --batch -ex run -ex 'info step' -- '%s/examples/mlp' %s --steps 1000000 "
-                         "--log-every 1000 "
-                         ">%s/interrupt.out 2>&1 </dev/null & pid=$!; sleep 3; kill -INT $pid; wait $pid; st=$?; "
-                         "cat '%s/interrupt.out'; rm -f '%s/interrupt.out'; exit $st",
-                         TDBG_BUILDDIR, TDBG_BUILDDIR, MLP, TDBG_BUILDDIR, TDBG_BUILDDIR, TDBG_BUILDDIR);
+     * what the test keeps. The signal goes once step 1000 is printed, not
+     * after a fixed sleep: on a loaded machine the program may still be
+     * starting, and a background job inherits SIGINT ignored until the
+     * debugger sets its handler (CI saw the signal lost that way). */
+    ts_session s = ts_sh("out='%s/interrupt.out'; '%s/debugger/tdbg' --batch -ex run -ex 'info step' -- "
+                         "'%s/examples/mlp' %s --steps 1000000 --log-every 1000 >\"$out\" 2>&1 </dev/null & pid=$!; "
+                         "i=0; until grep -q '^step=1000 ' \"$out\" || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done; "
+                         "kill -INT $pid; wait $pid; st=$?; cat \"$out\"; rm -f \"$out\"; exit $st",
+                         TDBG_BUILDDIR, TDBG_BUILDDIR, TDBG_BUILDDIR, MLP);
     ts_has(&s, "Interrupted.");
     char buf[512];
     const char *line = ts_stopped_line(&s, 0, buf, sizeof buf);
