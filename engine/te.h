@@ -808,7 +808,7 @@ enum {
     TE_PASS_FUSE_EW = 1u << 5,   /* chains of elementwise ops */
     TE_PASS_FUSE_ATTN = 1u << 6, /* causal attention's composed chain as one kernel */
     TE_PASS_RECOMPUTE = 1u << 7, /* layer norm / activation outputs redone in the backward */
-    TE_PASS_LAYOUT = 1u << 8,    /* CPU: a conv's output blocked (nChw16c) up to its batch norm */
+    TE_PASS_LAYOUT = 1u << 8,    /* CPU: conv -> batch norm -> pool -> conv values blocked (nChw16c) */
 };
 
 typedef struct te_graph_opts {

@@ -223,6 +223,100 @@ START_TEST(test_pool_padding_and_nan)
 }
 END_TEST
 
+/* ---- pools on nChw16c (graph mode's layout on conv chains) against NCHW -- */
+
+/* Max pool (window k, stride st, pad pd) or, k 0, global average pool,
+ * twice over x and summed (the second backward adds to x's gradient), x
+ * and dy in NCHW or, blocked, nChw16c as graph mode gives them: y, max
+ * pool's argmax and dx, back in NCHW (malloc'd). */
+static void pool_twice(const te_tensor *x0, int k, int st, int pd, bool blocked, void *out[3])
+{
+    te_tensor *x = te_tensor_persistent(TE_F32, 4, x0->shape);
+    float *xv = tu_f32(x0);
+    if (blocked) {
+        float *b = malloc(x0->nbytes);
+        tu_to_blocked16(xv, b, x0->shape, sizeof(float));
+        tu_write(x, b);
+        free(b);
+        x->flags |= TE_TENSOR_BLOCKED16;
+    } else {
+        tu_write(x, xv);
+    }
+    free(xv);
+    x->requires_grad = true;
+    te_tensor *y1 = k ? te_maxpool2d(x, k, st, pd) : te_global_avgpool(x);
+    te_tensor *y2 = k ? te_maxpool2d(x, k, st, pd) : te_global_avgpool(x);
+    te_tensor *y = te_add(y1, y2);
+    ck_assert_msg(y != NULL, "%s", te_error());
+    const bool planes = y->ndim == 4; /* max pool's y is blocked as x is; [N,C] is the same in both */
+    te_tensor *dy = te_tensor_persistent(TE_F32, y->ndim, y->shape);
+    float *d = malloc(y->nbytes), *db = malloc(y->nbytes);
+    tu_fill_uniform(d, y->numel, 7, -1.0f, 1.0f);
+    if (blocked && planes)
+        tu_to_blocked16(d, db, y->shape, sizeof(float));
+    tu_write(dy, blocked && planes ? db : d);
+    ck_assert_msg(te_backward_with(y, dy) == TE_OK, "%s", te_error());
+    const te_tensor *parts[3] = { y1, k ? y1->node->saved[0] : NULL, x->grad };
+    for (int i = 0; i < 3; i++) {
+        out[i] = parts[i] ? tu_bytes(parts[i]) : NULL;
+        if (out[i] && blocked && parts[i]->ndim == 4) {
+            void *plain = malloc(parts[i]->nbytes);
+            tu_from_blocked16(out[i], plain, parts[i]->shape, te_dtype_size(parts[i]->dtype));
+            free(out[i]);
+            out[i] = plain;
+        }
+    }
+    free(d);
+    free(db);
+    te_tape_reset();
+    te_tensor_free(x);
+    te_tensor_free(dy);
+}
+
+START_TEST(test_pool_blocked_matches_plain)
+{
+    /* 32 channels (two blocks) of 7 x 9: windows clipped at the edges. Values
+     * in halves, so windows tie, and a NaN in some: max pool's bits, its
+     * argmax and its gradients are the NCHW kernel's exactly (the same taps
+     * in the same order), overlapping windows included. */
+    const int64_t shape[4] = { 2, 32, 7, 9 };
+    te_tensor *x = te_tensor_persistent(TE_F32, 4, shape);
+    float *v = malloc(x->nbytes);
+    tu_fill_uniform(v, x->numel, 3, -2.0f, 2.0f);
+    for (int64_t i = 0; i < x->numel; i++)
+        v[i] = i % 97 == 5 ? NAN : roundf(v[i] * 2.0f) / 2.0f;
+    tu_write(x, v);
+    free(v);
+    static const int windows[][3] = { { 2, 2, 0 }, { 3, 2, 1 }, { 3, 1, 1 }, { 0, 0, 0 } };
+    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
+        const int k = windows[w][0], st = windows[w][1], pd = windows[w][2];
+        void *plain[3], *blocked[3];
+        pool_twice(x, k, st, pd, false, plain);
+        pool_twice(x, k, st, pd, true, blocked);
+        const int64_t ny = k ? 2 * 32 * ((7 + 2 * pd - k) / st + 1) * ((9 + 2 * pd - k) / st + 1) : 2 * 32;
+        const char *what = k ? "max pool" : "global average pool";
+        for (int64_t i = 0; i < ny; i++) {
+            float a = ((float *)plain[0])[i], b = ((float *)blocked[0])[i];
+            /* global average pool sums in another order, in double: the same but at a rounding point */
+            bool same = k ? memcmp(&a, &b, 4) == 0
+                          : fabsf(a - b) <= 1e-6f * fmaxf(1.0f, fabsf(a)) || (isnan(a) && isnan(b));
+            ck_assert_msg(same,
+                          "%s %d/%d/%d y[%lld]: NCHW %.9g, nChw16c %.9g", what, k, st, pd, (long long)i, a, b);
+            if (k)
+                ck_assert_msg(((int32_t *)plain[1])[i] == ((int32_t *)blocked[1])[i],
+                              "max pool %d/%d/%d argmax[%lld]: NCHW %d, nChw16c %d", k, st, pd, (long long)i,
+                              ((int32_t *)plain[1])[i], ((int32_t *)blocked[1])[i]);
+        }
+        ck_assert_msg(memcmp(plain[2], blocked[2], x->nbytes) == 0, "%s %d/%d/%d: dx differs", what, k, st, pd);
+        for (int i = 0; i < 3; i++) {
+            free(plain[i]);
+            free(blocked[i]);
+        }
+    }
+    te_tensor_free(x);
+}
+END_TEST
+
 /* ---- direct-loop reference on larger shapes ------------------------------- */
 
 typedef struct {
@@ -685,6 +779,7 @@ Suite *suite_conv(void)
     tcase_add_test(tc, test_pool_golden);
     tcase_add_test(tc, test_pool_accumulates);
     tcase_add_test(tc, test_pool_padding_and_nan);
+    tcase_add_test(tc, test_pool_blocked_matches_plain);
     tcase_add_test(tc, test_conv_large);
     tcase_add_test(tc, test_pool_large);
     tcase_add_test(tc, test_conv_deterministic);

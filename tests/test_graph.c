@@ -619,6 +619,120 @@ START_TEST(test_layout_conv_bn)
 }
 END_TEST
 
+/* Two blocks as the example CNN has them: conv + batch norm + ReLU (scope
+ * a), max pool, conv + batch norm + ReLU (scope b), global average pool.
+ * With 16 channels every value from a's conv to b's ReLU, and their
+ * gradients, can stay in nChw16c (pass_layout.c). */
+typedef struct {
+    conv_bn blk[2];
+    bool no_relu_a; /* a's batch norm straight into the pool: its own kernels, not the fused ones */
+} chain;
+
+static te_status chain_step(void *ctx, te_tensor *const *in, te_tensor **out)
+{
+    chain *c = ctx;
+    te_tensor *h = in[0];
+    for (int i = 0; i < 2; i++) {
+        const conv_bn *b = &c->blk[i];
+        te_scope_push(i ? "b" : "a");
+        h = te_batchnorm(te_conv2d(h, b->w, NULL, 1, 1), b->gamma, b->beta, b->rm, b->rv, 0.1f, 1e-5f);
+        if (i || !c->no_relu_a)
+            h = te_relu(h);
+        te_scope_pop();
+        if (i == 0)
+            h = te_maxpool2d(h, 2, 2, 0);
+    }
+    out[1] = te_global_avgpool(h);
+    out[0] = te_mean(te_mul(out[1], out[1]), TE_ALL, false);
+    if (!out[0])
+        return te_error_code();
+    return te_backward(out[0]);
+}
+
+/* One step: the loss, the gradients of the weights and batch norms'
+ * parameters, and, in graph mode, which of the chain's values the plan
+ * keeps blocked (a bit per name in `names`). */
+static unsigned chain_run(chain *c, te_tensor *x, int mode, const char *observe, const char *inject, float **out)
+{
+    const char *names[] = { "a/conv:out0", c->no_relu_a ? "a/bn:out0" : "a/relu:out0", "maxpool:out0",
+                            "maxpool:saved0", "b/conv:out0", "b/relu:out0",
+                            c->no_relu_a ? "grad:a/bn:out0" : "grad:a/relu:out0", "grad:b/conv:out0" };
+    te_graph *g = te_graph_new(chain_step, c, &(te_graph_opts){ .mode = (te_mode)mode, .n_inputs = 1,
+                                                                 .n_outputs = 2 });
+    te_tensor *res[2], *in[1] = { x };
+    te_zero_grad();
+    if (observe)
+        te_observe_add(observe);
+    if (inject)
+        ck_assert_msg(te_inject_add(inject) == TE_OK, "%s", te_error());
+    te_step_begin();
+    ck_assert_msg(te_graph_run(g, in, res) == TE_OK, "%s", te_error());
+    const te_tensor *parts[] = { res[0], c->blk[0].w->grad, c->blk[1].w->grad, c->blk[0].gamma->grad,
+                                 c->blk[1].beta->grad };
+    for (int i = 0; i < 5; i++)
+        out[i] = values(parts[i]);
+    te_step_end();
+    unsigned blocked = 0;
+    for (int i = 0; mode && i < (int)(sizeof names / sizeof names[0]); i++)
+        blocked |= (unsigned)!!(value_named(g, names[i])->t->flags & TE_TENSOR_BLOCKED16) << i;
+    if (mode)
+        assert_plan_sound(g);
+    if (observe)
+        te_observe_remove(observe);
+    te_inject_clear();
+    te_graph_free(g);
+    return blocked;
+}
+
+START_TEST(test_layout_chain)
+{
+    chain c = { 0 };
+    for (int i = 0; i < 2; i++) {
+        c.blk[i] = (conv_bn){ .w = param(i ? "w2" : "w1", te_shape(16, i ? 16 : 3, 3, 3), -0.3f, 0.3f),
+                              .gamma = param(i ? "g2" : "g1", te_shape(16), 0.5f, 1.5f),
+                              .beta = param(i ? "b2" : "b1", te_shape(16), -0.2f, 0.2f),
+                              .rm = te_tensor_persistent(TE_F32, te_shape(16)),
+                              .rv = te_tensor_persistent(TE_F32, te_shape(16)) };
+        te_fill(c.blk[i].rv, 1.0f);
+    }
+    te_tensor *x = input(te_shape(3, 3, 8, 8), 13);
+    const int64_t n[5] = { 1, 16 * 27, 16 * 144, 16, 16 };
+    const char *what[5] = { "loss", "grad w1", "grad w2", "grad gamma1", "grad beta2" };
+    const te_backend *cpu = te_backends[TE_DEV_CPU];
+    const bool on = cpu->graph.blocked16 && cpu->graph.blocked16();
+    /* bits: a/conv, a/relu, maxpool, argmax, b/conv, b/relu, grad a/relu, grad b/conv */
+    const struct {
+        const char *observe, *inject;
+        unsigned want;
+        bool no_relu_a;
+    } cases[] = {
+        { NULL, NULL, 0xFF, false },
+        { NULL, NULL, 0xFF, true }, /* a/bn:out0 in a/relu's place */
+        /* observed mid-chain: the pool's side in NCHW, the batch norm before it writes NCHW */
+        { "maxpool:out0", NULL, 0x1 | 0x10 | 0x20 | 0x80, false },
+        /* an injection into the pool's backward writes a/relu's gradient at an index of NCHW */
+        { NULL, "scale@op=grad/maxpool,step=0,value=1", 0x1 | 0x10 | 0x20 | 0x80, false },
+    };
+    float *eager[5], *got[5];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        c.no_relu_a = cases[k].no_relu_a;
+        chain_run(&c, x, TE_MODE_EAGER, cases[k].observe, cases[k].inject, eager);
+        unsigned blocked = chain_run(&c, x, TE_MODE_GRAPH, cases[k].observe, cases[k].inject, got);
+        ck_assert_msg(blocked == (on ? cases[k].want : 0u), "case %zu: blocked values 0x%x, want 0x%x", k, blocked,
+                      on ? cases[k].want : 0u);
+        for (int i = 0; i < 5; i++) {
+            assert_close(eager[i], got[i], n[i], 1e-5f, what[i]);
+            free(eager[i]);
+            free(got[i]);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        te_tensor_free(c.blk[i].rm);
+        te_tensor_free(c.blk[i].rv);
+    }
+}
+END_TEST
+
 /* ---- shapes, observation, hooks, injection, misuse ------------------------------ */
 
 START_TEST(test_shape_change)
@@ -1254,6 +1368,7 @@ Suite *suite_graph(void)
     tcase_add_test(tc, test_bn_fold);
     tcase_add_test(tc, test_fuse_bn_relu);
     tcase_add_test(tc, test_layout_conv_bn);
+    tcase_add_test(tc, test_layout_chain);
     tcase_add_test(tc, test_fuse_conv_relu);
     suite_add_tcase(s, tc);
 

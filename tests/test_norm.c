@@ -230,16 +230,6 @@ static float *norm_run(int64_t *count)
 
 /* ---- x in nChw16c (graph mode's layout after a conv) against NCHW -------- */
 
-/* p (NCHW) as nChw16c into b: ((n * C/16 + c/16) * S + s) * 16 + c % 16 */
-static void to_blocked(const float *p, float *b, const int64_t *shape)
-{
-    const int64_t N = shape[0], C = shape[1], S = shape[2] * shape[3];
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t s = 0; s < S; s++)
-                b[((n * (C / 16) + c / 16) * S + s) * 16 + c % 16] = p[(n * C + c) * S + s];
-}
-
 /* y = bn(x) + bn(x) (the second backward adds to x's gradient), and what
  * it leaves: y, dx (as NCHW), dgamma, dbeta, the running stats. */
 static void bn_twice(const te_tensor *x0, bool blocked, bool training, float *out[6])
@@ -250,7 +240,7 @@ static void bn_twice(const te_tensor *x0, bool blocked, bool training, float *ou
     te_tensor *rm = gc_random(1, &C, -0.5f, 0.5f, 44), *rv = gc_random(1, &C, 0.5f, 2.0f, 45);
     te_tensor *dy = gc_random(4, shape, -1.0f, 1.0f, 46);
     if (blocked) {
-        to_blocked(x0->data, x->data, shape);
+        tu_to_blocked16(x0->data, x->data, shape, sizeof(float));
         x->flags |= TE_TENSOR_BLOCKED16;
     } else {
         memcpy(x->data, x0->data, x0->nbytes);
@@ -266,11 +256,7 @@ static void bn_twice(const te_tensor *x0, bool blocked, bool training, float *ou
     }
     if (blocked) { /* dx is blocked as x is: back to NCHW */
         float *blk = out[1], *plain = malloc(x->nbytes);
-        const int64_t N = shape[0], S = shape[2] * shape[3];
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t c = 0; c < C; c++)
-                for (int64_t s = 0; s < S; s++)
-                    plain[(n * C + c) * S + s] = blk[((n * (C / 16) + c / 16) * S + s) * 16 + c % 16];
+        tu_from_blocked16(blk, plain, shape, sizeof(float));
         free(blk);
         out[1] = plain;
     }

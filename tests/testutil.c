@@ -234,6 +234,27 @@ void tu_fill_uniform(float *x, int64_t n, uint32_t seed, float lo, float hi)
     }
 }
 
+static void blocked16(const char *from, char *to, const int64_t *shape, size_t size, bool to_blocked)
+{
+    const int64_t N = shape[0], C = shape[1], S = shape[2] * shape[3];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t s = 0; s < S; s++) {
+                const int64_t p = (n * C + c) * S + s, b = ((n * (C / 16) + c / 16) * S + s) * 16 + c % 16;
+                memcpy(to + (size_t)(to_blocked ? b : p) * size, from + (size_t)(to_blocked ? p : b) * size, size);
+            }
+}
+
+void tu_to_blocked16(const void *plain, void *blocked, const int64_t *shape, size_t size)
+{
+    blocked16(plain, blocked, shape, size, true);
+}
+
+void tu_from_blocked16(const void *blocked, void *plain, const int64_t *shape, size_t size)
+{
+    blocked16(blocked, plain, shape, size, false);
+}
+
 dump_tensor_info tu_dump_info(const char *op, const char *type, dump_iokind io, int slot, int exec,
                               te_phase phase, const char *tensor, te_dtype dt, int ndim,
                               const int64_t *shape)

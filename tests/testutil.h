@@ -74,6 +74,12 @@ bool tu_same_bytes(const te_tensor *a, const te_tensor *b);
  * machine (a linear congruential sequence, not te_rand). */
 void tu_fill_uniform(float *x, int64_t n, uint32_t seed, float lo, float hi);
 
+/* [N,C,H,W] elements of `size` bytes between NCHW and oneDNN's nChw16c
+ * (graph mode's layout on conv chains, C % 16 == 0): element (n, c, s) of
+ * the plain at ((n * C/16 + c/16) * H*W + s) * 16 + c % 16 of the blocked. */
+void tu_to_blocked16(const void *plain, void *blocked, const int64_t *shape, size_t size);
+void tu_from_blocked16(const void *blocked, void *plain, const int64_t *shape, size_t size);
+
 /* A tensor's description for the dump writer, as the examples' ops would
  * give it: source line 40 + exec of examples/mlp.c; dtype and shape as
  * given (the dump_step_add family fills them from a tensor otherwise). */

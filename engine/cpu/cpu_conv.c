@@ -395,7 +395,13 @@ static te_status maxpool2d_forward(te_node *n)
     return TE_OK;
 }
 
-te_status cpu_maxpool2d_forward(te_node *n) { return maxpool2d_forward(n); }
+/* x in nChw16c: graph mode's choice between a batch norm and a conv (cpu_pool_blocked.c) */
+static bool blocked_x(const te_node *n) { return n->in[0]->flags & TE_TENSOR_BLOCKED16; }
+
+te_status cpu_maxpool2d_forward(te_node *n)
+{
+    return blocked_x(n) ? cpu_maxpool_blocked_forward(n) : maxpool2d_forward(n);
+}
 
 static bool maxpool_lowp_takes(const te_node *n)
 {
@@ -472,7 +478,10 @@ static te_status maxpool2d_backward(te_node *n)
     return TE_OK;
 }
 
-te_status cpu_maxpool2d_backward(te_node *n) { return maxpool2d_backward(n); }
+te_status cpu_maxpool2d_backward(te_node *n)
+{
+    return blocked_x(n) ? cpu_maxpool_blocked_backward(n) : maxpool2d_backward(n);
+}
 
 te_status cpu_maxpool2d_backward_lowp(te_node *n)
 {
@@ -543,6 +552,8 @@ te_status cpu_avgpool2d_backward(te_node *n)
 
 te_status cpu_global_avgpool_forward(te_node *n)
 {
+    if (blocked_x(n))
+        return cpu_gap_blocked_forward(n);
     const te_tensor *xt = n->in[0];
     int64_t planes = xt->shape[0] * xt->shape[1], hw = xt->shape[2] * xt->shape[3];
     const float *x = te_f32(xt);
@@ -551,17 +562,19 @@ te_status cpu_global_avgpool_forward(te_node *n)
 #pragma omp parallel for schedule(static) if (planes * hw >= TE_PAR_MIN)
     for (int64_t p = 0; p < planes; p++) {
         const float *xp = x + p * hw;
-        float sum = 0.0f;
+        double sum = 0.0; /* in double: graph mode's blocked kernel sums in another order, to the same float */
 #pragma omp simd reduction(+ : sum)
         for (int64_t i = 0; i < hw; i++)
             sum += xp[i];
-        y[p] = sum / (float)hw;
+        y[p] = (float)(sum / (double)hw);
     }
     return TE_OK;
 }
 
 te_status cpu_global_avgpool_backward(te_node *n)
 {
+    if (blocked_x(n))
+        return cpu_gap_blocked_backward(n);
     te_tensor *xt = n->in[0];
     if (!te_needs_grad(xt))
         return TE_OK;

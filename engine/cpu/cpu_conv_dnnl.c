@@ -37,10 +37,14 @@ const char *cpu_conv_dnnl(void)
     return allowed && cpu_dnnl_engine() ? "oneDNN (blocked layouts)" : NULL;
 }
 
-/* Graph mode chose nChw16c for y and its gradient (pass_layout.c): only
- * these kernels read that layout, so they run whatever TDBG_CPU_CONV says
- * now (it was read when the plan compiled), and cannot decline. */
-static bool blocked(const te_node *n) { return n->out[0]->flags & TE_TENSOR_BLOCKED16; }
+/* Graph mode chose nChw16c for x or y and its gradient (pass_layout.c):
+ * the reference kernels cannot read that layout, so these run whatever
+ * TDBG_CPU_CONV says now (it was read when the plan compiled), and cannot
+ * decline. */
+static bool blocked(const te_node *n)
+{
+    return (n->in[0]->flags | n->out[0]->flags) & TE_TENSOR_BLOCKED16;
+}
 
 bool cpu_conv_blocked16(void) { return cpu_conv_dnnl() && __builtin_cpu_supports("avx512f"); }
 
@@ -56,11 +60,11 @@ static bool takes(const te_node *n)
     return n->in[0] != n->in[1] && n->out[0]->dtype == TE_F32 && n->out[0]->numel > 0;
 }
 
-/* Declined: the reference kernels take over, unless y is blocked. */
+/* Declined: the reference kernels take over, unless x or y is blocked. */
 static te_status declined(te_node *n)
 {
-    return blocked(n) ? te_kernel_fail(n, TE_ERR_STATE, "oneDNN failed it, and only oneDNN writes the nChw16c "
-                                                        "layout graph mode chose for its output")
+    return blocked(n) ? te_kernel_fail(n, TE_ERR_STATE, "oneDNN failed it, and only oneDNN takes the nChw16c "
+                                                        "layout graph mode chose for its input or output")
                       : TE_LOWP_DECLINED;
 }
 

@@ -87,8 +87,8 @@ bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const c
 }
 
 /* A Conv2D node's geometry as oneDNN's: x's, w's and y's dtypes as given,
- * in the layouts the tensors have (NCHW and OIHW; y, and so its gradient,
- * nChw16c where graph mode chose that: pass_layout.c), or `any` (the
+ * in the layouts the tensors have (NCHW and OIHW; x or y, and so its
+ * gradient, nChw16c where graph mode chose that: pass_layout.c), or `any` (the
  * primitive's choice); the right padding is what makes the output size y's (less
  * than the left when the stride leaves a remainder). */
 typedef struct cpu_dnnl_conv {
@@ -104,7 +104,9 @@ static cpu_dnnl_conv conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_ty
     memcpy(xd, x->shape, 4 * sizeof *xd);
     memcpy(wd, w->shape, 4 * sizeof *wd);
     memcpy(yd, y->shape, 4 * sizeof *yd);
-    dnnl_memory_desc_init_by_tag(&c.x, 4, xd, xt, any ? dnnl_format_tag_any : dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(&c.x, 4, xd, xt,
+                                 any ? dnnl_format_tag_any
+                                     : x->flags & TE_TENSOR_BLOCKED16 ? dnnl_nChw16c : dnnl_nchw);
     dnnl_memory_desc_init_by_tag(&c.w, 4, wd, wt, any ? dnnl_format_tag_any : dnnl_oihw);
     dnnl_memory_desc_init_by_tag(&c.b, 1, bd, wt, dnnl_a);
     dnnl_memory_desc_init_by_tag(&c.y, 4, yd, yt,

@@ -105,10 +105,19 @@ te_status cpu_batchnorm_backward(te_node *n);
 /* Batch norm with the ReLU after it, in one pass each way (graph mode). */
 te_status cpu_batchnorm_relu_forward(te_node *bn, te_node *relu);
 te_status cpu_batchnorm_relu_backward(te_node *bn, te_node *relu);
-/* The same with x (and its gradient) in nChw16c, C % 16 == 0: y, dy and
- * relu_y are NCHW (cpu_norm_blocked.c; cpu_batchnorm_* call them). */
-te_status cpu_bn_blocked_forward(te_node *n, float *y, bool relu);
-te_status cpu_bn_blocked_backward(te_node *n, const float *dy, const float *relu_y);
+/* The same with x (and its gradient) in nChw16c, C and H * W multiples
+ * of 16: y is the batch norm's output or, relu set, its ReLU's; y and its
+ * gradient in nChw16c too where flagged so, else NCHW
+ * (cpu_norm_blocked.c; cpu_batchnorm_* call them). */
+te_status cpu_bn_blocked_forward(te_node *n, te_tensor *y, bool relu);
+te_status cpu_bn_blocked_backward(te_node *n, const te_tensor *y, bool relu);
+/* Max pool and global average pool with x (and its gradient) in nChw16c,
+ * C % 16 == 0; max pool's y and argmax too (cpu_pool_blocked.c;
+ * cpu_maxpool2d_* and cpu_global_avgpool_* call them). */
+te_status cpu_maxpool_blocked_forward(te_node *n);
+te_status cpu_maxpool_blocked_backward(te_node *n);
+te_status cpu_gap_blocked_forward(te_node *n);
+te_status cpu_gap_blocked_backward(te_node *n);
 te_status cpu_layernorm_forward(te_node *n);
 te_status cpu_layernorm_backward(te_node *n);
 te_status cpu_dropout_forward(te_node *n);

@@ -139,13 +139,13 @@ static bool blocked_x(const te_node *n) { return n->in[0]->flags & TE_TENSOR_BLO
 
 te_status cpu_batchnorm_forward(te_node *n)
 {
-    return blocked_x(n) ? cpu_bn_blocked_forward(n, te_f32(n->out[0]), false)
+    return blocked_x(n) ? cpu_bn_blocked_forward(n, n->out[0], false)
                         : batchnorm_forward(n, te_f32(n->out[0]), false);
 }
 
 te_status cpu_batchnorm_relu_forward(te_node *bn, te_node *relu)
 {
-    return blocked_x(bn) ? cpu_bn_blocked_forward(bn, te_f32(relu->out[0]), true)
+    return blocked_x(bn) ? cpu_bn_blocked_forward(bn, relu->out[0], true)
                          : batchnorm_forward(bn, te_f32(relu->out[0]), true);
 }
 
@@ -305,14 +305,15 @@ static inline te_status batchnorm_backward(te_node *n, const void *dyv, const fl
 
 te_status cpu_batchnorm_backward(te_node *n)
 {
-    return blocked_x(n) ? cpu_bn_blocked_backward(n, te_f32(n->out[0]->grad), NULL)
+    return blocked_x(n) ? cpu_bn_blocked_backward(n, n->out[0], false)
                         : batchnorm_backward(n, te_f32(n->out[0]->grad), NULL);
 }
 
 te_status cpu_batchnorm_relu_backward(te_node *bn, te_node *relu)
 {
-    const float *dy = te_f32(relu->out[0]->grad), *y = te_f32(relu->out[0]);
-    return blocked_x(bn) ? cpu_bn_blocked_backward(bn, dy, y) : batchnorm_backward(bn, dy, y);
+    if (blocked_x(bn))
+        return cpu_bn_blocked_backward(bn, relu->out[0], true);
+    return batchnorm_backward(bn, te_f32(relu->out[0]->grad), te_f32(relu->out[0]));
 }
 
 te_status cpu_batchnorm_backward_lowp(te_node *n)

@@ -1,8 +1,9 @@
 /*
  * cpu_norm_blocked.c — batch norm, forward and backward, reading x in
  * oneDNN's nChw16c: graph mode keeps a conv's output in the layout the
- * conv wrote (pass_layout.c). x and its gradient are blocked; y, its
- * gradient and a fused ReLU's output are NCHW, as every other op has them.
+ * conv wrote (pass_layout.c). x and its gradient are blocked; y (a fused
+ * ReLU's output) and its gradient are blocked too where a pool or a conv
+ * takes them so (pass_layout.c chose it), else NCHW.
  *
  * x[n][c][s] is at ((n * C/16 + c/16) * S + s) * 16 + c % 16, with C and
  * S = H * W multiples of 16 (pass_layout.c sees to it). Sixteen
@@ -88,19 +89,29 @@ static void transpose(const float *src, int64_t ss, float *dst, int64_t ds)
             dst[i * ds + j] = src[j * ss + i];
 }
 
-/* A tile t[k][lane] (16 x 16, row-major) of the NCHW gradient: dy's 16
- * channel rows (S apart) at positions k0..k0+15, through a fused ReLU at
- * y's when y is given (ReLU's own formula, as cpu_norm.c's). */
-static void grad_tile(const float *dy, const float *y, int64_t S, int64_t k0, float *t)
+/* A tile [k][lane] (16 x 16, row-major) of the gradient at positions
+ * k0..k0+15, through a fused ReLU at y's when y is given (ReLU's own
+ * formula, as cpu_norm.c's): dy's blocked rows as they are (yb), or its 16
+ * NCHW channel rows (S apart) transposed into t. */
+static const float *grad_tile(const float *dy, const float *y, int64_t S, int64_t k0, bool yb, float *t)
 {
-    transpose(dy + k0, S, t, L);
-    if (!y)
-        return;
     float m[L * L];
-    transpose(y + k0, S, m, L);
+    const float *d = t, *mask = m;
+    if (yb) {
+        d = dy + k0 * L;
+        if (!y)
+            return d;
+        mask = y + k0 * L;
+    } else {
+        transpose(dy + k0, S, t, L);
+        if (!y)
+            return t;
+        transpose(y + k0, S, m, L);
+    }
 #pragma omp simd
     for (int e = 0; e < L * L; e++)
-        t[e] *= (float)!(m[e] <= 0.0f);
+        t[e] = d[e] * (float)!(mask[e] <= 0.0f);
+    return t;
 }
 
 /* One sample's part of a channel block's sums of d = x - shift and d^2,
@@ -123,19 +134,23 @@ CPU_CLONES static void sums(const float *b, int64_t S, const float shift[L], dou
     memcpy(s2, a2, sizeof a2);
 }
 
-/* y = x * a + d (then ReLU) for one sample's channel block, into NCHW rows y. */
-CPU_CLONES static void normalise(const float *b, int64_t S, const float a[L], const float d[L], bool relu, float *y)
+/* y = x * a + d (then ReLU) for one sample's channel block, into y's
+ * blocked rows (yb) or its NCHW rows. */
+CPU_CLONES static void normalise(const float *b, int64_t S, const float a[L], const float d[L], bool relu, bool yb,
+                                 float *y)
 {
-    float t[L * L];
+    float own[L * L];
     for (int64_t k0 = 0; k0 < S; k0 += L) {
         const float *xb = b + k0 * L;
+        float *t = yb ? y + k0 * L : own;
         for (int k = 0; k < L; k++)
 #pragma omp simd
             for (int l = 0; l < L; l++) {
                 const float v = xb[k * L + l] * a[l] + d[l];
                 t[k * L + l] = relu && v < 0.0f ? 0.0f : v; /* ReLU's own formula */
             }
-        transpose(t, L, y + k0, S);
+        if (!yb)
+            transpose(t, L, y + k0, S);
     }
 }
 
@@ -157,9 +172,11 @@ static void block_stats(const bn_geom *g, const float *x, int64_t cb, double mea
     }
 }
 
-te_status cpu_bn_blocked_forward(te_node *n, float *y, bool relu)
+te_status cpu_bn_blocked_forward(te_node *n, te_tensor *yt, bool relu)
 {
     const te_tensor *xt = n->in[0];
+    float *y = te_f32(yt);
+    const bool yb = yt->flags & TE_TENSOR_BLOCKED16;
     const bn_geom g = geom_of(xt);
     const float *x = te_f32(xt);
     const float *gamma = n->in[1] ? te_f32(n->in[1]) : NULL;
@@ -198,8 +215,9 @@ te_status cpu_bn_blocked_forward(te_node *n, float *y, bool relu)
             a[l] = r * (gamma ? gamma[c] : 1.0f);
             d[l] = (beta ? beta[c] : 0.0f) - m * a[l];
         }
+        /* a sample's channel block starts at the same offset in both layouts */
         for (int64_t i = 0; i < g.N; i++)
-            normalise(block(&g, x, i, cb), g.S, a, d, relu, y + (i * g.C + cb * L) * g.S);
+            normalise(block(&g, x, i, cb), g.S, a, d, relu, yb, y + (i * g.C + cb * L) * g.S);
     }
     return TE_OK;
 }
@@ -245,20 +263,36 @@ CPU_CLONES static void grad_sums(const float *b, const float *dy, const float *y
     memcpy(sdyxh, s2, sizeof s2);
 }
 
+/* grad_sums with dy and y in blocked rows: read in order, no tiles. */
+CPU_CLONES static void grad_sums_blocked(const float *b, const float *dy, const float *y, int64_t S, const float m[L],
+                                         const float r[L], double sdy[L], double sdyxh[L])
+{
+    double s1[L], s2[L];
+    memcpy(s1, sdy, sizeof s1);
+    memcpy(s2, sdyxh, sizeof s2);
+    for (int64_t k = 0; k < S; k++)
+#pragma omp simd
+        for (int l = 0; l < L; l++) {
+            const int64_t e = k * L + l;
+            const float t = y ? dy[e] * (float)!(y[e] <= 0.0f) : dy[e];
+            s1[l] += t;
+            s2[l] += (double)t * ((b[e] - m[l]) * r[l]);
+        }
+    memcpy(sdy, s1, sizeof s1);
+    memcpy(sdyxh, s2, sizeof s2);
+}
+
 /* dx (blocked rows o) = gr * (dy - mdy - xh * mdyxh), or added to o;
- * stashed: dy's tiles are in o already (grad_sums). */
+ * stashed: dy's tiles are in o already (grad_sums); yb: dy and y are
+ * blocked rows. */
 CPU_CLONES static void grad_x(const float *b, const float *dy, const float *y, int64_t S, const float m[L],
                               const float r[L], const float gr[L], const float mdy[L], const float mdyxh[L],
-                              bool acc, bool stashed, float *o)
+                              bool acc, bool stashed, bool yb, float *o)
 {
     float own[L * L];
     for (int64_t k0 = 0; k0 < S; k0 += L) {
         float *ok = o + k0 * L;
-        const float *t = ok, *xb = b + k0 * L;
-        if (!stashed) {
-            grad_tile(dy, y, S, k0, own);
-            t = own;
-        }
+        const float *t = stashed ? ok : grad_tile(dy, y, S, k0, yb, own), *xb = b + k0 * L;
         for (int k = 0; k < L; k++)
 #pragma omp simd
             for (int l = 0; l < L; l++) {
@@ -270,11 +304,13 @@ CPU_CLONES static void grad_x(const float *b, const float *dy, const float *y, i
 }
 
 /* dx = gamma * rstd * (dy - mean(dy) - xh * mean(dy * xh)) in training,
- * gamma * rstd * dy in eval; dgamma = sum(dy * xh), dbeta = sum(dy). dy
- * through a fused ReLU when relu_y is given. */
-te_status cpu_bn_blocked_backward(te_node *n, const float *dy, const float *relu_y)
+ * gamma * rstd * dy in eval; dgamma = sum(dy * xh), dbeta = sum(dy). dy is
+ * y's gradient, through a fused ReLU (y its output) when relu is set. */
+te_status cpu_bn_blocked_backward(te_node *n, const te_tensor *yt, bool relu)
 {
     te_tensor *xt = n->in[0], *gt = n->in[1], *bt = n->in[2];
+    const float *dy = te_f32(yt->grad), *relu_y = relu ? te_f32(yt) : NULL;
+    const bool yb = yt->flags & TE_TENSOR_BLOCKED16;
     const bn_geom g = geom_of(xt);
     const float *x = te_f32(xt);
     const float *gamma = gt ? te_f32(gt) : NULL;
@@ -290,12 +326,14 @@ te_status cpu_bn_blocked_backward(te_node *n, const float *dy, const float *relu
     for (int64_t cb = 0; cb < g.CB; cb++) {
         const float *m = mean + cb * L, *r = rstd + cb * L;
         double sdy[L] = { 0 }, sdyxh[L] = { 0 };
-        const bool stash = dx && !ax; /* dx's rows are free until written */
+        const bool stash = dx && !ax && !yb; /* dx's rows are free until written */
         for (int64_t i = 0; i < g.N; i++) {
-            const int64_t rows = (i * g.C + cb * L) * g.S;
-            const float *b = block(&g, x, i, cb);
-            grad_sums(b, dy + rows, relu_y ? relu_y + rows : NULL, g.S, m, r, sdy, sdyxh,
-                      stash ? dx + (b - x) : NULL);
+            const int64_t rows = (i * g.C + cb * L) * g.S; /* in either layout */
+            const float *b = block(&g, x, i, cb), *ry = relu_y ? relu_y + rows : NULL;
+            if (yb)
+                grad_sums_blocked(b, dy + rows, ry, g.S, m, r, sdy, sdyxh);
+            else
+                grad_sums(b, dy + rows, ry, g.S, m, r, sdy, sdyxh, stash ? dx + (b - x) : NULL);
         }
         float gr[L], mdy[L], mdyxh[L];
         for (int l = 0; l < L; l++) {
@@ -311,7 +349,8 @@ te_status cpu_bn_blocked_backward(te_node *n, const float *dy, const float *relu
         for (int64_t i = 0; dx && i < g.N; i++) {
             const int64_t rows = (i * g.C + cb * L) * g.S;
             const float *b = block(&g, x, i, cb);
-            grad_x(b, dy + rows, relu_y ? relu_y + rows : NULL, g.S, m, r, gr, mdy, mdyxh, ax, stash, dx + (b - x));
+            grad_x(b, dy + rows, relu_y ? relu_y + rows : NULL, g.S, m, r, gr, mdy, mdyxh, ax, stash, yb,
+                   dx + (b - x));
         }
     }
     return TE_OK;
