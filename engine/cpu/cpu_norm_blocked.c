@@ -93,7 +93,8 @@ static void transpose(const float *src, int64_t ss, float *dst, int64_t ds)
  * k0..k0+15, through a fused ReLU at y's when y is given (ReLU's own
  * formula, as cpu_norm.c's): dy's blocked rows as they are (yb), or its 16
  * NCHW channel rows (S apart) transposed into t. */
-static const float *grad_tile(const float *dy, const float *y, int64_t S, int64_t k0, bool yb, float *t)
+static inline __attribute__((always_inline)) const float *grad_tile(const float *dy, const float *y, int64_t S,
+                                                                     int64_t k0, bool yb, float *t)
 {
     float m[L * L];
     const float *d = t, *mask = m;
@@ -270,14 +271,23 @@ CPU_CLONES static void grad_sums_blocked(const float *b, const float *dy, const 
     double s1[L], s2[L];
     memcpy(s1, sdy, sizeof s1);
     memcpy(s2, sdyxh, sizeof s2);
-    for (int64_t k = 0; k < S; k++)
+    for (int64_t k = 0; k < S; k++) {
+        const float *d = dy + k * L, *xk = b + k * L;
+        float t[L];
+        if (y) { /* the test outside the lane loop: it vectorises */
+            const float *yk = y + k * L;
+#pragma omp simd
+            for (int l = 0; l < L; l++)
+                t[l] = d[l] * (float)!(yk[l] <= 0.0f);
+        } else {
+            memcpy(t, d, sizeof t);
+        }
 #pragma omp simd
         for (int l = 0; l < L; l++) {
-            const int64_t e = k * L + l;
-            const float t = y ? dy[e] * (float)!(y[e] <= 0.0f) : dy[e];
-            s1[l] += t;
-            s2[l] += (double)t * ((b[e] - m[l]) * r[l]);
+            s1[l] += t[l];
+            s2[l] += (double)t[l] * ((xk[l] - m[l]) * r[l]);
         }
+    }
     memcpy(sdy, s1, sizeof s1);
     memcpy(sdyxh, s2, sizeof s2);
 }

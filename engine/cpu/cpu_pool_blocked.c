@@ -15,6 +15,7 @@
  * point. Threads split across samples and channel blocks.
  */
 #include "cpu_kernels.h"
+#include "cpu_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -43,8 +44,8 @@ static pool_geom geom_of(const te_node *n)
 /* The max over one window of a channel block: rows [y0,y1), columns
  * [x0,x1) of the plane (xb: the block's S x 16 floats). The first tap in
  * row-major order that is larger wins, or any NaN, as in cpu_conv.c. */
-static void window_max(const float *xb, int64_t W, int64_t y0, int64_t y1, int64_t x0, int64_t x1, float *m,
-                       int32_t *at)
+static inline __attribute__((always_inline)) void window_max(const float *xb, int64_t W, int64_t y0, int64_t y1,
+                                                             int64_t x0, int64_t x1, float *m, int32_t *at)
 {
     for (int l = 0; l < L; l++) {
         m[l] = -INFINITY;
@@ -63,6 +64,19 @@ static void window_max(const float *xb, int64_t W, int64_t y0, int64_t y1, int64
         }
 }
 
+/* One channel block's plane: xb in, yb and its argmax ib out. */
+CPU_CLONES static void maxpool_block(const pool_geom *g, const float *xb, float *yb, int32_t *ib)
+{
+    for (int64_t oy = 0; oy < g->OH; oy++)
+        for (int64_t ox = 0; ox < g->OW; ox++) {
+            const int64_t ys = oy * g->stride - g->pad, xs = ox * g->stride - g->pad;
+            const int64_t o = (oy * g->OW + ox) * L;
+            /* the front end keeps pad <= kernel/2: every window holds an input */
+            window_max(xb, g->W, ys > 0 ? ys : 0, ys + g->kernel < g->H ? ys + g->kernel : g->H, xs > 0 ? xs : 0,
+                       xs + g->kernel < g->W ? xs + g->kernel : g->W, yb + o, ib + o);
+        }
+}
+
 te_status cpu_maxpool_blocked_forward(te_node *n)
 {
     const pool_geom g = geom_of(n);
@@ -73,15 +87,18 @@ te_status cpu_maxpool_blocked_forward(te_node *n)
 
 #pragma omp parallel for schedule(static) if (g.blocks * in_plane * L >= TE_PAR_MIN)
     for (int64_t b = 0; b < g.blocks; b++)
-        for (int64_t oy = 0; oy < g.OH; oy++)
-            for (int64_t ox = 0; ox < g.OW; ox++) {
-                const int64_t ys = oy * g.stride - g.pad, xs = ox * g.stride - g.pad;
-                const int64_t o = (b * out_plane + oy * g.OW + ox) * L;
-                /* the front end keeps pad <= kernel/2: every window holds an input */
-                window_max(x + b * in_plane * L, g.W, ys > 0 ? ys : 0, ys + g.kernel < g.H ? ys + g.kernel : g.H,
-                           xs > 0 ? xs : 0, xs + g.kernel < g.W ? xs + g.kernel : g.W, y + o, idx + o);
-            }
+        maxpool_block(&g, x + b * in_plane * L, y + b * out_plane * L, idx + b * out_plane * L);
     return TE_OK;
+}
+
+/* One channel block's dx (dxb) from dy at the argmax: each lane is its
+ * own channel, so no two lanes write one element. */
+CPU_CLONES static void maxpool_grad_block(int64_t n_out, const float *dyb, const int32_t *ib, float *dxb)
+{
+    for (int64_t o = 0; o < n_out * L; o += L)
+#pragma omp simd
+        for (int l = 0; l < L; l++)
+            dxb[(int64_t)ib[o + l] * L + l] += dyb[o + l];
 }
 
 /* dx gets each dy at its window's argmax, added in the outputs' order
@@ -103,13 +120,21 @@ te_status cpu_maxpool_blocked_backward(te_node *n)
         float *dxb = dx + b * in_plane * L;
         if (!acc)
             memset(dxb, 0, (size_t)(in_plane * L) * sizeof(float));
-        const float *dyb = dy + b * out_plane * L;
-        const int32_t *ib = idx + b * out_plane * L;
-        for (int64_t o = 0; o < out_plane * L; o += L)
-            for (int l = 0; l < L; l++)
-                dxb[(int64_t)ib[o + l] * L + l] += dyb[o + l];
+        maxpool_grad_block(out_plane, dy + b * out_plane * L, idx + b * out_plane * L, dxb);
     }
     return TE_OK;
+}
+
+/* The means of one channel block's S positions into y's 16 channels. */
+CPU_CLONES static void gap_block(int64_t S, const float *xb, float *y)
+{
+    double sum[L] = { 0 };
+    for (int64_t k = 0; k < S; k++)
+#pragma omp simd
+        for (int l = 0; l < L; l++)
+            sum[l] += xb[k * L + l];
+    for (int l = 0; l < L; l++)
+        y[l] = (float)(sum[l] / (double)S);
 }
 
 /* y [N,C] = the mean of each plane: sixteen channels' sums side by side. */
@@ -120,19 +145,23 @@ te_status cpu_gap_blocked_forward(te_node *n)
     float *y = te_f32(n->out[0]);
     const int64_t S = g.H * g.W;
 
+    /* [N,C] is the blocks' channels in order: block b's at y[b * 16] */
 #pragma omp parallel for schedule(static) if (g.blocks * S * L >= TE_PAR_MIN)
-    for (int64_t b = 0; b < g.blocks; b++) {
-        const float *xb = x + b * S * L;
-        double sum[L] = { 0 };
-        for (int64_t k = 0; k < S; k++)
-#pragma omp simd
-            for (int l = 0; l < L; l++)
-                sum[l] += xb[k * L + l];
-        /* [N,C] is the blocks' channels in order: y[b * 16 + l] */
-        for (int l = 0; l < L; l++)
-            y[b * L + l] = (float)(sum[l] / (double)S);
-    }
+    for (int64_t b = 0; b < g.blocks; b++)
+        gap_block(S, x + b * S * L, y + b * L);
     return TE_OK;
+}
+
+/* One channel block's dx (dxb): dy / S at every position, or added. */
+CPU_CLONES static void gap_grad_block(int64_t S, const float *dy, bool acc, float *dxb)
+{
+    float d[L];
+    for (int l = 0; l < L; l++)
+        d[l] = dy[l] / (float)S;
+    for (int64_t k = 0; k < S; k++)
+#pragma omp simd
+        for (int l = 0; l < L; l++)
+            dxb[k * L + l] = acc ? dxb[k * L + l] + d[l] : d[l];
 }
 
 te_status cpu_gap_blocked_backward(te_node *n)
@@ -147,14 +176,7 @@ te_status cpu_gap_blocked_backward(te_node *n)
     const int64_t S = g.H * g.W;
 
 #pragma omp parallel for schedule(static) if (g.blocks * S * L >= TE_PAR_MIN)
-    for (int64_t b = 0; b < g.blocks; b++) {
-        float d[L], *dxb = dx + b * S * L;
-        for (int l = 0; l < L; l++)
-            d[l] = dy[b * L + l] / (float)S;
-        for (int64_t k = 0; k < S; k++)
-#pragma omp simd
-            for (int l = 0; l < L; l++)
-                dxb[k * L + l] = acc ? dxb[k * L + l] + d[l] : d[l];
-    }
+    for (int64_t b = 0; b < g.blocks; b++)
+        gap_grad_block(S, dy + b * L, acc, dx + b * S * L);
     return TE_OK;
 }
