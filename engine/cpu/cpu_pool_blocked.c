@@ -101,16 +101,22 @@ CPU_CLONES static void maxpool_grad_block(int64_t n_out, const float *dyb, const
             dxb[(int64_t)ib[o + l] * L + l] += dyb[o + l];
 }
 
+/* x's gradient buffer for a backward (*acc: add to it), NULL when x
+ * needs none. */
+static float *dx_of(te_node *n, int *acc)
+{
+    return te_needs_grad(n->in[0]) ? te_grad_buf(n->in[0], acc) : NULL;
+}
+
 /* dx gets each dy at its window's argmax, added in the outputs' order
  * (where windows overlap, the order eager mode adds in). */
 te_status cpu_maxpool_blocked_backward(te_node *n)
 {
-    te_tensor *xt = n->in[0];
-    if (!te_needs_grad(xt))
+    int acc;
+    float *dx = dx_of(n, &acc);
+    if (!dx)
         return TE_OK;
     const pool_geom g = geom_of(n);
-    int acc;
-    float *dx = te_grad_buf(xt, &acc);
     const float *dy = te_f32(n->out[0]->grad);
     const int32_t *idx = te_i32(n->saved[0]);
     const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
@@ -166,12 +172,11 @@ CPU_CLONES static void gap_grad_block(int64_t S, const float *dy, bool acc, floa
 
 te_status cpu_gap_blocked_backward(te_node *n)
 {
-    te_tensor *xt = n->in[0];
-    if (!te_needs_grad(xt))
+    int acc;
+    float *dx = dx_of(n, &acc);
+    if (!dx)
         return TE_OK;
     const pool_geom g = geom_of(n);
-    int acc;
-    float *dx = te_grad_buf(xt, &acc);
     const float *dy = te_f32(n->out[0]->grad);
     const int64_t S = g.H * g.W;
 
