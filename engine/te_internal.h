@@ -373,9 +373,9 @@ typedef struct te_graph_kernels {
     /* Optional: a linear and its activation in one kernel, written into
      * lin->out[0]; NULL: the linear, then act_inplace. */
     te_status (*linear_act)(te_node *lin, te_op act);
-    /* Optional: whether a conv's output may stay in nChw16c from the conv
-     * to its batch norm and back (pass_layout.c), read when a plan
-     * compiles; NULL: never. */
+    /* Optional: whether values may stay in nChw16c along conv -> batch
+     * norm -> pool -> conv chains and back (pass_layout.c), read when a
+     * plan compiles; NULL: never. */
     bool (*blocked16)(void);
     /* Optional, with the four below: whether n's kernel waits for the host
      * (reads a bad-data flag back), so that it cannot be captured. */

@@ -28,8 +28,9 @@ te_status cpu_conv2d_backward_lowp(te_node *n);
 const char *cpu_conv_dnnl(void);
 te_status cpu_conv2d_forward_dnnl(te_node *n);
 te_status cpu_conv2d_backward_dnnl(te_node *n);
-/* Whether graph mode may keep a conv's output in nChw16c (pass_layout.c):
- * oneDNN's f32 convolutions are on and choose that layout (AVX-512). */
+/* Whether graph mode may keep conv chains' values in nChw16c
+ * (pass_layout.c): oneDNN's f32 convolutions are on and choose that
+ * layout (AVX-512). */
 bool cpu_conv_blocked16(void);
 #else
 static inline const char *cpu_conv_dnnl(void) { return NULL; }

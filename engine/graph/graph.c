@@ -229,6 +229,7 @@ static unsigned env_disabled(void)
 /* Observed values (by name) and the passes, in order. */
 static te_status compile(te_graph *g, tg_plan *p)
 {
+    p->device = tg_plan_device(p);
     for (int v = 0; v < p->n_values; v++) {
         te_tensor *t = p->values[v].t;
         const te_node *n = p->values[v].kind == TG_TEMP && p->values[v].grad_of < 0 ? t->node : NULL;

@@ -224,6 +224,10 @@ int tg_pass_recompute(tg_plan *p);
 int tg_pass_layout(tg_plan *p);
 /* Liveness, arena offsets, binding; verifies the plan. */
 te_status tg_plan_memory(tg_plan *p);
+/* The device of the step's inputs and parameters (the first one seen; the
+ * trace has checked that ops do not mix devices), else of its first op:
+ * set in p->device before the passes, which ask its backend. */
+te_device tg_plan_device(const tg_plan *p);
 
 /* "fwd", "fused-act", ...: a kernel kind as the text IR names it. */
 const char *tg_kernel_kind_name(tg_kkind k);

@@ -13,9 +13,7 @@
 
 #include <stdlib.h>
 
-/* The device of the step's inputs and parameters (the first one seen; the
- * trace has checked that ops do not mix devices), else of its first op. */
-static te_device plan_device(const tg_plan *p)
+te_device tg_plan_device(const tg_plan *p)
 {
     for (int v = 0; v < p->n_values; v++)
         if (p->values[v].kind == TG_INPUT || p->values[v].kind == TG_EXTERN)
@@ -25,7 +23,6 @@ static te_device plan_device(const tg_plan *p)
 
 te_status tg_plan_memory(tg_plan *p)
 {
-    p->device = plan_device(p);
     const bool stage = tg_capture_wanted(p); /* inputs get fixed slots */
     for (int v = 0; v < p->n_values; v++) {
         p->values[v].def = -1;
