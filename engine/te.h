@@ -809,6 +809,7 @@ enum {
     TE_PASS_FUSE_ATTN = 1u << 6, /* causal attention's composed chain as one kernel */
     TE_PASS_RECOMPUTE = 1u << 7, /* layer norm / activation outputs redone in the backward */
     TE_PASS_LAYOUT = 1u << 8,    /* CPU: conv -> batch norm -> pool -> conv values blocked (nChw16c) */
+    TE_PASS_FUSE_SUM = 1u << 9,  /* CPU: conv + add, the conv adding onto the addend in place */
 };
 
 typedef struct te_graph_opts {

@@ -373,6 +373,10 @@ typedef struct te_graph_kernels {
     /* Optional: a linear and its activation in one kernel, written into
      * lin->out[0]; NULL: the linear, then act_inplace. */
     te_status (*linear_act)(te_node *lin, te_op act);
+    /* Optional: TG_K_SUM, a conv's result added onto add's output, which
+     * holds the add's other operand already (it took that one's memory:
+     * pass_fuse_sum.c); NULL: never fused. Read when a plan compiles. */
+    te_status (*conv_sum)(te_node *conv, te_node *add);
     /* Optional: whether values may stay in nChw16c along conv -> batch
      * norm -> pool -> conv chains and back (pass_layout.c), read when a
      * plan compiles; NULL: never. */

@@ -478,7 +478,7 @@ START_TEST(test_graph_flags)
     run_result *r = run("mlp", "%s --steps 2 --log-every 1 --mode graph --save-graph %s --time", MLP_SMALL, dir);
     assert_ran(r, "--save-graph", 1);
     ck_assert_msg(strstr(r->out, "graph: ops=12 kernels=12 fused=2 arena_bytes="), "no graph line:\n%s", r->out);
-    snprintf(cmd, sizeof cmd, "test -s %s/train-v0-12-memory.txt && test -s %s/eval-v0-00-trace.txt", dir, dir);
+    snprintf(cmd, sizeof cmd, "test -s %s/train-v0-13-memory.txt && test -s %s/eval-v0-00-trace.txt", dir, dir);
     ck_assert_msg(system(cmd) == 0, "no IR files in %s", dir);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert(system(cmd) == 0);
@@ -488,8 +488,8 @@ START_TEST(test_graph_flags)
     const bool blocked = cpu->graph.blocked16 && cpu->graph.blocked16();
     r = run("cnn", "--steps 1 --batch 4 --mode graph --save-graph %s", dir);
     assert_ran(r, "cnn --save-graph", 0);
-    snprintf(cmd, sizeof cmd, "grep -q 'conv2/conv:out0 .* nChw16c' %s/train-v0-12-memory.txt", dir);
-    ck_assert_msg((system(cmd) == 0) == blocked, "nChw16c %s in %s/train-v0-12-memory.txt",
+    snprintf(cmd, sizeof cmd, "grep -q 'conv2/conv:out0 .* nChw16c' %s/train-v0-13-memory.txt", dir);
+    ck_assert_msg((system(cmd) == 0) == blocked, "nChw16c %s in %s/train-v0-13-memory.txt",
                   blocked ? "missing" : "unexpected", dir);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert(system(cmd) == 0);

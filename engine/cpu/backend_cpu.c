@@ -78,5 +78,9 @@ const te_backend te_backend_cpu = {
     .graph = { .ew_run = tg_ew_run, .act_inplace = tg_act_inplace, .bn_relu_forward = tg_bn_relu_forward,
                .bn_relu_backward = tg_bn_relu_backward, .bn_fold_run = tg_bn_fold_run,
                .attn_forward = tg_attn_forward, .attn_backward = tg_attn_backward,
-               .blocked16 = cpu_conv_blocked16 },
+               .blocked16 = cpu_conv_blocked16,
+#ifdef HAVE_DNNL
+               .conv_sum = cpu_conv_sum_forward,
+#endif
+             },
 };

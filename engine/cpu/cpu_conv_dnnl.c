@@ -149,3 +149,32 @@ te_status cpu_conv2d_backward_dnnl(te_node *n)
         dnnl_primitive_desc_destroy(hint);
     return ok ? TE_OK : declined(n);
 }
+
+/* Graph mode's conv + add (pass_fuse_sum.c): y, the add's output, holds
+ * the addend already (it took the addend's memory; copied here if not),
+ * and oneDNN's sum post-op adds the conv's result onto it in the conv's
+ * own pass. Where oneDNN does not take the node (TDBG_CPU_CONV=ref), the
+ * conv runs into scratch and is added after: the same sum, y = conv + r. */
+te_status cpu_conv_sum_forward(te_node *conv, te_node *add)
+{
+    te_tensor *yt = add->out[0], *c = conv->out[0];
+    const te_tensor *r = add->in[0] == c ? add->in[1] : add->in[0];
+    float *y = te_f32(yt);
+    if (y != te_f32(r))
+        memcpy(y, te_f32(r), yt->nbytes);
+    const te_tensor *x = conv->in[0], *w = conv->in[1], *b = conv->in[2];
+    if (takes(conv) && cpu_dnnl_conv_forward_sum(conv, x->data, w->data, b ? b->data : NULL, y))
+        return TE_OK;
+    float *tmp = te_mem_alloc(yt->nbytes);
+    if (!tmp)
+        return te_kernel_fail(conv, TE_ERR_NOMEM, "no memory for the conv's output");
+    c->data = tmp;
+    te_status st = cpu_conv2d_forward(conv);
+    c->data = NULL;
+    const int64_t n = st == TE_OK ? yt->numel : 0;
+#pragma omp parallel for simd schedule(static) if (n >= TE_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = tmp[i] + y[i]; /* the add's order: the conv's output first */
+    te_mem_free(tmp, yt->nbytes);
+    return st;
+}

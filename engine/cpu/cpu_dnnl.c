@@ -47,7 +47,11 @@ static bool is_output(int arg)
            arg == DNNL_ARG_DIFF_BIAS;
 }
 
-bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const cpu_dnnl_io *io, int n)
+/* cpu_dnnl_run with attributes (NULL: none); with a sum post-op among
+ * them the primitive reads its dst before it writes it, so a dst in
+ * another layout is reordered in as well as out. */
+static bool run(const void *op_desc, const_dnnl_primitive_desc_t hint, const_dnnl_primitive_attr_t attr,
+                const cpu_dnnl_io *io, int n)
 {
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t prim = NULL;
@@ -56,7 +60,7 @@ bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const c
     void *tmp[8] = { 0 };
     size_t tmp_bytes[8] = { 0 };
     const dnnl_memory_desc_t *want[8];
-    bool ok = n <= 8 && dnnl_primitive_desc_create(&pd, op_desc, NULL, cpu_dnnl_eng, hint) == dnnl_success &&
+    bool ok = n <= 8 && dnnl_primitive_desc_create(&pd, op_desc, attr, cpu_dnnl_eng, hint) == dnnl_success &&
               dnnl_primitive_create(&prim, pd) == dnnl_success;
     for (int i = 0; ok && i < n; i++) {
         want[i] = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, io[i].arg);
@@ -64,7 +68,8 @@ bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const c
         if (!want[i] || !dnnl_memory_desc_equal(want[i], &io[i].md)) {
             tmp_bytes[i] = want[i] ? dnnl_memory_desc_get_size(want[i]) : 0;
             ok = want[i] && (p = tmp[i] = te_mem_alloc(tmp_bytes[i])) != NULL &&
-                 (is_output(io[i].arg) || reorder(&io[i].md, io[i].p, want[i], p));
+                 ((is_output(io[i].arg) && !(attr && io[i].arg == DNNL_ARG_DST)) ||
+                  reorder(&io[i].md, io[i].p, want[i], p));
         }
         ok = ok && dnnl_memory_create(&mem[i], ok ? want[i] : &io[i].md, cpu_dnnl_eng, p) == dnnl_success;
         args[i] = (dnnl_exec_arg_t){ io[i].arg, mem[i] };
@@ -84,6 +89,11 @@ bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const c
     if (pd)
         dnnl_primitive_desc_destroy(pd);
     return ok;
+}
+
+bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const cpu_dnnl_io *io, int n)
+{
+    return run(op_desc, hint, NULL, io, n);
 }
 
 /* A Conv2D node's geometry as oneDNN's: x's, w's and y's dtypes as given,
@@ -120,8 +130,8 @@ static cpu_dnnl_conv conv_of(const te_node *n, dnnl_data_type_t xt, dnnl_data_ty
     return c;
 }
 
-bool cpu_dnnl_conv_forward(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
-                           const void *x, const void *w, const void *b, void *y)
+static bool conv_forward(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                         const_dnnl_primitive_attr_t attr, const void *x, const void *w, const void *b, void *y)
 {
     cpu_dnnl_conv a = conv_of(n, xt, wt, yt, true), c = conv_of(n, xt, wt, yt, false);
     dnnl_convolution_desc_t desc;
@@ -131,7 +141,28 @@ bool cpu_dnnl_conv_forward(const te_node *n, dnnl_data_type_t xt, dnnl_data_type
                          { DNNL_ARG_BIAS, c.b, b } };
     return dnnl_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct, &a.x, &a.w,
                                               b ? &a.b : NULL, &a.y, a.stride, a.pad_l, a.pad_r) == dnnl_success &&
-           cpu_dnnl_run(&desc, NULL, io, b ? 4 : 3);
+           run(&desc, NULL, attr, io, b ? 4 : 3);
+}
+
+bool cpu_dnnl_conv_forward(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
+                           const void *x, const void *w, const void *b, void *y)
+{
+    return conv_forward(n, xt, wt, yt, NULL, x, w, b, y);
+}
+
+bool cpu_dnnl_conv_forward_sum(const te_node *n, const void *x, const void *w, const void *b, void *y)
+{
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    bool ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+              dnnl_primitive_attr_create(&attr) == dnnl_success &&
+              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
+              conv_forward(n, dnnl_f32, dnnl_f32, dnnl_f32, attr, x, w, b, y);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    return ok;
 }
 
 dnnl_primitive_desc_t cpu_dnnl_conv_hint(const te_node *n, dnnl_data_type_t dt, bool bias)

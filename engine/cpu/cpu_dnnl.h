@@ -44,6 +44,9 @@ bool cpu_dnnl_run(const void *op_desc, const_dnnl_primitive_desc_t hint, const c
  * it); dx; dw and db (db: NULL for none). False when oneDNN cannot. */
 bool cpu_dnnl_conv_forward(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
                            const void *x, const void *w, const void *b, void *y);
+/* f32, y = conv(x) + y: y holds the addend and gets the sum (a sum
+ * post-op; the conv's own output shape). */
+bool cpu_dnnl_conv_forward_sum(const te_node *n, const void *x, const void *w, const void *b, void *y);
 dnnl_primitive_desc_t cpu_dnnl_conv_hint(const te_node *n, dnnl_data_type_t dt, bool bias);
 bool cpu_dnnl_conv_backward_data(const te_node *n, dnnl_data_type_t xt, dnnl_data_type_t wt, dnnl_data_type_t yt,
                                  const_dnnl_primitive_desc_t hint, void *dx, const void *w, const void *dy);

@@ -32,6 +32,8 @@ te_status cpu_conv2d_backward_dnnl(te_node *n);
  * (pass_layout.c): oneDNN's f32 convolutions are on and choose that
  * layout (AVX-512). */
 bool cpu_conv_blocked16(void);
+/* Graph mode's conv + add in one kernel (pass_fuse_sum.c). */
+te_status cpu_conv_sum_forward(te_node *conv, te_node *add);
 #else
 static inline const char *cpu_conv_dnnl(void) { return NULL; }
 static inline bool cpu_conv_blocked16(void) { return false; }

@@ -129,6 +129,7 @@ static te_status run_fused(const tg_kernel *k)
     case TG_K_ATTN: return (st = GRAPH_ENTRY(k, be, attn_forward)) == TE_OK ? be->graph.attn_forward(k->attn) : st;
     case TG_K_ATTN_BWD:
         return (st = GRAPH_ENTRY(k, be, attn_backward)) == TE_OK ? be->graph.attn_backward(k->attn) : st;
+    case TG_K_SUM: return (st = GRAPH_ENTRY(k, be, conv_sum)) == TE_OK ? be->graph.conv_sum(k->node, k->act) : st;
     default: return TE_ERR_STATE;
     }
 }
@@ -139,7 +140,8 @@ te_status tg_kernel_run(const tg_kernel *k, int base)
     case TG_K_FWD: return run_node(k, k->node, false);
     case TG_K_BWD: return run_node(k, k->node, true);
     case TG_K_ACT: return run_act(k);
-    case TG_K_ACT_BWD: case TG_K_EW: case TG_K_BN_FOLD: case TG_K_ATTN: case TG_K_ATTN_BWD: return run_fused(k);
+    case TG_K_ACT_BWD: case TG_K_EW: case TG_K_BN_FOLD: case TG_K_ATTN: case TG_K_ATTN_BWD: case TG_K_SUM:
+        return run_fused(k);
     case TG_K_RECOMPUTE: /* into the output's backward life; the same bits again */
         k->node->out[0]->data = k->redo_data;
         return run_node(k, k->node, false);

@@ -202,6 +202,7 @@ static unsigned env_disabled(void)
                   { "bn-fold", TE_PASS_BN_FOLD }, { "fuse-act", TE_PASS_FUSE_ACT },
                   { "fuse-ew", TE_PASS_FUSE_EW }, { "fuse-attn", TE_PASS_FUSE_ATTN },
                   { "recompute", TE_PASS_RECOMPUTE }, { "layout", TE_PASS_LAYOUT },
+                  { "fuse-sum", TE_PASS_FUSE_SUM },
                   { "capture", 0 } /* not a pass: capture.c reads it */ };
     const char *env = getenv("TDBG_GRAPH_DISABLE");
     unsigned bits = 0;
@@ -219,7 +220,7 @@ static unsigned env_disabled(void)
         if (!known && len && !warned) {
             warned = true;
             fprintf(stderr, "tdbg: TDBG_GRAPH_DISABLE: no pass '%.*s' (dce, fold, cse, bn-fold, fuse-act, "
-                            "fuse-ew, fuse-attn, recompute, layout, capture, all)\n", (int)len, env);
+                            "fuse-ew, fuse-attn, fuse-sum, recompute, layout, capture, all)\n", (int)len, env);
         }
         env += len + (env[len] == ',');
     }
@@ -246,6 +247,7 @@ static te_status compile(te_graph *g, tg_plan *p)
         { "cse", TE_PASS_CSE, tg_pass_cse },
         { "dce2", TE_PASS_DCE, tg_pass_dce },
         { "bn-fold", TE_PASS_BN_FOLD, tg_pass_bn_fold },
+        { "fuse-sum", TE_PASS_FUSE_SUM, tg_pass_fuse_sum }, /* before fuse-ew takes the add */
         { "fuse-attn", TE_PASS_FUSE_ATTN, tg_pass_fuse_attention }, /* before fuse-ew takes its links */
 
         { "fuse-act", TE_PASS_FUSE_ACT, tg_pass_fuse_act },

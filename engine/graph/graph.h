@@ -46,6 +46,9 @@ typedef struct tg_value {
     /* TG_INPUT of a captured plan: a fixed slot in the arena at offset, into
      * which each step's input is copied, so that captured kernels find it. */
     bool staged;
+    /* Written over this value's memory, which it takes (pass_fuse_sum.c):
+     * the value it replaces, dead from then on, or -1. */
+    int inplace_of;
 } tg_value;
 
 /* ---- kernels --------------------------------------------------------------- */
@@ -65,6 +68,7 @@ typedef enum {
     TG_K_ATTN,      /* causal attention's chain scores..out in one kernel (tg_attn) */
     TG_K_ATTN_BWD,  /* the backward of that chain in one kernel */
     TG_K_RECOMPUTE, /* a forward node run again in the backward, unreported (pass_recompute.c) */
+    TG_K_SUM,       /* conv, then add: the conv adds onto the addend, in place (pass_fuse_sum.c) */
 } tg_kkind;
 
 /* An op as the user wrote it, and where the kernel reports it. */
@@ -109,8 +113,8 @@ typedef struct tg_kernel {
     tg_kkind kind;
     te_phase phase;
     bool removed;           /* dropped by a pass; compacted away after each */
-    te_node *node;          /* FWD, BWD, ACT (the producer), BN_FOLD (the conv) */
-    te_node *act;           /* ACT: the activation; BN_FOLD: the batch norm */
+    te_node *node;          /* FWD, BWD, ACT (the producer), BN_FOLD and SUM (the conv) */
+    te_node *act;           /* ACT: the activation; BN_FOLD: the batch norm; SUM: the add */
     te_node *act2;          /* BN_FOLD: an activation after the batch norm, or NULL */
     te_kernel_fn fn;        /* resolved at compile time: no dispatch per op */
     bool shadow;            /* f16/bf16 tensors: run through te_node_dispatch */
@@ -222,6 +226,7 @@ int tg_pass_fuse_elementwise(tg_plan *p);
 int tg_pass_fuse_attention(tg_plan *p);
 int tg_pass_recompute(tg_plan *p);
 int tg_pass_layout(tg_plan *p);
+int tg_pass_fuse_sum(tg_plan *p);
 /* Liveness, arena offsets, binding; verifies the plan. */
 te_status tg_plan_memory(tg_plan *p);
 /* The device of the step's inputs and parameters (the first one seen; the

@@ -110,7 +110,7 @@ int tg_value_add(tg_plan *p, te_tensor *t, tg_kind kind)
     int id = p->n_values++;
     p->values[id] = (tg_value){ .t = t, .kind = kind, .input = -1, .grad_of = -1,
                                 .materialized = kind == TG_TEMP, .def = -1, .last_use = -1,
-                                .recompute = -1, .fwd_last = -1 };
+                                .recompute = -1, .fwd_last = -1, .inplace_of = -1 };
     map_put(p->map, t, id);
     return id;
 }
@@ -233,6 +233,12 @@ int tg_kernel_reads(const tg_plan *p, const tg_kernel *k, int *ids)
     case TG_K_RECOMPUTE:
         node_inputs(p, k->node, ids, &c);
         break;
+    case TG_K_SUM: /* the conv's inputs and the addend */
+        node_inputs(p, k->node, ids, &c);
+        for (int i = 0; i < k->act->n_in; i++)
+            if (k->act->in[i] != k->node->out[0])
+                add_id(p, k->act->in[i], ids, &c);
+        break;
     case TG_K_BN_FOLD: /* the conv's inputs, the batch norm's parameters and statistics */
         node_inputs(p, k->node, ids, &c);
         for (int i = 1; i < k->act->n_in; i++)
@@ -306,6 +312,7 @@ int tg_kernel_writes(const tg_plan *p, const tg_kernel *k, int *ids)
         node_outputs(p, k->node, ids, &c);
         break;
     case TG_K_ACT:
+    case TG_K_SUM:
         node_outputs(p, k->node, ids, &c);
         node_outputs(p, k->act, ids, &c);
         break;

@@ -59,6 +59,16 @@ te_status tg_plan_memory(tg_plan *p)
                 v->last_use = k;
         }
     }
+    /* A value written in place of another takes that one's memory: the
+     * other's buffer lives on to the new value's last read. */
+    for (int v = 0; v < p->n_values; v++) {
+        tg_value *val = &p->values[v];
+        if (val->inplace_of < 0 || val->def < 0)
+            continue;
+        tg_value *old = &p->values[val->inplace_of];
+        int last = val->output || val->observed ? p->n_kernels : val->last_use;
+        old->last_use = last > old->last_use ? last : old->last_use;
+    }
     /* The temporaries that take memory, in value order. */
     int n = 0;
     /* A recomputed value takes two buffers: which[] names it twice, in a row. */
@@ -85,6 +95,10 @@ te_status tg_plan_memory(tg_plan *p)
         if (val->kind != TG_TEMP || val->def < 0) {
             if (val->kind == TG_TEMP)
                 val->materialized = false; /* nothing writes it: merged or fused away */
+            continue;
+        }
+        if (val->inplace_of >= 0) { /* bound below, to the memory it takes */
+            p->naive_bytes += val->t->nbytes;
             continue;
         }
         if (val->output || val->observed)
@@ -119,6 +133,16 @@ te_status tg_plan_memory(tg_plan *p)
                 p->kernels[val->recompute].redo_data = (char *)p->arena + off[i];
             }
         }
+    for (int v = 0; st == TE_OK && v < p->n_values; v++) {
+        tg_value *val = &p->values[v];
+        if (val->inplace_of < 0 || val->def < 0)
+            continue;
+        const tg_value *old = &p->values[val->inplace_of];
+        val->offset = old->offset;
+        val->t->data = old->t->data;
+        if (!val->output && !val->observed)
+            val->t->flags |= TE_TENSOR_TRANSIENT;
+    }
     free(which);
     free(bufs);
     free(off);

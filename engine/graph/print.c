@@ -13,7 +13,7 @@ const char *tg_kernel_kind_name(tg_kkind k)
         [TG_K_CLIP] = "clip", [TG_K_UNSCALE] = "unscale", [TG_K_ZERO_GRAD] = "zero_grad",
         [TG_K_ACT] = "fused-act", [TG_K_ACT_BWD] = "fused-act-grad", [TG_K_EW] = "fused-ew",
         [TG_K_BN_FOLD] = "bn-fold", [TG_K_ATTN] = "fused-attention", [TG_K_ATTN_BWD] = "fused-attention-grad",
-        [TG_K_RECOMPUTE] = "recompute",
+        [TG_K_RECOMPUTE] = "recompute", [TG_K_SUM] = "conv-sum",
     };
     return names[k];
 }
@@ -99,6 +99,8 @@ void tg_print(const tg_plan *p, FILE *f, const char *title)
         }
         if (val->t->flags & TE_TENSOR_BLOCKED16)
             fprintf(f, " nChw16c");
+        if (val->inplace_of >= 0)
+            fprintf(f, " in place of %%%d", val->inplace_of);
         if (val->output)
             fprintf(f, " output");
         if (val->observed)
