@@ -3,7 +3,8 @@
 # (issue 22): ms per training step of the example CNN at batch 64 in tdbg
 # eager and graph mode, PyTorch eager and torch.compile; the CNN at batch 32
 # in tdbg eager and graph mode (graph mode's speed-up); the example MLP at
-# batch 128 in tdbg eager and PyTorch eager. Then the ratios, and the CNN
+# batch 128 in tdbg eager and PyTorch eager; graph mode's conv + add fusion
+# on a residual block (bench/conv_sum). Then the ratios, and the CNN
 # step's arithmetic floor: its conv FLOPs divided by the CPU's sgemm rate
 # (bench/sgemm 1024, measured once per round at each thread count), and the
 # fraction of that floor tdbg reaches (floor / measured).
@@ -110,6 +111,7 @@ ratio() {
 }
 
 [ -x "$build/bench/sgemm" ] || make -C "$build" bench/sgemm >&2
+[ -x "$build/bench/conv_sum" ] || make -C "$build" bench/conv_sum >&2
 
 echo "conv bench: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $runs rounds"
 echo "SGD lr 0.01 momentum 0.9, OMP_WAIT_POLICY=PASSIVE for all; OMP_NUM_THREADS = --threads"
@@ -181,4 +183,12 @@ for t in "${thread_counts[@]}"; do
         printf "    fraction of the sgemm floor reached, tdbg %s: %s\n" "$m" \
             "$(paste <(echo "$floor") "$tmp/$t.tdbg:$m:cnn:64.ms" | awk '{ print $1 / $2 }' | summary %.3f)"
     done
+done
+
+# Graph mode's conv + add in one kernel (the fuse-sum pass) against the two
+# kernels apart, on a residual block with a projection shortcut.
+echo
+echo "conv + add in one kernel (fuse-sum) against the two apart: bench/conv_sum $runs THREADS"
+for t in "${thread_counts[@]}"; do
+    OMP_NUM_THREADS=$t "$build/bench/conv_sum" "$runs" "$t" | sed 's/^/  /'
 done
