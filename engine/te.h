@@ -1249,6 +1249,9 @@ TE_API void te_listen_info_get(te_listen_info *i);
  * what `tdbg attach PID` connects to. 0, or -1 when it does not fit in n. */
 TE_API int te_listen_socket_path(int pid, char *buf, size_t n);
 
+/* ---- logs with levels (log.c; te_log.h) ------------------------------------- */
+#include "te_log.h"
+
 #ifdef __cplusplus
 }
 #endif

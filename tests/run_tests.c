@@ -35,6 +35,8 @@ int main(void)
     srunner_add_suite(sr, suite_optim());
     srunner_add_suite(sr, suite_scaler());
     srunner_add_suite(sr, suite_data());
+    srunner_add_suite(sr, suite_log());
+    srunner_add_suite(sr, suite_provenance());
     srunner_add_suite(sr, suite_plan());
     srunner_add_suite(sr, suite_graph());
     srunner_add_suite(sr, suite_fused_attention());

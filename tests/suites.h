@@ -16,6 +16,8 @@ Suite *suite_shape(void);       /* reshape, flatten, transpose, cast, embedding,
 Suite *suite_optim(void);       /* SGD, Adam, AdamW, clipping, accumulation, determinism */
 Suite *suite_scaler(void);      /* loss scaling: GradScaler's sequence, hysteresis, unscale, skips, master weights */
 Suite *suite_data(void);        /* datasets and the loader */
+Suite *suite_log(void);         /* TDBG_LOG: levels per component, the line's format, the file */
+Suite *suite_provenance(void);  /* which sample: batch provenance, data checks, data skip, failing ops */
 Suite *suite_plan(void);        /* the static memory planner of graph mode */
 Suite *suite_graph(void);       /* graph mode: passes, plans, shapes, observation, parity */
 Suite *suite_lowp_native(void);   /* native low-precision kernels (oneDNN GEMM/conv; ReLU, BatchNorm, MaxPool2D) against the shadow path */
