@@ -20,6 +20,7 @@ static dbg_cmd_group builtin[] = {
     { "precision", dbg_cmds_amp, NULL },
     { "profiling", dbg_cmds_prof, NULL },
     { "time travel", dbg_cmds_record, NULL },
+    { "data", dbg_cmds_data, NULL },
 };
 static dbg_cmd_group *groups = builtin;
 static int n_groups = sizeof builtin / sizeof builtin[0];

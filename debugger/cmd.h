@@ -1,6 +1,6 @@
 /*
  * cmd.h — the command table. Each group of commands lives in its own file
- * (cmd_exec.c, cmd_break.c, cmd_inspect.c, cmd_dump.c, cmd_amp.c, cmd_prof.c, cmd_record.c; a front end's, as
+ * (cmd_exec.c, cmd_break.c, cmd_inspect.c, cmd_dump.c, cmd_amp.c, cmd_prof.c, cmd_record.c, cmd_data.c; a front end's, as
  * tui/cmd_tui.c) and exports a table whose entries declare what they need
  * (a started program, a stop), whether they resume training, how many
  * words they take, and what those words name (for completion).
@@ -93,6 +93,7 @@ extern const dbg_cmd dbg_cmds_dump[];
 extern const dbg_cmd dbg_cmds_amp[];
 extern const dbg_cmd dbg_cmds_prof[];
 extern const dbg_cmd dbg_cmds_record[];
+extern const dbg_cmd dbg_cmds_data[];
 
 /* The command named (or abbreviated) by word; NULL after printing why. */
 const dbg_cmd *dbg_cmd_lookup(const char *word);

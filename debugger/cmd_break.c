@@ -167,7 +167,8 @@ static bool add_break(const char *args, bool temporary)
     char what[TE_NAME_MAX];
     const char *cond_text = split_if(args, what, sizeof what);
     if (!what[0]) {
-        dbg_error("break: say where: OP_GLOB, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow or skip");
+        dbg_error("break: say where: OP_GLOB, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow, skip or "
+                  "data");
         return false;
     }
     if (dbg.n_breaks == DBG_MAX_BREAKS) {
@@ -191,7 +192,17 @@ static bool add_break(const char *args, bool temporary)
         b.kind = BK_UNDERFLOW;
     else if (strcmp(what, "skip") == 0)
         b.kind = BK_SKIP;
-    else if (strcmp(w, "step") == 0) {
+    else if (strcmp(what, "data") == 0) {
+        char err[256], text[TE_NAME_MAX];
+        if (!dbg_data_check_parse(cond_text ? cond_text : "", &b.data, err, sizeof err)) {
+            dbg_error("break data: %s", err);
+            return false;
+        }
+        b.kind = BK_DATA;
+        cond_text = NULL;
+        dbg_data_check_text(&b.data, text, sizeof text);
+        snprintf(b.what, sizeof b.what, "data if %s", text);
+    } else if (strcmp(w, "step") == 0) {
         long long s;
         if (!dbg_parse_int(rest, "break step N", 0, &s))
             return false;
@@ -206,8 +217,8 @@ static bool add_break(const char *args, bool temporary)
             return false;
         }
     } else if (strchr(what, ' ')) {
-        dbg_error("break: '%s' is not an op name, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow or skip",
-                  what);
+        dbg_error("break: '%s' is not an op name, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow, skip or "
+                  "data", what);
         return false;
     } else {
         if (!known_ops(what, &is_pending))
@@ -264,6 +275,7 @@ static bool add_break(const char *args, bool temporary)
             fprintf(dbg_out, "%s %d: an op rounding non-zero results to zero", label, b.id);
         break;
     case BK_SKIP: fprintf(dbg_out, "%s %d: the loss scaler about to skip a step", label, b.id); break;
+    case BK_DATA: fprintf(dbg_out, "%s %d: a batch failing the check %s", label, b.id, b.what + 8); break;
     case BK_STEP: fprintf(dbg_out, "%s %d: the start of step %lld", label, b.id, (long long)b.step); break;
     case BK_TYPE: fprintf(dbg_out, "%s %d: ops of type %s", label, b.id, b.what); break;
     case BK_OP: fprintf(dbg_out, "%s %d: ops matching '%s'", label, b.id, b.what); break;
@@ -333,8 +345,9 @@ static bool cmd_condition(const char *args)
         fprintf(dbg_out, "Breakpoint %d now unconditional.\n", b->id);
         return false;
     }
-    if (b->kind == BK_STEP) {
-        dbg_error("breakpoint %d stops at a step: conditions look at an op's tensors", b->id);
+    if (b->kind == BK_STEP || b->kind == BK_DATA) {
+        dbg_error("breakpoint %d stops at %s: conditions look at an op's tensors%s", b->id,
+                  b->kind == BK_STEP ? "a step" : "a batch", b->kind == BK_DATA ? " ('break data if ...' sets its checks)" : "");
         return false;
     }
     char err[256];
@@ -373,8 +386,8 @@ void dbg_info_breakpoints(void)
     }
     fprintf(dbg_out, "%-4s %-10s %-5s %-4s %-6s %s\n", "Num", "Type", "Disp", "Enb", "Hits", "What");
     static const char *const kinds[] = { "op", "type", "step", "nan", "inf", "nonfinite", "overflow", "underflow",
-                                         "skip" };
-    _Static_assert(sizeof kinds / sizeof kinds[0] == BK_SKIP + 1, "a name for every kind");
+                                         "skip", "data" };
+    _Static_assert(sizeof kinds / sizeof kinds[0] == BK_DATA + 1, "a name for every kind");
     for (int i = 0; i < dbg.n_breaks; i++) {
         const dbg_break *b = &dbg.breaks[i];
         fprintf(dbg_out, "%-4d %-10s %-5s %-4s %-6lld %s%s%s", b->id, kinds[b->kind], b->temporary ? "del" : "keep",
@@ -392,7 +405,7 @@ void dbg_info_breakpoints(void)
 
 /* WHAT: an op, a type or a keyword; then "if" and a condition. */
 #define BREAK_ARGS                                                                                             \
-    { { DBG_ARG_OP | DBG_ARG_TYPE, DBG_WORDS("nan", "inf", "nonfinite", "overflow", "underflow", "skip", "step") }, \
+    { { DBG_ARG_OP | DBG_ARG_TYPE, DBG_WORDS("nan", "inf", "nonfinite", "overflow", "underflow", "skip", "step", "data") }, \
       { DBG_ARG_COND, DBG_WORDS("if") } }
 
 const dbg_cmd dbg_cmds_break[] = {
@@ -401,7 +414,9 @@ const dbg_cmd dbg_cmds_break[] = {
       "WHAT: an op name glob (fc*/linear), type:TYPE (type:MatMul), step N, nan, inf or\n"
       "nonfinite (the first op creating one: not the ops that pass it on), overflow (an\n"
       "f16/bf16 output rounded to +-Inf from finite inputs), underflow [if fraction > X]\n"
-      "(non-zero results rounded to zero), skip (the loss scaler about to skip the step).\n"
+      "(non-zero results rounded to zero), skip (the loss scaler about to skip the step),\n"
+      "data [if CHECKS] (a batch, before any op reads it: nonfinite, label, empty, constant,\n"
+      "max > N, min < N, abs_max > N, joined by or; all of the first four without if).\n"
       "COND: has_nan, has_inf, comparisons on max, min, mean, std, abs_max, abs_mean,\n"
       "l2norm, zero_frac, fp16_overflow, rel_change (vs the previous step), overflow and\n"
       "underflow (what rounding the outputs did: a count, a fraction), scale, with and,\n"

@@ -178,18 +178,19 @@ static bool cmd_info(const char *args)
                       : strcmp(w, "memory") == 0          ? "memory"
                       : strcmp(w, "watch") == 0           ? "watch"
                       : strcmp(w, "record") == 0          ? "record"
+                      : strcmp(w, "batch") == 0           ? "batch"
                       : strcmp(w, "op") == 0              ? "op"
                       : n >= 2 && strncmp(w, "step", n) == 0 ? "step"
                                                              : NULL;
     if (!sub) {
-        dbg_error("info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory, watch or record%s%s%s", n ? ", got '" : "", w,
+        dbg_error("info: expected breakpoints, ops, op [NAME], step, batch, dump, amp, profile, memory, watch or record%s%s%s", n ? ", got '" : "", w,
                   n ? "'" : "");
         return false;
     }
     if (rest[0] && strcmp(sub, "op") != 0) { /* only `info op` takes a word more */
         char extra[64];
         dbg_word(rest, extra, sizeof extra);
-        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch|record)",
+        dbg_error("info %s: unexpected argument '%s' (usage: info breakpoints|ops|op [NAME]|step|batch|dump|amp|profile|memory|watch|record)",
                   sub, extra);
         return false;
     }
@@ -201,6 +202,8 @@ static bool cmd_info(const char *args)
         dbg_info_dump();
     else if (strcmp(sub, "amp") == 0)
         dbg_info_amp();
+    else if (strcmp(sub, "batch") == 0)
+        dbg_info_batch();
     else if (strcmp(sub, "profile") == 0)
         dbg_info_profile();
     else if (strcmp(sub, "memory") == 0)
@@ -390,12 +393,13 @@ static bool cmd_set(const char *args)
 }
 
 const dbg_cmd dbg_cmds_inspect[] = {
-    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch|record",
-      .help = "the breakpoints, the step's ops, one op (the one stopped at without NAME), the step, the dump,\n"
+    { .name = "info", .alias = "i", .usage = "info breakpoints|ops|op [NAME]|step|batch|dump|amp|profile|memory|watch|record",
+      .help = "the breakpoints, the step's ops, one op (the one stopped at without NAME), the step, the step's\n"
+      "batches (each row's sample and source, the data check, replacements), the dump,\n"
       "mixed precision (level, dtype, each op's precision, the loss scale's history and skipped steps),\n"
       "the engine's memory (bytes held by tensors now and at the peak), the profile (its spec, steps, the\n"
       "last step's phases and top ops), time travel's snapshots and recorded steps",
-      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "dump", "amp", "profile", "memory", "watch", "record") }, { DBG_ARG_OP } },
+      .args = { { .words = DBG_WORDS("breakpoints", "ops", "op", "step", "batch", "dump", "amp", "profile", "memory", "watch", "record") }, { DBG_ARG_OP } },
       .max_words = 2, .run = cmd_info },
     { .name = "print", .alias = "p", .usage = "print TENSOR[SLICES]", .help = "a tensor's values, numpy-style\n"
       "TENSOR: OP:out0, OP:in1, param:NAME, grad:NAME or a name from 'info op';\n"

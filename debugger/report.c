@@ -56,12 +56,59 @@ static void describe_list(const char *label, te_tensor *const *t, int n)
         }
 }
 
+/* The input (or read tensor) of rec called name, or NULL. */
+static const te_tensor *input_named(const te_op_record *rec, const char *name)
+{
+    for (int i = 0; i < rec->n_inputs; i++)
+        if (rec->inputs[i] && strcmp(rec->inputs[i]->name, name) == 0)
+            return rec->inputs[i];
+    for (int i = 0; i < rec->n_reads; i++)
+        if (rec->reads[i] && strcmp(rec->reads[i]->name, name) == 0)
+            return rec->reads[i];
+    return NULL;
+}
+
+/* The samples of the stop's batch holding bad values: a data stop's
+ * first, then every bad row of the tensor, by sample and source. */
+static void describe_samples(const dbg_stop *s)
+{
+    const te_batch *b = s->batch;
+    if (!b || !s->active)
+        return;
+    const te_dataset *d = b->dataset;
+    int64_t rows[8];
+    int n = 0;
+    int64_t total = 0;
+    if (s->data_issue[0] && strcmp(s->data_issue, "nonfinite") != 0 && strcmp(s->data_issue, "label") != 0) {
+        if (s->row >= 0) { /* the check's own finding: its first row */
+            rows[n++] = s->row;
+            total = s->bad_rows;
+        }
+    } else {
+        const te_tensor *t = s->t && te_batch_of(s->t) == b ? s->t : NULL;
+        for (int k = 0; !t && k < 2; k++) { /* an error or a NaN: the batch tensor with bad rows */
+            const te_tensor *u = k ? b->y : b->x;
+            if (dbg_batch_bad_rows(b, u, rows, 1) > 0)
+                t = u;
+        }
+        total = t ? dbg_batch_bad_rows(b, t, rows, 8) : 0;
+        n = total < 8 ? (int)total : 8;
+    }
+    if (!total)
+        return;
+    fprintf(dbg_out, "  %s: %lld of %lld rows of the batch from '%s'%s%s\n",
+            s->data_issue[0] ? "the batch's bad rows" : "the data holds it", (long long)total, (long long)b->rows,
+            d && d->name ? d->name : "?", b->loader ? "" : " (the program's own pipeline)",
+            strcmp(s->data_issue, "constant") == 0 ? " (every value the same)" : "");
+    dbg_describe_rows(b, rows, n, total);
+}
+
 void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const dbg_hit *hit,
                    const te_op_record *rec)
 {
     dbg_cond_free(s->cond);
     *s = (dbg_stop){ .step = dbg.step, .phase = rec ? rec->phase : dbg.phase, .rec = rec, .index = -1,
-                     .round.dtype = TE_F32 };
+                     .round.dtype = TE_F32, .row = -1, .sample = -1 };
     snprintf(s->reason, sizeof s->reason, "%s", reason);
     if (b) {
         s->break_id = b->id;
@@ -84,6 +131,8 @@ void dbg_stop_make(dbg_stop *s, const dbg_break *b, const char *reason, const db
         if (hit->index >= 0)
             te_index_str(hit->tensor, hit->index, s->index_text, sizeof s->index_text);
         dbg_origin_of(rec, hit->tensor, &s->origin);
+        if (s->origin.kind == DBG_ORIGIN_PROPAGATED) /* from the data? which samples */
+            dbg_stop_sample(s, rec, input_named(rec, s->origin.from));
         if (hit->is_output && rec->round && hit->slot >= 0 && hit->slot < rec->n_outputs)
             s->round = rec->round[hit->slot];
     }
@@ -189,7 +238,14 @@ void dbg_stop_report(const dbg_stop *s)
         const te_tensor *t = s->t;
         char sh[96];
         te_shape_str(t->ndim, t->shape, sh, sizeof sh);
-        if (s->index >= 0) {
+        if (s->data_issue[0]) { /* a data check's finding: the value, not a count of NaN */
+            fprintf(dbg_out, "  %s %s %s: %s", s->tensor, sh, te_dtype_name(t->dtype), s->data_issue);
+            if (s->index >= 0)
+                fprintf(dbg_out, " at %s = %g", s->index_text, s->value);
+            else if (strcmp(s->data_issue, "constant") == 0)
+                fprintf(dbg_out, ": every value is %g", s->value);
+            fprintf(dbg_out, "\n");
+        } else if (s->index >= 0) {
             te_stats st;
             te_stats_quick(t, &st);
             fprintf(dbg_out, "  %s %s %s%s: %lld NaN and %lld Inf of %lld; first at %s = %g\n", s->tensor, sh,
@@ -204,7 +260,9 @@ void dbg_stop_report(const dbg_stop *s)
         describe_round(s);
     if (strcmp(s->reason, "skip") == 0)
         describe_skip(s);
-    if (rec && (s->break_id || strcmp(s->reason, "interrupt") == 0)) {
+    if (s->error[0])
+        fprintf(dbg_out, "  error: %s\n  (the op has no result: going on ends the run with this error)\n", s->error);
+    if (rec && (s->break_id || strcmp(s->reason, "interrupt") == 0 || s->error[0])) {
         describe_list("inputs:", rec->inputs, rec->n_inputs);
         describe_list("reads:", rec->reads, rec->n_reads); /* backward: what it reads of the forward pass */
         describe_list("outputs:", rec->outputs, rec->n_outputs);
@@ -221,6 +279,7 @@ void dbg_stop_report(const dbg_stop *s)
         fprintf(dbg_out, "  verdict: propagated from %s%s%s\n", origin->from,
                 origin->from_read ? " (a forward tensor this op reads)" : "",
                 origin->intended ? " (an intended value, carried on)" : "");
+    describe_samples(s);
     char line[DBG_STOP_LINE_MAX];
     dbg_stop_line(s, line, sizeof line);
     fprintf(dbg_out, "%s\n", line);
@@ -232,7 +291,9 @@ void dbg_stop_line(const dbg_stop *s, char *buf, size_t n)
 {
     char origin_tok[TE_NAME_MAX + 32];
     dbg_origin_token(&s->origin, origin_tok, sizeof origin_tok);
-    snprintf(buf, n, "stopped: step=%lld phase=%s op=%s type=%s reason=%s tensor=%s index=%s origin=%s",
-             (long long)s->step, te_phase_name(s->phase), or_dash(s->op), or_dash(s->type), s->reason,
-             or_dash(s->tensor), or_dash(s->index_text), origin_tok);
+    int at = snprintf(buf, n, "stopped: step=%lld phase=%s op=%s type=%s reason=%s tensor=%s index=%s origin=%s",
+                      (long long)s->step, te_phase_name(s->phase), or_dash(s->op), or_dash(s->type), s->reason,
+                      or_dash(s->tensor), or_dash(s->index_text), origin_tok);
+    if (s->sample >= 0 && at > 0 && (size_t)at < n) /* which sample, where the stop knows it */
+        snprintf(buf + at, n - (size_t)at, " row=%lld sample=%lld", (long long)s->row, (long long)s->sample);
 }

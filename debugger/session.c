@@ -71,9 +71,10 @@ static void expect_op_of(const char *tensor)
 
 void dbg_breaks_changed(void)
 {
-    bool any = false;
+    bool any = false; /* a breakpoint that looks at ops (not a step's start, not a batch) */
     for (int i = 0; i < dbg.n_breaks; i++)
-        any |= dbg.breaks[i].enabled && dbg.breaks[i].kind != BK_STEP;
+        any |= dbg.breaks[i].enabled && dbg.breaks[i].kind != BK_STEP && dbg.breaks[i].kind != BK_DATA;
+    dbg_data_checks_changed();
     if (any && !dbg.observing)
         te_observe_add("*");
     else if (!any && dbg.observing)
@@ -195,7 +196,7 @@ int dbg_session_hook_add(void)
 {
     te_hooks h = { .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end, .phase_begin = dbg_on_phase,
                    .op_end = dbg_on_op_end, .rewound = dbg_on_rewound, .diverged = dbg_on_diverged,
-                   .located = dbg_on_located };
+                   .located = dbg_on_located, .batch = dbg_on_batch, .op_failed = dbg_on_op_failed };
     return dbg.hook = te_hook_add(&h, NULL);
 }
 
@@ -270,7 +271,7 @@ static unsigned defer_kinds(void)
     unsigned kinds = 0;
     for (int i = 0; i < dbg.n_breaks; i++) {
         const dbg_break *b = &dbg.breaks[i];
-        if (!b->enabled || b->kind == BK_STEP)
+        if (!b->enabled || b->kind == BK_STEP || b->kind == BK_DATA)
             continue;
         if (b->cond || (b->kind != BK_NAN && b->kind != BK_INF && b->kind != BK_NONFINITE))
             return 0;
@@ -478,7 +479,7 @@ static bool op_matches(const dbg_break *b, const te_op_record *r)
     case BK_NAN: case BK_INF: case BK_NONFINITE: return true;
     case BK_OVERFLOW: case BK_UNDERFLOW: return r->round != NULL;
     case BK_SKIP: return strcmp(r->name, DBG_AMP_OP) == 0;
-    case BK_STEP: return false;
+    case BK_STEP: case BK_DATA: return false;
     }
     return false;
 }
@@ -627,4 +628,88 @@ void dbg_on_op_end(const te_op_record *r, void *user)
     } else if (dbg.mode == RUN_STEP && --dbg.repeat <= 0) { /* `step N`: the Nth op */
         stop(NULL, dbg.reversing ? "reverse-step" : "step", NULL, r);
     }
+}
+
+/* ---- the data, and ops that fail ---------------------------------------- */
+
+/* What the stop being made is about (the fill functions take no argument). */
+static const te_batch *stop_batch;
+static te_data_finding stop_finding;
+static const char *stop_error;
+
+static void fill_data(dbg_stop *s)
+{
+    const te_batch *b = stop_batch;
+    const te_data_finding *f = &stop_finding;
+    const te_tensor *t = f->issue == TE_DATA_LABEL ? b->y : b->x;
+    s->batch = b;
+    s->t = t;
+    s->bad_rows = f->bad_rows;
+    snprintf(s->tensor, sizeof s->tensor, "%s", t ? t->name : "");
+    snprintf(s->data_issue, sizeof s->data_issue, "%s", te_data_issue_name(f->issue));
+    snprintf(s->func, sizeof s->func, "%s", te_data_issue_name(f->issue));
+    s->value = f->value;
+    s->index = f->element;
+    if (t && f->element >= 0)
+        te_index_str(t, f->element, s->index_text, sizeof s->index_text);
+    if (f->row >= 0) {
+        s->row = f->row;
+        s->sample = b->index[f->row];
+        te_batch_source(b, f->row, s->source, sizeof s->source);
+    }
+}
+
+/* Does b fail bk's checks? The engine checked it against every data
+ * breakpoint's at once; this says which one it was. */
+static bool data_fails(const dbg_break *bk, const te_batch *b, te_data_finding *f)
+{
+    const te_tensor *x = b->x, *y = b->y;
+    if (!x || x->dtype != TE_F32 || !x->data || x->device != TE_DEV_CPU)
+        return false;
+    const int32_t *labels = y && y->dtype == TE_I32 && y->data && y->numel == b->rows ? y->data : NULL;
+    return te_data_check_rows(&bk->data, x->data, labels, b->rows, b->rows ? x->numel / b->rows : 0,
+                              b->dataset ? b->dataset->n_classes : 0, f);
+}
+
+void dbg_on_batch(const te_batch *b, void *user)
+{
+    (void)user;
+    if (dbg_detach_if_gone() || !b->checked || b->finding.issue == TE_DATA_OK)
+        return;
+    for (int i = 0; i < dbg.n_breaks; i++) {
+        dbg_break *bk = &dbg.breaks[i];
+        te_data_finding f;
+        if (!bk->enabled || bk->kind != BK_DATA || !data_fails(bk, b, &f))
+            continue;
+        bk->hits++;
+        if (bk->ignore > 0) {
+            bk->ignore--;
+            continue;
+        }
+        stop_batch = b;
+        stop_finding = f;
+        stop_fill(bk, "data", NULL, NULL, fill_data);
+        return;
+    }
+}
+
+static void fill_error(dbg_stop *s)
+{
+    /* The report's first line names the op and its call: the message without them. */
+    const char *msg = stop_error ? stop_error : "";
+    const char *at = s->rec && strncmp(msg, s->rec->name, strlen(s->rec->name)) == 0 ? strstr(msg, ") at ") : NULL;
+    const char *rest = at ? strstr(at, ": ") : NULL;
+    snprintf(s->error, sizeof s->error, "%s", rest ? rest + 2 : msg);
+    dbg_stop_sample(s, s->rec, NULL);
+}
+
+void dbg_on_op_failed(const te_op_record *rec, te_status code, const char *message, void *user)
+{
+    (void)user;
+    (void)code;
+    if (dbg_detach_if_gone())
+        return;
+    stop_error = message;
+    stop_fill(NULL, "error", NULL, rec, fill_error);
+    stop_error = NULL;
 }

@@ -36,6 +36,7 @@ typedef enum {
     BK_OVERFLOW,  /* an op whose low-precision output rounded to +-Inf from finite inputs */
     BK_UNDERFLOW, /* an op whose finite non-zero results rounded to zero (more than `fraction` of them) */
     BK_SKIP,      /* the loss scaler is about to skip the step (the amp/unscale op found a non-finite gradient) */
+    BK_DATA,      /* a batch failing a data check, before any op reads it */
 } dbg_break_kind;
 
 typedef struct dbg_break {
@@ -44,6 +45,7 @@ typedef struct dbg_break {
     char what[TE_NAME_MAX]; /* glob, type or step as typed */
     int64_t step;           /* BK_STEP */
     double fraction;        /* BK_UNDERFLOW: of the nonzero results; 0: any */
+    te_data_check data;     /* BK_DATA: what it looks for */
     dbg_cond *cond;         /* NULL: none */
     bool enabled, temporary;
     int64_t hits, ignore;
@@ -161,6 +163,16 @@ typedef struct dbg_stop {
     /* located: te_record_locate's answer (op and type are its op's) */
     bool has_located;
     te_record_located located;
+    /* Which sample: a data stop's batch, the batch a NaN came in with, a
+     * failed op's batch input. row is the first bad row of `tensor`'s
+     * batch, sample its dataset index, source where it came from; -1 and
+     * "" when none. batch is valid while the stop is active. */
+    const te_batch *batch;
+    int64_t row, sample;
+    char source[256];
+    char data_issue[16];         /* data stops: te_data_issue_name() of what the check found */
+    int64_t bad_rows;            /* rows of the batch holding bad values */
+    char error[768];             /* error stops: the op's failure, te_error()'s message */
 } dbg_stop;
 
 /* The last stop, NULL before the first: the one record of where training
@@ -338,7 +350,31 @@ double dbg_last_step_ms(void);
 void dbg_on_step_end(int64_t step, void *user);
 void dbg_on_phase(int64_t step, te_phase p, void *user);
 void dbg_on_op_end(const te_op_record *r, void *user);
+void dbg_on_batch(const te_batch *b, void *user);
+void dbg_on_op_failed(const te_op_record *rec, te_status code, const char *message, void *user);
 void dbg_on_sigint(int sig);
+
+/* ---- which sample did it (provenance.c, cmd_data.c) -------------------------
+ * The batches the engine published (te_batch_*): which rows of a batch
+ * tensor hold bad values (non-finite floats, labels outside the dataset's
+ * classes), and the lines that name them by row, sample and source. */
+/* The rows of t, a batch's x or y, holding bad values: the first max into
+ * rows; returns how many there are in all. */
+int64_t dbg_batch_bad_rows(const te_batch *b, const te_tensor *t, int64_t *rows, int max);
+/* "row 5: sample 1234, data.csv:77 (byte 2231)" for each of rows, indented. */
+void dbg_describe_rows(const te_batch *b, const int64_t *rows, int n, int64_t total);
+/* A stop's sample: the first batch tensor among rec's inputs and reads
+ * holding bad values (or, with t given, t's batch), into s. */
+void dbg_stop_sample(dbg_stop *s, const te_op_record *rec, const te_tensor *t);
+/* `break data if CHECKS`: the checks (nonfinite, label, empty, constant,
+ * max > N, min < N, abs_max > N, joined by `or`; empty text: the first
+ * four) into c, or false with err. Their text back, canonical, into buf. */
+bool dbg_data_check_parse(const char *text, te_data_check *c, char *err, size_t n);
+void dbg_data_check_text(const te_data_check *c, char *buf, size_t n);
+/* The union of the enabled data breakpoints' checks, for the engine. */
+void dbg_data_checks_changed(void);
+/* `info batch`. */
+void dbg_info_batch(void);
 
 /* ---- time travel (cmd_record.c) -------------------------------------------
  * Recording starts at the engine's defaults when the debugger starts and

@@ -12,6 +12,12 @@
  * Time travel (record.c) keeps each loader's position in its snapshots;
  * te_loader_seek moves a loader back by stopping its workers, emptying the
  * ring and starting them again from there.
+ *
+ * Each slot keeps the dataset index of its rows and what the data check
+ * (data_check.c) found in it, both made by the worker that built it; the
+ * caller publishes them with the batch (provenance.c). `data skip`
+ * (te_loader_skip) replaces samples by others: the table of replacements
+ * changes only while the workers are stopped, so they read it unlocked.
  */
 #include "te_internal.h"
 
@@ -23,12 +29,18 @@
 
 #define LOADER_MAX_WORKERS 256
 #define STREAM_SHUFFLE 0x5348554646000000ull   /* "SHUFF" + epoch */
+#define STREAM_SKIP 0x534b4950ull               /* "SKIP": replacements of skipped samples */
+#define SKIP_TRIES 4096                         /* draws for a replacement before giving up */
 
 typedef struct slot {
     int64_t seq;     /* batch held here once built; -1 before the first */
     int64_t count;   /* samples in it */
     float *x;        /* [batch, sample_numel] */
     int32_t *y;      /* [batch] */
+    int64_t *index;  /* [batch] the dataset index of each row */
+    int64_t *drawn;  /* [batch] the index the epoch's order drew (before replacements) */
+    unsigned check_gen;       /* the data check it was checked under; 0: none */
+    te_data_finding finding;  /* what that found */
 } slot;
 
 /* A worker thread, or the caller when there are none. Each keeps the sample
@@ -59,6 +71,8 @@ struct te_loader {
     pthread_mutex_t mu;
     pthread_cond_t ready;   /* a slot was filled */
     pthread_cond_t space;   /* the caller took a batch, or stop */
+    int n_skip;             /* replacements: skip_from[k] -> skip_to[k], sorted by from */
+    int64_t *skip_from, *skip_to;
 };
 
 /* The sample order of epoch e: identity, or a Fisher-Yates shuffle driven
@@ -79,8 +93,47 @@ static void epoch_order(const te_loader *l, int64_t e, int64_t *order)
     }
 }
 
-/* Builds batch b of epoch e into s. Returns false when the loader is
- * stopping, leaving s partly written. */
+/* Where a replacement table has i, k; else -1. */
+static int skip_find(const te_loader *l, int64_t i)
+{
+    int lo = 0, hi = l->n_skip - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (l->skip_from[mid] == i)
+            return mid;
+        if (l->skip_from[mid] < i)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+/* The sample that stands for i: i, or its replacement (followed on: a
+ * replacement may have been skipped since). */
+static int64_t substitute(const te_loader *l, int64_t i)
+{
+    for (int hops = 0, k; hops <= l->n_skip && (k = skip_find(l, i)) >= 0; hops++)
+        i = l->skip_to[k];
+    return i;
+}
+
+/* Checks s under the data check in force, unless it was checked under it. */
+static void check_slot(const te_loader *l, slot *s)
+{
+    te_data_check c;
+    const unsigned gen = te_data_check_current(&c);
+    if (gen == s->check_gen)
+        return;
+    s->check_gen = gen;
+    if (gen)
+        te_data_check_rows(&c, s->x, s->y, s->count, l->sample_numel, l->d->n_classes, &s->finding);
+    else
+        s->finding = (te_data_finding){ .row = -1, .element = -1 };
+}
+
+/* Builds batch b of epoch e into s and checks it. Returns false when the
+ * loader is stopping, leaving s partly written. */
 static bool build_batch(te_loader *l, producer *p, int64_t e, int64_t b, slot *s)
 {
     if (p->epoch != e) {
@@ -92,9 +145,14 @@ static bool build_batch(te_loader *l, producer *p, int64_t e, int64_t b, slot *s
     for (int64_t k = 0; k < count; k++) {
         if (atomic_load_explicit(&l->stop, memory_order_relaxed))
             return false;
-        l->d->get(l->d, p->order[start + k], s->x + k * l->sample_numel, s->y + k);
+        const int64_t i = p->order[start + k];
+        s->drawn[k] = i;
+        s->index[k] = l->n_skip ? substitute(l, i) : i;
+        l->d->get(l->d, s->index[k], s->x + k * l->sample_numel, s->y + k);
     }
     s->count = count;
+    s->check_gen = 0;
+    check_slot(l, s);
     return true;
 }
 
@@ -161,7 +219,11 @@ static void loader_destroy(te_loader *l)
     for (int k = 0; k < l->capacity && l->slots; k++) {
         free(l->slots[k].x);
         free(l->slots[k].y);
+        free(l->slots[k].index);
+        free(l->slots[k].drawn);
     }
+    free(l->skip_from);
+    free(l->skip_to);
     free(l->prod);
     free(l->slots);
     pthread_cond_destroy(&l->space);
@@ -252,7 +314,9 @@ te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o)
         l->slots[k].seq = -1;
         l->slots[k].x = malloc((size_t)(rows * l->sample_numel) * sizeof(float));
         l->slots[k].y = malloc((size_t)rows * sizeof(int32_t));
-        ok = l->slots[k].x && l->slots[k].y;
+        l->slots[k].index = malloc((size_t)rows * sizeof(int64_t));
+        l->slots[k].drawn = malloc((size_t)rows * sizeof(int64_t));
+        ok = l->slots[k].x && l->slots[k].y && l->slots[k].index && l->slots[k].drawn;
     }
     for (int w = 0; ok && w < n_prod; w++) {
         l->prod[w] = (producer){ .l = l, .index = w, .epoch = -1 };
@@ -275,15 +339,13 @@ te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o)
 
 int64_t te_loader_position(const te_loader *l) { return l ? l->consumed : 0; }
 
-te_status te_loader_seek(te_loader *l, int64_t pos)
+/* Stops the workers, runs change (which may alter what batches hold), and
+ * starts them again from batch pos with an empty ring. */
+static te_status restart_at(te_loader *l, int64_t pos, void (*change)(te_loader *, void *), void *arg)
 {
-    if (!l || pos < 0) {
-        te_set_error(TE_ERR_ARG, "te_loader_seek: %s", !l ? "the loader is NULL" : "the position is negative");
-        return TE_ERR_ARG;
-    }
-    if (pos == l->consumed)
-        return TE_OK;
     stop_workers(l);
+    if (change)
+        change(l, arg);
     for (int k = 0; k < l->capacity; k++)
         l->slots[k].seq = -1;
     l->consumed = l->start = pos;
@@ -294,6 +356,152 @@ te_status te_loader_seek(te_loader *l, int64_t pos)
     stop_workers(l);
     l->n_workers = 0;
     return TE_ERR_IO;
+}
+
+te_status te_loader_seek(te_loader *l, int64_t pos)
+{
+    if (!l || pos < 0) {
+        te_set_error(TE_ERR_ARG, "te_loader_seek: %s", !l ? "the loader is NULL" : "the position is negative");
+        return TE_ERR_ARG;
+    }
+    return pos == l->consumed ? TE_OK : restart_at(l, pos, NULL, NULL);
+}
+
+typedef struct skip_change {
+    int64_t from, to;    /* one replacement to add; from < 0: set the table below */
+    int n;
+    const int64_t *table_from, *table_to;
+    te_status st;
+} skip_change;
+
+/* The table's arrays hold n entries; false with the error set. */
+static bool skip_room(te_loader *l, int n)
+{
+    if (n == 0)
+        return true;
+    int64_t *f = realloc(l->skip_from, (size_t)n * sizeof *f);
+    if (f)
+        l->skip_from = f;
+    int64_t *t = f ? realloc(l->skip_to, (size_t)n * sizeof *t) : NULL;
+    if (t)
+        l->skip_to = t;
+    if (!f || !t) {
+        te_set_error(TE_ERR_NOMEM, "te_loader_skip: out of memory for %d replacements", n);
+        return false;
+    }
+    return true;
+}
+
+static void apply_skip(te_loader *l, void *arg)
+{
+    skip_change *c = arg;
+    if (c->from < 0) { /* a snapshot's table back */
+        if (!skip_room(l, c->n)) {
+            c->st = TE_ERR_NOMEM;
+            return;
+        }
+        memcpy(l->skip_from, c->table_from, (size_t)c->n * sizeof *l->skip_from);
+        memcpy(l->skip_to, c->table_to, (size_t)c->n * sizeof *l->skip_to);
+        l->n_skip = c->n;
+        return;
+    }
+    if (!skip_room(l, l->n_skip + 1)) {
+        c->st = TE_ERR_NOMEM;
+        return;
+    }
+    int k = l->n_skip;
+    while (k > 0 && l->skip_from[k - 1] > c->from) {
+        l->skip_from[k] = l->skip_from[k - 1];
+        l->skip_to[k] = l->skip_to[k - 1];
+        k--;
+    }
+    l->skip_from[k] = c->from;
+    l->skip_to[k] = c->to;
+    l->n_skip++;
+}
+
+te_status te_loader_skip(te_loader *l, int64_t index, int64_t *replacement)
+{
+    if (!l || index < 0 || index >= (l ? l->d->size : 0)) {
+        te_set_error(TE_ERR_ARG, "data skip: %s", !l ? "the loader is NULL" : "no such sample");
+        if (l)
+            te_set_error(TE_ERR_ARG, "data skip: sample %lld is outside dataset '%s' (0..%lld)", (long long)index,
+                         l->d->name ? l->d->name : "?", (long long)l->d->size - 1);
+        return TE_ERR_ARG;
+    }
+    if (skip_find(l, index) >= 0) {
+        te_set_error(TE_ERR_ARG, "data skip: sample %lld is replaced already (by %lld)", (long long)index,
+                     (long long)substitute(l, index));
+        return TE_ERR_ARG;
+    }
+    /* Drawn from (seed, index): the same replacement in every run. */
+    int64_t to = -1;
+    for (uint64_t k = 0; k < SKIP_TRIES && to < 0; k++) {
+        int64_t r = (int64_t)(te_rand_u64(l->seed, STREAM_SKIP, (uint64_t)index * SKIP_TRIES + k) %
+                              (uint64_t)l->d->size);
+        if (r != index && skip_find(l, r) < 0)
+            to = r;
+    }
+    if (to < 0) {
+        te_set_error(TE_ERR_ARG, "data skip: no sample left to take the place of %lld (%d of %lld replaced)",
+                     (long long)index, l->n_skip, (long long)l->d->size);
+        return TE_ERR_ARG;
+    }
+    skip_change c = { .from = index, .to = to, .st = TE_OK };
+    te_status st = restart_at(l, l->consumed, apply_skip, &c);
+    if (c.st != TE_OK)
+        return c.st;
+    if (replacement)
+        *replacement = to;
+    return st;
+}
+
+int te_loader_skips(const te_loader *l, int64_t *from, int64_t *to, int max)
+{
+    if (!l)
+        return 0;
+    for (int k = 0; k < l->n_skip && k < max; k++) {
+        from[k] = l->skip_from[k];
+        to[k] = l->skip_to[k];
+    }
+    return l->n_skip;
+}
+
+te_status te_loader_skips_restore(te_loader *l, int n, const int64_t *from, const int64_t *to)
+{
+    if (n == l->n_skip && (n == 0 || (memcmp(from, l->skip_from, (size_t)n * sizeof *from) == 0 &&
+                                      memcmp(to, l->skip_to, (size_t)n * sizeof *to) == 0)))
+        return TE_OK;
+    skip_change c = { .from = -1, .n = n, .table_from = from, .table_to = to, .st = TE_OK };
+    te_status st = restart_at(l, l->consumed, apply_skip, &c);
+    return c.st != TE_OK ? c.st : st;
+}
+
+const te_dataset *te_loader_dataset(const te_loader *l) { return l ? l->d : NULL; }
+uint64_t te_loader_seed(const te_loader *l) { return l ? l->seed : 0; }
+
+/* The batch's record (provenance.c): its rows' indices and its check;
+ * NULL when out of memory. */
+static te_batch *record_batch(te_loader *l, const slot *s, int64_t seq, const te_tensor *x, const te_tensor *y)
+{
+    int64_t *index, *drawn;
+    te_batch *b = te_batch_begin(s->count, &index, &drawn);
+    if (!b)
+        return NULL;
+    memcpy(index, s->index, (size_t)s->count * sizeof *index);
+    memcpy(drawn, s->drawn, (size_t)s->count * sizeof *drawn);
+    b->dataset = l->d;
+    b->loader = l;
+    b->seed = l->seed;
+    b->shuffle = l->o.shuffle;
+    b->position = seq;
+    b->epoch = seq / l->batches;
+    b->batch_in_epoch = seq % l->batches;
+    b->x = x;
+    b->y = y;
+    b->checked = s->check_gen != 0;
+    b->finding = s->finding;
+    return b;
 }
 
 /* Waits for the next batch in sequence (or builds it, without workers) and
@@ -317,9 +525,18 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
     } else {
         s = &l->slots[seq % l->capacity];
         pthread_mutex_lock(&l->mu);
+        if (s->seq != seq && te_log_on(TE_LOG_DATA, TE_LOG_DEBUG)) {
+            const uint64_t w0 = te_prof_now();
+            while (s->seq != seq)
+                pthread_cond_wait(&l->ready, &l->mu);
+            te_log_write(TE_LOG_DATA, TE_LOG_DEBUG, "loader '%s': waited %.3f ms for batch %lld (%d workers)",
+                         l->d->name ? l->d->name : "?", (double)(te_prof_now() - w0) / 1e6, (long long)seq,
+                         l->n_workers);
+        }
         while (s->seq != seq)
             pthread_cond_wait(&l->ready, &l->mu);
         pthread_mutex_unlock(&l->mu);
+        check_slot(l, s); /* the check changed since the worker built it */
     }
 
     int64_t xshape[TE_MAX_DIMS] = { s->count };
@@ -330,6 +547,9 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
         return te_error_code() != TE_OK ? te_error_code() : TE_ERR_NOMEM;
     snprintf(tx->name, sizeof tx->name, "batch:x"); /* what a debugger calls them */
     snprintf(ty->name, sizeof ty->name, "batch:y");
+    const te_batch *b = record_batch(l, s, seq, tx, ty);
+    if (!b)
+        return TE_ERR_NOMEM;
 
     pthread_mutex_lock(&l->mu);
     l->consumed++;
@@ -339,6 +559,7 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
     *y = ty;
     if (te_prof_on)
         te_prof_interval("data", t0, te_prof_now());
+    te_batch_end(b); /* after consumed: a `data skip` in a hook takes effect from the next batch */
     return TE_OK;
 }
 

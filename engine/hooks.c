@@ -116,6 +116,22 @@ void te_hooks_located(const te_record_located *r)
             hooks[i].h.located(r, hooks[i].user);
 }
 
+/* The data's calls: silenced with the rest (a rewind's silent steps hand
+ * out the same batches again). */
+void te_hooks_batch(const te_batch *b)
+{
+    for (int i = 0; i < MAX_HOOKS && !silenced; i++)
+        if (hooks[i].used && hooks[i].h.batch)
+            hooks[i].h.batch(b, hooks[i].user);
+}
+
+void te_hooks_op_failed(const te_op_record *rec, te_status code, const char *message)
+{
+    for (int i = 0; i < MAX_HOOKS && !silenced; i++)
+        if (hooks[i].used && hooks[i].h.op_failed)
+            hooks[i].h.op_failed(rec, code, message, hooks[i].user);
+}
+
 /* no_data_only: a deferred step's calls, to the hooks that read no data. */
 static void hooks_op_end(const te_op_record *rec, bool no_data_only)
 {

@@ -64,6 +64,8 @@ void te_persist_forget(te_tensor *t)
 typedef struct {
     te_loader *l;
     int64_t pos;
+    int n_skip;              /* its `data skip` replacements (te_loader_skips) */
+    int64_t *skip;           /* [2 * n_skip]: from, then to */
 } saved_loader;
 
 typedef struct {
@@ -118,6 +120,8 @@ void te_snapshot_free(te_snapshot *s)
     for (int i = 0; i < s->n_host; i++)
         free(s->host[i].copy);
     free(s->host);
+    for (int i = 0; i < s->n_loaders; i++)
+        free(s->loaders[i].skip);
     free(s->loaders);
     free(s);
 }
@@ -144,7 +148,11 @@ static bool take_run_state(te_snapshot *s)
         return false;
     for (int i = 0; i < nl; i++) {
         te_loader *l = te_record_loader_at(i);
-        s->loaders[s->n_loaders++] = (saved_loader){ l, te_loader_position(l) };
+        saved_loader *sl = &s->loaders[s->n_loaders++];
+        *sl = (saved_loader){ l, te_loader_position(l), te_loader_skips(l, NULL, NULL, 0), NULL };
+        if (sl->n_skip && !(sl->skip = malloc(2 * (size_t)sl->n_skip * sizeof *sl->skip)))
+            return false;
+        te_loader_skips(l, sl->skip, sl->skip + sl->n_skip, sl->n_skip);
     }
     for (int i = 0; i < nh; i++) {
         saved_host *h = &s->host[s->n_host];
@@ -224,9 +232,13 @@ void te_snapshot_restore(const te_snapshot *s)
         return;
     te_step_set(s->step);
     te_set_training(s->training);
-    for (int i = 0; i < s->n_loaders; i++)
-        if (te_record_loader_alive(s->loaders[i].l))
-            te_loader_seek(s->loaders[i].l, s->loaders[i].pos);
+    for (int i = 0; i < s->n_loaders; i++) {
+        const saved_loader *sl = &s->loaders[i];
+        if (!te_record_loader_alive(sl->l))
+            continue;
+        te_loader_seek(sl->l, sl->pos);
+        te_loader_skips_restore(sl->l, sl->n_skip, sl->skip, sl->skip + sl->n_skip);
+    }
     /* A region removed since (or moved: another pointer or size) is left alone. */
     for (int i = 0; i < s->n_host; i++)
         if (te_record_host_alive(s->host[i].handle, s->host[i].ptr, s->host[i].bytes))

@@ -495,6 +495,7 @@ te_tensor *te_node_fail(te_node *n, te_status code, const char *fmt, ...)
     va_start(ap, fmt);
     node_error(n, code, fmt, ap);
     va_end(ap);
+    te_op_failed(n, false, code);
     drop_node(n);
     return NULL;
 }
@@ -766,6 +767,22 @@ te_status te_kernel_fail(te_node *n, te_status code, const char *fmt, ...)
     return code;
 }
 
+void te_op_failed(const te_node *n, bool backward, te_status code)
+{
+    if (!te_hook_count || code == TE_ERR_REWOUND || te_rec_unwinding)
+        return;
+    /* Backward: the forward op's inputs are what its kernel read; no
+     * output holds a result. */
+    te_op_record rec = {
+        .step = te_step(), .phase = backward ? TE_PHASE_BACKWARD : TE_PHASE_FORWARD, .op_id = n->id,
+        .exec_index = te_exec_index(), .name = backward ? n->grad_name : n->name,
+        .type = backward ? te_op_grad_type_name(n->op) : te_op_type_name(n->op), .loc = n->loc,
+        .inputs = backward ? NULL : n->in, .n_inputs = backward ? 0 : n->n_in,
+        .reads = backward ? n->in : NULL, .n_reads = backward ? n->n_in : 0, .traits = te_op_traits(n->op),
+    };
+    te_hooks_op_failed(&rec, code, te_error());
+}
+
 void te_node_starting(const te_node *n, bool backward, int exec, const char *kernel)
 {
     te_op_record rec = {
@@ -791,7 +808,9 @@ te_tensor *te_node_run(te_node *n)
     }
     if (te_prof_observed())
         te_node_starting(n, false, te_exec_index(), NULL);
-    if (te_node_dispatch(n, false) != TE_OK) {
+    te_status st = te_node_dispatch(n, false);
+    if (st != TE_OK) {
+        te_op_failed(n, false, st);
         drop_node(n);
         return NULL;
     }
@@ -867,8 +886,10 @@ static te_status backward_node(te_node *n)
         if (te_prof_observed())
             te_node_starting(n, true, te_exec_index(), NULL);
         te_status st = te_node_dispatch(n, true);
-        if (st != TE_OK)
+        if (st != TE_OK) {
+            te_op_failed(n, true, st);
             return st;
+        }
     }
     for (int i = 0; i < n->n_in; i++)
         grads_out[i] = te_needs_grad(n->in[i]) ? n->in[i]->grad : NULL;

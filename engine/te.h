@@ -512,6 +512,7 @@ enum {
 };
 
 typedef struct te_record_located te_record_located; /* time travel, below */
+typedef struct te_batch te_batch;                   /* which sample did it, below */
 
 typedef struct te_hooks {
     void (*step_begin)(int64_t step, void *user);                  /* optional */
@@ -534,6 +535,13 @@ typedef struct te_hooks {
                      uint64_t replayed_sum, void *user);
     /* optional: te_record_locate's answer, at the end of its last replay. */
     void (*located)(const te_record_located *r, void *user);
+    /* optional: a batch was handed out (te_loader_next, te_batch_publish),
+     * before any op can read it; b->finding says what the data check found. */
+    void (*batch)(const te_batch *b, void *user);
+    /* optional: an op failed (a label outside the classes, a bad shape):
+     * the record names it, with its inputs; message is te_error()'s. The
+     * failure returns to the program when the hook returns. */
+    void (*op_failed)(const te_op_record *rec, te_status code, const char *message, void *user);
 } te_hooks;
 
 /* Returns a handle >= 0, or -1 when the hook table is full. */
@@ -1052,6 +1060,9 @@ struct te_dataset {
     uint64_t seed;
     void (*get)(const te_dataset *d, int64_t i, float *x, int32_t *y);
     void *state;
+    /* optional: where sample i came from, for a file-backed dataset, as
+     * "FILE:LINE (byte OFFSET)"; thread-safe as get is. */
+    void (*source)(const te_dataset *d, int64_t i, char *buf, size_t n);
 };
 
 /* K interleaved spiral arms in 2-D, one per class, with noise. */
@@ -1060,6 +1071,14 @@ TE_API te_dataset *te_dataset_spirals(int64_t size, int classes, uint64_t seed);
 TE_API te_dataset *te_dataset_blobs(int64_t size, int dim, int classes, uint64_t seed);
 /* 3x32x32 images of 10 procedurally drawn shape classes. */
 TE_API te_dataset *te_dataset_shapes(int64_t size, uint64_t seed);
+/* The records of a CSV file, one a line: `features` numbers, then the
+ * label (an integer); blank lines and lines starting with '#' are not
+ * records, and a first line that is not numbers is a header. An empty
+ * field is a missing value, read as NaN; numbers out of float's range read
+ * as +-Inf, as strtof reads them. classes 0 counts them from the labels
+ * (the largest + 1). NULL with an error naming the file, line and column
+ * of a malformed record. source() names each sample's line and byte. */
+TE_API te_dataset *te_dataset_csv(const char *path, int classes);
 TE_API void te_dataset_free(te_dataset *d);
 
 typedef struct te_loader_opts {
@@ -1091,6 +1110,96 @@ TE_API int64_t te_loader_position(const te_loader *l);
  * loader then builds each batch in the caller: the same batches). */
 TE_API te_status te_loader_seek(te_loader *l, int64_t consumed);
 TE_API void te_loader_free(te_loader *l);
+
+/* ---- which sample did it (provenance.c, data_check.c; docs/engine.md
+ * "Batch provenance") -------------------------------------------------------
+ * Every batch te_loader_next hands out is published with the dataset
+ * index of each row (and, through the dataset's source(), where it came
+ * from), the loader's seed and position. A program with a pipeline of its
+ * own publishes its batches with te_batch_publish. The engine keeps the
+ * last TE_BATCH_KEEP batches; hooks see each one (te_hooks.batch) before
+ * the first op can use it. */
+#define TE_BATCH_KEEP 32
+
+/* What a data check looks for in a batch (te_data_check_set). */
+typedef struct te_data_check {
+    bool nonfinite;  /* x holds NaN or Inf */
+    bool label;      /* y outside 0..classes-1 (datasets that name their classes) */
+    bool empty;      /* no rows, or a row whose values are all zero (an empty record) */
+    bool constant;   /* every value of x the same (more than one value) */
+    bool above;      /* a finite value of x > hi */
+    bool below;      /* a finite value of x < lo */
+    float hi, lo;
+} te_data_check;
+
+typedef enum {
+    TE_DATA_OK, TE_DATA_NONFINITE, TE_DATA_LABEL, TE_DATA_EMPTY, TE_DATA_CONSTANT, TE_DATA_ABOVE,
+    TE_DATA_BELOW, TE_DATA_ISSUE_COUNT
+} te_data_issue;
+
+/* What a check found: the first row holding an issue and its first one
+ * (in te_data_issue's order), the element (flat, in x, or in y for a
+ * label) and its value; row -1 for the batch as a whole (constant, no
+ * rows). bad_rows counts the rows holding any issue looked for. */
+typedef struct te_data_finding {
+    te_data_issue issue;
+    int64_t row, element;
+    double value;
+    int64_t bad_rows;
+} te_data_finding;
+
+/* "nonfinite", "label", ...: the words of `break data if ...`. */
+TE_API const char *te_data_issue_name(te_data_issue i);
+/* Checks rows of row_numel floats x (and labels y, NULL for none) against
+ * c; classes <= 0 skips the label check. Fills f; true when it found one. */
+TE_API bool te_data_check_rows(const te_data_check *c, const float *x, const int32_t *y, int64_t rows,
+                               int64_t row_numel, int classes, te_data_finding *f);
+/* The check every batch gets from now on (NULL or all false: none), in the
+ * loader's workers where it has them, else in te_loader_next; batches
+ * already built are checked again in the caller. */
+TE_API void te_data_check_set(const te_data_check *c);
+
+struct te_batch {
+    int64_t step;              /* te_step() when it was handed out */
+    const te_dataset *dataset; /* its name, size, classes and source() */
+    te_loader *loader;         /* NULL for a program's own pipeline */
+    uint64_t seed;             /* the shuffle's (loaders) */
+    bool shuffle;
+    int64_t position;          /* its number in the loader's sequence, over all epochs */
+    int64_t epoch, batch_in_epoch;
+    int64_t rows;
+    const int64_t *index;      /* [rows] the dataset index of each row */
+    const int64_t *drawn;      /* [rows] what the order drew; != index where `data skip` replaced it */
+    const te_tensor *x, *y;    /* the tensors it was handed out as (valid in its step) */
+    bool checked;              /* a data check ran on it: finding says what it found */
+    te_data_finding finding;
+};
+
+/* The batches kept, oldest first: i in 0..te_batch_count()-1. */
+TE_API int te_batch_count(void);
+TE_API const te_batch *te_batch_at(int i);
+/* The batch of this step that t is (or is bound to: graph mode's inputs
+ * share the batch's memory), or NULL. */
+TE_API const te_batch *te_batch_of(const te_tensor *t);
+/* "FILE:LINE (byte N)" or "" : where row r of b came from. */
+TE_API void te_batch_source(const te_batch *b, int64_t r, char *buf, size_t n);
+/* Publishes a batch a program made itself (rows samples of dataset d, at
+ * index[r]; x and y the tensors it feeds the step), with the same data
+ * check and hooks as a loader's; d (get may be NULL) must outlive the
+ * batch's record. TE_ERR_ARG for NULL or rows < 0. */
+TE_API te_status te_batch_publish(const te_dataset *d, const int64_t *index, int64_t rows, const te_tensor *x,
+                                  const te_tensor *y);
+/* Replaces sample `index` in every batch l makes from its next on: another
+ * index, drawn from (seed, index) and not itself replaced, takes its place,
+ * so batches keep their shape and a replay makes the same ones. Batches
+ * already built are built again. *replacement (may be NULL) gets it.
+ * TE_ERR_ARG for an index outside the dataset or one replaced already. */
+TE_API te_status te_loader_skip(te_loader *l, int64_t index, int64_t *replacement);
+/* The replacements in force, index -> replacement, sorted by index: the
+ * first max into from[] and to[]; returns how many there are. */
+TE_API int te_loader_skips(const te_loader *l, int64_t *from, int64_t *to, int max);
+TE_API const te_dataset *te_loader_dataset(const te_loader *l);
+TE_API uint64_t te_loader_seed(const te_loader *l);
 
 /* ---- the profiler (prof.c, prof_json.c; docs/engine.md "Profiling") ------
  * Records every op of the selected steps (start and end, thread, shape,

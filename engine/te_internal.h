@@ -647,6 +647,22 @@ void te_hooks_silence(bool silence, bool observe);
 void te_hooks_rewound(int64_t step);
 void te_hooks_diverged(int64_t step, double rec_loss, double loss, uint64_t rec_sum, uint64_t sum);
 void te_hooks_located(const te_record_located *r);
+void te_hooks_batch(const te_batch *b);
+void te_hooks_op_failed(const te_op_record *rec, te_status code, const char *message);
+/* An op failed (te_node_fail, or its kernel's failure): the hooks' op_failed
+ * see it with te_error()'s message, unless it is a rewind's unwinding. */
+void te_op_failed(const te_node *n, bool backward, te_status code);
+
+/* provenance.c: the next ring entry for a batch of rows (its index and
+ * drawn arrays to fill), NULL when out of memory; te_batch_end hands the
+ * filled record to the hooks. data_check.c: the check in force into c,
+ * and its generation (0: no check). */
+te_batch *te_batch_begin(int64_t rows, int64_t **index, int64_t **drawn);
+void te_batch_end(const te_batch *b);
+unsigned te_data_check_current(te_data_check *c);
+/* data.c: a snapshot's table of replacements back (restarting the workers
+ * when it differs). */
+te_status te_loader_skips_restore(te_loader *l, int n, const int64_t *from, const int64_t *to);
 /* prof.c: the current step is dropped (unwound by a rewind), not written. */
 void te_prof_step_drop(void);
 

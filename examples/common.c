@@ -562,6 +562,12 @@ static void split_get(const te_dataset *d, int64_t i, float *x, int32_t *y)
     s->base->get(s->base, s->offset + i, x, y);
 }
 
+static void split_source(const te_dataset *d, int64_t i, char *buf, size_t n)
+{
+    const split_state *s = d->state;
+    s->base->source(s->base, s->offset + i, buf, n);
+}
+
 te_dataset *ex_split(const te_dataset *d, int64_t offset, int64_t size)
 {
     te_dataset *s = malloc(sizeof *s);
@@ -575,6 +581,7 @@ te_dataset *ex_split(const te_dataset *d, int64_t offset, int64_t size)
     *st = (split_state){ .base = d, .offset = offset };
     s->size = size;
     s->get = split_get;
+    s->source = d->source ? split_source : NULL;
     s->state = st;
     return s;
 }

@@ -16,7 +16,7 @@
 #define BLOBS_CLASSES 10
 #define SPIRALS_CLASSES 3
 
-typedef enum { DATA_BLOBS, DATA_SPIRALS, DATA_COUNT } mlp_data;
+typedef enum { DATA_BLOBS, DATA_SPIRALS, DATA_COUNT, DATA_CSV = DATA_COUNT } mlp_data;
 
 /* The datasets --data takes, in mlp_data's order. */
 static const char *const data_names[DATA_COUNT] = { "blobs", "spirals" };
@@ -25,6 +25,8 @@ typedef struct {
     int hidden[MAX_LAYERS - 1];
     int n_hidden;
     mlp_data data;
+    const char *csv;   /* DATA_CSV: the file */
+    int classes;       /* DATA_CSV: 0 counts them from the labels */
 } mlp_cfg;
 
 typedef struct {
@@ -44,6 +46,11 @@ static bool set_hidden(const char *v, void *cfg, char *why, size_t n)
 static bool set_data(const char *v, void *cfg, char *why, size_t n)
 {
     mlp_cfg *c = cfg;
+    if (strchr(v, '/') || strchr(v, '.')) { /* a file: read when training starts */
+        c->data = DATA_CSV;
+        c->csv = v;
+        return true;
+    }
     size_t at = (size_t)snprintf(why, n, "unknown dataset; expected");
     for (int k = 0; k < DATA_COUNT; k++) {
         if (strcmp(v, data_names[k]) == 0) {
@@ -54,12 +61,28 @@ static bool set_data(const char *v, void *cfg, char *why, size_t n)
             at += (size_t)snprintf(why + at, n - at, "%s %s", k == 0 ? "" : k == DATA_COUNT - 1 ? " or" : ",",
                                    data_names[k]);
     }
+    if (at < n)
+        snprintf(why + at, n - at, ", or a CSV file (a path with '/' or '.')");
     return false;
+}
+
+static bool set_classes(const char *v, void *cfg, char *why, size_t n)
+{
+    mlp_cfg *c = cfg;
+    char *end;
+    long k = strtol(v, &end, 10);
+    snprintf(why, n, "expected a whole number of classes in 2..65536");
+    if (*end || k < 2 || k > 65536)
+        return false;
+    c->classes = (int)k;
+    return true;
 }
 
 static const ex_flag mlp_flags[] = {
     { "--hidden", "LIST", "hidden layer sizes, comma separated (1024,1024)", set_hidden },
-    { "--data", "NAME", "blobs (784 dims, 10 classes) or spirals (2-D, 3 classes) (blobs)", set_data },
+    { "--data", "NAME|FILE", "blobs (784 dims, 10 classes), spirals (2-D, 3 classes), or a CSV file of records "
+      "`x1,...,xD,label` (its first 90% trains, the rest tests) (blobs)", set_data },
+    { "--classes", "N", "a CSV's classes (the largest label + 1)", set_classes },
     { NULL, NULL, NULL, NULL },
 };
 
@@ -107,7 +130,7 @@ static int ckpt_attrs(const void *cfg, const ex_opts *o, ckpt_attr *out)
     size_t at = 0;
     for (int i = 0; i < c->n_hidden; i++)
         at += (size_t)snprintf(hidden + at, sizeof hidden - at, "%s%d", i ? "," : "", c->hidden[i]);
-    out[0] = (ckpt_attr){ "data", "--data", 0, data_names[c->data] };
+    out[0] = (ckpt_attr){ "data", "--data", 0, c->data == DATA_CSV ? c->csv : data_names[c->data] };
     out[1] = (ckpt_attr){ "hidden", "--hidden", 0, hidden };
     return 2 + ex_loader_attrs(o, out + 2);
 }
@@ -128,11 +151,29 @@ int main(int argc, char **argv)
              &o);
     ex_start(&o);
 
-    te_dataset *all = cfg.data == DATA_SPIRALS ? te_dataset_spirals(o.train_size + TEST_SIZE, SPIRALS_CLASSES, o.seed)
-                                  : te_dataset_blobs(o.train_size + TEST_SIZE, BLOBS_DIM, BLOBS_CLASSES,
-                                                     o.seed);
+    te_dataset *all = cfg.data == DATA_CSV ? te_dataset_csv(cfg.csv, cfg.classes)
+                      : cfg.data == DATA_SPIRALS ? te_dataset_spirals(o.train_size + TEST_SIZE, SPIRALS_CLASSES, o.seed)
+                                                 : te_dataset_blobs(o.train_size + TEST_SIZE, BLOBS_DIM, BLOBS_CLASSES,
+                                                                    o.seed);
+    int64_t test_size = TEST_SIZE;
+    if (!all && cfg.data == DATA_CSV) {
+        fprintf(stderr, "mlp: --data: %s\n", te_error());
+        te_shutdown();
+        return 2;
+    }
+    if (cfg.data == DATA_CSV) { /* the last tenth tests */
+        test_size = all->size / 10 > 0 ? all->size / 10 : 1;
+        o.train_size = all->size - test_size;
+        if (o.train_size < 1) {
+            fprintf(stderr, "mlp: --data: %s has %lld records: too few to train and test\n", cfg.csv,
+                    (long long)all->size);
+            te_dataset_free(all);
+            te_shutdown();
+            return 2;
+        }
+    }
     te_dataset *train = all ? ex_split(all, 0, o.train_size) : NULL;
-    te_dataset *test = all ? ex_split(all, o.train_size, TEST_SIZE) : NULL;
+    te_dataset *test = all ? ex_split(all, o.train_size, test_size) : NULL;
     mlp m;
     int rc;
     if (!train || !test || !mlp_init(&m, &cfg, (int)all->shape[0], all->n_classes)) {

@@ -11,6 +11,16 @@
 /* The random stream of training windows' positions (te_rand_u64's stream). */
 #define TEXT_STREAM 0x74657874ULL /* "text" */
 
+/* "FILE:LINE (byte START)" of the window starting at byte i. */
+static void window_source(const te_dataset *d, int64_t i, char *buf, size_t n)
+{
+    const text_corpus *c = d->state;
+    int64_t line = 1;
+    for (int64_t k = 0; k < i && k < c->size; k++)
+        line += c->bytes[k] == '\n';
+    snprintf(buf, n, "%s:%lld (byte %lld)", c->path, (long long)line, (long long)i);
+}
+
 bool text_load(text_corpus *c, const char *path, int block, char *why, size_t n)
 {
     *c = (text_corpus){ 0 };
@@ -51,13 +61,22 @@ bool text_load(text_corpus *c, const char *path, int block, char *why, size_t n)
                  path, (long long)size, block, block + 1, 10LL * (block + 1));
         return false;
     }
-    *c = (text_corpus){ .bytes = buf, .size = size, .train_size = train };
+    char *name = strdup(path);
+    if (!name) {
+        free(buf);
+        snprintf(why, n, "out of memory");
+        return false;
+    }
+    *c = (text_corpus){ .bytes = buf, .size = size, .train_size = train, .path = name };
+    c->windows = (te_dataset){ .name = name, .size = train - block, .ndim = 1, .shape = { block },
+                               .n_classes = TEXT_VOCAB, .source = window_source, .state = c };
     return true;
 }
 
 void text_free(text_corpus *c)
 {
     free(c->bytes);
+    free(c->path);
     *c = (text_corpus){ 0 };
 }
 
@@ -91,11 +110,18 @@ void text_batch(const text_corpus *c, uint64_t seed, int64_t first, int batch, i
     }
     /* starts in [0, train_size - block - 1]: the last label is inside the split */
     const uint64_t span = (uint64_t)(c->train_size - block);
-    for (int k = 0; k < batch; k++) {
-        int64_t start = (int64_t)(te_rand_u64(seed, TEXT_STREAM, (uint64_t)(first + k)) % span);
-        window(c, start, block, xs + (size_t)k * block, xs + n + (size_t)k * block);
+    int64_t *starts = malloc((size_t)batch * sizeof *starts);
+    for (int k = 0; k < batch && starts; k++) {
+        starts[k] = (int64_t)(te_rand_u64(seed, TEXT_STREAM, (uint64_t)(first + k)) % span);
+        window(c, starts[k], block, xs + (size_t)k * block, xs + n + (size_t)k * block);
     }
-    make_batch(batch, block, xs, xs + n, x, y);
+    if (starts)
+        make_batch(batch, block, xs, xs + n, x, y);
+    else
+        *x = *y = NULL;
+    if (*x && *y)
+        te_batch_publish(&c->windows, starts, batch, *x, *y);
+    free(starts);
     free(xs);
 }
 

@@ -17,6 +17,11 @@ typedef struct text_corpus {
     uint8_t *bytes;
     int64_t size;        /* all bytes */
     int64_t train_size;  /* bytes [0, train_size) train; the rest validate */
+    char *path;
+    /* The training windows as the engine's batch provenance names them:
+     * sample i is the window starting at byte i, its source the file's
+     * line and byte (te_batch_publish). */
+    te_dataset windows;
 } text_corpus;
 
 /* Reads path whole. A file that cannot be read, or one too short for two
@@ -29,7 +34,8 @@ void text_free(text_corpus *c);
  * start..start+block-1 and y [batch * block] the bytes one later, as i32
  * tape tensors named "batch:x" and "batch:y". Window k of the batch is
  * sample number first + k, its start a pure function of (seed, sample):
- * the data position is one number that a checkpoint keeps. */
+ * the data position is one number that a checkpoint keeps. The batch is
+ * published with its windows' starts (te_batch_publish). */
 void text_batch(const text_corpus *c, uint64_t seed, int64_t first, int batch, int block, te_tensor **x,
                 te_tensor **y);
 

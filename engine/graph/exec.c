@@ -168,8 +168,11 @@ te_status tg_kernel_exec(const tg_plan *p, int i, int base)
         for (int j = 0; j < k->n_orig; j++)
             te_node_starting(k->orig[j].node, k->orig[j].backward, base + k->orig[j].exec, k->desc);
     te_status st = tg_kernel_run(k, base);
-    if (st != TE_OK)
+    if (st != TE_OK) {
+        if (k->n_orig > 0) /* an op's kernel: the first op it computes names it */
+            te_op_failed(k->orig[0].node, k->orig[0].backward, st);
         return st;
+    }
     if (te_prof_observed())
         for (int j = 0; j < k->n_orig; j++)
             report(k, &k->orig[j], base);
