@@ -24,7 +24,7 @@ typedef enum {
     F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
     F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH, F_DUMP,
     F_PROFILE,    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_BACKEND,
-    F_SAVE, F_SAVE_EVERY, F_LOAD, F_STOP_AT, F_HELP,
+    F_SAVE, F_SAVE_EVERY, F_LOAD, F_STOP_AT, F_CORRUPT, F_HELP,
 } flag_id;
 
 typedef struct {
@@ -56,6 +56,8 @@ static const common_flag common_flags[] = {
     { F_INJECT, "--inject", "SPEC", "KIND@op=GLOB,step=N[,value=X][,index=I], KIND nan, inf,\n"
       "                         scale, noise or zero: alter that op's output; segv, abort\n"
       "                         or fpe: crash in that op (repeatable)" },
+    { F_CORRUPT, "--corrupt", "SPEC", "KIND@sample=I[,value=X], KIND nan, inf, label, zero or scale:\n"
+      "                         plant a bad training sample, as a broken pipeline would (repeatable)" },
     { F_AMP, "--amp", "LEVEL", "mixed precision: O0 f32, O1 matmuls/convs low, O2 weights and\n"
       "                         activations low with f32 master weights and loss scaling, O3 all low\n"
       "                         (docs/amp.md)" },
@@ -101,7 +103,7 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     case F_BACKEND: snprintf(buf, n, "%s", d->backend ? d->backend : "cpu"); break;
     case F_SAVE_EVERY: snprintf(buf, n, "%d", d->save_every); break;
     case F_INJECT: case F_TIME: case F_HELP: case F_LOSS_SCALE: case F_SCALE_INIT: case F_SCALE_WINDOW:
-    case F_SCALE_HYSTERESIS: case F_SAVE: case F_LOAD: case F_STOP_AT: buf[0] = '\0'; break;
+    case F_SCALE_HYSTERESIS: case F_SAVE: case F_LOAD: case F_STOP_AT: case F_CORRUPT: buf[0] = '\0'; break;
     }
     return buf;
 }
@@ -276,6 +278,18 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
         *why = "expected a profile spec, file=P;steps=A-B;ops=GLOB;keep=K;when=always|break (docs/profiler.md)";
         o->profile = v;
         return v[0] != '\0';
+    case F_CORRUPT: {
+        static char msg[160];
+        *why = msg;
+        if (o->n_corrupt == EX_MAX_CORRUPT) {
+            snprintf(msg, sizeof msg, "one too many: at most %d", EX_MAX_CORRUPT);
+            return false;
+        }
+        if (!ex_corrupt_check(v, msg, sizeof msg))
+            return false;
+        o->corrupt[o->n_corrupt++] = v;
+        return true;
+    }
     case F_INJECT:
         *why = "one too many: at most 16 injections";
         if (o->n_inject == EX_MAX_INJECT)
@@ -851,9 +865,21 @@ static int resume_train(const ex_opts *o, const ckpt_model *m, te_loader *ld)
     return 0;
 }
 
+static int train_on(const ex_opts *o, const ex_task *t, const te_dataset *train);
+
 int ex_train(const ex_opts *o, const ex_task *t)
 {
-    te_loader *ld = te_loader_new(t->train, &(te_loader_opts){ .batch = o->batch, .shuffle = true,
+    te_dataset *corrupted = o->n_corrupt ? ex_corrupt(t->train, o->corrupt, o->n_corrupt) : NULL;
+    if (o->n_corrupt && !corrupted)
+        return ex_fail("out of memory");
+    int rc = train_on(o, t, corrupted ? corrupted : t->train);
+    ex_split_free(corrupted);
+    return rc;
+}
+
+static int train_on(const ex_opts *o, const ex_task *t, const te_dataset *train)
+{
+    te_loader *ld = te_loader_new(train, &(te_loader_opts){ .batch = o->batch, .shuffle = true,
                                                                .drop_remainder = true,
                                                                .workers = o->workers,
                                                                .seed = o->seed });

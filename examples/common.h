@@ -19,6 +19,7 @@
 #include "te.h"
 
 #define EX_MAX_INJECT 16
+#define EX_MAX_CORRUPT 16
 #define EX_MAX_ACCUM 32 /* micro-batches per step: a graph has at most 64 inputs */
 #define EX_MAX_CKPT_ATTRS 16
 
@@ -45,6 +46,8 @@ typedef struct ex_opts {
     const char *profile;    /* profile spec (--profile), else TDBG_PROFILE's */
     const char *inject[EX_MAX_INJECT];
     int n_inject;
+    const char *corrupt[EX_MAX_CORRUPT]; /* --corrupt: bad samples planted in the training set */
+    int n_corrupt;
     const char *backend; /* --backend: "cpu" or "cuda"; NULL: cpu */
     te_amp_level amp;   /* --amp: O0 (default) .. O3 */
     bool amp_bf16;      /* --amp-dtype bf16; f16 by default */
@@ -145,6 +148,14 @@ int ex_train(const ex_opts *o, const ex_task *t);
  * held-out split from the same generator. Free with ex_split_free(). */
 te_dataset *ex_split(const te_dataset *d, int64_t offset, int64_t size);
 void ex_split_free(te_dataset *split);
+/* --corrupt KIND@sample=I[,value=X] (corrupt.c): d with those samples
+ * altered, as a broken pipeline would (nan, inf: one value; label: the
+ * label, value or the class count; zero: every value; scale: every value
+ * times value or 255). Free with ex_split_free(). ex_corrupt_parse checks
+ * one spec (out: an internal struct), false with why. */
+te_dataset *ex_corrupt(const te_dataset *d, const char *const *specs, int n_specs);
+bool ex_corrupt_parse(const char *spec, void *out, char *why, size_t n);
+bool ex_corrupt_check(const char *spec, char *why, size_t n);
 
 /* ---- for programs with a loop of their own (gpt) ---------------------------- */
 
