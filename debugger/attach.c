@@ -150,6 +150,8 @@ int dbg_plugin_attach(int fd)
     dbg.next_id = 1;
     dbg.step = te_step();
     dbg.program = program_invocation_short_name;
+    TE_LOG(TE_LOG_DEBUGGER, TE_LOG_DEBUG, "attach: a client (%s) on fd %d at step %lld", li.peer_mode, fd,
+           (long long)dbg.step);
     char why[256];
     if (strcmp(li.peer_mode, "tui") == 0 && !read_script(fd, li.peer_hello, why, sizeof why)) {
         fprintf(stderr, "tdbg: attach: %s\n", why);
@@ -184,6 +186,7 @@ int dbg_plugin_attach(int fd)
     dbg.started = true;
     dbg.mode = RUN_STEP;
     dbg.repeat = 1;
+    TE_LOG(TE_LOG_DEBUGGER, TE_LOG_INFO, "attached (front end %s)", dbg_frontend_active->name);
     fprintf(dbg_out, "tdbg %s: attached to %s (pid %d) at step %lld, %d threads. Type 'help' for commands, "
                      "'detach' to leave it running.\n",
             TE_VERSION, dbg.program, (int)getpid(), (long long)dbg.step, te_threads());
@@ -194,6 +197,7 @@ void dbg_detach(const char *why)
 {
     if (!dbg_remote_on())
         return;
+    TE_LOG(TE_LOG_DEBUGGER, TE_LOG_INFO, "detach: %s; training goes on", why);
     te_hook_remove(dbg.hook);
     dbg_breaks_clear(); /* no longer observed: graph mode keeps its tensors private again */
     for (int i = 0; i < dbg.n_observed_watch; i++)

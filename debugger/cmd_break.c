@@ -193,7 +193,7 @@ static bool add_break(const char *args, bool temporary)
     else if (strcmp(what, "skip") == 0)
         b.kind = BK_SKIP;
     else if (strcmp(what, "data") == 0) {
-        char err[256], text[TE_NAME_MAX];
+        char err[256], text[TE_NAME_MAX - 8]; /* what = "data if " + text */
         if (!dbg_data_check_parse(cond_text ? cond_text : "", &b.data, err, sizeof err)) {
             dbg_error("break data: %s", err);
             return false;

@@ -85,12 +85,15 @@ int dbg_plugin_start(void)
     atexit(at_exit);
     dbg_crash_setup(); /* after atexit(at_exit): an exit() mid-step is reported before it */
     char why[256];
+    TE_LOG(TE_LOG_DEBUGGER, TE_LOG_DEBUG, "starting front end %s", fe->name);
     if (fe->start && fe->start(why, sizeof why) != 0) { /* no terminal: never a crash, the CLI instead */
         fprintf(stderr, "tdbg: %s; using the command line instead\n", why);
         fe = &dbg_frontend_cli;
         fe->start(why, sizeof why);
     }
     dbg_frontend_active = fe;
+    TE_LOG(TE_LOG_DEBUGGER, TE_LOG_INFO, "loaded in %s (pid %d): front end %s (TDBG=%s)", dbg.program,
+           (int)getpid(), fe->name, mode);
     dbg_script_load();
     fprintf(dbg_out, "tdbg %s: %s (pid %d), %d threads. Type 'help' for commands, 'run' to start.\n",
             TE_VERSION, dbg.program, (int)getpid(), te_threads());

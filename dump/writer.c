@@ -51,6 +51,7 @@
 #define DIR_SYNC_EVERY 1.0                   /* seconds between syncs of the run directory */
 
 typedef enum { ITEM_BEGIN, ITEM_TENSOR, ITEM_STATS, ITEM_COMMIT } item_kind;
+static const char *const item_names[] = { "begin", "tensor", "stats", "commit" }; /* in the debug log */
 
 typedef struct item {
     item_kind kind;
@@ -94,12 +95,14 @@ struct dump_session {
     pthread_cond_t nonempty, room, drained, to_sync, synced;
     item *head, *tail;
     size_t queued_bytes;
+    int n_queued;                         /* items in the queue (the debug log's depth) */
     bool closing, busy;
     struct pooled { void *buf; size_t cap; } pool[POOL_MAX]; /* copy buffers for reuse */
     int n_pool;
     size_t pool_bytes;
     dump_step_writer *sealed[MAX_SEALED]; /* sealed steps for the syncer, a ring in step order */
     step_counts sealed_counts[MAX_SEALED]; /* what each adds to the counts once published */
+    int64_t sealed_step[MAX_SEALED];       /* and its step */
     int sync_start, sync_queued;
     int n_sealed;                         /* queued or being synced: at most MAX_SEALED */
     bool sync_closing;
@@ -201,8 +204,8 @@ static void fail(dump_session *d, const char *msg)
     if (!d->failed) {
         d->failed = true;
         snprintf(d->error, sizeof d->error, "%s", msg);
-        fprintf(stderr, "tdbg: dump stopped: %s (training goes on; the steps written so far are "
-                        "complete)\n", msg);
+        TE_LOG(TE_LOG_DUMP, TE_LOG_ERROR,
+               "tdbg: dump stopped: %s (training goes on; the steps written so far are complete)", msg);
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -231,14 +234,18 @@ static void activity(dump_session *d, int delta)
 }
 
 /* Hands a sealed step to the syncer, waiting while MAX_SEALED are ahead. */
-static void hand_over(dump_session *d, dump_step_writer *w, step_counts c)
+static void hand_over(dump_session *d, dump_step_writer *w, step_counts c, int64_t step)
 {
     pthread_mutex_lock(&d->mu);
+    if (d->n_sealed >= MAX_SEALED)
+        TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "writer: step %lld sealed; waits for the syncer (%d steps ahead)",
+               (long long)step, d->n_sealed);
     while (d->n_sealed >= MAX_SEALED)
         pthread_cond_wait(&d->synced, &d->mu);
     int at = (d->sync_start + d->sync_queued++) % MAX_SEALED;
     d->sealed[at] = w;
     d->sealed_counts[at] = c;
+    d->sealed_step[at] = step;
     d->n_sealed++;
     activity(d, +1);
     pthread_cond_signal(&d->to_sync);
@@ -314,12 +321,14 @@ static void *syncer_main(void *arg)
     clock_gettime(CLOCK_MONOTONIC, &dir_synced);
     dump_step_writer *written = NULL; /* written, its fsync still to come */
     step_counts written_counts = { 0 };
+    int64_t written_step = -1;
     pthread_mutex_lock(&d->mu);
     for (;;) {
         while (!d->sync_queued && !d->sync_closing && !written && !d->run_ops)
             pthread_cond_wait(&d->to_sync, &d->mu);
         dump_step_writer *s = NULL;
         step_counts s_counts = { 0 }, add = { 0 };
+        int64_t s_step = -1;
         dump_op_row *run_ops = d->run_ops;
         const int run_n_ops = d->run_n_ops;
         dump_run_meta meta = d->meta;
@@ -328,6 +337,7 @@ static void *syncer_main(void *arg)
         if (d->sync_queued) {
             s = d->sealed[d->sync_start];
             s_counts = d->sealed_counts[d->sync_start];
+            s_step = d->sealed_step[d->sync_start];
             d->sync_start = (d->sync_start + 1) % MAX_SEALED;
             d->sync_queued--;
         } else if (!written && !run_ops) {
@@ -342,6 +352,8 @@ static void *syncer_main(void *arg)
             gone++;
         } else if (s && dump_step_write(s, err, sizeof err)) {
             next = s;
+            TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "syncer: step %lld written (%lld tensors, %lld bytes), its fsync next",
+                   (long long)s_step, (long long)s_counts.tensors, (long long)s_counts.bytes);
         } else if (s) {
             fail(d, err);
             gone++;
@@ -353,21 +365,29 @@ static void *syncer_main(void *arg)
             run_ok = dump_run_write(d->spec.dir, &meta, run_ops, run_n_ops, err, sizeof err);
             if (!run_ok)
                 fail(d, err);
+            else
+                TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "syncer: run.h5 written and synced (%d ops)", run_n_ops);
         }
         free(run_ops);
         if (written) {
+            const double t0 = te_log_on(TE_LOG_DUMP, TE_LOG_DEBUG) ? seconds_since(&dir_synced) : 0;
             if (publish_step(d, written)) {
                 done++;
                 add = written_counts;
+                TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "syncer: step %lld fsynced and renamed in %.1f ms",
+                       (long long)written_step, 1e3 * (seconds_since(&dir_synced) - t0));
             }
             dir_dirty = dir_dirty || done;
             gone++;
         }
         written = next;
         written_counts = s_counts;
+        written_step = s_step;
         if (dir_dirty && (!written || seconds_since(&dir_synced) >= DIR_SYNC_EVERY)) {
             if (!dump_dir_sync(d->spec.dir, err, sizeof err))
                 fail(d, err);
+            else
+                TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "syncer: directory %s synced", d->spec.dir);
             dir_dirty = false;
             clock_gettime(CLOCK_MONOTONIC, &dir_synced);
         }
@@ -427,7 +447,7 @@ static void write_item(dump_session *d, dump_step_writer **w, step_counts *c, it
         if (*w && !d->failed) {
             dump_step_set_scaler(*w, &it->scaler);
             if (dump_step_seal(*w, err, sizeof err))
-                hand_over(d, *w, *c);
+                hand_over(d, *w, *c, it->step);
             else
                 fail(d, err);
         } else if (*w) {
@@ -458,10 +478,15 @@ static void *writer_main(void *arg)
         d->head = it->next;
         if (!d->head)
             d->tail = NULL;
+        d->n_queued--;
         d->busy = true;
         activity(d, +1);
         bool failed = d->failed;
+        const int left = d->n_queued;
+        const size_t left_bytes = d->queued_bytes - it->bytes;
         pthread_mutex_unlock(&d->mu);
+        TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "dequeued %s of step %lld (%zu bytes): depth %d, %zu bytes left",
+               item_names[it->kind], (long long)it->step, it->bytes, left, left_bytes);
         char err[1024];
         if (!copy_done(it, err, sizeof err)) { /* waited for even when failed: the buffer goes back */
             fail(d, err);
@@ -504,14 +529,19 @@ static void enqueue(dump_session *d, item *it)
     if (it->kind == ITEM_COMMIT)
         attach_run(d, it);
     pthread_mutex_lock(&d->mu);
+    int64_t waited_ns = -1;
     if (d->queued_bytes > 0 && d->queued_bytes + it->bytes > QUEUE_CAP_BYTES && !d->failed) {
         /* The training thread waits for the writer: the profiler's "dump" time. */
+        TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG,
+               "dump: queue full (%d items, %zu bytes of %zu): training waits for room for %zu bytes", d->n_queued,
+               d->queued_bytes, QUEUE_CAP_BYTES, it->bytes);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         while (d->queued_bytes > 0 && d->queued_bytes + it->bytes > QUEUE_CAP_BYTES && !d->failed)
             pthread_cond_wait(&d->room, &d->mu);
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        te_profile_note_wait("dump", (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec));
+        waited_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+        te_profile_note_wait("dump", waited_ns);
     }
     it->next = NULL;
     if (d->tail)
@@ -520,8 +550,18 @@ static void enqueue(dump_session *d, item *it)
         d->head = it;
     d->tail = it;
     d->queued_bytes += it->bytes;
+    d->n_queued++;
+    const int depth = d->n_queued;
+    const size_t bytes = d->queued_bytes;
+    const char *kind = item_names[it->kind];
+    const int64_t step = it->step;
+    const size_t size = it->bytes;
     pthread_cond_signal(&d->nonempty);
     pthread_mutex_unlock(&d->mu);
+    if (waited_ns >= 0)
+        TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "training waited %.1f ms for room in the queue", 1e-6 * (double)waited_ns);
+    TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "enqueued %s of step %lld (%zu bytes): depth %d, %zu bytes queued", kind,
+           (long long)step, size, depth, bytes);
 }
 
 static void free_items(dump_session *d, item *it)
@@ -697,8 +737,9 @@ static bool capped(dump_session *d, size_t more)
         return false;
     if (!d->capped) {
         d->capped = true;
-        fprintf(stderr, "tdbg: dump reached its size cap (max=%llu bytes): no more tensors are "
-                        "written\n", (unsigned long long)d->spec.max_bytes);
+        TE_LOG(TE_LOG_DUMP, TE_LOG_WARN,
+               "tdbg: dump reached its size cap (max=%llu bytes): no more tensors are written",
+               (unsigned long long)d->spec.max_bytes);
     }
     return true;
 }
@@ -910,7 +951,7 @@ static void dump_params(dump_session *d)
 static void selection_unmatched(const char *msg, void *user)
 {
     dump_session *d = user;
-    fprintf(stderr, "tdbg: dump warning: %s\n", msg);
+    TE_LOG(TE_LOG_DUMP, TE_LOG_WARN, "tdbg: dump warning: %s", msg);
     pthread_mutex_lock(&d->mu);
     size_t len = strlen(d->warning);
     snprintf(d->warning + len, sizeof d->warning - len, "%s%s", len ? "; " : "", msg);
@@ -1030,6 +1071,12 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
             te_observe_add(spec->ops[i]);
         else
             te_observe_add("*"); /* types are not names: keep everything */
+    if (held)
+        TE_LOG(TE_LOG_DUMP, TE_LOG_INFO,
+               "writing to %s (%s, a flight recorder of the last %d steps), queue cap %zu bytes", spec->dir, spec->stats_only ? "statistics" : "full tensors", held, QUEUE_CAP_BYTES);
+    else
+        TE_LOG(TE_LOG_DUMP, TE_LOG_INFO, "writing to %s (%s, every selected step), queue cap %zu bytes", spec->dir,
+               spec->stats_only ? "statistics" : "full tensors", QUEUE_CAP_BYTES);
     return d;
 }
 
@@ -1065,6 +1112,9 @@ void dump_stop(dump_session *d)
     pthread_join(d->thread, NULL);
     stop_syncer(d);
     rewrite_run_peak(d);
+    TE_LOG(TE_LOG_DUMP, TE_LOG_INFO, "stopped: %lld steps, %lld tensors, %llu bytes written to %s in %.2f s%s",
+           (long long)d->steps_written, (long long)d->tensors_written, (unsigned long long)d->bytes_written,
+           d->spec.dir, d->write_seconds, d->failed ? " (failed)" : "");
     if (d->spec.n_ops == 0)
         te_observe_remove("*");
     for (int i = 0; i < d->spec.n_ops; i++)
@@ -1106,6 +1156,8 @@ void dump_stopped(dump_session *d, const te_op_record *at)
 void dump_flush(dump_session *d)
 {
     pthread_mutex_lock(&d->mu);
+    TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "flush: waits for the queue (depth %d, %zu bytes) and %d sealed steps",
+           d->n_queued, d->queued_bytes, d->n_sealed);
     while (d->head || d->busy)
         pthread_cond_wait(&d->drained, &d->mu);
     while (d->n_sealed > 0 || d->run_pending)

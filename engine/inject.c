@@ -123,6 +123,7 @@ static void check_index(const injection *in, const te_op_record *rec, const te_t
 {
     if (in->index < t->numel)
         return;
+    /* The run ends here: an error of the program's, not a log line (TDBG_LOG=off keeps it). */
     fprintf(stderr, "error: --inject '%s': index %" PRId64 " is out of range for %s (output of %s at step %" PRId64
             "), which has %" PRId64 " elements (index 0..%" PRId64 ")\n",
             in->spec, in->index, t->name, rec->name, rec->step, t->numel, t->numel - 1);

@@ -212,7 +212,7 @@ static void check(expectation *e)
     if (e->sink)
         e->sink(msg, e->user);
     else
-        fprintf(stderr, "warning: %s\n", msg);
+        TE_LOG(TE_LOG_ENGINE, TE_LOG_WARN, "warning: %s", msg);
 }
 
 int te_names_expect(const char *label, const char *pattern, te_names_sink sink, void *user)

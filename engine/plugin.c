@@ -65,10 +65,11 @@ void te_plugin_load(void)
         return;
     loaded = true;
     const char *path = module_path();
+    TE_LOG(TE_LOG_DEBUGGER, TE_LOG_DEBUG, "TDBG=%s: loading the debugger from %s", mode, path);
     int (*start)(void) = (int (*)(void))module_symbol(path, "dbg_plugin_start");
     if (!start) {
         /* The user asked for a debugger: running without one would be worse. */
-        fprintf(stderr, "tdbg: cannot load the debugger from %s: %s\n", path, dlerror());
+        fprintf(stderr, "tdbg: cannot load the debugger from %s: %s\n", path, dlerror()); /* not a log line: the end */
         exit(2);
     }
     if (start() != 0)
@@ -78,6 +79,7 @@ void te_plugin_load(void)
 te_plugin_attach_fn te_plugin_attach_entry(char *why, size_t n)
 {
     const char *path = module_path();
+    TE_LOG(TE_LOG_DEBUGGER, TE_LOG_DEBUG, "a client attaches: loading the debugger from %s", path);
     te_plugin_attach_fn attach = (te_plugin_attach_fn)module_symbol(path, "dbg_plugin_attach");
     if (!attach)
         snprintf(why, n, "cannot load the debugger from %s: %s", path, dlerror());

@@ -68,7 +68,7 @@ const te_batch *te_batch_of(const te_tensor *t)
             break;
         for (int k = 0; k < 2; k++) {
             const te_tensor *u = k ? b->y : b->x;
-            if (u && (u == t || (t->data && u->data == t->data && u->numel == t->numel)))
+            if (u && (u == t || (te_data(t) && te_data(u) == te_data(t) && u->numel == t->numel)))
                 return b;
         }
     }

@@ -348,7 +348,8 @@ static void snap_take(void)
     te_snapshot *s = te_snapshot_take(true);
     R.snap_ms = ms_since(&t0);
     if (!s) {
-        fprintf(stderr, "warning: time travel: no snapshot of step %lld: %s\n", (long long)te_step(), te_error());
+        TE_LOG(TE_LOG_ENGINE, TE_LOG_WARN, "warning: time travel: no snapshot of step %lld: %s", (long long)te_step(),
+               te_error());
         te_error_clear();
         return;
     }
@@ -630,7 +631,7 @@ void te_record_begin(void)
     clock_gettime(CLOCK_MONOTONIC, &R.step_t0);
     if (arrived && R.locate) {
         if (R.locate == 1 && !(R.temp = te_snapshot_take(true))) {
-            fprintf(stderr, "warning: time travel: locate: %s\n", te_error());
+            TE_LOG(TE_LOG_ENGINE, TE_LOG_WARN, "warning: time travel: locate: %s", te_error());
             te_error_clear();
             locate_cancel();
         } else {
@@ -855,11 +856,12 @@ void te_record_env(void)
     if (!v || !*v || strcmp(v, "0") == 0)
         return;
     if (strcmp(v, "1") != 0) {
-        fprintf(stderr, "warning: TDBG_RECORD=%s: expected 1 (record at the defaults) or 0; not recording\n", v);
+        TE_LOG(TE_LOG_ENGINE, TE_LOG_WARN,
+               "warning: TDBG_RECORD=%s: expected 1 (record at the defaults) or 0; not recording", v);
         return;
     }
     if (te_record_start(NULL) != TE_OK) {
-        fprintf(stderr, "warning: TDBG_RECORD: %s\n", te_error());
+        TE_LOG(TE_LOG_ENGINE, TE_LOG_WARN, "warning: TDBG_RECORD: %s", te_error());
         te_error_clear();
         return;
     }

@@ -12,14 +12,14 @@ cd "$srcdir" || exit 2
 
 status=0
 for f in engine/*.c engine/graph/*.c engine/ops/*.c; do
-    hits=$(grep -n 'te_f32(\|te_i32(\|->data' "$f" | grep -v '^[0-9]*:[[:space:]]*[A-Za-z_][][A-Za-z0-9_>.-]*->data = ' |
+    hits=$(grep -n 'te_f32(\|te_i32(\|->data\b' "$f" | grep -v '^[0-9]*:[[:space:]]*[A-Za-z_][][A-Za-z0-9_>.-]*->data = ' |
         awk -v x='[A-Za-z_][][A-Za-z0-9_>.-]*->data' '{
             s = $0
             gsub("if \\(!?" x "\\)", "", s)
             gsub("!" x, "", s)
             gsub(x " (&&|\\|\\||[!=]= NULL)", "", s)
             gsub("&& " x "\\)", "", s)
-            if (s ~ /te_f32\(|te_i32\(|->data/) print
+            if (s ~ /te_f32\(|te_i32\(|->data([^A-Za-z0-9_]|$)/) print
         }')
     if [ -n "$hits" ]; then
         printf '%s\n' "$hits" | sed "s|^|$f:|"

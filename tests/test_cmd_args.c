@@ -52,9 +52,9 @@ START_TEST(test_every_command_refuses_extra_words)
             ck_assert(!dbg.started);
             checked++;
         }
-    /* run continue step next finish until quit detach, ignore, info stats hist trend help, compare, record
+    /* run continue step next finish until quit detach, ignore, info stats hist trend help, compare, record, data
      * rewind reverse-step reverse-next locate checkpoint, focus scroll jump keys refresh */
-    ck_assert_int_eq(checked, 26);
+    ck_assert_int_eq(checked, 27);
     /* break tbreak delete disable enable condition, print set, dump, profile, replay, view search */
     ck_assert_int_eq(free_text, 13);
     ck_assert(!ts_exec("step 1 2"));
@@ -74,8 +74,8 @@ START_TEST(test_bad_arguments_run_nothing)
     ts_has(&s, "error: next: unexpected argument '2' (usage: next [N])\n");
     ts_has(&s, "error: continue: unexpected argument '2' (usage: continue [N])\n");
     ts_has(&s, "error: quit: unexpected argument '2' (usage: quit [N])\n");
-    ts_has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|dump|amp|profile|memory|watch|record)\n");
-    ts_has(&s, "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory, watch or record, got 'bogus'\n");
+    ts_has(&s, "error: info ops: unexpected argument 'x' (usage: info breakpoints|ops|op [NAME]|step|batch|dump|amp|profile|memory|watch|record)\n");
+    ts_has(&s, "error: info: expected breakpoints, ops, op [NAME], step, batch, dump, amp, profile, memory, watch or record, got 'bogus'\n");
     ts_has(&s, "error: help: unexpected argument 'now' (usage: help [COMMAND])\n");
     ts_has(&s, "error: stats: unexpected argument 'b' (usage: stats TENSOR)\n");
     ts_has(&s, "step 0, forward phase, 0 ops run in it (training not started)\n");
@@ -123,7 +123,7 @@ START_TEST(test_info_op_here)
                "'info op NAME' describes one\n");
     ts_has(&s, "(tdbg) info op\nerror: info op: stopped between ops (step 1, forward phase), not at an op; "
                "'info op NAME' describes one, 'step' runs the next op\n");
-    ts_has(&s, "(tdbg) info op\nfc2/relu (Relu), forward phase, execution index 3\n  created at examples/mlp.c:76\n"
+    ts_has(&s, "(tdbg) info op\nfc2/relu (Relu), forward phase, execution index 3\n  created at examples/mlp.c:99\n"
                "  in0  fc2/linear:out0  from fc2/linear\n  out0 fc2/relu:out0  to no op so far\n");
     ts_free(&s);
 }

@@ -97,7 +97,7 @@ START_TEST(test_break_errors)
     static const struct {
         const char *line, *want;
     } cases[] = {
-        { "break", "error: break: say where: OP_GLOB, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow or skip" },
+        { "break", "error: break: say where: OP_GLOB, type:TYPE, step N, nan, inf, nonfinite, overflow, underflow, skip or data" },
         { "break step x", "error: break step N: expected a whole number >= 0, got 'x'" },
         { "break step -3", "error: break step N: expected a whole number >= 0, got '-3'" },
         { "break fc1 if", "error: condition: nothing after 'if'" },
@@ -110,7 +110,7 @@ START_TEST(test_break_errors)
         { "delete x", "error: breakpoint number: expected a whole number >= 1, got 'x'" },
         { "until 5", "error: until: expected 'until step N', got '5'" },
         { "continue 0", "error: continue N: expected a whole number >= 1, got '0'" },
-        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, dump, amp, profile, memory, watch or record" },
+        { "info bogus", "error: info: expected breakpoints, ops, op [NAME], step, batch, dump, amp, profile, memory, watch or record" },
         { "print fc1/linear:out0[0", "error: print: column 18: " },
         { "set x", "error: set: expected TENSOR[INDEX] = VALUE" },
         { "set param:w[0] = abc", "error: set: 'abc' is not a number (nan and inf are)" },
@@ -381,7 +381,7 @@ START_TEST(test_names_unique)
     ck_assert_msg(tui_cmds_register(why, sizeof why), "the TUI's commands: %s", why);
     int n_groups;
     const dbg_cmd_group *g = dbg_cmd_groups(&n_groups);
-    ck_assert_int_eq(n_groups, 8); /* 7 built in (time travel the seventh), the TUI's */
+    ck_assert_int_eq(n_groups, 9); /* 8 built in (data the eighth), the TUI's */
     const char *words[256];
     int n = 0, n_cmds = 0;
     for (int i = 0; i < n_groups; i++)
@@ -410,7 +410,7 @@ START_TEST(test_names_unique)
     ck_assert(!tui_cmds_register(why, sizeof why));
     ck_assert_msg(strstr(why, "terminal UI: the command 'focus' (alias none) clashes with 'focus'"), "%s", why);
     dbg_cmd_groups(&n_groups);
-    ck_assert_int_eq(n_groups, 8);
+    ck_assert_int_eq(n_groups, 9);
 }
 END_TEST
 

@@ -360,7 +360,7 @@ START_TEST(test_bad_flags)
         { "--save-graph=", "mlp: --save-graph '': expected a folder name, e.g. ir\n" },
         { "--dump=", "mlp: --dump '': expected a dump spec, dir=D;ops=GLOB,...;steps=0|5-8;io=both;"
                      "what=full|stats, or @FILE (docs/dump-format.md)\n" },
-        { "--data moons", "mlp: --data 'moons': unknown dataset; expected blobs or spirals\n" },
+        { "--data moons", "mlp: --data 'moons': unknown dataset; expected blobs or spirals, or a CSV file (a path with '/' or '.')\n" },
         { "--hidden 0", "mlp: --hidden '0': expected up to 8 widths, comma separated, each a whole number in "
                         "1..65536, e.g. 1024,1024\n" },
         { "--hidden 64,,3", "mlp: --hidden '64,,3': expected up to 8 widths" },

@@ -198,8 +198,9 @@ static te_status replay(tg_plan *p, int s, int base)
         save_state(p, ss->before);
         const int slots = te_watch_slots();
         if (capture(p, sg, base, &ss->exec) != TE_OK) {
-            fprintf(stderr, "tdbg: graph mode: cannot capture kernels k%d..k%d on %s (%s); running them one by one\n",
-                    sg->first, sg->first + sg->count - 1, c->be->name, te_error());
+            TE_LOG(TE_LOG_GRAPH, TE_LOG_WARN,
+                   "tdbg: graph mode: cannot capture kernels k%d..k%d on %s (%s); running them one by one",
+                   sg->first, sg->first + sg->count - 1, c->be->name, te_error());
             te_error_clear();
             set_state(p, ss->before);
             ss->direct = true;

@@ -169,7 +169,7 @@ static void save_stage(const te_graph *g, const tg_plan *p, int stage, const cha
     snprintf(path, sizeof path, "%s/%s-v%d-%02d-%s.txt", g->save_dir, g->name, g->n_plans, stage, pass);
     FILE *f = fopen(path, "w");
     if (!f) {
-        fprintf(stderr, "tdbg: cannot write the graph to %s: %s\n", path, strerror(errno));
+        TE_LOG(TE_LOG_GRAPH, TE_LOG_WARN, "tdbg: cannot write the graph to %s: %s", path, strerror(errno));
         return;
     }
     snprintf(title, sizeof title, "%s, variant %d, after %s", g->name, g->n_plans, pass);
@@ -219,8 +219,9 @@ static unsigned env_disabled(void)
         static bool warned;
         if (!known && len && !warned) {
             warned = true;
-            fprintf(stderr, "tdbg: TDBG_GRAPH_DISABLE: no pass '%.*s' (dce, fold, cse, bn-fold, fuse-act, "
-                            "fuse-ew, fuse-attn, fuse-sum, recompute, layout, capture, all)\n", (int)len, env);
+            TE_LOG(TE_LOG_GRAPH, TE_LOG_WARN,
+                   "tdbg: TDBG_GRAPH_DISABLE: no pass '%.*s' (dce, fold, cse, bn-fold, fuse-act, "
+                   "fuse-ew, fuse-attn, fuse-sum, recompute, layout, capture, all)", (int)len, env);
         }
         env += len + (env[len] == ',');
     }
@@ -259,12 +260,20 @@ static te_status compile(te_graph *g, tg_plan *p)
     int stage = 0;
     save_stage(g, p, stage++, "trace");
     unsigned dis = g->o.disable | env_disabled();
+    TE_LOG(TE_LOG_GRAPH, TE_LOG_DEBUG, "graph %s: plan %d: %d kernels traced (%d ops)", g->name, g->n_plans + 1,
+           p->n_kernels, p->traced_ops);
     for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
-        if (dis & passes[i].bit)
+        if (dis & passes[i].bit) {
+            TE_LOG(TE_LOG_GRAPH, TE_LOG_DEBUG, "graph %s: pass %s: disabled", g->name, passes[i].name);
             continue;
-        if (passes[i].run(p) < 0)
+        }
+        const double t0 = te_log_on(TE_LOG_GRAPH, TE_LOG_DEBUG) ? now_ms() : 0;
+        const int before = p->n_kernels, done = passes[i].run(p);
+        if (done < 0)
             return te_error_code() != TE_OK ? te_error_code() : TE_ERR_STATE;
         tg_compact(p);
+        TE_LOG(TE_LOG_GRAPH, TE_LOG_DEBUG, "graph %s: pass %s: %d changed, kernels %d -> %d, %.2f ms", g->name,
+               passes[i].name, done, before, p->n_kernels, now_ms() - t0);
         save_stage(g, p, stage++, passes[i].name);
     }
     te_status st = tg_plan_memory(p);
@@ -298,6 +307,24 @@ static te_status shape_error(const te_graph *g, te_tensor *const *inputs, const 
         return TE_ERR_SHAPE;
     }
     return TE_OK;
+}
+
+/* "graph step: plan 1 compiled for in0 f32[64,784], in1 i32[64] (training):
+ * 9 ops traced, 6 kernels, arena 1234 bytes, 3.1 ms". */
+static void log_compiled(const te_graph *g, const tg_plan *p)
+{
+    char sig[512] = "", shape[96];
+    size_t at = 0;
+    for (int i = 0; i < p->n_inputs && at < sizeof sig; i++) {
+        te_shape_str(p->sig[i].ndim, p->sig[i].shape, shape, sizeof shape);
+        at += (size_t)snprintf(sig + at, sizeof sig - at, "%sin%d %s%s", i ? ", " : "", i,
+                               te_dtype_name(p->sig[i].dtype), shape);
+    }
+    te_log_write(TE_LOG_GRAPH, TE_LOG_INFO,
+                 "graph %s: plan %d compiled for %s (%s%s): %d ops traced, %d kernels, arena %zu bytes, %.1f ms",
+                 g->name, g->n_plans + 1, p->n_inputs ? sig : "no inputs", p->training ? "training" : "eval",
+                 p->observe_key[0] && p->observe_key[0] != '|' ? ", tensors observed" : "", p->traced_ops,
+                 p->n_kernels, p->arena_bytes, p->compile_ms);
 }
 
 static tg_plan *find_or_compile(te_graph *g, te_tensor *const *inputs, te_tensor **outputs)
@@ -341,6 +368,8 @@ static tg_plan *find_or_compile(te_graph *g, te_tensor *const *inputs, te_tensor
         return NULL;
     }
     p->compile_ms = now_ms() - t0;
+    if (te_log_on(TE_LOG_GRAPH, TE_LOG_INFO))
+        log_compiled(g, p);
     if (te_prof_on)
         te_prof_interval("compile", prof_t0, te_prof_now());
     tg_plan **q = realloc(g->plans, (size_t)(g->n_plans + 1) * sizeof *q);

@@ -21,6 +21,27 @@ te_device tg_plan_device(const tg_plan *p)
     return p->n_nodes ? p->nodes[0]->device : te_backend_current()->device;
 }
 
+/* What the planner made of the plan's values: n buffers placed in the arena. */
+static void log_plan(const tg_plan *p, int n)
+{
+    int inplace = 0, recomputed = 0, staged = 0, transient = 0;
+    for (int v = 0; v < p->n_values; v++) {
+        const tg_value *val = &p->values[v];
+        inplace += val->inplace_of >= 0 && val->def >= 0;
+        recomputed += val->kind == TG_TEMP && val->def >= 0 && val->recompute >= 0;
+        staged += val->staged;
+        transient += val->kind == TG_TEMP && val->def >= 0 && (val->t->flags & TE_TENSOR_TRANSIENT) != 0;
+    }
+    /* naive: every value its own buffer, unaligned; the arena aligns each */
+    const size_t saved = p->naive_bytes > p->arena_bytes ? p->naive_bytes - p->arena_bytes : 0;
+    te_log_write(TE_LOG_GRAPH, TE_LOG_DEBUG,
+                 "graph memory: %d buffers placed in a %zu-byte arena on %s (lower bound %zu; %zu without reuse, "
+                 "reuse saves %zu); %d values dead before the step ends, %d written in place of another, "
+                 "%d recomputed, %d staged inputs",
+                 n, p->arena_bytes, te_device_name(p->device), p->lower_bound, p->naive_bytes, saved, transient,
+                 inplace, recomputed, staged);
+}
+
 te_status tg_plan_memory(tg_plan *p)
 {
     const bool stage = tg_capture_wanted(p); /* inputs get fixed slots */
@@ -143,6 +164,8 @@ te_status tg_plan_memory(tg_plan *p)
         if (!val->output && !val->observed)
             val->t->flags |= TE_TENSOR_TRANSIENT;
     }
+    if (st == TE_OK && te_log_on(TE_LOG_GRAPH, TE_LOG_DEBUG))
+        log_plan(p, n);
     free(which);
     free(bufs);
     free(off);
