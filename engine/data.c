@@ -547,8 +547,8 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
         return te_error_code() != TE_OK ? te_error_code() : TE_ERR_NOMEM;
     snprintf(tx->name, sizeof tx->name, "batch:x"); /* what a debugger calls them */
     snprintf(ty->name, sizeof ty->name, "batch:y");
-    const te_batch *b = record_batch(l, s, seq, tx, ty);
-    if (!b)
+    const te_batch *b = te_provenance_on() ? record_batch(l, s, seq, tx, ty) : NULL;
+    if (!b && te_provenance_on())
         return TE_ERR_NOMEM;
 
     pthread_mutex_lock(&l->mu);
@@ -559,7 +559,8 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
     *y = ty;
     if (te_prof_on)
         te_prof_interval("data", t0, te_prof_now());
-    te_batch_end(b); /* after consumed: a `data skip` in a hook takes effect from the next batch */
+    if (b)
+        te_batch_end(b); /* after consumed: a `data skip` in a hook takes effect from the next batch */
     return TE_OK;
 }
 

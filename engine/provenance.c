@@ -20,6 +20,20 @@ static struct {
     int head, n;                /* the oldest entry, and how many are in use */
 } ring;
 
+/* TDBG_PROVENANCE=0 turns it off from the start. */
+static bool enabled = true;
+
+__attribute__((constructor)) static void provenance_env(void)
+{
+    const char *v = getenv("TDBG_PROVENANCE");
+    if (v && strcmp(v, "0") == 0)
+        enabled = false;
+}
+
+void te_provenance_enable(bool on) { enabled = on; }
+
+bool te_provenance_on(void) { return enabled; }
+
 int te_batch_count(void) { return ring.n; }
 
 const te_batch *te_batch_at(int i)
@@ -91,6 +105,8 @@ te_status te_batch_publish(const te_dataset *d, const int64_t *index, int64_t ro
                                                          : rows < 0 ? "rows is negative" : "index is NULL");
         return TE_ERR_ARG;
     }
+    if (!enabled)
+        return TE_OK;
     int64_t *idx, *drawn;
     te_batch *b = te_batch_begin(rows, &idx, &drawn);
     if (!b)

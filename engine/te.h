@@ -1175,6 +1175,10 @@ struct te_batch {
     te_data_finding finding;
 };
 
+/* Provenance on (the default) or off (TDBG_PROVENANCE=0 at start): off,
+ * loaders publish no records, so hooks see no batches and nothing names a
+ * sample; the data check runs all the same. For measuring what it costs. */
+TE_API void te_provenance_enable(bool on);
 /* The batches kept, oldest first: i in 0..te_batch_count()-1. */
 TE_API int te_batch_count(void);
 TE_API const te_batch *te_batch_at(int i);

@@ -658,6 +658,7 @@ void te_op_failed(const te_node *n, bool backward, te_status code);
  * filled record to the hooks. data_check.c: the check in force into c,
  * and its generation (0: no check). */
 te_batch *te_batch_begin(int64_t rows, int64_t **index, int64_t **drawn);
+bool te_provenance_on(void);
 void te_batch_end(const te_batch *b);
 unsigned te_data_check_current(te_data_check *c);
 /* data.c: a snapshot's table of replacements back (restarting the workers
