@@ -117,6 +117,19 @@ typedef struct dump_step_scaler {
                                    * non-finite ("" when the engine did not say) */
 } dump_step_scaler;
 
+/* One row of a step file's optional /samples table: a sample of a batch
+ * the step took (engine/te.h, te_batch), in the order the step took them. */
+typedef struct dump_sample_row {
+    int32_t batch;                 /* which batch of the step, from 0 */
+    int32_t row;                   /* its row in that batch */
+    int64_t sample;                /* its dataset index */
+    int64_t drawn;                 /* what the loader's order drew: != sample where `data skip` replaced it */
+    int64_t position, epoch;       /* the batch's place in its loader's sequence; -1: the program's own */
+    int64_t seed;                  /* the loader's seed (its 64 bits) */
+    char dataset[DUMP_PATH_MAX];   /* the dataset's name */
+    char source[DUMP_PATH_MAX];    /* where the sample came from, "FILE:LINE (byte N)"; "" unknown */
+} dump_sample_row;
+
 /* One row of run.h5's /ops table, in execution order. */
 typedef struct dump_op_row {
     int exec;
@@ -169,6 +182,9 @@ bool dump_step_add_stats(dump_step_writer *w, const dump_stats_row *rows, int co
                          char *err, size_t n);
 /* The step's loss scaler, written as root attributes when it is sealed. */
 void dump_step_set_scaler(dump_step_writer *w, const dump_step_scaler *s);
+/* The samples of the batches the step took, written as its /samples table
+ * when it is sealed (copied; none: no table). false when out of memory. */
+bool dump_step_set_samples(dump_step_writer *w, const dump_sample_row *rows, int count, char *err, size_t n);
 /* Marks the step complete, writes the rest of the file, fsyncs it and
  * renames it to DIR/step-NNNNNNNN.h5 (then fsyncs DIR). Frees w in every case; on failure
  * (a disk error, say) the tmp file is removed and false returned. */
@@ -230,6 +246,10 @@ bool dump_step_read_raw(dump_step_reader *r, int i, void *dst, char *err, size_t
 /* The /stats table into *rows (free() it): its row count, 0 when the step has
  * none, -1 on error. */
 int dump_step_stats(dump_step_reader *r, dump_stats_row **rows, char *err, size_t n);
+
+/* The /samples table into *rows (free() it): its row count, 0 when the
+ * step has none (an older file, a run without a loader), -1 on error. */
+int dump_step_samples(dump_step_reader *r, dump_sample_row **rows, char *err, size_t n);
 
 /* The step's loss scaler as its file says (present false when it has none). */
 const dump_step_scaler *dump_step_scaler_of(const dump_step_reader *r);

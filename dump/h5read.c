@@ -423,6 +423,14 @@ static const col stats_cols[] = {
     COL(dump_stats_row, inf, C_I64),      COL(dump_stats_row, zero_frac, C_F64),
 };
 
+static const col sample_cols[] = {
+    COL(dump_sample_row, batch, C_I32),    COL(dump_sample_row, row, C_I32),
+    COL(dump_sample_row, sample, C_I64),   COL(dump_sample_row, drawn, C_I64),
+    COL(dump_sample_row, position, C_I64), COL(dump_sample_row, epoch, C_I64),
+    COL(dump_sample_row, seed, C_I64),     COL(dump_sample_row, dataset, C_STR),
+    COL(dump_sample_row, source, C_STR),
+};
+
 static const col op_cols[] = {
     COL(dump_op_row, exec, C_I32),   COL(dump_op_row, name, C_STR),
     COL(dump_op_row, type, C_STR),   COL(dump_op_row, phase, C_PHASE),
@@ -592,6 +600,7 @@ typedef struct visit {
     scan *s;
     step_parse *r;
     bool stats;   /* a /stats table is there */
+    bool samples; /* a /samples table is there */
 } visit;
 
 static herr_t visit_object(hid_t root, const char *name, const H5O_info_t *info, void *data)
@@ -601,6 +610,10 @@ static herr_t visit_object(hid_t root, const char *name, const H5O_info_t *info,
         return 0;
     if (strcmp(name, "stats") == 0) {
         v->stats = true;
+        return 0;
+    }
+    if (strcmp(name, "samples") == 0) {
+        v->samples = true;
         return 0;
     }
     char path[DUMP_PATH_MAX];
@@ -684,7 +697,7 @@ static void scaler_scan(scan *s, dump_step_scaler *sc)
 }
 
 /* Checks the root attributes and every dataset of a step file into r. */
-static void step_scan(scan *s, step_parse *r, int *n_tensors, bool *stats)
+static void step_scan(scan *s, step_parse *r, int *n_tensors, bool *stats, bool *samples)
 {
     int complete = 0;
     *n_tensors = -1;
@@ -700,11 +713,12 @@ static void step_scan(scan *s, step_parse *r, int *n_tensors, bool *stats)
     if (named >= 0 && named != r->step)
         problem(s->p, "%s: /: attribute 'step' is %lld, the file name says %lld", s->path,
                 (long long)r->step, (long long)named);
-    visit v = { s, r, false };
+    visit v = { s, r, false, false };
     dump_contain_at("the objects under /");
     if (H5Ovisit2(s->file, H5_INDEX_NAME, H5_ITER_INC, visit_object, &v, H5O_INFO_BASIC) < 0)
         h5_problem(s, "/", "cannot list the objects");
     *stats = v.stats;
+    *samples = v.samples;
     if (r->n > 1)
         qsort(r->t, (size_t)r->n, sizeof *r->t, tensor_order);
 }
@@ -936,16 +950,16 @@ typedef struct step_job {
 static void step_child(void *arg, dump_blob *o)
 {
     const step_job *j = arg;
-    dump_problems p = { 0 }, vp = { 0 }, sp = { 0 };
+    dump_problems p = { 0 }, vp = { 0 }, sp = { 0 }, pp = { 0 };
     step_parse r = { 0 };
     scan s = { j->path, -1, &p, 0 };
-    int n_tensors = -1, n_rows = 0;
-    bool stats = false, crc_none = false;
+    int n_tensors = -1, n_rows = 0, n_samples = 0;
+    bool stats = false, samples = false, crc_none = false;
     char err[1024];
     dump_h5_quiet q = dump_h5_hush();
     s.file = file_open(&s);
     if (s.file >= 0)
-        step_scan(&s, &r, &n_tensors, &stats);
+        step_scan(&s, &r, &n_tensors, &stats, &samples);
     dump_blob_int(o, (long long)s.size);
     dump_blob_int(o, r.step);
     dump_blob_int(o, n_tensors);
@@ -989,6 +1003,16 @@ static void step_child(void *arg, dump_blob *o)
     dump_blob_int(o, n_rows);
     dump_blob_put(o, rows, (size_t)n_rows * sizeof *rows);
     free(rows);
+    dump_sample_row *srows = NULL;
+    if (samples) {
+        scan ss = { j->path, s.file, &pp, s.size };
+        srows = table_read(&ss, "/samples", sample_cols, NCOLS(sample_cols), sizeof *srows, &n_samples);
+    }
+    put_problems(o, &pp);
+    n_samples = pp.n > 0 ? 0 : n_samples;
+    dump_blob_int(o, n_samples);
+    dump_blob_put(o, srows, (size_t)n_samples * sizeof *srows);
+    free(srows);
     free(r.t);
     if (s.file >= 0)
         H5Fclose(s.file);
@@ -996,6 +1020,7 @@ static void step_child(void *arg, dump_blob *o)
     dump_problems_free(&p);
     dump_problems_free(&vp);
     dump_problems_free(&sp);
+    dump_problems_free(&pp);
 }
 
 /* Parses run.h5: problems, the root attributes (a dump_run_meta), the op rows. */
@@ -1097,6 +1122,9 @@ struct dump_step_reader {
     int n_stats;
     dump_stats_row *stats;
     dump_problems stats_p;  /* reading /stats */
+    int n_samples;
+    dump_sample_row *samples;
+    dump_problems samples_p; /* reading /samples */
     dump_problems value_p;  /* verify: values the child read */
     bool value_crc_none;    /* verify: some of those have no CRC-32C (older files) */
 };
@@ -1113,6 +1141,8 @@ static void reader_free(dump_step_reader *r)
     free(r->t);
     free(r->stats);
     dump_problems_free(&r->stats_p);
+    dump_problems_free(&r->samples_p);
+    free(r->samples);
     dump_problems_free(&r->value_p);
     free(r->path);
     free(r);
@@ -1239,6 +1269,14 @@ static dump_step_reader *step_decode(const char *path, const dump_blob *b, dump_
         TEXT_END(r->stats[i].path);
         TEXT_END(r->stats[i].op);
         c.bad = c.bad || (unsigned)r->stats[i].io > DUMP_OUT;
+    }
+    get_problems(&c, &r->samples_p);
+    long long nsm = dump_cur_int(&c);
+    r->samples = get_array(&c, nsm, sizeof *r->samples);
+    r->n_samples = c.bad ? 0 : (int)nsm;
+    for (int i = 0; i < r->n_samples; i++) {
+        TEXT_END(r->samples[i].dataset);
+        TEXT_END(r->samples[i].source);
     }
     if (c.bad || c.left != 0) {
         problem(p, "%s: %s", path, malformed);
@@ -1454,6 +1492,24 @@ int dump_step_stats(dump_step_reader *r, dump_stats_row **rows, char *err, size_
     return r->n_stats;
 }
 
+int dump_step_samples(dump_step_reader *r, dump_sample_row **rows, char *err, size_t n)
+{
+    *rows = NULL;
+    if (r->samples_p.n > 0) {
+        first_problem(&r->samples_p, err, n);
+        return -1;
+    }
+    if (r->n_samples == 0)
+        return 0;
+    *rows = malloc((size_t)r->n_samples * sizeof **rows);
+    if (!*rows) {
+        dump_h5_fail(err, n, "%s: /samples: out of memory", r->path);
+        return -1;
+    }
+    memcpy(*rows, r->samples, (size_t)r->n_samples * sizeof **rows);
+    return r->n_samples;
+}
+
 /* ---- run.h5 ---------------------------------------------------------------------- */
 
 /* Parses run.h5 in a child: false with problems in p. */
@@ -1553,6 +1609,8 @@ static void step_verify(const char *path, dump_problems *p)
         problem(p, "%s", r->value_p.msg[i]);
     for (int i = 0; i < r->stats_p.n; i++)
         problem(p, "%s", r->stats_p.msg[i]);
+    for (int i = 0; i < r->samples_p.n; i++)
+        problem(p, "%s", r->samples_p.msg[i]);
     found += r->n_stats;
     if (r->n_tensors >= 0 && r->n_tensors != found && p->n == before)
         problem(p, "%s: /: attribute 'n_tensors' is %d, the file holds %d", path, r->n_tensors,

@@ -439,6 +439,8 @@ struct dump_step_writer {
     bool failed;
     char why[1024];   /* the failure commit reports */
     dump_step_scaler scaler;
+    dump_sample_row *samples;
+    int n_samples;
 };
 
 static void writer_free(dump_step_writer *w)
@@ -449,6 +451,7 @@ static void writer_free(dump_step_writer *w)
     free(w->stage);
     free(w->host);
     free(w->stats);
+    free(w->samples);
     dump_image_release(&w->image);
     free(w);
 }
@@ -822,6 +825,60 @@ void dump_step_set_scaler(dump_step_writer *w, const dump_step_scaler *s)
         w->scaler = *s;
 }
 
+bool dump_step_set_samples(dump_step_writer *w, const dump_sample_row *rows, int count, char *err, size_t n)
+{
+    if (!w || count < 0)
+        return dump_h5_fail(err, n, !w ? "no step file" : "/samples: negative row count");
+    dump_sample_row *s = count ? malloc((size_t)count * sizeof *s) : NULL;
+    if (count && !s)
+        return dump_h5_fail(err, n, "%s: /samples: out of memory", w->tmp);
+    if (count)
+        memcpy(s, rows, (size_t)count * sizeof *s);
+    for (int i = 0; i < count; i++) { /* strings end inside their fields */
+        s[i].dataset[sizeof s[i].dataset - 1] = '\0';
+        s[i].source[sizeof s[i].source - 1] = '\0';
+    }
+    free(w->samples);
+    w->samples = s;
+    w->n_samples = count;
+    return true;
+}
+
+/* The /samples row as HDF5 converts it: strings as pointers. */
+typedef struct samples_mem {
+    int32_t batch, row;
+    int64_t sample, drawn, position, epoch, seed;
+    const char *dataset, *source;
+} samples_mem;
+
+static bool write_samples(dump_step_writer *w)
+{
+    samples_mem *m = calloc((size_t)w->n_samples, sizeof *m);
+    hid_t str = str_type();
+    hid_t t = str < 0 ? -1 : H5Tcreate(H5T_COMPOUND, sizeof *m);
+    bool ok = m && t >= 0 && H5Tinsert(t, "batch", HOFFSET(samples_mem, batch), H5T_NATIVE_INT32) >= 0 &&
+              H5Tinsert(t, "row", HOFFSET(samples_mem, row), H5T_NATIVE_INT32) >= 0 &&
+              H5Tinsert(t, "sample", HOFFSET(samples_mem, sample), H5T_NATIVE_INT64) >= 0 &&
+              H5Tinsert(t, "drawn", HOFFSET(samples_mem, drawn), H5T_NATIVE_INT64) >= 0 &&
+              H5Tinsert(t, "position", HOFFSET(samples_mem, position), H5T_NATIVE_INT64) >= 0 &&
+              H5Tinsert(t, "epoch", HOFFSET(samples_mem, epoch), H5T_NATIVE_INT64) >= 0 &&
+              H5Tinsert(t, "seed", HOFFSET(samples_mem, seed), H5T_NATIVE_INT64) >= 0 &&
+              H5Tinsert(t, "dataset", HOFFSET(samples_mem, dataset), str) >= 0 &&
+              H5Tinsert(t, "source", HOFFSET(samples_mem, source), str) >= 0;
+    for (int i = 0; ok && i < w->n_samples; i++) {
+        const dump_sample_row *r = &w->samples[i];
+        m[i] = (samples_mem){ r->batch, r->row, r->sample, r->drawn, r->position, r->epoch, r->seed, r->dataset,
+                              r->source };
+    }
+    ok = ok && write_table(w->file, "/samples", t, sizeof *m, w->n_samples, m);
+    if (t >= 0)
+        H5Tclose(t);
+    if (str >= 0)
+        H5Tclose(str);
+    free(m);
+    return ok;
+}
+
 /* The loss scaler's root attributes: none without a scaler, skipped only
  * once known, skip_param only on a skipped step. */
 static bool scaler_attrs(hid_t f, const dump_step_scaler *s)
@@ -844,6 +901,8 @@ bool dump_step_seal(dump_step_writer *w, char *err, size_t n)
         dump_h5_fail(err, n, "%s", w->why);
     if (ok && w->n_stats > 0 && !write_stats(w))
         ok = writer_failed(w, "/stats", "cannot write the table", 0, err, n);
+    if (ok && w->n_samples > 0 && !write_samples(w))
+        ok = writer_failed(w, "/samples", "cannot write the table", 0, err, n);
     /* complete goes last: a file without it was not finished. */
     if (ok && !(scaler_attrs(w->file, &w->scaler) &&
                 attr_i32(w->file, "n_tensors", w->n_tensors + w->n_stats) &&

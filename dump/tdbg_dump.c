@@ -25,6 +25,7 @@ static const char usage_text[] =
     "       tdbg-dump show DIR TENSOR [--step N] [SLICES]\n"
     "       tdbg-dump stats DIR [--step N] [GLOB]\n"
     "       tdbg-dump export DIR --npy OUTDIR [--step N] [GLOB]\n"
+    "       tdbg-dump samples DIR [--step N]\n"
     "       tdbg-dump verify DIR|FILE\n"
     "TENSOR is a dataset path (/conv2/bn/in0) or the debugger's name for it\n"
     "(conv2/bn:in0, fc1/linear:out0, param:fc1.weight, grad:fc1.weight); a GLOB\n"
@@ -724,6 +725,51 @@ static int cmd_stats(ctx *c)
     return c->rc;
 }
 
+/* ---- samples ------------------------------------------------------------------- */
+
+/* A step's /samples: each batch's dataset, seed and place, then its rows. */
+static bool samples_step(ctx *c, const dump_step_entry *e, dump_step_reader *r, void *data)
+{
+    int *shown = data;
+    if (!r)
+        return true;
+    char why[WHY_MAX];
+    dump_sample_row *rows = NULL;
+    int n = dump_step_samples(r, &rows, why, sizeof why);
+    if (n < 0)
+        complain(c, RC_TROUBLE, "%s", why);
+    for (int i = 0; i < n; i++) {
+        const dump_sample_row *s = &rows[i];
+        if (i == 0)
+            fprintf(c->out, "step %lld:\n", (long long)e->step);
+        if (i == 0 || s->batch != rows[i - 1].batch) {
+            fprintf(c->out, "  batch %d: '%s'", s->batch, s->dataset);
+            if (s->position >= 0)
+                fprintf(c->out, ", loader seed %llu, epoch %lld, position %lld", (unsigned long long)s->seed,
+                        (long long)s->epoch, (long long)s->position);
+            else
+                fprintf(c->out, ", published by the program");
+            fprintf(c->out, "\n    %-5s %-10s %s\n", "row", "sample", "source");
+        }
+        fprintf(c->out, "    %-5d %-10lld %s", s->row, (long long)s->sample, s->source[0] ? s->source : "-");
+        if (s->drawn != s->sample)
+            fprintf(c->out, "  (in place of %lld: data skip)", (long long)s->drawn);
+        fprintf(c->out, "\n");
+    }
+    *shown += n > 0;
+    free(rows);
+    return true;
+}
+
+static int cmd_samples(ctx *c)
+{
+    int shown = 0;
+    if (steps_visit(c, samples_step, &shown) && shown == 0 && c->rc == RC_OK)
+        complain(c, RC_FOUND, "%s: no step %srecords its samples (a run without a data loader, a dump "
+                 "from before tdbg kept them, or TDBG_PROVENANCE=0)", c->dir, c->a.has_step ? "selected " : "");
+    return c->rc;
+}
+
 /* ---- export --------------------------------------------------------------------- */
 
 /* mkdir -p path; false with why naming the directory that failed. */
@@ -916,6 +962,7 @@ static const command commands[] = {
     { "show", 2, INT_MAX, true, false, true, cmd_show },
     { "stats", 1, 2, true, false, true, cmd_stats },
     { "export", 1, 2, true, true, true, cmd_export },
+    { "samples", 1, 1, true, false, true, cmd_samples },
     { "verify", 1, 1, false, false, false, cmd_verify },
 };
 

@@ -66,6 +66,8 @@ typedef struct item {
     uint64_t peak_bytes;  /* with ops: the allocator's peak then */
     bool again;           /* BEGIN, COMMIT: replaces the step's file written before */
     dump_step_scaler scaler; /* COMMIT: the step's loss scaler */
+    dump_sample_row *samples; /* COMMIT: the samples of the batches the step took */
+    int n_samples;
     int64_t was_tensors;  /* ... which held this many tensors */
     uint64_t was_bytes;   /* ... of this many bytes */
     struct item *next;
@@ -446,7 +448,9 @@ static void write_item(dump_session *d, dump_step_writer **w, step_counts *c, it
         }
         if (*w && !d->failed) {
             dump_step_set_scaler(*w, &it->scaler);
-            if (dump_step_seal(*w, err, sizeof err))
+            if (it->n_samples && !dump_step_set_samples(*w, it->samples, it->n_samples, err, sizeof err))
+                fail(d, err);
+            else if (dump_step_seal(*w, err, sizeof err))
                 hand_over(d, *w, *c, it->step);
             else
                 fail(d, err);
@@ -574,6 +578,7 @@ static void free_items(dump_session *d, item *it)
         copy_put(d, it->data, it->cap);
         pthread_mutex_unlock(&d->mu);
         free(it->ops);
+        free(it->samples);
         free(it);
         it = next;
     }
@@ -637,6 +642,29 @@ static dump_step_scaler step_scaler(const dump_session *d, bool ended)
     return s;
 }
 
+/* The samples of the batches step took so far (engine/te.h, te_batch) into
+ * it, for its file's /samples table; none when provenance is off. */
+static void step_samples(item *it, int64_t step)
+{
+    int rows = 0, first = te_batch_count();
+    while (first > 0 && te_batch_at(first - 1)->step == step)
+        rows += (int)te_batch_at(--first)->rows;
+    if (!rows || !(it->samples = calloc((size_t)rows, sizeof *it->samples)))
+        return;
+    for (int i = first, k = 0; i < te_batch_count(); i++) {
+        const te_batch *b = te_batch_at(i);
+        for (int64_t r = 0; r < b->rows; r++, k++) {
+            dump_sample_row *s = &it->samples[k];
+            *s = (dump_sample_row){ .batch = i - first, .row = (int32_t)r, .sample = b->index[r], .drawn = b->drawn[r],
+                                    .position = b->loader ? b->position : -1, .epoch = b->loader ? b->epoch : -1,
+                                    .seed = (int64_t)b->seed };
+            snprintf(s->dataset, sizeof s->dataset, "%s", b->dataset && b->dataset->name ? b->dataset->name : "");
+            te_batch_source(b, r, s->source, sizeof s->source);
+        }
+    }
+    it->n_samples = rows;
+}
+
 /* The current step as far as it went, copied (the step stays held), and a
  * commit; the file it makes replaces one written at an earlier stop in
  * this step. */
@@ -676,6 +704,7 @@ static void write_current_part(dump_session *d)
     if (!commit)
         return;
     commit->scaler = step_scaler(d, false);
+    step_samples(commit, d->step);
     commit->again = d->cur_on_disk;
     commit->was_tensors = d->cur_disk_tensors;
     commit->was_bytes = d->cur_disk_bytes;
@@ -969,6 +998,7 @@ static void on_step_end(int64_t step, void *user)
     item *it = new_item(ITEM_COMMIT, step);
     if (it) {
         it->scaler = step_scaler(d, true);
+        step_samples(it, step);
         put(d, it);
     }
     if (d->recording && it) {

@@ -1095,6 +1095,48 @@ START_TEST(test_not_hdf5_and_quiet)
 }
 END_TEST
 
+/* A step's /samples table: every field back as written, in order; a step
+ * without one has none. */
+START_TEST(test_samples_roundtrip)
+{
+    char dir[128], path[256], err[1024] = "";
+    test_dir(dir, sizeof dir);
+    dump_sample_row rows[3] = {
+        { .batch = 0, .row = 0, .sample = 142, .drawn = 142, .position = 9, .epoch = 0, .seed = -3,
+          .dataset = "pts.csv", .source = "pts.csv:144 (byte 3485)" },
+        { .batch = 0, .row = 1, .sample = 431, .drawn = 100, .position = 9, .epoch = 0, .seed = -3,
+          .dataset = "pts.csv", .source = "pts.csv:433 (byte 10500)" },
+        { .batch = 1, .row = 0, .sample = 5, .drawn = 5, .position = -1, .epoch = -1, .seed = 0,
+          .dataset = "text \xc3\xa9t\xc3\xa9", .source = "" },
+    };
+    for (int with = 0; with < 2; with++) {
+        dump_step_writer *w = dump_step_create(dir, with + 1, 0, err, sizeof err);
+        ck_assert_msg(w != NULL, "%s", err);
+        if (with)
+            ck_assert_msg(dump_step_set_samples(w, rows, 3, err, sizeof err), "%s", err);
+        ck_assert_msg(dump_step_commit(w, err, sizeof err), "%s", err);
+        step_path(path, sizeof path, dir, with + 1);
+        dump_step_reader *r = dump_step_open(path, err, sizeof err);
+        ck_assert_msg(r != NULL, "%s", err);
+        dump_sample_row *got = NULL;
+        int n = dump_step_samples(r, &got, err, sizeof err);
+        ck_assert_int_eq(n, with ? 3 : 0);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(got[i].batch == rows[i].batch && got[i].row == rows[i].row && got[i].sample == rows[i].sample &&
+                              got[i].drawn == rows[i].drawn && got[i].position == rows[i].position &&
+                              got[i].epoch == rows[i].epoch && got[i].seed == rows[i].seed &&
+                              strcmp(got[i].dataset, rows[i].dataset) == 0 && strcmp(got[i].source, rows[i].source) == 0,
+                          "row %d read back as batch %d row %d sample %lld drawn %lld '%s' '%s'", i, got[i].batch,
+                          got[i].row, (long long)got[i].sample, (long long)got[i].drawn, got[i].dataset, got[i].source);
+        free(got);
+        dump_step_close(r);
+        dump_problems p;
+        ck_assert_int_eq(dump_verify(path, &p), 0);
+        dump_problems_free(&p);
+    }
+}
+END_TEST
+
 /* ---- disk errors ------------------------------------------------------------ */
 
 /* Runs step 2 into dir as an unprivileged user in a child (root ignores
@@ -1273,6 +1315,7 @@ static void add_tests(TCase *tc)
     tcase_add_test(tc, test_crc32c_vectors);
     tcase_add_test(tc, test_crc32c_attribute);
     tcase_add_test(tc, test_stats_roundtrip);
+    tcase_add_test(tc, test_samples_roundtrip);
     tcase_add_test(tc, test_run_metadata_roundtrip);
     tcase_add_test(tc, test_list_after_kill9);
     tcase_add_test(tc, test_verify_good_run);

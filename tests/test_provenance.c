@@ -468,6 +468,50 @@ START_TEST(test_session_data_skip)
 }
 END_TEST
 
+/* The sample at `row` of step `step` in `tdbg-dump samples` output, -1 if none. */
+static long long dumped_sample(const char *out, int step, int row)
+{
+    char head[32], line[32];
+    snprintf(head, sizeof head, "step %d:\n", step);
+    const char *p = strstr(out, head);
+    snprintf(line, sizeof line, "\n    %-5d ", row);
+    p = p ? strstr(p, line) : NULL;
+    return p ? atoll(p + strlen(line)) : -1;
+}
+
+/* Dumps record each step's samples, tdbg-dump shows them, and a `data
+ * skip` shows as the replacement in place of the sample drawn. */
+START_TEST(test_dump_records_samples)
+{
+    csv_fixture f;
+    csv_write(&f, dir, false, false);
+    char out[1 << 16];
+    ck_assert_msg(tu_shell(out, sizeof out, "rm -rf '%s/d1' && '%s/examples/mlp' --data '%s' --hidden 8 --batch 4 "
+                           "--steps 6 --dump 'dir=%s/d1;ops=fc1/*;steps=1-5' >/dev/null 2>&1 && '%s/dump/tdbg-dump' "
+                           "samples '%s/d1'", dir, TDBG_BUILDDIR, f.path, dir, TDBG_BUILDDIR, dir) == 0, "%s", out);
+    const long long s5 = dumped_sample(out, 5, 2);
+    ck_assert_msg(s5 >= 0, "%s", out);
+    char want[400];
+    snprintf(want, sizeof want, "\n    2     %-10lld %s:%lld (byte %lld)\n", s5, f.path, (long long)f.line[s5],
+             (long long)f.byte[s5]);
+    ck_assert_msg(strstr(out, want), "no '%s' in\n%s", want, out);
+    ck_assert_msg(strstr(out, "step 1:\n  batch 0: '") && strstr(out, "', loader seed 1, epoch 0, position 1\n"), "%s",
+                  out);
+    /* under the debugger, that sample replaced at step 1: step 5 records both */
+    char cmds[256];
+    snprintf(cmds, sizeof cmds, "break step 1;run;data skip %lld;continue", s5);
+    ts_session s = ts_tdbg("--batch", cmds, "mlp", "--data '%s' --hidden 8 --batch 4 --steps 6 --dump 'dir=%s/d2;ops=fc1/*;"
+                "steps=1-5'", f.path, dir);
+    ts_has(&s, "is replaced by sample");
+    ts_free(&s);
+    ck_assert_msg(tu_shell(out, sizeof out, "'%s/dump/tdbg-dump' samples '%s/d2' --step 5", TDBG_BUILDDIR, dir) == 0,
+                  "%s", out);
+    snprintf(want, sizeof want, "(in place of %lld: data skip)", s5);
+    ck_assert_msg(strstr(out, want), "no '%s' in\n%s", want, out);
+    ck_assert_msg(dumped_sample(out, 5, 2) != s5 && dumped_sample(out, 5, 2) >= 0, "%s", out);
+}
+END_TEST
+
 START_TEST(test_session_gpt_source)
 {
     char path[128];
@@ -515,6 +559,7 @@ Suite *suite_provenance(void)
     tcase_add_test(tc, test_session_planted_label);
     tcase_add_test(tc, test_session_data_skip);
     tcase_add_test(tc, test_session_gpt_source);
+    tcase_add_test(tc, test_dump_records_samples);
     suite_add_tcase(s, tc);
     return s;
 }
