@@ -529,9 +529,9 @@ te_status te_loader_next(te_loader *l, te_tensor **x, te_tensor **y)
             const uint64_t w0 = te_prof_now();
             while (s->seq != seq)
                 pthread_cond_wait(&l->ready, &l->mu);
-            te_log_write(TE_LOG_DATA, TE_LOG_DEBUG, "loader '%s': waited %.3f ms for batch %lld (%d workers)",
+            te_log_write(TE_LOG_DATA, TE_LOG_DEBUG, "loader '%s': waited %.3f ms for batch %lld (%d worker%s)",
                          l->d->name ? l->d->name : "?", (double)(te_prof_now() - w0) / 1e6, (long long)seq,
-                         l->n_workers);
+                         l->n_workers, l->n_workers == 1 ? "" : "s");
         }
         while (s->seq != seq)
             pthread_cond_wait(&l->ready, &l->mu);

@@ -2,7 +2,8 @@
 # fuzz/mkseeds.sh BUILDDIR SRCDIR — makes the file readers' seed corpus
 # (tests/fuzz/step, tests/fuzz/run) from tiny real dumps of examples/mlp:
 # a 2-3-3 network on spirals, batch 4, two steps; full values (inputs and
-# outputs), statistics only, gzip-compressed, graph mode: as the writer
+# outputs), statistics only, gzip-compressed, graph mode, a CSV's (its
+# /samples table names lines and bytes): as the writer
 # makes them, a few KB each. And the GPT checkpoint reader's
 # (tests/fuzz/checkpoint) from examples/gpt with --save, the configuration
 # fuzz/fuzz_checkpoint.c checks against (1 layer, 1 head, embd 4, block 4),
@@ -21,6 +22,10 @@ $mlp --dump "dir=$tmp/full;io=both" >/dev/null
 $mlp --dump "dir=$tmp/stats;what=stats" >/dev/null
 $mlp --dump "dir=$tmp/gzip;compress=gzip:1;ops=fc1*;phase=forward,params" >/dev/null
 $mlp --mode graph --dump "dir=$tmp/graph;phase=backward,grads" >/dev/null
+# a CSV's records: the /samples table with sources (a data skip's drawn != sample needs the debugger)
+printf 'x,y,label\n0.5,1,0\n,2,1\n1e39,3,0\n-1,4,1\n2,5,0\n3,,1\n4,7,0\n5,8,1\n6,9,0\n7,1,1\n' >"$tmp/pts.csv"
+$build/examples/mlp --data "$tmp/pts.csv" --hidden 3 --batch 4 --steps 2 --threads 1 --log-every 100 \
+    --dump "dir=$tmp/samples;ops=fc1*" >/dev/null
 gpt="$build/examples/gpt --data $src/tests/fixtures/alice.txt --layers 1 --heads 1 --embd 4 --block 4 --batch 2
      --steps 2 --warmup 0 --eval-every 0 --threads 1 --log-every 100"
 $gpt --save "$tmp/valid.h5" >/dev/null
@@ -30,7 +35,7 @@ for t in step run checkpoint; do
     rm -rf "$src/tests/fuzz/$t"
     mkdir -p "$src/tests/fuzz/$t"
 done
-for d in full stats gzip graph; do
+for d in full stats gzip graph samples; do
     cp "$tmp/$d/step-00000001.h5" "$src/tests/fuzz/step/$d.h5"
     cp "$tmp/$d/run.h5" "$src/tests/fuzz/run/$d.h5"
 done

@@ -343,6 +343,14 @@ START_TEST(test_op_failed_hook)
     ck_assert_str_eq(failed_op, "cross_entropy");
     ck_assert_msg(strstr(failed_msg, "label 3 at index 5 is out of range for 3 classes") != NULL, "%s", failed_msg);
     ck_assert_msg(failed_batch == te_batch_at(te_batch_count() - 1), "the failing op's batch input not found");
+    /* a bad shape, refused as the op is built */
+    failed_calls = 0;
+    te_tensor *w = te_tensor_new(TE_F32, te_shape(5, 4));
+    ck_assert(te_matmul(x, w) == NULL);
+    ck_assert_int_eq(failed_calls, 1);
+    ck_assert_str_eq(failed_op, "matmul");
+    ck_assert_msg(strstr(failed_msg, "[8,2]") && strstr(failed_msg, "[5,4]"), "%s", failed_msg);
+    ck_assert_msg(failed_batch == te_batch_at(te_batch_count() - 1), "the matmul's batch input not found");
     te_step_end();
     te_hook_remove(h);
     te_loader_free(l);
@@ -465,6 +473,63 @@ START_TEST(test_session_data_skip)
     ts_has(&s, "' is replaced by sample ");
     ts_lacks(&s, "error:");
     ts_free(&s);
+    /* a rewind to before the skip restores the table of its snapshot: the
+     * step takes the NaN record again; skipped before that step takes its
+     * batch (at the rewind's arrival), the step runs without it and the
+     * run ends clean */
+    s = ts_tdbg("--batch", "break data if nonfinite;run;data skip 100;rewind 9;continue;rewind 9;data skip 100;continue",
+                "mlp",
+                "--data '%s' --classes 3 --hidden 16 --batch 32 --steps 45 --log-every 50", f.path);
+    ck_assert_int_eq(ts_count(&s, "reason=data"), 2);
+    ck_assert_int_eq(ts_count(&s, "reason=data tensor=batch:x index=[13,1] origin=- row=13 sample=100"), 2);
+    ts_has(&s, "final: loss=");
+    ts_lacks(&s, "loss=nan");
+    ts_free(&s);
+}
+END_TEST
+
+/* The loader's waits at debug level: a dataset slower than the step. */
+static void slow_get(const te_dataset *d, int64_t i, float *x, int32_t *y)
+{
+    const te_dataset *base = d->state;
+    usleep(2000);
+    base->get(base, i, x, y);
+}
+
+START_TEST(test_loader_wait_logged)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/log.txt", dir);
+    te_dataset *base = te_dataset_spirals(64, 2, 1);
+    te_dataset d = *base;
+    d.get = slow_get;
+    d.state = base;
+    d.name = "slow";
+    for (int on = 0; on < 2; on++) {
+        ck_assert_int_eq(te_log_configure(on ? "engine.data=debug" : "debug,engine.data=info", path), TE_OK);
+        te_loader *l = te_loader_new(&d, &(te_loader_opts){ .batch = 4, .workers = 1 });
+        te_tensor *x, *y;
+        for (int s = 0; s < 3; s++) {
+            te_step_begin();
+            ck_assert_int_eq(te_loader_next(l, &x, &y), TE_OK);
+            te_step_end();
+        }
+        te_loader_free(l);
+        te_log_configure(NULL, NULL);
+        char out[4096] = "";
+        FILE *fp = fopen(path, "r");
+        size_t got = fp ? fread(out, 1, sizeof out - 1, fp) : 0;
+        out[got] = '\0';
+        if (fp)
+            fclose(fp);
+        unlink(path);
+        if (on)
+            ck_assert_msg(strstr(out, " engine.data debug: loader 'slow': waited ") && strstr(out, "(1 worker)"), "%s",
+                          out);
+        else
+            ck_assert_msg(!strstr(out, "waited"), "engine.data at info logged a wait:\n%s", out);
+    }
+    te_dataset_free(base);
 }
 END_TEST
 
@@ -551,6 +616,7 @@ Suite *suite_provenance(void)
     tcase_add_test(tc, test_check_in_loader);
     tcase_add_test(tc, test_loader_skip);
     tcase_add_test(tc, test_op_failed_hook);
+    tcase_add_test(tc, test_loader_wait_logged);
     suite_add_tcase(s, tc);
     tc = tcase_create("session");
     tcase_set_timeout(tc, 600);
