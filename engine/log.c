@@ -16,6 +16,7 @@
  */
 #include "te_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -84,31 +85,6 @@ static bool selects(const char *name, size_t len, te_log_component c)
     return strncasecmp(cn, name, len) == 0 && (cn[len] == '\0' || cn[len] == '.');
 }
 
-/* Edit distance, for "did you mean" (names are short: a row on the stack). */
-static size_t distance(const char *a, size_t la, const char *b)
-{
-    size_t lb = strlen(b), row[32];
-    if (la >= 31 || lb >= 31)
-        return (size_t)-1;
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j], cost = (a[i - 1] | 0x20) == (b[j - 1] | 0x20) ? 0 : 1;
-            size_t best = diag + cost;
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 /* "; did you mean 'X'?" for the nearest of names, or "": the first name
  * the token begins ("engine.gr"), else one that begins the token
  * ("warning"), else one two edits away at most. */
@@ -116,8 +92,14 @@ static const char *suggest(const char *s, size_t len, const char *const *names, 
 {
     const char *best = NULL;
     size_t best_d = 3;
+    char low[64]; /* the names are lower case; the token's case does not count */
+    if (len >= sizeof low)
+        return "";
+    for (size_t k = 0; k < len; k++)
+        low[k] = (char)tolower((unsigned char)s[k]);
+    low[len] = '\0';
     for (int i = 0; i < n; i++) {
-        size_t ln = strlen(names[i]), d = distance(s, len, names[i]);
+        size_t ln = strlen(names[i]), d = (size_t)te_edit_distance(low, names[i]);
         if (len >= 3 && ln >= 3 && strncasecmp(s, names[i], len < ln ? len : ln) == 0)
             d = len < ln ? 0 : 1;
         if (d < best_d) {
