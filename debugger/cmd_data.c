@@ -28,7 +28,10 @@ static void info_one(const te_batch *b, int k)
                     (long long)b->finding.bad_rows, (long long)b->rows);
         fprintf(dbg_out, "\n");
     } else {
-        fprintf(dbg_out, "  data check: %s\n", b->checked ? "clean" : "none ('break data' sets one)");
+        fprintf(dbg_out, "  data check: %s\n", b->checked ? "clean"
+                         : b->x && b->x->dtype != TE_F32 ? "none (the checks read f32 features; this x is "
+                                                           "integer tokens)"
+                                                         : "none ('break data' sets one)");
     }
     if (b->loader) {
         int64_t from[SKIPS_SHOWN], to[SKIPS_SHOWN];
