@@ -505,6 +505,7 @@ static void *writer_main(void *arg)
         d->bytes_taken += it->kind == ITEM_TENSOR ? it->bytes : 0;
         copy_put(d, it->data, it->cap);
         free(it->ops);
+        free(it->samples);
         free(it);
         pthread_cond_broadcast(&d->room);
         if (!d->head)

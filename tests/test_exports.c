@@ -82,7 +82,8 @@ static void exported(const char *lib, names *s)
          * message, which the status below reports. */
         if (sscanf(line, "%*s %c %255s", &type, name) != 2)
             continue;
-        bool ours = true;
+        /* AddressSanitizer adds an __odr_asan.NAME beside each exported variable */
+        bool ours = strncmp(name, "__odr_asan", 10) != 0;
         for (size_t i = 0; i < sizeof linker / sizeof *linker; i++)
             ours = ours && strcmp(name, linker[i]) != 0;
         if (ours)
