@@ -400,8 +400,10 @@ static void apply_skip(te_loader *l, void *arg)
             c->st = TE_ERR_NOMEM;
             return;
         }
-        memcpy(l->skip_from, c->table_from, (size_t)c->n * sizeof *l->skip_from);
-        memcpy(l->skip_to, c->table_to, (size_t)c->n * sizeof *l->skip_to);
+        if (c->n > 0) { /* a snapshot without replacements has NULL arrays */
+            memcpy(l->skip_from, c->table_from, (size_t)c->n * sizeof *l->skip_from);
+            memcpy(l->skip_to, c->table_to, (size_t)c->n * sizeof *l->skip_to);
+        }
         l->n_skip = c->n;
         return;
     }
