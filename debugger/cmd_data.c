@@ -29,7 +29,7 @@ static void info_one(const te_batch *b, int k)
         fprintf(dbg_out, "\n");
     } else {
         fprintf(dbg_out, "  data check: %s\n", b->checked ? "clean"
-                         : b->x && b->x->dtype != TE_F32 ? "none (the checks read f32 features; this x is "
+                         : b->x_dtype != TE_F32 ? "none (the checks read f32 features; this x is "
                                                            "integer tokens)"
                                                          : "none ('break data' sets one)");
     }

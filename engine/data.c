@@ -501,6 +501,7 @@ static te_batch *record_batch(te_loader *l, const slot *s, int64_t seq, const te
     b->batch_in_epoch = seq % l->batches;
     b->x = x;
     b->y = y;
+    b->x_dtype = TE_F32;
     b->checked = s->check_gen != 0;
     b->finding = s->finding;
     return b;

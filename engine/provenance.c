@@ -116,6 +116,7 @@ te_status te_batch_publish(const te_dataset *d, const int64_t *index, int64_t ro
     b->dataset = d;
     b->x = x;
     b->y = y;
+    b->x_dtype = x ? x->dtype : TE_F32;
     te_data_check c;
     if (te_data_check_current(&c) && x && x->dtype == TE_F32 && x->data && x->device == TE_DEV_CPU) {
         const int32_t *labels = y && y->dtype == TE_I32 && y->data && y->numel == rows ? te_data(y) : NULL;

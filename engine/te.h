@@ -1170,7 +1170,8 @@ struct te_batch {
     int64_t rows;
     const int64_t *index;      /* [rows] the dataset index of each row */
     const int64_t *drawn;      /* [rows] what the order drew; != index where `data skip` replaced it */
-    const te_tensor *x, *y;    /* the tensors it was handed out as (valid in its step) */
+    const te_tensor *x, *y;    /* the tensors it was handed out as (valid in its step only) */
+    te_dtype x_dtype;          /* x's, kept past the step */
     bool checked;              /* a data check ran on it: finding says what it found */
     te_data_finding finding;
 };
