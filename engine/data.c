@@ -367,68 +367,54 @@ te_status te_loader_seek(te_loader *l, int64_t pos)
     return pos == l->consumed ? TE_OK : restart_at(l, pos, NULL, NULL);
 }
 
-typedef struct skip_change {
-    int64_t from, to;    /* one replacement to add; from < 0: set the table below */
+/* A table of n replacements to put in force (restart_at's change). */
+typedef struct skip_table {
     int n;
-    const int64_t *table_from, *table_to;
+    const int64_t *from, *to;
     te_status st;
-} skip_change;
+} skip_table;
 
-/* The table's arrays hold n entries; false with the error set. */
-static bool skip_room(te_loader *l, int n)
+static void set_table(te_loader *l, void *arg)
 {
-    if (n == 0)
-        return true;
-    int64_t *f = realloc(l->skip_from, (size_t)n * sizeof *f);
-    if (f)
-        l->skip_from = f;
-    int64_t *t = f ? realloc(l->skip_to, (size_t)n * sizeof *t) : NULL;
-    if (t)
-        l->skip_to = t;
-    if (!f || !t) {
-        te_set_error(TE_ERR_NOMEM, "te_loader_skip: out of memory for %d replacements", n);
-        return false;
+    skip_table *t = arg;
+    int64_t *from = t->n ? malloc((size_t)t->n * sizeof *from) : NULL;
+    int64_t *to = t->n ? malloc((size_t)t->n * sizeof *to) : NULL;
+    if (t->n && (!from || !to)) {
+        free(from);
+        free(to);
+        te_set_error(TE_ERR_NOMEM, "data skip: out of memory for %d replacements", t->n);
+        t->st = TE_ERR_NOMEM;
+        return;
     }
-    return true;
+    if (t->n) {
+        memcpy(from, t->from, (size_t)t->n * sizeof *from);
+        memcpy(to, t->to, (size_t)t->n * sizeof *to);
+    }
+    free(l->skip_from);
+    free(l->skip_to);
+    l->skip_from = from;
+    l->skip_to = to;
+    l->n_skip = t->n;
 }
 
-static void apply_skip(te_loader *l, void *arg)
+/* Puts n replacements in force: the workers stop, take the table and
+ * start again at the loader's position. */
+static te_status skips_set(te_loader *l, int n, const int64_t *from, const int64_t *to)
 {
-    skip_change *c = arg;
-    if (c->from < 0) { /* a snapshot's table back */
-        if (!skip_room(l, c->n)) {
-            c->st = TE_ERR_NOMEM;
-            return;
-        }
-        if (c->n > 0) { /* a snapshot without replacements has NULL arrays */
-            memcpy(l->skip_from, c->table_from, (size_t)c->n * sizeof *l->skip_from);
-            memcpy(l->skip_to, c->table_to, (size_t)c->n * sizeof *l->skip_to);
-        }
-        l->n_skip = c->n;
-        return;
-    }
-    if (!skip_room(l, l->n_skip + 1)) {
-        c->st = TE_ERR_NOMEM;
-        return;
-    }
-    int k = l->n_skip;
-    while (k > 0 && l->skip_from[k - 1] > c->from) {
-        l->skip_from[k] = l->skip_from[k - 1];
-        l->skip_to[k] = l->skip_to[k - 1];
-        k--;
-    }
-    l->skip_from[k] = c->from;
-    l->skip_to[k] = c->to;
-    l->n_skip++;
+    skip_table t = { n, from, to, TE_OK };
+    te_status st = restart_at(l, l->consumed, set_table, &t);
+    return t.st != TE_OK ? t.st : st;
 }
 
 te_status te_loader_skip(te_loader *l, int64_t index, int64_t *replacement)
 {
-    if (!l || index < 0 || index >= (l ? l->d->size : 0)) {
-        te_set_error(TE_ERR_ARG, "data skip: %s", !l ? "the loader is NULL" : "no such sample");
-        if (l)
-            te_set_error(TE_ERR_ARG, "data skip: sample %lld is outside dataset '%s' (0..%lld)", (long long)index,
-                         l->d->name ? l->d->name : "?", (long long)l->d->size - 1);
+    if (!l) {
+        te_set_error(TE_ERR_ARG, "data skip: the loader is NULL");
+        return TE_ERR_ARG;
+    }
+    if (index < 0 || index >= l->d->size) {
+        te_set_error(TE_ERR_ARG, "data skip: sample %lld is outside dataset '%s' (0..%lld)", (long long)index,
+                     l->d->name ? l->d->name : "?", (long long)l->d->size - 1);
         return TE_ERR_ARG;
     }
     if (skip_find(l, index) >= 0) {
@@ -449,11 +435,30 @@ te_status te_loader_skip(te_loader *l, int64_t index, int64_t *replacement)
                      (long long)index, l->n_skip, (long long)l->d->size);
         return TE_ERR_ARG;
     }
-    skip_change c = { .from = index, .to = to, .st = TE_OK };
-    te_status st = restart_at(l, l->consumed, apply_skip, &c);
-    if (c.st != TE_OK)
-        return c.st;
-    if (replacement)
+    /* The table with (index, to) in its sorted place. */
+    const int n = l->n_skip + 1;
+    int64_t *from = malloc((size_t)n * sizeof *from), *dest = malloc((size_t)n * sizeof *dest);
+    if (!from || !dest) {
+        free(from);
+        free(dest);
+        te_set_error(TE_ERR_NOMEM, "data skip: out of memory for %d replacements", n);
+        return TE_ERR_NOMEM;
+    }
+    int k = 0;
+    for (; k < l->n_skip && l->skip_from[k] < index; k++) {
+        from[k] = l->skip_from[k];
+        dest[k] = l->skip_to[k];
+    }
+    from[k] = index;
+    dest[k] = to;
+    for (; k < l->n_skip; k++) {
+        from[k + 1] = l->skip_from[k];
+        dest[k + 1] = l->skip_to[k];
+    }
+    te_status st = skips_set(l, n, from, dest);
+    free(from);
+    free(dest);
+    if ((st == TE_OK || st == TE_ERR_IO) && replacement) /* TE_ERR_IO: in force, the caller builds batches */
         *replacement = to;
     return st;
 }
@@ -474,9 +479,7 @@ te_status te_loader_skips_restore(te_loader *l, int n, const int64_t *from, cons
     if (n == l->n_skip && (n == 0 || (memcmp(from, l->skip_from, (size_t)n * sizeof *from) == 0 &&
                                       memcmp(to, l->skip_to, (size_t)n * sizeof *to) == 0)))
         return TE_OK;
-    skip_change c = { .from = -1, .n = n, .table_from = from, .table_to = to, .st = TE_OK };
-    te_status st = restart_at(l, l->consumed, apply_skip, &c);
-    return c.st != TE_OK ? c.st : st;
+    return skips_set(l, n, from, to);
 }
 
 const te_dataset *te_loader_dataset(const te_loader *l) { return l ? l->d : NULL; }
