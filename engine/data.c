@@ -56,6 +56,7 @@ typedef struct producer {
 struct te_loader {
     const te_dataset *d;
     te_loader_opts o;
+    int shards;         /* o.shards, at least 1 */
     uint64_t seed;
     int64_t sample_numel;
     int64_t batches;     /* per epoch */
@@ -140,7 +141,7 @@ static bool build_batch(te_loader *l, producer *p, int64_t e, int64_t b, slot *s
         epoch_order(l, e, p->order);
         p->epoch = e;
     }
-    int64_t start = b * l->o.batch;
+    int64_t start = b * l->o.batch * l->shards + (int64_t)l->o.shard * l->o.batch;
     int64_t count = l->d->size - start < l->o.batch ? l->d->size - start : l->o.batch;
     for (int64_t k = 0; k < count; k++) {
         if (atomic_load_explicit(&l->stop, memory_order_relaxed))
@@ -266,11 +267,22 @@ static bool check_opts(const te_dataset *d, const te_loader_opts *o)
         te_set_error(TE_ERR_ARG, "te_loader_new: prefetch %d must be >= 0", o->prefetch);
         return false;
     }
-    if (o->drop_remainder && d->size < o->batch) {
+    if (o->shards < 0 || o->shard < 0 || (o->shards > 1 && o->shard >= o->shards) ||
+        (o->shards <= 1 && o->shard != 0)) {
+        te_set_error(TE_ERR_ARG, "te_loader_new: shard %d of %d shards is not one of them", o->shard, o->shards);
+        return false;
+    }
+    if (o->shards > 1 && !o->drop_remainder) {
+        te_set_error(TE_ERR_ARG, "te_loader_new: %d shards need drop_remainder (every rank takes a whole "
+                     "batch)", o->shards);
+        return false;
+    }
+    const int64_t global = (int64_t)o->batch * (o->shards > 1 ? o->shards : 1);
+    if (o->drop_remainder && d->size < global) {
         te_set_error(TE_ERR_ARG,
-                     "te_loader_new: batch %d with drop_remainder leaves no batch of dataset '%s' "
+                     "te_loader_new: batch %lld with drop_remainder leaves no batch of dataset '%s' "
                      "(size %lld)",
-                     o->batch, d->name ? d->name : "?", (long long)d->size);
+                     (long long)global, d->name ? d->name : "?", (long long)d->size);
         return false;
     }
     return true;
@@ -295,7 +307,9 @@ te_loader *te_loader_new(const te_dataset *d, const te_loader_opts *o)
     l->sample_numel = 1;
     for (int k = 0; k < d->ndim; k++)
         l->sample_numel *= d->shape[k];
-    l->batches = o->drop_remainder ? d->size / o->batch : (d->size + o->batch - 1) / o->batch;
+    l->shards = o->shards > 1 ? o->shards : 1;
+    const int64_t global = (int64_t)o->batch * l->shards;
+    l->batches = o->drop_remainder ? d->size / global : (d->size + global - 1) / global;
     /* Workers beyond the batch count would never have a batch to build. */
     int workers = (int64_t)o->workers < l->batches ? o->workers : (int)l->batches;
     l->n_workers = workers;

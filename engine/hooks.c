@@ -132,6 +132,13 @@ void te_hooks_op_failed(const te_op_record *rec, te_status code, const char *mes
             hooks[i].h.op_failed(rec, code, message, hooks[i].user);
 }
 
+void te_hooks_waiting(const te_op_record *rec)
+{
+    for (int i = 0; i < MAX_HOOKS && !silenced; i++)
+        if (hooks[i].used && hooks[i].h.waiting)
+            hooks[i].h.waiting(rec, hooks[i].user);
+}
+
 /* no_data_only: a deferred step's calls, to the hooks that read no data. */
 static void hooks_op_end(const te_op_record *rec, bool no_data_only)
 {

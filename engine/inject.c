@@ -1,8 +1,10 @@
 /*
  * inject.c — fault injection: alter one op's output at one step so that a
  * debugger or a diff has a known answer to find, or crash the program
- * inside one op (segv, abort, fpe) for the debugger's crash report.
- * Spec: "KIND@op=GLOB,step=N[,value=X][,index=I]".
+ * inside one op (segv, abort, fpe) for the debugger's crash report, or
+ * end it there with SIGKILL (kill: a rank lost to the OOM killer).
+ * Spec: "KIND@op=GLOB,step=N[,value=X][,index=I][,rank=R]" (rank: data
+ * parallel, that rank only; every rank by default).
  */
 #include "te_internal.h"
 
@@ -10,17 +12,20 @@
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { INJ_NAN, INJ_INF, INJ_SCALE, INJ_NOISE, INJ_ZERO, INJ_SEGV, INJ_ABORT, INJ_FPE, INJ_COUNT } inject_kind;
+typedef enum {
+    INJ_NAN, INJ_INF, INJ_SCALE, INJ_NOISE, INJ_ZERO, INJ_SEGV, INJ_ABORT, INJ_FPE, INJ_KILL, INJ_COUNT
+} inject_kind;
 
-static const char *const kind_names[] = { "nan", "inf", "scale", "noise", "zero", "segv", "abort", "fpe" };
+static const char *const kind_names[] = { "nan", "inf", "scale", "noise", "zero", "segv", "abort", "fpe", "kill" };
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == INJ_COUNT, "a name for every kind");
 
 /* The crash kinds crash as the op starts its kernel, instead of altering its output. */
-static bool is_crash(inject_kind k) { return k == INJ_SEGV || k == INJ_ABORT || k == INJ_FPE; }
+static bool is_crash(inject_kind k) { return k == INJ_SEGV || k == INJ_ABORT || k == INJ_FPE || k == INJ_KILL; }
 
 typedef struct {
     inject_kind kind;
@@ -28,6 +33,7 @@ typedef struct {
     int64_t step;
     float value;
     int64_t index;
+    int rank;         /* data parallel: the one rank it applies on; -1: every rank */
     char spec[512];   /* as given, for messages */
     int names_handle; /* te_names_expect: warned when the glob matches no op */
 } injection;
@@ -38,8 +44,8 @@ int te_inject_count;
 
 static te_status bad(const char *spec, const char *token, const char *why)
 {
-    te_set_error(TE_ERR_ARG, "--inject '%s': %s '%s' (expected KIND@op=GLOB,step=N[,value=X][,index=I] "
-                 "with KIND nan, inf, scale, noise, zero, segv, abort or fpe)", spec, why, token);
+    te_set_error(TE_ERR_ARG, "--inject '%s': %s '%s' (expected KIND@op=GLOB,step=N[,value=X][,index=I][,rank=R] "
+                 "with KIND nan, inf, scale, noise, zero, segv, abort, fpe or kill)", spec, why, token);
     return TE_ERR_ARG;
 }
 
@@ -49,7 +55,7 @@ te_status te_inject_add(const char *spec)
         te_set_error(TE_ERR_ARG, "--inject '%s': at most %d injections", spec, MAX_INJECTIONS);
         return TE_ERR_ARG;
     }
-    injection in = { .step = -1, .value = NAN, .index = 0 };
+    injection in = { .step = -1, .value = NAN, .index = 0, .rank = -1 };
     char buf[512];
     snprintf(buf, sizeof buf, "%s", spec);
     char *at = strchr(buf, '@');
@@ -88,6 +94,11 @@ te_status te_inject_add(const char *spec)
             in.index = strtoll(val, &end, 10);
             if (*end || end == val || in.index < 0)
                 return bad(spec, val, "bad index");
+        } else if (strcmp(item, "rank") == 0) {
+            long r = strtol(val, &end, 10);
+            if (*end || end == val || r < 0 || r > 1 << 20)
+                return bad(spec, val, "bad rank");
+            in.rank = (int)r;
         } else {
             return bad(spec, item, "unknown key");
         }
@@ -112,6 +123,8 @@ void te_inject_clear(void)
         te_names_forget(injections[i].names_handle);
     te_inject_count = 0;
 }
+
+static bool on_this_rank(const injection *in) { return in->rank < 0 || in->rank == te_dist_rank(); }
 
 /* The index is checked where the tensor is known, when the injection
  * applies. An injection is a command-line spec, and an op's result has no
@@ -170,7 +183,7 @@ static void alter(const injection *in, te_tensor *t, uint64_t stream, te_round_s
     case INJ_ZERO:
         te_fill(t, 0.0f);
         break;
-    case INJ_SEGV: case INJ_ABORT: case INJ_FPE: case INJ_COUNT: /* they crash before the op runs */
+    case INJ_SEGV: case INJ_ABORT: case INJ_FPE: case INJ_KILL: case INJ_COUNT: /* they crash before the op runs */
         break;
     }
 }
@@ -180,7 +193,7 @@ bool te_inject_apply(const te_op_record *rec, te_round_stats *round, bool *round
     bool altered = false;
     for (int i = 0; i < te_inject_count; i++) {
         const injection *in = &injections[i];
-        if (is_crash(in->kind) || in->step != rec->step || fnmatch(in->glob, rec->name, 0) != 0)
+        if (is_crash(in->kind) || in->step != rec->step || !on_this_rank(in) || fnmatch(in->glob, rec->name, 0) != 0)
             continue;
         int slot = 0;
         while (slot < rec->n_outputs && !rec->outputs[slot])
@@ -225,12 +238,14 @@ void te_inject_crash(const te_op_record *rec)
 {
     for (int i = 0; i < te_inject_count; i++) {
         const injection *in = &injections[i];
-        if (!is_crash(in->kind) || in->step != rec->step || fnmatch(in->glob, rec->name, 0) != 0)
+        if (!is_crash(in->kind) || in->step != rec->step || !on_this_rank(in) || fnmatch(in->glob, rec->name, 0) != 0)
             continue;
         if (in->kind == INJ_SEGV)
             crash_segv();
         else if (in->kind == INJ_ABORT)
             abort();
+        else if (in->kind == INJ_KILL) /* as `kill -9` from outside: no handler runs */
+            raise(SIGKILL);
         else
             crash_fpe();
     }

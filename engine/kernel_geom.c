@@ -120,7 +120,7 @@ static te_attn attn_args(const tg_attn *t)
     const bool drop = dr && dr->a.training && dr->a.p > 0.0f;
     return (te_attn){ .B = (int)q->shape[0], .H = (int)q->shape[1], .T = (int)q->shape[2],
                       .D = (int)q->shape[3], .scale = t->scale->a.scale, .p = drop ? dr->a.p : 0.0f,
-                      .seed = drop ? dr->a.seed : 0, .merged = t->merged, .dt = q->dtype };
+                      .seed = drop ? dr->a.seed : 0, .elem_offset = drop ? dr->a.elem_offset : 0, .merged = t->merged, .dt = q->dtype };
 }
 
 /* Nothing of the chain's ops rounded yet: the fused kernel rounds only

@@ -66,6 +66,7 @@ typedef struct te_attn {
     int B, H, T, D;
     float scale, p;
     uint64_t seed;
+    int64_t elem_offset; /* the Dropout op's (te_attrs.elem_offset) */
     bool merged;
     te_dtype dt;
     te_round_stats *round_o;

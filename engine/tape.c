@@ -98,6 +98,7 @@ te_status te_init(const te_config *cfg)
 void te_shutdown(void)
 {
     te_listen_stop();
+    te_dist_shutdown();
     te_record_shutdown(); /* its snapshots hold the allocator's memory */
     te_checkpoint_shutdown();
     te_tape_reset();
@@ -982,14 +983,18 @@ te_status te_backward_with(te_tensor *y, const te_tensor *dy)
     }
     te_set_phase(TE_PHASE_BACKWARD);
     int last = y->node ? y->node->id : -1;
+    if (te_dist_on && te_dist_backward_begin(eng.nodes, last) != TE_OK)
+        return te_error_code();
     for (int i = last; i >= 0; i--) {
         te_status st = backward_node(eng.nodes[i]);
+        if (st == TE_OK && te_dist_on)
+            st = te_dist_node_done(i);
         if (st != TE_OK)
             return st;
         if (te_rec_unwinding) /* a hook rewound at this op */
             return te_rewound("backward");
     }
-    return TE_OK;
+    return te_dist_on ? te_dist_backward_end() : TE_OK;
 }
 
 te_status te_backward(te_tensor *loss)

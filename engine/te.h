@@ -502,6 +502,9 @@ typedef struct te_op_record {
      * bf16: overflows, underflows, the largest magnitude before rounding.
      * NULL when no output of this op was rounded to a lower precision. */
     const te_round_stats *round;
+    /* A collective (data parallel): its kind, sequence number and the
+     * ranks taking part. NULL for every other op. */
+    const struct te_collective *coll;
 } te_op_record;
 
 /* Facts about an op that consumers act on (te_op_record.traits). */
@@ -542,6 +545,11 @@ typedef struct te_hooks {
      * the record names it, with its inputs; message is te_error()'s. The
      * failure returns to the program when the hook returns. */
     void (*op_failed)(const te_op_record *rec, te_status code, const char *message, void *user);
+    /* optional, data parallel: a collective (rec->coll) waits for the
+     * other ranks; called about every millisecond until it is done, on the
+     * training thread, so a rank blocked there still answers (a pause, a
+     * command). The record has no tensors. */
+    void (*waiting)(const te_op_record *rec, void *user);
 } te_hooks;
 
 /* Returns a handle >= 0, or -1 when the hook table is full. */
@@ -1088,6 +1096,12 @@ typedef struct te_loader_opts {
     int workers;           /* threads producing batches; 0 = in the caller */
     int prefetch;          /* batches queued ahead; 0 = 2 per worker */
     uint64_t seed;         /* 0 = the engine seed */
+    /* Data parallel: the epoch's order is cut into global batches of
+     * batch * shards samples, and this loader hands out slice `shard` of
+     * each (rows shard * batch .. + batch), so that the ranks' batches, in
+     * rank order, are the batches of one loader with batch * shards.
+     * shards 0 or 1: the whole batch. drop_remainder is required. */
+    int shard, shards;
 } te_loader_opts;
 
 typedef struct te_loader te_loader;
@@ -1365,6 +1379,9 @@ TE_API int te_listen_socket_path(int pid, char *buf, size_t n);
 
 /* ---- logs with levels (log.c; te_log.h) ------------------------------------- */
 #include "te_log.h"
+
+/* ---- data parallel (dist.c; te_dist.h) -------------------------------------- */
+#include "te_dist.h"
 
 #ifdef __cplusplus
 }

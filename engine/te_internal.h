@@ -189,6 +189,10 @@ typedef struct te_attrs {
     float eps, momentum;        /* batchnorm, layernorm */
     bool training;              /* batchnorm, dropout: mode at record time */
     uint64_t seed;              /* RANDOM ops (dropout): counter-based key, set each step */
+    /* dropout: the flat index of element 0 in the global batch (data
+     * parallel: rank r's element i is element r * numel + i), so that the
+     * masks of N ranks are those of one process with the whole batch */
+    int64_t elem_offset;
 } te_attrs;
 
 struct te_node {
@@ -845,12 +849,45 @@ static inline bool te_dropout_kept(uint64_t key, uint64_t threshold, int64_t i)
 {
     return te_mix64(key + (uint64_t)i * TE_RAND_GAMMA) >= threshold;
 }
+/* The key of a dropout mask: te_rand_key(seed, 0) moved on by the
+ * element offset (te_attrs.elem_offset) (te_dropout_kept adds i * TE_RAND_GAMMA to the key). */
+static inline uint64_t te_dropout_key(uint64_t seed, int64_t elem_offset)
+{
+    return te_rand_key(seed, 0) + (uint64_t)elem_offset * TE_RAND_GAMMA;
+}
 /* 1 when element i is kept, else 0 (key and threshold are loop invariants:
  * inlined in a loop, they are computed once). */
 static inline float te_dropout_keep(uint64_t seed, int64_t i, float p)
 {
     return te_dropout_kept(te_rand_key(seed, 0), te_dropout_threshold(p), i) ? 1.0f : 0.0f;
 }
+
+/* ---- data parallel (dist.c, dist_mpi.c) ---- */
+/* True once te_dist_init succeeded: te_backward reduces the gradients. */
+extern bool te_dist_on;
+/* te_backward around its loop over nodes[last..0]: begin decides whether
+ * this backward reduces (TE_ERR_STATE while tracing a graph) and when each
+ * bucket's gradients are final; node_done after node id's backward starts
+ * the buckets then ready and moves those in flight on; end starts the rest,
+ * waits for them all and writes the means back. */
+te_status te_dist_backward_begin(te_node *const *nodes, int last);
+te_status te_dist_node_done(int id);
+te_status te_dist_backward_end(void);
+void te_dist_shutdown(void); /* te_shutdown: buckets freed, MPI_Finalize */
+/* hooks.c: a collective waits (te_hooks.waiting). */
+void te_hooks_waiting(const te_op_record *rec);
+/* The transport (dist_mpi.c): init false with why when there is none;
+ * the collectives return a request, or NULL with te_error() set; test
+ * says 1 once it is done (and again after), 0 while not, -1 on failure;
+ * release frees a request that is done or failed. */
+bool dist_tx_init(int *rank, int *size, char *why, size_t n);
+void dist_tx_finalize(void);
+void *dist_tx_allreduce_f32(const float *in, float *out, int64_t n, const char *what);
+void *dist_tx_allreduce_f64(double *v, int n, const char *what);
+void *dist_tx_bcast(void *buf, size_t bytes, int root, const char *what);
+int dist_tx_test(void *req);
+void dist_tx_release(void *req);
+void dist_tx_abort(int code) __attribute__((noreturn));
 
 /* attention.c: frees the cached causal masks (te_shutdown). */
 void te_attention_shutdown(void);

@@ -24,7 +24,7 @@ typedef enum {
     F_STEPS, F_BATCH, F_LR, F_SEED, F_THREADS, F_MODE, F_INJECT, F_LOG_EVERY, F_OPTIM,
     F_MOMENTUM, F_WEIGHT_DECAY, F_CLIP, F_ACCUM, F_TRAIN_SIZE, F_WORKERS, F_TIME, F_SAVE_GRAPH, F_DUMP,
     F_PROFILE,    F_AMP, F_AMP_DTYPE, F_LOSS_SCALE, F_SCALE_INIT, F_SCALE_WINDOW, F_SCALE_HYSTERESIS, F_BACKEND,
-    F_SAVE, F_SAVE_EVERY, F_LOAD, F_STOP_AT, F_CORRUPT, F_HELP,
+    F_SAVE, F_SAVE_EVERY, F_LOAD, F_STOP_AT, F_CORRUPT, F_DP, F_HELP,
 } flag_id;
 
 typedef struct {
@@ -73,6 +73,8 @@ static const common_flag common_flags[] = {
     { F_LOAD, "--load", "FILE", "resume from a checkpoint, bit for bit as if never stopped" },
     { F_STOP_AT, "--stop-at", "N", "stop after N steps of the --steps schedule (to resume with --load)" },
     { F_TIME, "--time", NULL, "print ms per step (median, min, max) after warm-up" },
+    { F_DP, "--dp", NULL, "data parallel over the ranks of `mpirun -np N` (eager mode; --batch is the\n"
+      "                         global batch, N must divide it; docs/examples.md \"Data parallel\")" },
     { F_HELP, "--help", NULL, "this text" },
 };
 #define N_COMMON (int)(sizeof common_flags / sizeof common_flags[0])
@@ -102,7 +104,7 @@ static const char *common_default(const common_flag *f, const ex_opts *d, char *
     case F_AMP_DTYPE: snprintf(buf, n, "%s", d->amp_bf16 ? "bf16" : "f16"); break;
     case F_BACKEND: snprintf(buf, n, "%s", d->backend ? d->backend : "cpu"); break;
     case F_SAVE_EVERY: snprintf(buf, n, "%d", d->save_every); break;
-    case F_INJECT: case F_TIME: case F_HELP: case F_LOSS_SCALE: case F_SCALE_INIT: case F_SCALE_WINDOW:
+    case F_INJECT: case F_TIME: case F_DP: case F_HELP: case F_LOSS_SCALE: case F_SCALE_INIT: case F_SCALE_WINDOW:
     case F_SCALE_HYSTERESIS: case F_SAVE: case F_LOAD: case F_STOP_AT: case F_CORRUPT: buf[0] = '\0'; break;
     }
     return buf;
@@ -345,6 +347,7 @@ static bool set_common(const common_flag *f, const char *v, ex_opts *o, const ch
         *why = "expected a whole number >= 1, e.g. 500";
         return set_int(v, 1, INT_MAX, &o->stop_at);
     case F_TIME:
+    case F_DP:
     case F_HELP:
         break;
     }
@@ -393,7 +396,10 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
                 usage(stdout, p, &def);
                 exit(0);
             }
-            o->time = true; /* --time, the other flag without a value */
+            if (c->id == F_DP)
+                o->dp = true;
+            else
+                o->time = true;
             continue;
         }
         if (!value) {
@@ -413,6 +419,8 @@ void ex_parse(int argc, char **argv, const ex_program *p, ex_opts *o)
         bad_flag(p, &def, lonely, NULL,
                  o->scale_mode == EX_SCALE_FIXED ? "is for a dynamic scale, and --loss-scale sets a fixed one"
                                                  : "needs a dynamic loss scaler: --amp O2 or --loss-scale dynamic");
+    if (o->dp && o->mode == TE_MODE_GRAPH)
+        bad_flag(p, &def, "--dp", NULL, "runs in eager mode: graph mode's compiled step has no collectives");
     if (o->save_every && !o->save)
         bad_flag(p, &def, "--save-every", NULL, "needs --save FILE, the checkpoint it writes");
     ex_resume_read(p, o);
@@ -537,6 +545,24 @@ int ex_profile_finish(void)
     return 0;
 }
 
+/* --dp: joins the job; the global batch must split evenly over its ranks. */
+static void start_dp(const ex_opts *o)
+{
+    if (te_dist_init(NULL) != TE_OK) {
+        fprintf(stderr, "%s: --dp: %s\n", prog_name, te_error());
+        te_shutdown();
+        exit(2);
+    }
+    const int ranks = te_dist_size();
+    if (o->batch % ranks != 0) {
+        if (te_dist_rank() == 0)
+            fprintf(stderr, "%s: --dp: --batch %d does not split evenly over %d ranks (it is the global batch: "
+                    "use a multiple of %d)\n", prog_name, o->batch, ranks, ranks);
+        te_shutdown();
+        exit(2);
+    }
+}
+
 void ex_start(const ex_opts *o)
 {
     if (te_init(&(te_config){ .seed = o->seed, .threads = o->threads }) != TE_OK)
@@ -553,9 +579,14 @@ void ex_start(const ex_opts *o)
             te_shutdown();
             exit(2);
         }
+    if (o->dp)
+        start_dp(o);
     start_dumping(o);
     start_profiling(o);
 }
+
+int ex_rank_batch(const ex_opts *o, int n) { return o->dp ? n / te_dist_size() : n; }
+bool ex_prints(void) { return te_dist_rank() == 0; }
 
 int ex_fail(const char *what)
 {

@@ -40,6 +40,7 @@ typedef struct ex_opts {
     float weight_decay;
     float clip;         /* max global gradient norm; 0: no clipping */
     bool time;          /* print ms per step and peak memory at the end */
+    bool dp;            /* --dp: data parallel across the ranks of mpirun; --batch is the global batch */
     te_mode mode;       /* eager, or graph: the step traced, compiled and replayed */
     const char *save_graph; /* graph mode: write the IR after each pass here */
     const char *dump;       /* dump spec (--dump), else TDBG_DUMP's */
@@ -222,5 +223,10 @@ int ex_parse_list(const char *s, int *out, int max, int limit);
 
 /* Prints "NAME: what failed: te_error()" to stderr; returns 2 for exit(). */
 int ex_fail(const char *what);
+/* Data parallel (--dp): this rank's share of a global batch of n samples
+ * (n / ranks; n itself without --dp), and whether this process prints the
+ * run's lines (rank 0, or no --dp). */
+int ex_rank_batch(const ex_opts *o, int n);
+bool ex_prints(void);
 
 #endif

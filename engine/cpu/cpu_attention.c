@@ -199,7 +199,7 @@ CPU_CLONES static void fwd_tile(const te_attn *a, const void *q, const void *k, 
     float m[TB], l[TB];
     const bool drop = a->p > 0.0f;
     const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f;
-    const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
+    const uint64_t key = drop ? te_dropout_key(a->seed, a->elem_offset) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
     load_rows(q, a->dt, (size_t)D, i0, T, D, DP, qb);
     memset(ob, 0, (size_t)TB * DP * sizeof *ob);
     for (int r = 0; r < TB; r++) {
@@ -293,7 +293,7 @@ CPU_CLONES static void bwd_slice(const te_attn *a, const void *q, const void *k,
     float *s = dvb + td, *da = s + tt, *at = da + tt;
     const bool drop = a->p > 0.0f;
     const float keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f, scale = a->scale;
-    const uint64_t key = drop ? te_rand_key(a->seed, 0) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
+    const uint64_t key = drop ? te_dropout_key(a->seed, a->elem_offset) : 0, thr = drop ? te_dropout_threshold(a->p) : 0;
     for (int t = 0; t < nt; t++) {
         load_rows(q, a->dt, (size_t)D, t * TB, T, D, DP, qp + (size_t)t * td);
         load_rows(dout, a->dt, ldo, t * TB, T, D, DP, dop + (size_t)t * td);

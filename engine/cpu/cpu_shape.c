@@ -256,7 +256,7 @@ CPU_CLONES static void dropout_chunk(const float *x, float *y, int64_t i0, int64
 
 static void dropout_apply(const te_node *n, const float *x, float *y, int64_t N, int acc)
 {
-    const uint64_t key = te_rand_key(n->a.seed, 0), thr = te_dropout_threshold(n->a.p);
+    const uint64_t key = te_dropout_key(n->a.seed, n->a.elem_offset), thr = te_dropout_threshold(n->a.p);
     const float scale = n->a.scale;
     /* a hash per element costs more than a copy, so threads start sooner */
 #pragma omp parallel for if (N >= TE_PAR_MIN / 8) schedule(static)

@@ -23,7 +23,7 @@ static k_attn k_args(const te_attn *a)
     const bool drop = a->p > 0.0f;
     return (k_attn){ .B = a->B, .H = a->H, .T = a->T, .D = a->D, .scale = a->scale,
                      .keep_scale = drop ? 1.0f / (1.0f - a->p) : 1.0f, .drop = drop, .merged = a->merged,
-                     .dtype = (int)a->dt, .key = drop ? te_rand_key(a->seed, 0) : 0,
+                     .dtype = (int)a->dt, .key = drop ? te_dropout_key(a->seed, a->elem_offset) : 0,
                      .thr = drop ? te_dropout_threshold(a->p) : 0 };
 }
 

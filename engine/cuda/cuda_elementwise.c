@@ -149,7 +149,7 @@ static te_status dropout_apply(te_node *n, const float *x, float *y, int64_t N, 
             return te_cuda_ok(n, k_add_into(y, x, N, s), what);
         return te_cuda_ok(n, cudaMemcpyAsync(y, x, (size_t)N * sizeof *y, cudaMemcpyDeviceToDevice, s), what);
     }
-    const uint64_t key = te_rand_key(n->a.seed, 0), thr = te_dropout_threshold(n->a.p);
+    const uint64_t key = te_dropout_key(n->a.seed, n->a.elem_offset), thr = te_dropout_threshold(n->a.p);
     return te_cuda_ok(n, k_dropout(N, x, y, key, thr, n->a.scale, acc, s), what);
 }
 

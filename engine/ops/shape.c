@@ -192,6 +192,7 @@ te_tensor *te_dropout_at(te_loc l, te_tensor *x, float p)
     n->a.p = p;
     n->a.scale = 1.0f / (1.0f - p);
     n->a.seed = te_dropout_seed(n->name, te_step());
+    n->a.elem_offset = (int64_t)te_dist_rank() * x->numel;
     te_node_output(n, n->in[0]->dtype, x->ndim, x->shape);
     return te_node_run(n);
 }
