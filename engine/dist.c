@@ -31,6 +31,7 @@ typedef struct bucket {
     te_tensor *in, *out; /* f32 [numel] on the host */
     int ready_node;      /* this backward: the node after which all its gradients are final */
     void *req;           /* in flight; NULL otherwise */
+    bool kept_in;        /* this reduction kept its input in `in` (someone observes the ops) */
     te_collective coll;
     char name[32];
 } bucket;
@@ -320,23 +321,42 @@ static int param_index(const te_tensor *p)
     return -1;
 }
 
-/* Starts bucket k's all-reduce: the gradients, flat, in f32 (zeros for a
- * parameter the gradient did not reach). */
+/* Starts bucket k's all-reduce, in place in `out`: the gradients, flat, in
+ * f32 (zeros for a parameter the gradient did not reach). Their copy in
+ * `in`, the op's input, is made only for someone who looks at the ops. */
 static te_status bucket_start(int k)
 {
     bucket *b = &ds.b[k];
-    float *in = te_data(b->in);
+    float *out = te_data(b->out);
     for (int j = 0; j < b->count; j++) {
         const te_tensor *p = ds.params[b->first + j];
-        float *dst = in + ds.offset[b->first + j];
+        float *dst = out + ds.offset[b->first + j];
         if (p->grad && p->grad_valid)
             te_copy_to_f32(p->grad, dst);
         else
             memset(dst, 0, (size_t)p->numel * sizeof *dst);
     }
+    b->kept_in = te_prof_observed();
+    if (b->kept_in)
+        memcpy(te_data(b->in), out, (size_t)b->numel * sizeof *out);
     b->coll = coll_new("allreduce", -1, k, (size_t)b->numel * sizeof(float));
-    b->req = dist_tx_allreduce_f32(in, te_data(b->out), b->numel, b->name);
+    b->req = dist_tx_allreduce_f32(NULL, out, b->numel, b->name);
     return b->req ? TE_OK : te_error_code();
+}
+
+/* Gradient p gets the mean sum / ranks: in one pass for an f32 gradient
+ * in host memory, else through te_copy_from_f32 (sum scaled in place). */
+static void mean_into(te_tensor *p, float *sum, float inv)
+{
+    if (p->grad->dtype == TE_F32 && te_backend_is_host(te_backend_for(p->grad))) {
+        float *g = te_data(p->grad);
+        for (int64_t i = 0; i < p->numel; i++)
+            g[i] = sum[i] * inv;
+        return;
+    }
+    for (int64_t i = 0; i < p->numel; i++)
+        sum[i] *= inv;
+    te_copy_from_f32(p->grad, sum);
 }
 
 /* Waits for bucket k, reports it, and gives each gradient its mean. */
@@ -353,18 +373,25 @@ static te_status bucket_finish(int k)
         return st;
     float *out = te_data(b->out);
     const float inv = 1.0f / (float)ds.size;
-    for (int64_t i = 0; i < b->numel; i++)
-        out[i] *= inv;
     for (int j = 0; j < b->count; j++) {
         te_tensor *p = ds.params[b->first + j];
         if (p->grad && p->grad_valid)
-            te_copy_from_f32(p->grad, out + ds.offset[b->first + j]);
+            mean_into(p, out + ds.offset[b->first + j], inv);
     }
-    if (report) {
+    if (report) { /* the op's output is the mean: what the gradients hold */
+        for (int j = 0; j < b->count; j++) {
+            te_tensor *p = ds.params[b->first + j];
+            float *o = out + ds.offset[b->first + j];
+            if (p->grad && p->grad_valid)
+                te_copy_to_f32(p->grad, o);
+            else
+                for (int64_t i = 0; i < p->numel; i++)
+                    o[i] *= inv;
+        }
         te_tensor *ins[1] = { b->in }, *outs[1] = { b->out };
         rec.exec_index = te_next_exec_index();
         rec.inputs = ins;
-        rec.n_inputs = 1;
+        rec.n_inputs = b->kept_in ? 1 : 0;
         rec.outputs = outs;
         rec.n_outputs = 1;
         te_op_done(&rec);

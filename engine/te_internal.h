@@ -877,7 +877,8 @@ void te_dist_shutdown(void); /* te_shutdown: buckets freed, MPI_Finalize */
 /* hooks.c: a collective waits (te_hooks.waiting). */
 void te_hooks_waiting(const te_op_record *rec);
 /* The transport (dist_mpi.c): init false with why when there is none;
- * the collectives return a request, or NULL with te_error() set; test
+ * the collectives return a request, or NULL with te_error() set (an
+ * all-reduce with in NULL sums out in place); test
  * says 1 once it is done (and again after), 0 while not, -1 on failure;
  * release frees a request that is done or failed. */
 bool dist_tx_init(int *rank, int *size, char *why, size_t n);
