@@ -889,6 +889,15 @@ void *dist_tx_bcast(void *buf, size_t bytes, int root, const char *what);
 int dist_tx_test(void *req);
 void dist_tx_release(void *req);
 void dist_tx_abort(int code) __attribute__((noreturn));
+/* The transport of buckets in GPU memory (cuda/cuda_nccl.c; built with
+ * CUDA, MPI and NCCL): init makes the communicator (collective: rank 0's
+ * id goes out over MPI), false with why; the all-reduce sums buf in place
+ * on the backend's stream; test and release as dist_tx_*'s. */
+bool te_nccl_init(int rank, int size, char *why, size_t n);
+void *te_nccl_allreduce_f32(float *buf, int64_t count, const char *what);
+int te_nccl_test(void *req);
+void te_nccl_release(void *req);
+void te_nccl_finalize(void);
 
 /* attention.c: frees the cached causal masks (te_shutdown). */
 void te_attention_shutdown(void);
