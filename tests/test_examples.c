@@ -945,6 +945,27 @@ START_TEST(test_dp_collectives_are_ops)
 }
 END_TEST
 
+/* The GPU build with NCCL: one rank's gradients on the GPU go through
+ * NCCL (1-rank smoke test: several ranks need several GPUs), and train as
+ * the run without --dp does. */
+START_TEST(test_dp_cuda_nccl)
+{
+    char mpirun[256];
+    if (!tu_cuda_device("examples:dp_cuda") || !tu_mpirun("examples:dp_cuda", 1, mpirun, sizeof mpirun))
+        return;
+    const char *common = "--backend cuda --hidden 64,64 --batch 32 --steps 20 --log-every 1";
+    run_result *one = run("mlp", "%s", common), *dp = run_under(mpirun, "mlp", "%s --dp", common);
+    assert_ran(one, "cuda", 19);
+    assert_ran(dp, "cuda, 1 rank", 19);
+#ifdef TE_HAVE_NCCL
+    ck_assert_msg(strstr(dp->out, "dp: 1 ranks over mpi+nccl, 32 samples each"), "%s", dp->out);
+#endif
+    assert_losses_near(one, dp, 19, 1e-5f, "cuda, 1 rank");
+    run_free(one);
+    run_free(dp);
+}
+END_TEST
+
 START_TEST(test_dp_flags)
 {
     char mpirun[256];
@@ -1011,6 +1032,7 @@ Suite *suite_examples(void)
     tcase_add_test(tc, test_dp_batchnorm_per_rank);
     tcase_add_test(tc, test_dp_scaler_agrees);
     tcase_add_test(tc, test_dp_collectives_are_ops);
+    tcase_add_test(tc, test_dp_cuda_nccl);
     tcase_add_test(tc, test_dp_flags);
     suite_add_tcase(s, tc);
     return s;

@@ -164,6 +164,15 @@ run() {
         fi
     done
 
+    echo "== data parallel on the GPU: 1 rank through NCCL against the run without --dp (several ranks need several GPUs)"
+    if command -v mpirun >/dev/null; then
+        CK_RUN_SUITE=examples CK_RUN_CASE=dp timeout 200 "$b/tests/run_tests" 2>&1 | grep -E "Checks:|:[FE]:|skipped" |
+            sed "s/^/  /"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+    else
+        echo "  skipped: no mpirun on this machine"
+    fi
+
     echo "== time travel on CUDA: a rewind replays to the same stop, bit for bit; a resumed run's losses"
     for mode in eager graph; do
         timeout 90 "$b/debugger/tdbg" --batch -ex "record every 2" -ex "break nan" -ex run -ex "rewind 4" \
