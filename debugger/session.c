@@ -299,7 +299,11 @@ static void interrupt_at(const te_op_record *rec, bool waiting)
     char why[64];
     snprintf(why, sizeof why, "the rank ended by SIG%s", sigabbrev_np(sig));
     dbg_detach(why);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
     signal(sig, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     raise(sig);
 }
 
