@@ -163,9 +163,10 @@ int main(int argc, char **argv)
         int64_t params = 0;
         for (int i = 0; i < te_param_count(); i++)
             params += te_params()[i]->numel;
-        printf("cnn: channels 3-%d-%d-%d, %lld params, %s, batch %d x %d, %d steps, seed %llu\n",
-               cfg.channels[0], cfg.channels[1], cfg.channels[2], (long long)params, all->name,
-               o.batch, o.accum, o.steps, (unsigned long long)o.seed);
+        if (ex_prints())
+            printf("cnn: channels 3-%d-%d-%d, %lld params, %s, batch %d x %d, %d steps, seed %llu\n",
+                   cfg.channels[0], cfg.channels[1], cfg.channels[2], (long long)params, all->name,
+                   o.batch, o.accum, o.steps, (unsigned long long)o.seed);
         rc = ex_train(&o, &(ex_task){ .train = train, .test = test, .forward = cnn_forward, .model = &m,
                                       .buffers = te_buffers(), .n_buffers = te_buffer_count() });
     }

@@ -510,6 +510,13 @@ static void start_profiling(const ex_opts *o)
     }
     if (!po.file[0])
         snprintf(po.file, sizeof po.file, "%s-profile.json", prog_name);
+    if (o->dp) { /* one file per rank: FILE.rank-R.json */
+        char base[sizeof po.file];
+        const size_t len = strlen(po.file);
+        const bool json = len > 5 && strcmp(po.file + len - 5, ".json") == 0;
+        snprintf(base, sizeof base, "%.*s", (int)(json ? len - 5 : len), po.file);
+        snprintf(po.file, sizeof po.file, "%.200s.rank-%d.json", base, te_dist_rank());
+    }
     snprintf(profile_file, sizeof profile_file, "%s", po.file);
     profile_write = po.when == TE_PROF_ALWAYS;
     if (profile_write) /* when=break keeps it: the debugger writes the ring to it at a stop */
@@ -733,7 +740,15 @@ te_status ex_train_step(const ex_opts *o, ex_forward_fn forward, const void *mod
                         te_tensor *const *in, te_tensor **out, bool with_logits)
 {
     const int accum = o->accum, per = with_logits ? 2 : 1;
+    /* Data parallel: every rank normalises with rank 0's running
+     * statistics, as DDP's broadcast_buffers (docs/examples.md). */
+    if (o->dp && te_buffer_count() > 0) {
+        te_status st = te_dist_broadcast_buffers();
+        if (st != TE_OK)
+            return st;
+    }
     for (int m = 0; m < accum; m++) {
+        te_dist_no_sync(m < accum - 1); /* the gradients are reduced once, after the last micro-batch */
         const size_t before = te_mem_stats_get().requested;
         te_tensor *logits = forward(model, in[2 * m]);
         te_tensor *l = te_cross_entropy(logits, in[2 * m + 1]);
@@ -910,15 +925,21 @@ int ex_train(const ex_opts *o, const ex_task *t)
 
 static int train_on(const ex_opts *o, const ex_task *t, const te_dataset *train)
 {
-    te_loader *ld = te_loader_new(train, &(te_loader_opts){ .batch = o->batch, .shuffle = true,
+    te_loader *ld = te_loader_new(train, &(te_loader_opts){ .batch = ex_rank_batch(o, o->batch), .shuffle = true,
                                                                .drop_remainder = true,
                                                                .workers = o->workers,
-                                                               .seed = o->seed });
+                                                               .seed = o->seed, .shard = te_dist_rank(),
+                                                               .shards = te_dist_size() });
     te_optim *opt = ld && ex_amp_start(o) == TE_OK ? ex_optim_new(o) : NULL;
     step_ctx c = { .o = o, .t = t, .opt = opt };
     ckpt_attr attrs[EX_MAX_CKPT_ATTRS];
     const ckpt_model cm = ex_ckpt_model(o, opt, t->buffers, t->n_buffers, attrs);
     int rc = opt && o->load ? resume_train(o, &cm, ld) : 0;
+    if (opt && rc == 0 && o->dp && te_dist_broadcast_params() != TE_OK)
+        rc = ex_fail("cannot broadcast the parameters");
+    if (o->dp && ex_prints())
+        printf("dp: %d ranks over %s, %d samples each\n", te_dist_size(), te_dist_transport(),
+               ex_rank_batch(o, o->batch));
     te_graph *g = opt && rc == 0 ? ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, 2 * o->accum, false)
                                  : NULL;
     double *ms = g ? malloc(2 * (size_t)o->steps * sizeof *ms) : NULL, *cpu = ms ? ms + o->steps : NULL;
@@ -965,26 +986,34 @@ static int train_on(const ex_opts *o, const ex_task *t, const te_dataset *train)
         cpu[step - first] = ex_cpu_ms() - c0 - load_cpu;
         timed = step - first + 1 > timed ? step - first + 1 : timed;
         if (step % o->log_every == 0 || step == last - 1) {
-            printf("step=%d loss=%.6f acc=%.4f", step, loss, (float)correct / (float)(o->batch * o->accum));
-            ex_print_scale(scale);
-            printf("%s\n", replayed ? " (replayed)" : "");
+            double sums[2] = { loss, correct }; /* data parallel: over every rank's share */
+            if (o->dp && te_dist_allreduce_host("loss", sums, 2) != TE_OK) {
+                rc = ex_fail("cannot sum the loss over the ranks");
+                break;
+            }
+            if (ex_prints()) {
+                printf("step=%d loss=%.6f acc=%.4f", step, sums[0] / te_dist_size(),
+                       sums[1] / (double)(o->batch * o->accum));
+                ex_print_scale(scale);
+                printf("%s\n", replayed ? " (replayed)" : "");
+            }
         }
         const ckpt_info now = { .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
                                 .data_position = loop.position, .epoch = te_loader_epoch(ld) };
-        if (ex_save_due(o, step + 1) || (o->save && step == last - 1))
+        if (ex_prints() && (ex_save_due(o, step + 1) || (o->save && step == last - 1)))
             rc = ex_save(o, &cm, &now);
         ex_save_requested(&cm, &now);
     }
     te_record_host_remove(region);
     const int prof_rc = ex_profile_finish();
     float loss = 0.0f, acc = 0.0f;
-    if (rc == 0 && o->time && timed > 0) {
+    if (rc == 0 && o->time && timed > 0 && ex_prints()) {
         ex_print_times(ms, cpu, timed);
         ex_print_memory(g, o);
     }
-    if (rc == 0 && evaluate(o, t, &loss, &acc) != TE_OK)
+    if (rc == 0 && evaluate(o, t, &loss, &acc) != TE_OK) /* every rank: the same parameters, all the test set */
         rc = ex_fail("evaluation failed");
-    if (rc == 0)
+    if (rc == 0 && ex_prints())
         printf("final: loss=%.6f acc=%.4f\n", loss, acc);
     if (rc == 0)
         rc = prof_rc;

@@ -307,6 +307,10 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         te_optim_free(opt);
         return 2;
     }
+    if (o->dp && te_dist_broadcast_params() != TE_OK) {
+        te_optim_free(opt);
+        return ex_fail("cannot broadcast the parameters");
+    }
     te_graph *tg = ex_graph_new(o, train_step_fn, &c, "train", 2 * o->accum, o->accum, false);
     te_graph *eg = tg ? ex_graph_new(o, eval_step_fn, &c, "eval", 2, 1, false) : NULL;
     const int last = ex_last_step(o);
@@ -331,8 +335,11 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         te_optim_set_lr(opt, lr);
         const float scale = ex_scale_now();
         te_status st = TE_OK;
+        /* Data parallel: rank r takes windows r * share .. of each global batch. */
+        const int share = ex_rank_batch(o, o->batch);
         for (int k = 0; k < o->accum && st == TE_OK; k++) {
-            text_batch(text, te_seed(), rs.data_position, o->batch, m->cfg.block, &in[2 * k], &in[2 * k + 1]);
+            text_batch(text, te_seed(), rs.data_position + (int64_t)te_dist_rank() * share, share, m->cfg.block,
+                       &in[2 * k], &in[2 * k + 1]);
             rs.data_position += o->batch;
             if (!in[2 * k] || !in[2 * k + 1])
                 st = TE_ERR_NOMEM;
@@ -355,23 +362,30 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
         ms[step - first] = ex_now_ms() - t0;
         timed = step - first + 1 > timed ? (int)(step - first + 1) : timed;
         if (step % o->log_every == 0 || step == last - 1) {
-            printf("step=%d loss=%.6f lr=%.6g", step, loss, lr);
-            ex_print_scale(scale);
-            printf("%s\n", replayed ? " (replayed)" : "");
+            double sum = loss; /* data parallel: the mean of the ranks' */
+            if (o->dp && te_dist_allreduce_host("loss", &sum, 1) != TE_OK) {
+                rc = ex_fail("cannot sum the loss over the ranks");
+                break;
+            }
+            if (ex_prints()) {
+                printf("step=%d loss=%.6f lr=%.6g", step, sum / te_dist_size(), lr);
+                ex_print_scale(scale);
+                printf("%s\n", replayed ? " (replayed)" : "");
+            }
         }
         float val;
         if (g->eval_every && (step + 1) % g->eval_every == 0 && step != last - 1) {
             if (evaluate(o, eg, m, text, &val) != TE_OK)
                 rc = ex_fail("evaluation failed");
-            else
+            else if (ex_prints())
                 printf("step=%d val_loss=%.6f\n", step, val);
         }
         if (rc == 0 && g->sample_every && (step + 1) % g->sample_every == 0 && step != last - 1 &&
-            sample(g, m, step) != TE_OK)
+            ex_prints() && sample(g, m, step) != TE_OK)
             rc = ex_fail("sampling failed");
         const ckpt_info now = { .step = step + 1, .seed = te_seed(), .rng_step = step + 1,
                                 .data_position = rs.data_position, .epoch = -1 };
-        if (rc == 0 && (ex_save_due(o, step + 1) || (o->save && step == last - 1)))
+        if (rc == 0 && ex_prints() && (ex_save_due(o, step + 1) || (o->save && step == last - 1)))
             rc = ex_save(o, &cm, &now);
         if (rc == 0)
             ex_save_requested(&cm, &now);
@@ -379,16 +393,16 @@ static int train(const gpt_cfg *g, const ex_opts *o, const gpt_model *m, const t
     }
     te_record_host_remove(region);
     const int prof_rc = ex_profile_finish();
-    if (rc == 0 && o->time && timed > 0) {
+    if (rc == 0 && o->time && timed > 0 && ex_prints()) {
         ex_print_times(ms, cpu, timed);
         ex_print_memory(tg, o);
     }
     float val;
     if (rc == 0 && evaluate(o, eg, m, text, &val) != TE_OK)
         rc = ex_fail("evaluation failed");
-    if (rc == 0)
+    if (rc == 0 && ex_prints())
         printf("final: step=%d val_loss=%.6f val_bpb=%.4f\n", last - 1, val, val / M_LN2);
-    if (rc == 0 && g->sample_every && sample(g, m, last - 1) != TE_OK)
+    if (rc == 0 && g->sample_every && ex_prints() && sample(g, m, last - 1) != TE_OK)
         rc = ex_fail("sampling failed");
     if (rc == 0)
         rc = prof_rc;
@@ -443,11 +457,16 @@ int main(int argc, char **argv)
     if (!gpt_model_init(&m, &g.model)) {
         rc = ex_fail("cannot build the model");
     } else {
-        printf("gpt: %d layers, %d heads, embd %d, block %d, %.2fM params, %s: %lld bytes (%lld to train, "
-               "%lld to validate), batch %d x %d, %d steps, seed %llu\n",
-               g.model.layers, g.model.heads, g.model.embd, g.model.block, (double)gpt_param_numel() / 1e6,
-               g.data, (long long)text.size, (long long)text.train_size, (long long)(text.size - text.train_size),
-               o.batch, o.accum, o.steps, (unsigned long long)o.seed);
+        if (ex_prints())
+            printf("gpt: %d layers, %d heads, embd %d, block %d, %.2fM params, %s: %lld bytes (%lld to train, "
+                   "%lld to validate), batch %d x %d, %d steps, seed %llu%s\n",
+                   g.model.layers, g.model.heads, g.model.embd, g.model.block, (double)gpt_param_numel() / 1e6,
+                   g.data, (long long)text.size, (long long)text.train_size,
+                   (long long)(text.size - text.train_size), o.batch, o.accum, o.steps, (unsigned long long)o.seed,
+                   o.dp ? ", data parallel" : "");
+        if (o.dp && ex_prints())
+            printf("dp: %d ranks over %s, %d samples each\n", te_dist_size(), te_dist_transport(),
+                   ex_rank_batch(&o, o.batch));
         rc = train(&g, &o, &m, &text, rs);
     }
     text_free(&text);

@@ -180,13 +180,16 @@ int main(int argc, char **argv)
         rc = ex_fail("cannot build the model");
     } else {
         int64_t params = 0;
-        printf("mlp: %d", (int)all->shape[0]);
+        char widths[256];
+        size_t at = 0;
         for (int i = 0; i < m.n_layers; i++) {
-            printf("-%d", (int)m.w[i]->shape[0]);
+            at += (size_t)snprintf(widths + at, at < sizeof widths ? sizeof widths - at : 0, "-%d",
+                                   (int)m.w[i]->shape[0]);
             params += m.w[i]->numel + m.b[i]->numel;
         }
-        printf(", %lld params, %s, batch %d x %d, %d steps, seed %llu\n", (long long)params,
-               all->name, o.batch, o.accum, o.steps, (unsigned long long)o.seed);
+        if (ex_prints())
+            printf("mlp: %d%s, %lld params, %s, batch %d x %d, %d steps, seed %llu\n", (int)all->shape[0], widths,
+                   (long long)params, all->name, o.batch, o.accum, o.steps, (unsigned long long)o.seed);
         rc = ex_train(&o, &(ex_task){ .train = train, .test = test, .forward = mlp_forward, .model = &m });
     }
     ex_split_free(train);

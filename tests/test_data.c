@@ -402,6 +402,46 @@ static void shuffled_orders(uint64_t seed, int workers, int epochs, int64_t *ord
     te_loader_free(l);
 }
 
+/* Data parallel: the shards' batches, side by side in shard order, are the
+ * batches of one loader with their global batch, shuffled, over epochs,
+ * with and without workers; shards without drop_remainder or out of range
+ * are refused. */
+START_TEST(test_loader_shards)
+{
+    te_dataset d = index_dataset(50); /* 3 global batches of 16 a epoch; 2 samples dropped */
+    te_loader *whole = te_loader_new(&d, &(te_loader_opts){ .batch = 16, .shuffle = true, .drop_remainder = true,
+                                                            .seed = 7 });
+    te_loader *part[4];
+    for (int r = 0; r < 4; r++) {
+        part[r] = te_loader_new(&d, &(te_loader_opts){ .batch = 4, .shuffle = true, .drop_remainder = true,
+                                                       .workers = r % 2, .seed = 7, .shard = r, .shards = 4 });
+        ck_assert_msg(part[r] != NULL, "shard %d: %s", r, te_error());
+        ck_assert_int_eq(te_loader_batches_per_epoch(part[r]), 3);
+    }
+    for (int b = 0; b < 7; b++) { /* two epochs and a bit */
+        int64_t all[16], mine[4];
+        ck_assert_int_eq(next_indices(whole, all), 16);
+        for (int r = 0; r < 4; r++) {
+            ck_assert_int_eq(next_indices(part[r], mine), 4);
+            for (int k = 0; k < 4; k++)
+                ck_assert_msg(mine[k] == all[4 * r + k], "batch %d shard %d row %d: sample %lld, the whole "
+                              "batch has %lld there", b, r, k, (long long)mine[k], (long long)all[4 * r + k]);
+        }
+        te_tape_reset();
+    }
+    for (int r = 0; r < 4; r++)
+        te_loader_free(part[r]);
+    te_loader_free(whole);
+    ck_assert_ptr_null(te_loader_new(&d, &(te_loader_opts){ .batch = 4, .shard = 1, .shards = 2 }));
+    ck_assert_msg(strstr(te_error(), "2 shards need drop_remainder"), "%s", te_error());
+    ck_assert_ptr_null(te_loader_new(&d, &(te_loader_opts){ .batch = 4, .drop_remainder = true, .shard = 2,
+                                                            .shards = 2 }));
+    ck_assert_msg(strstr(te_error(), "shard 2 of 2 shards"), "%s", te_error());
+    ck_assert_ptr_null(te_loader_new(&d, &(te_loader_opts){ .batch = 30, .drop_remainder = true, .shards = 2 }));
+    ck_assert_msg(strstr(te_error(), "batch 60 with drop_remainder leaves no batch"), "%s", te_error());
+}
+END_TEST
+
 START_TEST(test_loader_shuffle)
 {
     int64_t order[3 * 50], again[3 * 50], other[50], engine_seed[50];
@@ -676,6 +716,7 @@ Suite *suite_data(void)
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_loader_order);
     tcase_add_test(tc, test_loader_shuffle);
+    tcase_add_test(tc, test_loader_shards);
     tcase_add_test(tc, test_loader_workers_identical);
     tcase_add_test(tc, test_loader_drop_remainder);
     tcase_add_test(tc, test_loader_epochs);

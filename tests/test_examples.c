@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -27,19 +28,16 @@ typedef struct {
     bool has_final;
 } run_result;
 
-/* Runs examples/PROG with the arguments and parses its step and final lines;
- * run_free releases it. */
-static run_result *run(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static run_result *run(const char *prog, const char *fmt, ...)
+/* Runs examples/PROG with the arguments (after the command `launcher`,
+ * "" for none: mpirun's) and parses its step and final lines; run_free
+ * releases it. */
+static run_result *vrun(const char *launcher, const char *prog, const char *fmt, va_list ap)
 {
     run_result *r = calloc(1, sizeof *r);
     ck_assert(r != NULL);
     char args[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    ts_session s = ts_sh("'%s/examples/%s' %s", TDBG_BUILDDIR, prog, args);
+    ts_session s = ts_sh("%s '%s/examples/%s' %s", launcher, TDBG_BUILDDIR, prog, args);
     r->status = s.status;
     r->out = s.out;
 
@@ -57,6 +55,27 @@ static run_result *run(const char *prog, const char *fmt, ...)
             r->has_final = true;
         }
     }
+    return r;
+}
+
+static run_result *run(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static run_result *run(const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    run_result *r = vrun("", prog, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+static run_result *run_under(const char *launcher, const char *prog, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static run_result *run_under(const char *launcher, const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    run_result *r = vrun(launcher, prog, fmt, ap);
+    va_end(ap);
     return r;
 }
 
@@ -755,6 +774,193 @@ START_TEST(test_profile_attribution)
 }
 END_TEST
 
+/* ---- data parallel (--dp under mpirun) ----------------------------------------- */
+
+/* Every logged loss of b within rtol of a's, relative, and the final line's too. */
+static void assert_losses_near(const run_result *a, const run_result *b, int last, float rtol, const char *what)
+{
+    for (int s = 0; s <= last; s++)
+        ck_assert_msg(fabsf(a->loss[s] - b->loss[s]) <= rtol * fabsf(a->loss[s]),
+                      "%s: step %d: loss %.6f in one process, %.6f data parallel (rtol %g)", what, s, a->loss[s],
+                      b->loss[s], (double)rtol);
+    ck_assert_msg(fabsf(a->final_loss - b->final_loss) <= rtol * fabsf(a->final_loss),
+                  "%s: final loss %.6f in one process, %.6f data parallel", what, a->final_loss, b->final_loss);
+}
+
+/* 2 and 4 ranks, each with its share of the global batch, train as one
+ * process with the whole batch does, within 1e-5 over 100 steps; only
+ * rank 0 prints. */
+START_TEST(test_dp_matches_single)
+{
+    const char *common = "--hidden 64,64 --batch 32 --steps 100 --log-every 1 --threads 1";
+    run_result *one = run("mlp", "%s", common);
+    assert_ran(one, "one process", 99);
+    for (int ranks = 2; ranks <= 4; ranks += 2) {
+        char mpirun[256], what[32];
+        if (!tu_mpirun("examples:dp", ranks, mpirun, sizeof mpirun))
+            break;
+        snprintf(what, sizeof what, "%d ranks", ranks);
+        run_result *dp = run_under(mpirun, "mlp", "%s --dp", common);
+        assert_ran(dp, what, 99);
+        char head[64];
+        snprintf(head, sizeof head, "dp: %d ranks over mpi, %d samples each\n", ranks, 32 / ranks);
+        ck_assert_msg(strstr(dp->out, head), "%s: no '%s' in:\n%s", what, head, dp->out);
+        const char *first = strstr(dp->out, "step=99 ");
+        ck_assert_msg(first && !strstr(first + 1, "step=99 "), "%s: step 99 printed twice:\n%s", what, dp->out);
+        assert_losses_near(one, dp, 99, 1e-5f, what);
+        run_free(dp);
+    }
+    run_free(one);
+}
+END_TEST
+
+/* Gradient accumulation reduces once per step, after the last micro-batch:
+ * 2 ranks x 2 micro-batches of 8 train as one process with 2 of 16. */
+START_TEST(test_dp_accum)
+{
+    char mpirun[256];
+    if (!tu_mpirun("examples:dp", 2, mpirun, sizeof mpirun))
+        return;
+    const char *common = "--hidden 64,64 --batch 16 --accum 2 --steps 20 --log-every 1 --threads 1";
+    run_result *one = run("mlp", "%s", common), *dp = run_under(mpirun, "mlp", "%s --dp", common);
+    assert_ran(one, "one process", 19);
+    assert_ran(dp, "2 ranks", 19);
+    assert_losses_near(one, dp, 19, 1e-5f, "accum 2");
+    run_free(one);
+    run_free(dp);
+}
+END_TEST
+
+/* Batch norm normalises each rank's share with that share's own statistics
+ * (no synchronised batch norm): the CNN's first loss differs from one
+ * process's with the whole batch, while its first forward is otherwise
+ * the same (the same parameters). Its running statistics are rank 0's,
+ * broadcast before each step, so every rank evaluates alike. */
+START_TEST(test_dp_batchnorm_per_rank)
+{
+    char mpirun[256];
+    if (!tu_mpirun("examples:dp", 2, mpirun, sizeof mpirun))
+        return;
+    const char *common = "--batch 16 --steps 3 --log-every 1 --threads 1 --train-size 256";
+    run_result *one = run("cnn", "%s", common), *dp = run_under(mpirun, "cnn", "%s --dp", common);
+    assert_ran(one, "one process", 2);
+    assert_ran(dp, "2 ranks", 2);
+    ck_assert_msg(fabsf(one->loss[0] - dp->loss[0]) > 1e-4f * fabsf(one->loss[0]),
+                  "step 0: loss %.6f in one process and %.6f on 2 ranks: per-rank batch statistics should "
+                  "differ from the whole batch's", one->loss[0], dp->loss[0]);
+    ck_assert_msg(fabsf(one->loss[0] - dp->loss[0]) < 0.05f * fabsf(one->loss[0]),
+                  "step 0: loss %.6f in one process and %.6f on 2 ranks: more apart than statistics over 8 "
+                  "instead of 16 samples make them", one->loss[0], dp->loss[0]);
+    run_free(one);
+    run_free(dp);
+}
+END_TEST
+
+/* The loss scaler agrees across ranks: an Inf in rank 1's gradient at
+ * step 3 reaches every rank through the all-reduce, and rank 0 (whose own
+ * gradients were finite) skips the step too; an injection for rank 1 at
+ * rank=3 of a 2-rank job alters nothing. */
+START_TEST(test_dp_scaler_agrees)
+{
+    char mpirun[256];
+    if (!tu_mpirun("examples:dp", 2, mpirun, sizeof mpirun))
+        return;
+    const char *common = "--hidden 64,64 --batch 32 --steps 6 --log-every 1 --threads 1 --amp O2 --dp";
+    run_result *r = run_under(mpirun, "mlp", "%s --inject inf@op=grad/fc2/linear,step=3,rank=1", common);
+    assert_ran(r, "inf on rank 1", 5);
+    for (int s = 0; s < 6; s++) {
+        char head[32];
+        snprintf(head, sizeof head, "step=%d loss=", s);
+        const char *line = strstr(r->out, head), *eol = line ? strchr(line, '\n') : NULL;
+        ck_assert_ptr_nonnull(eol);
+        const bool skipped = memmem(line, (size_t)(eol - line), "skipped", 7) != NULL;
+        ck_assert_msg(skipped == (s == 3), "step %d: %.*s (want %s)", s, (int)(eol - line), line,
+                      s == 3 ? "skipped" : "not skipped");
+    }
+    run_free(r);
+    run_result *none = run_under(mpirun, "mlp", "%s --inject inf@op=grad/fc2/linear,step=3,rank=3", common);
+    assert_ran(none, "rank 3 of 2", 5);
+    ck_assert_msg(!strstr(none->out, "skipped"), "an injection for rank 3 of 2 ranks altered a step:\n%s",
+                  none->out);
+    run_free(none);
+}
+END_TEST
+
+/* The gradient all-reduces are ops the profiler records on every rank,
+ * with the same sequence numbers: buckets of 64 KiB cut 784-64-64-10's
+ * parameters (newest first) into bucket0 (fc3, fc2, fc1.bias: 4874
+ * values) and bucket1 (fc1.weight: 50176). */
+START_TEST(test_dp_collectives_are_ops)
+{
+    char mpirun[256], dir[] = "/tmp/tdbg-dp-XXXXXX";
+    if (!tu_mpirun("examples:dp", 2, mpirun, sizeof mpirun))
+        return;
+    ck_assert(mkdtemp(dir) != NULL);
+    char launcher[512];
+    snprintf(launcher, sizeof launcher, "TDBG_DP_BUCKET_KB=64 %s -x TDBG_DP_BUCKET_KB", mpirun);
+    run_result *r = run_under(launcher, "mlp", "--dp --hidden 64,64 --batch 32 --steps 3 --log-every 1 --threads 1 "
+                              "--profile 'file=%s/p.json;steps=1-2'", dir);
+    assert_ran(r, "2 ranks profiled", 2);
+    int64_t seq[2][3][2]; /* rank, step, bucket */
+    memset(seq, -1, sizeof seq);
+    for (int rank = 0; rank < 2; rank++) {
+        char file[PATH_MAX];
+        snprintf(file, sizeof file, "%s/p.rank-%d.json", dir, rank);
+        json_error_t err;
+        json_t *root = json_load_file(file, 0, &err);
+        ck_assert_msg(root, "%s: %s (line %d)", file, err.text, err.line);
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
+            const char *name = json_string_value(json_object_get(e, "name"));
+            int bucket;
+            if (!name || sscanf(name, "allreduce/bucket%d", &bucket) != 1)
+                continue;
+            json_t *args = json_object_get(e, "args");
+            const int step = (int)json_integer_value(json_object_get(args, "step"));
+            ck_assert_msg(bucket >= 0 && bucket < 2 && step >= 1 && step <= 2, "%s: %s at step %d", file, name,
+                          step);
+            ck_assert_str_eq(json_string_value(json_object_get(args, "type")), "AllReduce");
+            ck_assert_str_eq(json_string_value(json_object_get(args, "phase")), "backward");
+            ck_assert_int_eq(json_integer_value(json_object_get(args, "rank")), rank);
+            ck_assert_int_eq(json_integer_value(json_object_get(args, "ranks")), 2);
+            ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(args, "shape"), 0)),
+                             bucket ? 50176 : 4874);
+            seq[rank][step][bucket] = json_integer_value(json_object_get(args, "seq"));
+        }
+        json_decref(root);
+    }
+    for (int step = 1; step <= 2; step++)
+        for (int b = 0; b < 2; b++) {
+            ck_assert_msg(seq[0][step][b] >= 0 && seq[0][step][b] == seq[1][step][b],
+                          "step %d bucket %d: seq %lld on rank 0, %lld on rank 1", step, b,
+                          (long long)seq[0][step][b], (long long)seq[1][step][b]);
+            ck_assert_msg(b == 0 || seq[0][step][1] == seq[0][step][0] + 1, "step %d: bucket1 is not next after "
+                          "bucket0", step);
+        }
+    run_free(r);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
+START_TEST(test_dp_flags)
+{
+    char mpirun[256];
+    if (!tu_mpirun("examples:dp", 3, mpirun, sizeof mpirun))
+        return;
+    run_result *r = run_under(mpirun, "mlp", "--dp --batch 32 --steps 2 --hidden 8");
+    ck_assert_msg(r->status == 2 && strstr(r->out, "--dp: --batch 32 does not split evenly over 3 ranks"),
+                  "status %d:\n%s", r->status, r->out);
+    run_free(r);
+    r = run("mlp", "--dp --mode graph --steps 2");
+    ck_assert_msg(r->status == 2 && strstr(r->out, "--dp") && strstr(r->out, "eager mode"), "status %d:\n%s",
+                  r->status, r->out);
+    run_free(r);
+}
+END_TEST
+
 Suite *suite_examples(void)
 {
     Suite *s = suite_create("examples");
@@ -796,6 +1002,16 @@ Suite *suite_examples(void)
     tcase_add_test(tc, test_loss_scale_skip);
     tcase_add_loop_test(tc, test_amp_levels, 0, 2);
     tcase_add_test(tc, test_cnn_amp_levels);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("dp");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_dp_matches_single);
+    tcase_add_test(tc, test_dp_accum);
+    tcase_add_test(tc, test_dp_batchnorm_per_rank);
+    tcase_add_test(tc, test_dp_scaler_agrees);
+    tcase_add_test(tc, test_dp_collectives_are_ops);
+    tcase_add_test(tc, test_dp_flags);
     suite_add_tcase(s, tc);
     return s;
 }

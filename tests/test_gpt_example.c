@@ -39,15 +39,12 @@ typedef struct {
     int n_val;
 } gpt_run;
 
-static gpt_run run_gpt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static gpt_run run_gpt(const char *fmt, ...)
+/* examples/gpt with the arguments, after the command launcher ("" or mpirun's). */
+static gpt_run vrun_gpt(const char *launcher, const char *fmt, va_list ap)
 {
     char args[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    gpt_run r = { .s = ts_sh("'%s/examples/gpt' %s", TDBG_BUILDDIR, args) };
+    gpt_run r = { .s = ts_sh("%s '%s/examples/gpt' %s", launcher, TDBG_BUILDDIR, args) };
     for (const char *line = r.s.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         int step;
         float x;
@@ -61,6 +58,26 @@ static gpt_run run_gpt(const char *fmt, ...)
             r.has_final = true;
         }
     }
+    return r;
+}
+
+static gpt_run run_gpt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static gpt_run run_gpt(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    gpt_run r = vrun_gpt("", fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+static gpt_run run_gpt_under(const char *launcher, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static gpt_run run_gpt_under(const char *launcher, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    gpt_run r = vrun_gpt(launcher, fmt, ap);
+    va_end(ap);
     return r;
 }
 
@@ -114,6 +131,30 @@ END_TEST
 /* Every AMP level in f16 and bf16 ends within 2% of O0's held-out loss
  * (the issue asks it of O2; O1 and O3 hold it too on this run:
  * docs/amp.md, "What each level costs and keeps"). */
+/* Data parallel: 2 ranks, each with half the windows of a global batch and
+ * dropout masks keyed by the global element, train as one process with the
+ * whole batch, within 1e-5 over 100 steps. */
+START_TEST(test_gpt_dp_matches_single)
+{
+    char mpirun[256];
+    if (!tu_mpirun("gpt_example:dp", 2, mpirun, sizeof mpirun))
+        return;
+    const char *common = TINY " --block 16 --steps 100 --warmup 10 --eval-every 0 --dropout 0.1";
+    gpt_run one = run_gpt("%s", common), dp = run_gpt_under(mpirun, "%s --dp", common);
+    assert_ok(&one, "one process");
+    assert_ok(&dp, "2 ranks");
+    for (int s = 0; s < 100; s++) {
+        ck_assert_msg(one.logged[s] && dp.logged[s], "step %d not logged", s);
+        ck_assert_msg(fabsf(one.loss[s] - dp.loss[s]) <= 1e-5f * fabsf(one.loss[s]),
+                      "step %d: loss %.6f in one process, %.6f on 2 ranks", s, one.loss[s], dp.loss[s]);
+    }
+    ck_assert_msg(fabsf(one.final_val - dp.final_val) <= 1e-5f * fabsf(one.final_val), "val_loss %.6f vs %.6f",
+                  one.final_val, dp.final_val);
+    ts_free(&one.s);
+    ts_free(&dp.s);
+}
+END_TEST
+
 START_TEST(test_gpt_amp_levels)
 {
     const char *args = TINY " --steps 80 --lr 3e-3 --warmup 5 --eval-every 0";
@@ -762,6 +803,7 @@ Suite *suite_gpt_example(void)
     TCase *tc = tcase_create("train");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_gpt_learns);
+    tcase_add_test(tc, test_gpt_dp_matches_single);
     tcase_add_test(tc, test_gpt_sampling_deterministic);
     tcase_add_test(tc, test_gpt_eager_graph_agree);
     tcase_add_test(tc, test_gpt_amp_eager_graph_agree);

@@ -56,6 +56,26 @@ bool tu_cuda_device(const char *suite)
     return false;
 }
 
+bool tu_mpirun(const char *test, int ranks, char *buf, size_t n)
+{
+#ifndef TE_HAVE_MPI
+    (void)ranks, (void)buf, (void)n;
+    tdbg_skip(test, "built without MPI (install libopenmpi-dev, then ./configure)");
+    return false;
+#else
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        tdbg_skip(test, "mpirun not found (Debian: openmpi-bin)");
+        return false;
+    }
+    /* Leak checks off in the ranks (tests/lsan.supp says why); ASan's other checks stay. */
+    const char *asan = getenv("ASAN_OPTIONS");
+    snprintf(buf, n, "ASAN_OPTIONS='%s%sdetect_leaks=0' OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMPI_MCA_btl_vader_single_copy_mechanism=none timeout 120 mpirun --oversubscribe -np %d",
+             asan ? asan : "", asan && *asan ? ":" : "", ranks);
+    return true;
+#endif
+}
+
 void tu_teardown(void)
 {
     te_tape_reset();
