@@ -173,6 +173,8 @@ int dbg_plugin_attach(int fd)
     }
     if (!registered)
         registered = atexit(at_exit) == 0;
+    if (strstr(li.peer_hello, " job=1"))
+        dbg_job_signals();
     was_recording = te_record_active();
     dbg_frontend_active = &dbg_frontend_remote;
     if (strcmp(li.peer_mode, "tui") == 0) {

@@ -220,8 +220,10 @@ static char *remote_read_line(const char *prompt)
 
 static void remote_show_stop(const dbg_stop *s)
 {
-    char line[DBG_STOP_LINE_MAX];
-    dbg_stop_line(s, line, sizeof line);
+    char line[DBG_STOP_LINE_MAX + 32];
+    dbg_stop_line(s, line, DBG_STOP_LINE_MAX);
+    if (s->rec) /* for a job's front end: which rank's stop came first in the step */
+        snprintf(line + strlen(line), sizeof line - strlen(line), " exec=%d", s->rec->exec_index);
     fflush(R.out);
     send_frame(TE_WIRE_STOP, line, strlen(line));
 }

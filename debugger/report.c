@@ -11,6 +11,7 @@
 #include "session.h"
 
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 const char *dbg_on_device(te_device d)
@@ -295,5 +296,7 @@ void dbg_stop_line(const dbg_stop *s, char *buf, size_t n)
                       (long long)s->step, te_phase_name(s->phase), or_dash(s->op), or_dash(s->type), s->reason,
                       or_dash(s->tensor), or_dash(s->index_text), origin_tok);
     if (s->sample >= 0 && at > 0 && (size_t)at < n) /* which sample, where the stop knows it */
-        snprintf(buf + at, n - (size_t)at, " row=%lld sample=%lld", (long long)s->row, (long long)s->sample);
+        at += snprintf(buf + at, n - (size_t)at, " row=%lld sample=%lld", (long long)s->row, (long long)s->sample);
+    if (s->signal && at > 0 && (size_t)at < n)
+        snprintf(buf + at, n - (size_t)at, " signal=SIG%s", sigabbrev_np(s->signal));
 }

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fnmatch.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,7 @@ int dbg_session_hook_add(void)
     te_hooks h = { .step_begin = dbg_on_step_begin, .step_end = dbg_on_step_end, .phase_begin = dbg_on_phase,
                    .op_end = dbg_on_op_end, .rewound = dbg_on_rewound, .diverged = dbg_on_diverged,
                    .located = dbg_on_located, .batch = dbg_on_batch, .op_failed = dbg_on_op_failed };
+    h.waiting = dbg_on_waiting;
     return dbg.hook = te_hook_add(&h, NULL);
 }
 
@@ -257,6 +259,64 @@ static void stop(const dbg_break *b, const char *reason, const dbg_hit *hit, con
 }
 
 void dbg_stop_at(const char *reason, void (*fill)(dbg_stop *s)) { stop_fill(NULL, reason, NULL, NULL, fill); }
+
+/* ---- a rank of a job ---------------------------------------------------------- */
+
+static volatile sig_atomic_t job_signal; /* SIGTERM came: the stop to make, then its death */
+
+static void on_job_term(int sig)
+{
+    job_signal = sig;
+    dbg_interrupted = 1;
+}
+
+void dbg_job_signals(void)
+{
+    struct sigaction sa = { .sa_handler = on_job_term };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void fill_signal(dbg_stop *s) { s->signal = job_signal; }
+
+/* The pause an interrupt asks for, at rec: Ctrl-C (INTR), another rank's
+ * stop, or the job's SIGTERM. After SIGTERM's stop the rank dies of it,
+ * its front end told why first. */
+static void interrupt_at(const te_op_record *rec, bool waiting)
+{
+    dbg_interrupted = 0;
+    int sig = job_signal;
+    if (sig)
+        fprintf(dbg_out, "\nReceived SIG%s (mpirun ends the job's ranks when one of them dies)%s.\n",
+                sigabbrev_np(sig), waiting ? ", waiting for the other ranks in the collective" : "");
+    else if (waiting)
+        fprintf(dbg_out, "\nInterrupted in %s (%s), waiting for the other ranks.\n", rec->name, rec->type);
+    else
+        fprintf(dbg_out, "\nInterrupted.\n");
+    stop_fill(NULL, sig ? "signal" : "interrupt", NULL, rec, sig ? fill_signal : NULL);
+    if (!sig)
+        return;
+    char why[64];
+    snprintf(why, sizeof why, "the rank ended by SIG%s", sigabbrev_np(sig));
+    dbg_detach(why);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    signal(sig, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+}
+
+/* A collective waits for the other ranks (about every millisecond): a
+ * pause asked for stops here, so that a rank blocked in an all-reduce
+ * still answers commands and a stop elsewhere never hangs the job. */
+void dbg_on_waiting(const te_op_record *rec, void *user)
+{
+    (void)user;
+    if (dbg_detach_if_gone() || !dbg_interrupted)
+        return;
+    interrupt_at(rec, true);
+}
 
 /* What this step may defer on (engine/watch.c): with only non-finite
  * breakpoints armed, running on, nothing to trace and no terminal UI to
@@ -622,9 +682,7 @@ void dbg_on_op_end(const te_op_record *r, void *user)
         return;
     }
     if (dbg_interrupted) {
-        dbg_interrupted = 0;
-        fprintf(dbg_out, "\nInterrupted.\n");
-        stop(NULL, "interrupt", NULL, r);
+        interrupt_at(r, false);
     } else if (dbg.mode == RUN_STEP && --dbg.repeat <= 0) { /* `step N`: the Nth op */
         stop(NULL, dbg.reversing ? "reverse-step" : "step", NULL, r);
     }

@@ -116,6 +116,11 @@ typedef struct dbg_session {
 
 extern dbg_session dbg;
 extern volatile sig_atomic_t dbg_interrupted;
+/* A rank of a job under `tdbg --mpi` (HELLO job=1): SIGTERM (mpirun ending
+ * the job after a rank died) stops at the next op or collective's wait,
+ * so that the flight recorder writes and the stop is reported, and the
+ * rank dies of it when the session goes on (dbg_job_signals, session.c). */
+void dbg_job_signals(void);
 
 /* ---- the stop ------------------------------------------------------------- */
 
@@ -173,6 +178,7 @@ typedef struct dbg_stop {
     char data_issue[16];         /* data stops: te_data_issue_name() of what the check found */
     int64_t bad_rows;            /* rows of the batch holding bad values */
     char error[768];             /* error stops: the op's failure, te_error()'s message */
+    int signal;                  /* reason=signal in a job's rank: the signal (SIGTERM), 0 otherwise */
 } dbg_stop;
 
 /* The last stop, NULL before the first: the one record of where training
@@ -351,6 +357,7 @@ void dbg_on_step_end(int64_t step, void *user);
 void dbg_on_phase(int64_t step, te_phase p, void *user);
 void dbg_on_op_end(const te_op_record *r, void *user);
 void dbg_on_batch(const te_batch *b, void *user);
+void dbg_on_waiting(const te_op_record *rec, void *user);
 void dbg_on_op_failed(const te_op_record *rec, te_status code, const char *message, void *user);
 void dbg_on_sigint(int sig);
 

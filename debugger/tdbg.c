@@ -10,6 +10,7 @@
  * already going instead (attach_client.c).
  */
 #include "attach_client.h"
+#include "job.h"
 #include "script_file.h"
 
 #include <errno.h>
@@ -38,6 +39,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tdbg [-x FILE] [-ex CMD]... [--batch | --cli | --tui] -- PROGRAM [ARGS]\n"
+               "       tdbg --mpi [-x FILE] [-ex CMD]... [--batch | --cli] -- mpirun -np N PROGRAM [ARGS]\n"
                "       tdbg attach PID | SOCKET | tcp:HOST:PORT --token-file F [-x FILE] [-ex CMD]... [--batch | --cli]\n"
                "Runs PROGRAM (any program linked with the tdbg engine) under the debugger.\n\n"
                "  -x FILE     run the commands in FILE first (one per line, # comments)\n"
@@ -46,6 +48,8 @@ static void usage(FILE *f)
                "  --cli       the readline command line\n"
                "  --tui       the terminal UI (the default when stdin and stdout are\n"
                "              terminals; without one, the command line after a notice)\n"
+               "  --mpi       the command is mpirun (or another MPI launcher): one debugger for\n"
+               "              every rank of the job (docs/debugger.md \"Data-parallel jobs\")\n"
                "  -h, --help  this text\n\n"
                "Without --batch the commands run first, then the prompt takes over (plain\n"
                "lines from stdin when it is not a terminal). TDBG=tui|cli|batch set by hand\n"
@@ -238,6 +242,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "attach") == 0)
         return tdbg_attach_main(argc - 1, argv + 1);
     const char *mode = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO) ? "tui" : "cli";
+    bool mpi = false, tui_asked = false;
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -256,6 +261,9 @@ int main(int argc, char **argv)
             mode = "cli";
         } else if (strcmp(a, "--tui") == 0) {
             mode = "tui";
+            tui_asked = true;
+        } else if (strcmp(a, "--mpi") == 0) {
+            mpi = true;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
@@ -273,6 +281,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (mpi && strcmp(mode, "tui") == 0 && tui_asked) {
+        fprintf(stderr, "tdbg: --mpi has no terminal UI yet: the command line (--cli) or --batch\n");
+        return 2;
+    }
+    if (mpi) /* the TUI by default at a terminal: a job has the command line */
+        return tdbg_job_main(argv + i, script ? script : "", strcmp(mode, "batch") == 0, plugin_path());
     if (setenv("TDBG", mode, 1) != 0 || setenv("TDBG_SCRIPT", script ? script : "", 1) != 0 ||
         (!getenv("TDBG_PLUGIN") && setenv("TDBG_PLUGIN", plugin_path(), 1) != 0)) {
         fprintf(stderr, "tdbg: cannot set the environment: %s\n", strerror(errno));

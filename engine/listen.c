@@ -14,6 +14,13 @@
  *
  * Every refusal is a REFUSED frame to the peer and a line on stderr; the
  * run never stops for a peer's sake.
+ *
+ * A rank of a job that `tdbg --mpi` launched (TDBG_JOB=DIR, the launcher's
+ * private directory) listens on DIR/rank-R.sock instead, R from the
+ * launcher's environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK), and
+ * te_init waits there for the launcher (TDBG_JOB_WAIT seconds, 60 by
+ * default) so that the session sees the first step whole; WELCOME then
+ * says rank=R ranks=N. Nobody in time: a warning, and training goes on.
  */
 #include "te_internal.h"
 
@@ -38,6 +45,7 @@
 #define TOKEN_BYTES 32
 #define TOKEN_HEX (2 * TOKEN_BYTES)
 #define FIRST_MAX 512          /* the longest HELLO or AUTH payload read */
+#define JOB_WAIT_S 60          /* TDBG_JOB: how long te_init waits for the launcher by default */
 
 int te_listen_ready;
 
@@ -48,6 +56,7 @@ static struct {
     int wake[2];             /* te_listen_stop -> the thread */
     pthread_t thread;
     pthread_mutex_t mu;      /* the fields below */
+    pthread_cond_t came;     /* pending set: a job's rank waits for it in te_init */
     bool listening;
     int conn;                /* the connection the thread is checking, -1 none */
     int pending;             /* accepted, waiting for te_step_begin; -1 none */
@@ -64,7 +73,8 @@ static struct {
     pid_t owner;             /* the process that made the files (atexit in a fork's child leaves them) */
     te_listen_handler handler;
     void *user;
-} L = { .lfd = -1, .wake = { -1, -1 }, .mu = PTHREAD_MUTEX_INITIALIZER, .conn = -1, .pending = -1 };
+} L = { .lfd = -1, .wake = { -1, -1 }, .mu = PTHREAD_MUTEX_INITIALIZER, .came = PTHREAD_COND_INITIALIZER,
+        .conn = -1, .pending = -1 };
 
 /* ---- the files: the private directory, the socket, the token ------------- */
 
@@ -98,17 +108,10 @@ int te_listen_socket_path(int pid, char *buf, size_t n)
     return len < 0 || (size_t)len >= n ? -1 : 0;
 }
 
-static bool private_dir(char *dir, size_t n)
+/* dir is a real directory of ours that nobody else may enter; else a
+ * warning and false. */
+static bool dir_ok(const char *dir)
 {
-    int len = dir_name(dir, n);
-    if (len < 0 || (size_t)len >= n) {
-        fprintf(stderr, "tdbg: not listening: XDG_RUNTIME_DIR is too long for a socket's path\n");
-        return false;
-    }
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "tdbg: not listening: cannot make %s: %s\n", dir, strerror(errno));
-        return false;
-    }
     struct stat st;
     if (lstat(dir, &st) != 0) {
         fprintf(stderr, "tdbg: not listening: %s: %s\n", dir, strerror(errno));
@@ -126,6 +129,20 @@ static bool private_dir(char *dir, size_t n)
     return true;
 }
 
+static bool private_dir(char *dir, size_t n)
+{
+    int len = dir_name(dir, n);
+    if (len < 0 || (size_t)len >= n) {
+        fprintf(stderr, "tdbg: not listening: XDG_RUNTIME_DIR is too long for a socket's path\n");
+        return false;
+    }
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "tdbg: not listening: cannot make %s: %s\n", dir, strerror(errno));
+        return false;
+    }
+    return dir_ok(dir);
+}
+
 /* A file of ours left at path by an earlier process of the same pid goes;
  * anything else there is an error. */
 static bool clear_stale(const char *path, bool sock)
@@ -139,10 +156,11 @@ static bool clear_stale(const char *path, bool sock)
     return false;
 }
 
-static int listen_unix(const char *dir)
+/* Listens on DIR/NAME ("4711.sock", a job's "rank-1.sock"). */
+static int listen_unix(const char *dir, const char *name)
 {
     struct sockaddr_un a = { .sun_family = AF_UNIX };
-    int len = snprintf(a.sun_path, sizeof a.sun_path, "%s/%d.sock", dir, (int)getpid());
+    int len = snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, name);
     if (len < 0 || (size_t)len >= sizeof a.sun_path) {
         fprintf(stderr, "tdbg: not listening: the socket's path under %s is too long for a Unix socket\n", dir);
         return -1;
@@ -422,6 +440,7 @@ static bool serve(int fd)
         L.strikes = 0;
         L.conn = -1;
         __atomic_store_n(&te_listen_ready, 1, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&L.came);
     }
     if (bad && L.tcp && strncmp(bad, "tdbg is attached", 16) != 0)
         go_on = ++L.strikes < TCP_STRIKES;
@@ -469,9 +488,66 @@ static void *listener(void *arg)
 
 static void at_exit(void) { remove_files(); }
 
+/* The rank the launcher gave this process, from mpirun's environment
+ * (Open MPI, PMIx, MPICH's PMI); -1 when none says. */
+static int env_rank(const char *const *names)
+{
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
+        char *end;
+        long r = v && v[0] ? strtol(v, &end, 10) : -1;
+        if (v && v[0] && !*end && r >= 0 && r < 1 << 24)
+            return (int)r;
+    }
+    return -1;
+}
+
+/* TDBG_JOB_WAIT: seconds te_init waits for the launcher. */
+static int job_wait_s(void)
+{
+    const char *v = getenv("TDBG_JOB_WAIT");
+    char *end;
+    long s = v && v[0] ? strtol(v, &end, 10) : JOB_WAIT_S;
+    if (v && v[0] && (*end || s < 1 || s > 86400)) {
+        fprintf(stderr, "tdbg: TDBG_JOB_WAIT=%s: expected seconds from 1 to 86400; waiting %d s\n", v, JOB_WAIT_S);
+        s = JOB_WAIT_S;
+    }
+    return (int)s;
+}
+
+/* A rank of a job under `tdbg --mpi`: waits up to TDBG_JOB_WAIT for the
+ * launcher's connection, which te_step_begin then hands off. */
+static void job_wait(const char *dir, int rank)
+{
+    int wait_s = job_wait_s();
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_s;
+    pthread_mutex_lock(&L.mu);
+    int rc = 0;
+    while (L.pending < 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&L.came, &L.mu, &until);
+    bool came = L.pending >= 0;
+    pthread_mutex_unlock(&L.mu);
+    if (!came)
+        fprintf(stderr, "tdbg: rank %d: the debugger did not connect to %s/rank-%d.sock within %d s "
+                        "(TDBG_JOB_WAIT); training without it, still listening there\n", rank, dir, rank, wait_s);
+}
+
 void te_listen_start(void)
 {
-    const char *v = getenv("TDBG_LISTEN");
+    const char *v = getenv("TDBG_LISTEN"), *job = getenv("TDBG_JOB");
+    static const char *const rank_vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL };
+    int rank = -1;
+    if (job && job[0] && !L.started) {
+        rank = env_rank(rank_vars);
+        if (rank < 0) {
+            fprintf(stderr, "tdbg: TDBG_JOB=%s but no rank in the environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, "
+                            "PMI_RANK): not started by mpirun? Not waiting for the debugger\n", job);
+            return;
+        }
+        v = "unix";
+    }
     if (!v || !v[0] || L.started)
         return;
     bool tcp = strncmp(v, "tcp:", 4) == 0;
@@ -487,9 +563,18 @@ void te_listen_start(void)
     L.owner = getpid();
     L.tcp = tcp;
     L.strikes = 0;
-    if (!private_dir(dir, sizeof dir))
-        return;
-    L.lfd = tcp ? listen_tcp(dir, v) : listen_unix(dir);
+    char name[32];
+    if (rank >= 0) {
+        snprintf(dir, sizeof dir, "%s", job);
+        snprintf(name, sizeof name, "rank-%d.sock", rank);
+        if (strlen(job) >= sizeof dir || !dir_ok(dir))
+            return;
+    } else {
+        snprintf(name, sizeof name, "%d.sock", (int)getpid());
+        if (!private_dir(dir, sizeof dir))
+            return;
+    }
+    L.lfd = tcp ? listen_tcp(dir, v) : listen_unix(dir, name);
     if (L.lfd < 0)
         return;
     if (pipe2(L.wake, O_CLOEXEC) != 0) {
@@ -513,7 +598,9 @@ void te_listen_start(void)
     }
     pthread_setname_np(L.thread, "tdbg-listen"); /* what top -H and /proc/PID/task show */
     L.started = true;
-    if (tcp)
+    if (rank >= 0)
+        job_wait(dir, rank);
+    else if (tcp)
         fprintf(stderr, "tdbg: listening on %s (the token is in %s); attach with: tdbg attach %s --token-file %s\n",
                 L.addr, L.token_path, L.addr, L.token_path);
     else
@@ -578,8 +665,11 @@ void te_listen_hand_off(void)
     char prog[256] = "?", hello[400];
     ssize_t k = readlink("/proc/self/exe", prog, sizeof prog - 1);
     prog[k > 0 ? k : 1] = '\0';
-    int n = snprintf(hello, sizeof hello, "tdbg-run 1 pid=%d step=%lld program=%s", (int)getpid(),
-                     (long long)te_step(), prog);
+    int n = te_dist_active()
+                ? snprintf(hello, sizeof hello, "tdbg-run 1 pid=%d step=%lld rank=%d ranks=%d program=%s",
+                           (int)getpid(), (long long)te_step(), te_dist_rank(), te_dist_size(), prog)
+                : snprintf(hello, sizeof hello, "tdbg-run 1 pid=%d step=%lld program=%s", (int)getpid(),
+                           (long long)te_step(), prog);
     te_wire_send(fd, TE_WIRE_WELCOME, hello, (size_t)n < sizeof hello ? (size_t)n : sizeof hello - 1);
     if (fn) {
         fn(fd, user);

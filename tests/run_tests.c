@@ -26,6 +26,7 @@ int main(void)
     srunner_add_suite(sr, suite_record());
     srunner_add_suite(sr, suite_listen());
     srunner_add_suite(sr, suite_attach());
+    srunner_add_suite(sr, suite_job());
     srunner_add_suite(sr, suite_reduce());
     srunner_add_suite(sr, suite_loss());
     srunner_add_suite(sr, suite_conv());

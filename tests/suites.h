@@ -53,6 +53,7 @@ Suite *suite_residency(void);  /* where tensor data lives: slices, te_tensor_to,
 Suite *suite_record(void);     /* time travel: record, rewind, replay bit for bit, diverged, locate */
 Suite *suite_dbg_record(void); /* the debugger's time travel: rewind to a NaN's past and stop there again, reverse-step/next, replay with a dump, diverged */
 Suite *suite_listen(void);     /* attaching, the run's side: frames, TDBG_LISTEN, the socket's modes, uid and token checks, refusals, the hand-off, no leaks */
+Suite *suite_job(void);        /* tdbg --mpi: one debugger for a 2-rank job under mpirun (skipped without it) */
 Suite *suite_attach(void);     /* attaching end to end: tdbg attach, break nan, detach with the same losses, no leaks, kill -9, refusals, quit */
 Suite *suite_watch(void);      /* the deferred NaN watch: the same stops, replays bit for bit */
 #ifdef TE_HAVE_CUDA
