@@ -15,6 +15,10 @@
  * Bucket k's op is "allreduce/bucketK" (type AllReduce, phase backward):
  * input 0 the rank's own gradients, flat, in f32; output 0 their mean
  * over the ranks, which every rank holds bit for bit alike.
+ *
+ * Buckets live in host memory and go to MPI, or, in a build with NCCL
+ * (--with-cuda, MPI and NCCL found) and parameters on the GPU, in GPU
+ * memory and go to NCCL on the backend's stream (cuda/cuda_nccl.c).
  */
 #include "te_internal.h"
 #include "graph/graph.h"
@@ -27,10 +31,12 @@
 
 typedef struct bucket {
     int first, count;    /* ds.params[first .. first + count) */
+    bool on_gpu;         /* in GPU memory, reduced by NCCL; else on the host, by MPI */
     int64_t numel;
     te_tensor *in, *out; /* f32 [numel] on the host */
     int ready_node;      /* this backward: the node after which all its gradients are final */
     void *req;           /* in flight; NULL otherwise */
+    bool kept_in;        /* this reduction kept its input in `in` (someone observes the ops) */
     te_collective coll;
     char name[32];
 } bucket;
@@ -50,6 +56,7 @@ static struct {
     bool armed;         /* this backward reduces */
     int next;           /* the next bucket to start */
     int n_registered;   /* te_param_count() the buckets were made for */
+    bool nccl;          /* NCCL's communicator is made */
 } ds = { .size = 1 };
 
 bool te_dist_on;
@@ -71,6 +78,21 @@ static size_t bucket_bytes_from(const te_dist_opts *o)
     return kb > 0 ? (size_t)kb << 10 : TE_DIST_BUCKET;
 }
 
+/* Makes NCCL's communicator (collective) where the build has NCCL;
+ * without it, GPU gradients go through the host to MPI. */
+static te_status nccl_start(void)
+{
+#ifdef TE_HAVE_NCCL
+    char why[256];
+    if (!ds.nccl && !te_nccl_init(ds.rank, ds.size, why, sizeof why)) {
+        te_set_error(TE_ERR_DEVICE, "data parallel: NCCL: %s", why);
+        return TE_ERR_DEVICE;
+    }
+    ds.nccl = true;
+#endif
+    return TE_OK;
+}
+
 te_status te_dist_init(const te_dist_opts *o)
 {
     if (ds.on) {
@@ -86,13 +108,14 @@ te_status te_dist_init(const te_dist_opts *o)
     ds.bucket_bytes = bucket_bytes_from(o);
     ds.on = te_dist_on = true;
     ds.seq = 0;
-    return TE_OK;
+    /* The GPU backend in use: its gradients will be reduced by NCCL. */
+    return te_backend_device() == TE_DEV_CUDA ? nccl_start() : TE_OK;
 }
 
 bool te_dist_active(void) { return ds.on; }
 int te_dist_rank(void) { return ds.on ? ds.rank : 0; }
 int te_dist_size(void) { return ds.on ? ds.size : 1; }
-const char *te_dist_transport(void) { return ds.on ? "mpi" : "none"; }
+const char *te_dist_transport(void) { return !ds.on ? "none" : ds.nccl ? "mpi+nccl" : "mpi"; }
 int64_t te_dist_seq(void) { return ds.seq; }
 void te_dist_no_sync(bool on) { ds.no_sync = on; }
 
@@ -125,6 +148,11 @@ static void buckets_free(void)
 void te_dist_shutdown(void)
 {
     buckets_free();
+#ifdef TE_HAVE_NCCL
+    if (ds.nccl)
+        te_nccl_finalize();
+#endif
+    ds.nccl = false;
     if (ds.on)
         dist_tx_finalize();
     ds.on = te_dist_on = false;
@@ -148,20 +176,43 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* A request's test and release: MPI's, or NCCL's for a bucket on the GPU. */
+static int req_test(void *req, bool gpu)
+{
+#ifdef TE_HAVE_NCCL
+    if (gpu)
+        return te_nccl_test(req);
+#endif
+    (void)gpu;
+    return dist_tx_test(req);
+}
+
+static void req_release(void *req, bool gpu)
+{
+#ifdef TE_HAVE_NCCL
+    if (gpu) {
+        te_nccl_release(req);
+        return;
+    }
+#endif
+    (void)gpu;
+    dist_tx_release(req);
+}
+
 /* Waits for req, calling the hooks' `waiting` about every millisecond.
- * TE_ERR_IO when MPI fails it. */
-static te_status wait_for(void *req, const te_op_record *rec)
+ * TE_ERR_IO when the transport fails it. */
+static te_status wait_for(void *req, bool gpu, const te_op_record *rec)
 {
     uint64_t last = now_ns();
     for (;;) {
-        const int done = dist_tx_test(req);
+        const int done = req_test(req, gpu);
         if (done > 0) {
-            dist_tx_release(req);
+            req_release(req, gpu);
             return TE_OK;
         }
         if (done < 0) {
-            dist_tx_release(req);
-            te_set_error(TE_ERR_IO, "%s: the collective failed (MPI_Test)", rec->name);
+            req_release(req, gpu);
+            te_set_error(TE_ERR_IO, "%s: the collective failed", rec->name);
             return TE_ERR_IO;
         }
         const uint64_t t = now_ns();
@@ -203,7 +254,7 @@ static te_status broadcast(const char *name, te_tensor **ts, int n)
     if (report)
         te_op_begin(&rec);
     void *req = dist_tx_bcast(buf, bytes, 0, name);
-    te_status st = req ? wait_for(req, &rec) : te_error_code();
+    te_status st = req ? wait_for(req, false, &rec) : te_error_code();
     at = 0;
     if (st == TE_OK && ds.rank != 0)
         for (int i = 0; i < n; at += ts[i]->nbytes, i++)
@@ -253,7 +304,7 @@ te_status te_dist_allreduce_host(const char *name, double *v, int n)
     if (report)
         te_op_begin(&rec);
     void *req = dist_tx_allreduce_f64(v, n, op);
-    te_status st = req ? wait_for(req, &rec) : te_error_code();
+    te_status st = req ? wait_for(req, false, &rec) : te_error_code();
     if (st == TE_OK && report) {
         rec.exec_index = te_next_exec_index();
         te_op_done(&rec);
@@ -296,11 +347,22 @@ static te_status buckets_make(void)
     }
     if (ds.n_params)
         ds.nb++;
+    bool gpu = false;
+    for (int i = 0; i < ds.n_params; i++)
+        gpu |= ds.params[i]->device == TE_DEV_CUDA;
+    if (gpu && nccl_start() != TE_OK) {
+        buckets_free();
+        return te_error_code();
+    }
     for (int k = 0; k < ds.nb; k++) {
         bucket *b = &ds.b[k];
         snprintf(b->name, sizeof b->name, "allreduce/bucket%d", k);
-        b->in = te_tensor_alloc_on(TE_DEV_CPU, TE_F32, 1, &b->numel, TE_TENSOR_PERSISTENT);
-        b->out = b->in ? te_tensor_alloc_on(TE_DEV_CPU, TE_F32, 1, &b->numel, TE_TENSOR_PERSISTENT) : NULL;
+        b->on_gpu = ds.nccl;
+        for (int j = 0; j < b->count; j++)
+            b->on_gpu &= ds.params[b->first + j]->device == TE_DEV_CUDA;
+        const te_device d = b->on_gpu ? TE_DEV_CUDA : TE_DEV_CPU;
+        b->in = te_tensor_alloc_on(d, TE_F32, 1, &b->numel, TE_TENSOR_PERSISTENT);
+        b->out = b->in ? te_tensor_alloc_on(d, TE_F32, 1, &b->numel, TE_TENSOR_PERSISTENT) : NULL;
         if (!b->out) {
             buckets_free();
             return te_error_code();
@@ -320,23 +382,101 @@ static int param_index(const te_tensor *p)
     return -1;
 }
 
-/* Starts bucket k's all-reduce: the gradients, flat, in f32 (zeros for a
- * parameter the gradient did not reach). */
+/* ---- buckets in GPU memory (NCCL): the same steps through the backend ---- */
+#ifdef TE_HAVE_NCCL
+
+/* Where parameter i's gradient sits in bucket b's buffer t (device memory). */
+static float *slice(const te_tensor *t, int i) { return (float *)te_data(t) + ds.offset[i]; }
+
+static te_status bucket_start_gpu(bucket *b, int k)
+{
+    const te_backend *be = te_backend_for(b->out);
+    for (int j = 0; j < b->count; j++) {
+        const int i = b->first + j;
+        const te_tensor *p = ds.params[i];
+        if (!p->grad || !p->grad_valid)
+            be->zero(slice(b->out, i), (size_t)p->numel * sizeof(float));
+        else if (p->grad->dtype == TE_F32)
+            be->copy(slice(b->out, i), te_data(p->grad), p->grad->nbytes);
+        else
+            be->widen(te_data(p->grad), slice(b->out, i), p->grad->dtype, p->numel);
+    }
+    b->kept_in = te_prof_observed();
+    if (b->kept_in)
+        be->copy(te_data(b->in), te_data(b->out), b->out->nbytes);
+    b->coll = coll_new("allreduce", -1, k, b->out->nbytes);
+    b->req = te_nccl_allreduce_f32(te_data(b->out), b->numel, b->name);
+    return b->req ? TE_OK : te_error_code();
+}
+
+/* The sums in b become each gradient's mean: scaled on the device, then
+ * rounded for an f16/bf16 gradient; with report, b's output is left
+ * holding what the gradients hold. */
+static void bucket_mean_gpu(bucket *b, bool report)
+{
+    const te_backend *be = te_backend_for(b->out);
+    const float inv = 1.0f / (float)ds.size;
+    for (int j = 0; j < b->count; j++) {
+        const int i = b->first + j;
+        te_tensor *p = ds.params[i];
+        float *s = slice(b->out, i);
+        const bool has = p->grad && p->grad_valid;
+        if (has && p->grad->dtype == TE_F32) {
+            be->unscale(&(te_unscale_args){ .src = s, .dt = TE_F32, .dst = te_data(p->grad), .n = p->numel }, 1, inv);
+            if (report)
+                be->copy(s, te_data(p->grad), p->grad->nbytes);
+            continue;
+        }
+        be->unscale(&(te_unscale_args){ .src = s, .dt = TE_F32, .dst = s, .n = p->numel }, 1, inv);
+        if (has) {
+            be->round(s, te_data(p->grad), p->grad->dtype, p->numel, NULL);
+            if (report)
+                be->widen(te_data(p->grad), s, p->grad->dtype, p->numel);
+        }
+    }
+}
+#endif
+
+/* Starts bucket k's all-reduce, in place in `out`: the gradients, flat, in
+ * f32 (zeros for a parameter the gradient did not reach). Their copy in
+ * `in`, the op's input, is made only for someone who looks at the ops. */
 static te_status bucket_start(int k)
 {
     bucket *b = &ds.b[k];
-    float *in = te_data(b->in);
+#ifdef TE_HAVE_NCCL
+    if (b->on_gpu)
+        return bucket_start_gpu(b, k);
+#endif
+    float *out = te_data(b->out);
     for (int j = 0; j < b->count; j++) {
         const te_tensor *p = ds.params[b->first + j];
-        float *dst = in + ds.offset[b->first + j];
+        float *dst = out + ds.offset[b->first + j];
         if (p->grad && p->grad_valid)
             te_copy_to_f32(p->grad, dst);
         else
             memset(dst, 0, (size_t)p->numel * sizeof *dst);
     }
+    b->kept_in = te_prof_observed();
+    if (b->kept_in)
+        memcpy(te_data(b->in), out, (size_t)b->numel * sizeof *out);
     b->coll = coll_new("allreduce", -1, k, (size_t)b->numel * sizeof(float));
-    b->req = dist_tx_allreduce_f32(in, te_data(b->out), b->numel, b->name);
+    b->req = dist_tx_allreduce_f32(NULL, out, b->numel, b->name);
     return b->req ? TE_OK : te_error_code();
+}
+
+/* Gradient p gets the mean sum / ranks: in one pass for an f32 gradient
+ * in host memory, else through te_copy_from_f32 (sum scaled in place). */
+static void mean_into(te_tensor *p, float *sum, float inv)
+{
+    if (p->grad->dtype == TE_F32 && te_backend_is_host(te_backend_for(p->grad))) {
+        float *g = te_data(p->grad);
+        for (int64_t i = 0; i < p->numel; i++)
+            g[i] = sum[i] * inv;
+        return;
+    }
+    for (int64_t i = 0; i < p->numel; i++)
+        sum[i] *= inv;
+    te_copy_from_f32(p->grad, sum);
 }
 
 /* Waits for bucket k, reports it, and gives each gradient its mean. */
@@ -347,24 +487,37 @@ static te_status bucket_finish(int k)
     te_op_record rec = coll_record(b->name, "AllReduce", TE_PHASE_BACKWARD, &b->coll);
     if (report)
         te_op_begin(&rec);
-    te_status st = wait_for(b->req, &rec);
+    te_status st = wait_for(b->req, b->on_gpu, &rec);
     b->req = NULL;
     if (st != TE_OK)
         return st;
     float *out = te_data(b->out);
     const float inv = 1.0f / (float)ds.size;
-    for (int64_t i = 0; i < b->numel; i++)
-        out[i] *= inv;
-    for (int j = 0; j < b->count; j++) {
+#ifdef TE_HAVE_NCCL
+    if (b->on_gpu)
+        bucket_mean_gpu(b, report);
+#endif
+    for (int j = 0; j < b->count && !b->on_gpu; j++) {
         te_tensor *p = ds.params[b->first + j];
         if (p->grad && p->grad_valid)
-            te_copy_from_f32(p->grad, out + ds.offset[b->first + j]);
+            mean_into(p, out + ds.offset[b->first + j], inv);
+    }
+    if (report && !b->on_gpu) { /* the op's output is the mean: what the gradients hold */
+        for (int j = 0; j < b->count; j++) {
+            te_tensor *p = ds.params[b->first + j];
+            float *o = out + ds.offset[b->first + j];
+            if (p->grad && p->grad_valid)
+                te_copy_to_f32(p->grad, o);
+            else
+                for (int64_t i = 0; i < p->numel; i++)
+                    o[i] *= inv;
+        }
     }
     if (report) {
         te_tensor *ins[1] = { b->in }, *outs[1] = { b->out };
         rec.exec_index = te_next_exec_index();
         rec.inputs = ins;
-        rec.n_inputs = 1;
+        rec.n_inputs = b->kept_in ? 1 : 0;
         rec.outputs = outs;
         rec.n_outputs = 1;
         te_op_done(&rec);
@@ -423,7 +576,7 @@ te_status te_dist_node_done(int id)
     /* A test moves the ones in flight on (MPI progresses inside its calls). */
     for (int k = 0; k < ds.next; k++)
         if (ds.b[k].req)
-            (void)dist_tx_test(ds.b[k].req);
+            (void)req_test(ds.b[k].req, ds.b[k].on_gpu);
     return TE_OK;
 }
 

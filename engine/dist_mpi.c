@@ -69,7 +69,8 @@ void *dist_tx_allreduce_f32(const float *in, float *out, int64_t n, const char *
         te_set_error(TE_ERR_NOMEM, "%s: out of memory", what);
         return NULL;
     }
-    return started(r, MPI_Iallreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, r), what);
+    return started(r, MPI_Iallreduce(in ? (const void *)in : MPI_IN_PLACE, out, (int)n, MPI_FLOAT, MPI_SUM,
+                                     MPI_COMM_WORLD, r), what);
 }
 
 void *dist_tx_allreduce_f64(double *v, int n, const char *what)

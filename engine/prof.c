@@ -301,7 +301,7 @@ static prof_ev *push(prof_step *s, int kind)
     }
     prof_ev *e = &s->ev[s->n++];
     *e = (prof_ev){ .kind = (uint8_t)kind, .name = PROF_NONE, .type = PROF_NONE, .kernel = PROF_NONE,
-                    .tid = thread_id(), .m0 = -1, .m1 = -1 };
+                    .tid = thread_id(), .m0 = -1, .m1 = -1, .coll_seq = -1 };
     return e;
 }
 
@@ -526,6 +526,11 @@ void te_prof_op_done(const te_op_record *rec)
     e->name = intern(s, rec->name);
     e->type = intern(s, rec->type);
     e->kernel = intern(s, rec->kernel);
+    if (rec->coll) {
+        e->coll_seq = rec->coll->seq;
+        e->coll_rank = rec->coll->rank;
+        e->coll_ranks = rec->coll->ranks;
+    }
     const te_tensor *out = NULL;
     for (int k = 0; k < rec->n_outputs && !out; k++)
         out = rec->outputs[k];

@@ -24,6 +24,8 @@ typedef struct prof_ev {
     int32_t tid;                 /* PROF_DEVICE_TID: t0, t1 are device time */
     int32_t m0, m1;              /* an op's device-clock marks, or -1 */
     uint64_t host_ns;            /* a device-timed op: its time on the host */
+    int64_t coll_seq;            /* a collective: its sequence number; -1 for other ops */
+    int32_t coll_rank, coll_ranks;
     uint8_t kind, phase, dtype, ndim, device;
 } prof_ev;
 

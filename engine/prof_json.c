@@ -70,6 +70,9 @@ static void put_op(FILE *f, bool *first, const prof_step *s, const prof_ev *e)
         fputs(",\"kernel\":", f);
         put_str(f, prof_str(s, e->kernel));
     }
+    if (e->coll_seq >= 0) /* a collective: which one of the job's, and who took part */
+        fprintf(f, ",\"seq\":%" PRId64 ",\"rank\":%d,\"ranks\":%d", e->coll_seq, (int)e->coll_rank,
+                (int)e->coll_ranks);
     fputs("}}", f);
     event_head(f, first, "C", "memory", "memory", e->t1, e->tid);
     fprintf(f, ",\"args\":{\"live\":%" PRIu64 ",\"peak\":%" PRIu64 "}}", e->live, e->peak);

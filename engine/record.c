@@ -774,6 +774,13 @@ te_status te_rewound(const char *what)
 /* The newest snapshot at or before step; NULL with the error set. */
 static const te_snapshot *reachable(int64_t step, const char *who)
 {
+    if (te_dist_size() > 1) { /* its replay's collectives would wait for ranks that do not replay */
+        te_set_error(TE_ERR_STATE,
+                     "%s %lld: rank %d of a data-parallel job of %d ranks cannot go back alone: the other "
+                     "ranks would have to replay with it (docs/engine.md \"Data parallel\")",
+                     who, (long long)step, te_dist_rank(), te_dist_size());
+        return NULL;
+    }
     if (!te_record_participating()) {
         te_set_error(TE_ERR_STATE,
                      "%s %lld: this program does not take part in time travel: the engine cannot put back "

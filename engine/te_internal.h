@@ -877,7 +877,8 @@ void te_dist_shutdown(void); /* te_shutdown: buckets freed, MPI_Finalize */
 /* hooks.c: a collective waits (te_hooks.waiting). */
 void te_hooks_waiting(const te_op_record *rec);
 /* The transport (dist_mpi.c): init false with why when there is none;
- * the collectives return a request, or NULL with te_error() set; test
+ * the collectives return a request, or NULL with te_error() set (an
+ * all-reduce with in NULL sums out in place); test
  * says 1 once it is done (and again after), 0 while not, -1 on failure;
  * release frees a request that is done or failed. */
 bool dist_tx_init(int *rank, int *size, char *why, size_t n);
@@ -888,6 +889,15 @@ void *dist_tx_bcast(void *buf, size_t bytes, int root, const char *what);
 int dist_tx_test(void *req);
 void dist_tx_release(void *req);
 void dist_tx_abort(int code) __attribute__((noreturn));
+/* The transport of buckets in GPU memory (cuda/cuda_nccl.c; built with
+ * CUDA, MPI and NCCL): init makes the communicator (collective: rank 0's
+ * id goes out over MPI), false with why; the all-reduce sums buf in place
+ * on the backend's stream; test and release as dist_tx_*'s. */
+bool te_nccl_init(int rank, int size, char *why, size_t n);
+void *te_nccl_allreduce_f32(float *buf, int64_t count, const char *what);
+int te_nccl_test(void *req);
+void te_nccl_release(void *req);
+void te_nccl_finalize(void);
 
 /* attention.c: frees the cached causal masks (te_shutdown). */
 void te_attention_shutdown(void);

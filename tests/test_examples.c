@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -885,6 +886,65 @@ START_TEST(test_dp_scaler_agrees)
 }
 END_TEST
 
+/* The gradient all-reduces are ops the profiler records on every rank,
+ * with the same sequence numbers: buckets of 64 KiB cut 784-64-64-10's
+ * parameters (newest first) into bucket0 (fc3, fc2, fc1.bias: 4874
+ * values) and bucket1 (fc1.weight: 50176). */
+START_TEST(test_dp_collectives_are_ops)
+{
+    char mpirun[256], dir[] = "/tmp/tdbg-dp-XXXXXX";
+    if (!tu_mpirun("examples:dp", 2, mpirun, sizeof mpirun))
+        return;
+    ck_assert(mkdtemp(dir) != NULL);
+    char launcher[512];
+    snprintf(launcher, sizeof launcher, "TDBG_DP_BUCKET_KB=64 %s -x TDBG_DP_BUCKET_KB", mpirun);
+    run_result *r = run_under(launcher, "mlp", "--dp --hidden 64,64 --batch 32 --steps 3 --log-every 1 --threads 1 "
+                              "--profile 'file=%s/p.json;steps=1-2'", dir);
+    assert_ran(r, "2 ranks profiled", 2);
+    int64_t seq[2][3][2]; /* rank, step, bucket */
+    memset(seq, -1, sizeof seq);
+    for (int rank = 0; rank < 2; rank++) {
+        char file[PATH_MAX];
+        snprintf(file, sizeof file, "%s/p.rank-%d.json", dir, rank);
+        json_error_t err;
+        json_t *root = json_load_file(file, 0, &err);
+        ck_assert_msg(root, "%s: %s (line %d)", file, err.text, err.line);
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
+            const char *name = json_string_value(json_object_get(e, "name"));
+            int bucket;
+            if (!name || sscanf(name, "allreduce/bucket%d", &bucket) != 1)
+                continue;
+            json_t *args = json_object_get(e, "args");
+            const int step = (int)json_integer_value(json_object_get(args, "step"));
+            ck_assert_msg(bucket >= 0 && bucket < 2 && step >= 1 && step <= 2, "%s: %s at step %d", file, name,
+                          step);
+            ck_assert_str_eq(json_string_value(json_object_get(args, "type")), "AllReduce");
+            ck_assert_str_eq(json_string_value(json_object_get(args, "phase")), "backward");
+            ck_assert_int_eq(json_integer_value(json_object_get(args, "rank")), rank);
+            ck_assert_int_eq(json_integer_value(json_object_get(args, "ranks")), 2);
+            ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(args, "shape"), 0)),
+                             bucket ? 50176 : 4874);
+            seq[rank][step][bucket] = json_integer_value(json_object_get(args, "seq"));
+        }
+        json_decref(root);
+    }
+    for (int step = 1; step <= 2; step++)
+        for (int b = 0; b < 2; b++) {
+            ck_assert_msg(seq[0][step][b] >= 0 && seq[0][step][b] == seq[1][step][b],
+                          "step %d bucket %d: seq %lld on rank 0, %lld on rank 1", step, b,
+                          (long long)seq[0][step][b], (long long)seq[1][step][b]);
+            ck_assert_msg(b == 0 || seq[0][step][1] == seq[0][step][0] + 1, "step %d: bucket1 is not next after "
+                          "bucket0", step);
+        }
+    run_free(r);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+END_TEST
+
 START_TEST(test_dp_flags)
 {
     char mpirun[256];
@@ -950,6 +1010,7 @@ Suite *suite_examples(void)
     tcase_add_test(tc, test_dp_accum);
     tcase_add_test(tc, test_dp_batchnorm_per_rank);
     tcase_add_test(tc, test_dp_scaler_agrees);
+    tcase_add_test(tc, test_dp_collectives_are_ops);
     tcase_add_test(tc, test_dp_flags);
     suite_add_tcase(s, tc);
     return s;

@@ -142,7 +142,7 @@ const char *tu_cuda_reason(const char *msg);
 
 /* The command prefix that runs a program on `ranks` ranks of Open MPI
  * (allowed as root, oversubscribed, shared memory without ptrace, ended
- * after 120 s), into buf; false after tdbg_skip(test, ...) when this build
+ * after 120 s, no leak checks under ASan), into buf; false after tdbg_skip(test, ...) when this build
  * has no MPI (./configure found no libopenmpi-dev) or mpirun is missing. */
 bool tu_mpirun(const char *test, int ranks, char *buf, size_t n);
 
