@@ -152,13 +152,6 @@ bool dbg_dump_begin(const char *text, int64_t from)
         dbg_error("dump: %s", err);
         return false;
     }
-    /* A rank of a job writes beside the others, not over them: DIR/rank-R. */
-    size_t dl = strlen(spec.dir);
-    if (te_dist_size() > 1 &&
-        snprintf(spec.dir + dl, sizeof spec.dir - dl, "/rank-%d", te_dist_rank()) >= (int)(sizeof spec.dir - dl)) {
-        dbg_error("dump: dir=%.*s is too long for this rank's folder in it", (int)dl, spec.dir);
-        return false;
-    }
     if (dumping) { /* a new spec replaces the old one */
         dump_stop(dumping);
         dumping = NULL;

@@ -160,6 +160,36 @@ static void run(diff_ctx *c, const diff_side *a, const diff_side *b, diff_graph 
         c->rc = DIFF_RC_DIFFER;
 }
 
+/* Opens both sides. A data-parallel dump (rank-N directories) facing a
+ * one-process dump is compared as one run: its ranks combined into a
+ * temporary dump (combined, removed by the caller; "" when none). */
+static void sides_open(diff_ctx *c, diff_side *a, diff_side *b, bool *ok_a, bool *ok_b, char *combined, size_t n)
+{
+    combined[0] = '\0';
+    const bool dp_a = diff_is_ranks(c->o.a), dp_b = diff_is_ranks(c->o.b);
+    *ok_a = *ok_b = false;
+    memset(a, 0, sizeof *a);
+    memset(b, 0, sizeof *b);
+    if (dp_a && dp_b) {
+        diff_complain(c, DIFF_RC_TROUBLE, "%s and %s are both data-parallel dumps: compare one's ranks with "
+                      "--ranks, or a rank directory of each (%s/rank-0)", c->o.a, c->o.b, c->o.a);
+        return;
+    }
+    if (!dp_a && !dp_b) {
+        *ok_a = diff_side_open(c, a, c->o.a);
+        *ok_b = diff_side_open(c, b, c->o.b);
+        return;
+    }
+    diff_side *dp = dp_a ? a : b, *one = dp_a ? b : a;
+    const char *dp_arg = dp_a ? c->o.a : c->o.b, *one_arg = dp_a ? c->o.b : c->o.a;
+    bool *ok_dp = dp_a ? ok_a : ok_b, *ok_one = dp_a ? ok_b : ok_a;
+    diff_ranks k = { 0 };
+    if ((*ok_one = diff_side_open(c, one, one_arg)) && diff_ranks_open(c, &k, dp_arg) &&
+        diff_combine(c, &k, one, combined, n) && (*ok_dp = diff_side_open(c, dp, combined)))
+        dp->arg = dp_arg;
+    diff_ranks_close(&k);
+}
+
 int tdbg_diff_main(int argc, char **argv, FILE *out, FILE *err)
 {
     diff_ctx c = { .out = out, .err = err };
@@ -169,10 +199,16 @@ int tdbg_diff_main(int argc, char **argv, FILE *out, FILE *err)
         diff_opts_free(&c.o);
         return rc;
     }
+    if (c.o.ranks) {
+        rc = diff_ranks_main(&c);
+        diff_opts_free(&c.o);
+        return rc;
+    }
     c.color = use_color(&c.o, out);
     diff_side a, b;
-    bool ok_a = diff_side_open(&c, &a, c.o.a);
-    bool ok_b = diff_side_open(&c, &b, c.o.b);
+    bool ok_a, ok_b;
+    char combined[PATH_MAX];
+    sides_open(&c, &a, &b, &ok_a, &ok_b, combined, sizeof combined);
     diff_step *steps = NULL;
     diff_graph *g = NULL;
     diff_summary s;
@@ -209,6 +245,7 @@ int tdbg_diff_main(int argc, char **argv, FILE *out, FILE *err)
     free(steps);
     diff_side_close(&a);
     diff_side_close(&b);
+    diff_combine_remove(combined);
     diff_opts_free(&c.o);
     return c.rc;
 }

@@ -146,6 +146,7 @@ typedef struct diff_opts {
     diff_format format;
     int color;                  /* -1 auto, 0 never, 1 always */
     diff_map map;
+    const char *ranks;          /* --ranks DIR: the ranks of a data-parallel dump, each against rank 0 */
 } diff_opts;
 
 /* Parses argv; 0, or the exit status (usage printed: 2; --help: 0 with
@@ -340,6 +341,39 @@ void diff_lowp_init(diff_lowp *lp, const diff_side *a, const diff_side *b);
 void diff_lowp_step(diff_ctx *c, diff_lowp *lp, dump_step_reader *ra, dump_step_reader *rb,
                     diff_row *rows, int n_rows);
 void diff_lowp_end(diff_lowp *lp);
+
+/* ---- data parallel (diff_ranks.c, diff_combine.c) ---------------------------------- */
+
+/* A data-parallel dump: DIR/rank-0 .. DIR/rank-(n-1), each a run of its own
+ * (docs/dump-format.md, "A rank's dump"), holding the same steps. */
+typedef struct diff_ranks {
+    const char *dir;
+    int n;
+    char (*path)[PATH_MAX];     /* DIR/rank-R */
+    diff_side *side;            /* each opened */
+} diff_ranks;
+
+/* Is dir a data-parallel dump (a rank-0 directory in it and no run.h5)? */
+bool diff_is_ranks(const char *dir);
+/* Opens every rank; false (trouble reported, naming the directory) when a
+ * rank is missing, is not a dump, or holds other steps than rank 0. */
+bool diff_ranks_open(diff_ctx *c, diff_ranks *r, const char *dir);
+void diff_ranks_close(diff_ranks *r);
+/* tdbg-diff --ranks DIR: each rank against rank 0, step by step (update
+ * outputs, AllReduce and Broadcast outputs bit for bit; the rest's
+ * statistics as a table of spread). Returns the exit status. */
+int diff_ranks_main(diff_ctx *c);
+
+/* The ranks combined into one run, as one process with their global batch
+ * would have dumped it, written as a dump in a new temporary directory
+ * (its path into dir): per tensor, the mean over the ranks where each has
+ * ref's shape, the ranks' tensors one after the other along dim 0 where
+ * their dim 0 adds up to ref's (a backward tensor divided by the ranks);
+ * collectives left out. ref: the one-process side (its shapes). False
+ * (trouble reported) when it cannot be written. */
+bool diff_combine(diff_ctx *c, const diff_ranks *r, const diff_side *ref, char *dir, size_t n);
+/* Removes what diff_combine wrote. */
+void diff_combine_remove(const char *dir);
 
 /* ---- output (diff_output.c) ------------------------------------------------------- */
 

@@ -30,6 +30,7 @@ const char *const diff_metric_names[DIFF_M_COUNT] = {
 
 static const char usage_text[] =
     "usage: tdbg-diff [OPTIONS] DUMP_A DUMP_B\n"
+    "       tdbg-diff [--ranks-options] --ranks DIR\n"
     "Compares two tdbg dumps (run directories or step files) tensor by tensor, in A's\n"
     "execution order, and names the ops where they part. A is the reference.\n"
     "  --atol X, --rtol X      a tensor passes when |b - a| <= atol + rtol * |a| everywhere;\n"
@@ -50,6 +51,10 @@ static const char usage_text[] =
     "  --summary               print the summary only\n"
     "  --color auto|always|never  colour the table (auto: on a terminal, unless NO_COLOR)\n"
     "  -q, --quiet             print nothing: the exit status tells\n"
+    "  --ranks DIR             a data-parallel dump (DIR/rank-0, rank-1, ...): every rank against\n"
+    "                          rank 0; update, AllReduce and Broadcast outputs must agree bit for\n"
+    "                          bit (with --steps, --ops, --io, -q). A data-parallel dump as DUMP_A\n"
+    "                          or DUMP_B is compared as one run, its ranks combined\n"
     "Exit status: 0 everything compared is within tolerance, 1 something differs, 2 trouble.\n";
 
 static int usage(FILE *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -208,7 +213,7 @@ static int parse_metrics(diff_opts *o, const char *v, FILE *err)
 
 /* The options that take a value. */
 static const char *const valued[] = { "--atol", "--rtol", "--ulp", "--ops", "--steps", "--io", "--metrics",
-                                      "--map", "--format", "--color", NULL };
+                                      "--map", "--format", "--color", "--ranks", NULL };
 
 static int option(diff_opts *o, const char *name, const char *v, FILE *err)
 {
@@ -256,6 +261,8 @@ static int option(diff_opts *o, const char *name, const char *v, FILE *err)
             o->format = DIFF_JSON;
         else
             return usage(err, "bad --format '%s' (table, csv or json)", v);
+    } else if (strcmp(name, "--ranks") == 0) {
+        o->ranks = v;
     } else if (strcmp(name, "--color") == 0 || strcmp(name, "--colour") == 0) {
         if (strcmp(v, "auto") == 0)
             o->color = -1;
@@ -308,7 +315,7 @@ int diff_opts_parse(int argc, char **argv, diff_opts *o, bool *done, FILE *out, 
             while (valued[k] && (strlen(valued[k]) != len || strncmp(a, valued[k], len) != 0))
                 k++;
             if (!valued[k] && len == 8 && strncmp(a, "--colour", 8) == 0)
-                k = 8;   /* --color's other spelling */
+                k = 9;   /* --color's other spelling */
             if (!valued[k])
                 return usage(err, "unknown option '%s'", a);
             const char *v = a[len] == '=' ? a + len + 1 : i + 1 < argc ? argv[++i] : NULL;
@@ -319,6 +326,12 @@ int diff_opts_parse(int argc, char **argv, diff_opts *o, bool *done, FILE *out, 
                 return rc;
         }
     }
+    if (o->ranks && n_pos > 0)
+        return usage(err, "--ranks DIR compares the ranks of one dump: no DUMP_A DUMP_B with it ('%s')", pos[0]);
+    if (o->ranks && (o->format != DIFF_TABLE || o->map.n || o->first || o->summary_only || o->metrics_given))
+        return usage(err, "--ranks takes --steps, --ops, --io and -q only (a table of its own)");
+    if (o->ranks)
+        return DIFF_RC_SAME;
     if (n_pos < 2)
         return usage(err, "%s", n_pos == 0 ? "no dumps given (DUMP_A DUMP_B)"
                                            : "only one dump given (DUMP_A DUMP_B)");

@@ -103,7 +103,23 @@ typedef struct dump_run_meta {
                                    * not say what a backward op reads of its forward op) */
     bool lists_attrs;             /* read only: /ops has the attrs column (older files do
                                    * not keep the ops' attributes) */
+    int rank, ranks;              /* data parallel: this process's rank and the job's size
+                                   * (attributes rank, ranks); ranks 0: not a rank's dump */
 } dump_run_meta;
+
+/* One row of run.h5's /collectives table (data parallel): a collective op
+ * of a dumped step, as te_op_record.coll described it. */
+typedef struct dump_coll_row {
+    int64_t step;
+    int exec;                     /* its position in the step's execution order */
+    char op[TE_NAME_MAX];         /* "allreduce/bucket0", "broadcast/buffers" */
+    char kind[16];                /* "allreduce", "broadcast" */
+    int64_t seq;                  /* the job's collectives before it: the same on every rank */
+    int ranks;                    /* the ranks taking part */
+    int root;                     /* broadcast: the sending rank; -1 otherwise */
+    int bucket;                   /* a gradient all-reduce's bucket; -1 otherwise */
+    int64_t bytes;                /* what each rank contributes */
+} dump_coll_row;
 
 /* A step's loss scaler (step files' optional root attributes loss_scale,
  * skipped, skip_param): written when a scaler was on in the step. */
@@ -209,6 +225,10 @@ bool dump_dir_sync(const char *dir, char *err, size_t n);
  * the old or the new file, never half of one). */
 bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *ops, int n_ops,
                     char *err, size_t n);
+/* The same for a rank of a data-parallel job (m->ranks > 0): also the
+ * attributes rank and ranks and the /collectives table (count rows). */
+bool dump_run_write_dp(const char *dir, const dump_run_meta *m, const dump_op_row *ops, int n_ops,
+                       const dump_coll_row *colls, int count, char *err, size_t n);
 
 /* ---- reading (h5read.c) ------------------------------------------------------ */
 
@@ -224,9 +244,14 @@ typedef struct dump_step_entry {
  * a tmp of the same step) into *out (free() it). Count, or -1 on error. */
 int dump_run_list(const char *dir, dump_step_entry **out, char *err, size_t n);
 
-/* Reads and validates dir/run.h5; *ops (free() it) gets its op rows. */
+/* Reads and validates dir/run.h5 (its /collectives table too); *ops
+ * (free() it) gets its op rows. */
 bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_ops,
                    char *err, size_t n);
+/* dir/run.h5's /collectives table into *rows (free() it): its row count, 0
+ * when there is none (not a rank's dump), -1 on error (a message naming the
+ * file, the field and the row). */
+int dump_run_colls(const char *dir, dump_coll_row **rows, char *err, size_t n);
 
 typedef struct dump_step_reader dump_step_reader;
 

@@ -440,6 +440,14 @@ static const col op_cols[] = {
     COL_OPTIONAL(dump_op_row, reads, C_STR), COL_OPTIONAL(dump_op_row, attrs, C_STR),
 };
 
+static const col coll_cols[] = {
+    COL(dump_coll_row, step, C_I64),   COL(dump_coll_row, exec, C_I32),
+    COL(dump_coll_row, op, C_STR),     COL(dump_coll_row, kind, C_STR),
+    COL(dump_coll_row, seq, C_I64),    COL(dump_coll_row, ranks, C_I32),
+    COL(dump_coll_row, root, C_I32),   COL(dump_coll_row, bucket, C_I32),
+    COL(dump_coll_row, bytes, C_I64),
+};
+
 #define NCOLS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* ---- files ------------------------------------------------------------------------ */
@@ -917,6 +925,12 @@ static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
         m->peak_bytes = (uint64_t)peak;
     attr_text(s, s->file, "/", "command_line", m->command_line, sizeof m->command_line);
     attr_text(s, s->file, "/", "created", m->created, sizeof m->created);
+    if (attr_there(s, "ranks") || attr_there(s, "rank")) {
+        attr_i32(s, s->file, "/", "rank", &m->rank);
+        if (attr_i32(s, s->file, "/", "ranks", &m->ranks) && (m->ranks < 1 || m->rank < 0 || m->rank >= m->ranks))
+            problem(s->p, "%s: /: attributes 'rank' %d and 'ranks' %d: expected 0 <= rank < ranks", s->path,
+                    m->rank, m->ranks);
+    }
     *ops = table_read(s, "/ops", op_cols, NCOLS(op_cols), sizeof **ops, n_ops);
     hid_t ds = *ops ? H5Dopen2(s->file, "/ops", H5P_DEFAULT) : -1;
     hid_t ft = ds >= 0 ? H5Dget_type(ds) : -1;
@@ -927,6 +941,32 @@ static void run_scan(scan *s, dump_run_meta *m, dump_op_row **ops, int *n_ops)
         H5Tclose(ft);
     if (ds >= 0)
         H5Dclose(ds);
+}
+
+/* run.h5's /collectives (a rank's dump), when there: each row's numbers in
+ * range for a job of m->ranks ranks. */
+static dump_coll_row *colls_scan(scan *s, const dump_run_meta *m, int *count)
+{
+    *count = 0;
+    dump_contain_at("/collectives");
+    if (H5Lexists(s->file, "collectives", H5P_DEFAULT) <= 0)
+        return NULL;
+    if (m->ranks < 1)
+        problem(s->p, "%s: /collectives: a table of collectives without the attributes 'rank' and 'ranks'",
+                s->path);
+    dump_coll_row *c = table_read(s, "/collectives", coll_cols, NCOLS(coll_cols), sizeof *c, count);
+    for (int i = 0; c && i < *count; i++) {
+        const dump_coll_row *r = &c[i];
+        if (r->step < 0 || r->exec < 0 || r->seq < 0 || r->bytes < 0 || r->ranks != m->ranks ||
+            r->root < -1 || r->root >= r->ranks || r->bucket < -1 || !r->op[0] || !r->kind[0]) {
+            problem(s->p, "%s: /collectives: row %d: bad values (step %lld, exec %d, op '%s', kind '%s', seq %lld, "
+                    "ranks %d of a job of %d, root %d, bucket %d, bytes %lld)", s->path, i, (long long)r->step,
+                    r->exec, r->op, r->kind, (long long)r->seq, r->ranks, m->ranks, r->root, r->bucket,
+                    (long long)r->bytes);
+            break;
+        }
+    }
+    return c;
 }
 
 /* ---- the parse, in the child: what it sends back ------------------------------------ */
@@ -1023,7 +1063,8 @@ static void step_child(void *arg, dump_blob *o)
     dump_problems_free(&pp);
 }
 
-/* Parses run.h5: problems, the root attributes (a dump_run_meta), the op rows. */
+/* Parses run.h5: problems, the root attributes (a dump_run_meta), the op
+ * rows, the collectives' rows. */
 static void run_child(void *arg, dump_blob *o)
 {
     const char *path = arg;
@@ -1031,12 +1072,14 @@ static void run_child(void *arg, dump_blob *o)
     scan s = { path, -1, &p, 0 };
     dump_run_meta m;
     dump_op_row *ops = NULL;
-    int n_ops = 0;
+    dump_coll_row *colls = NULL;
+    int n_ops = 0, n_colls = 0;
     memset(&m, 0, sizeof m);
     dump_h5_quiet q = dump_h5_hush();
     s.file = file_open(&s);
     if (s.file >= 0) {
         run_scan(&s, &m, &ops, &n_ops);
+        colls = colls_scan(&s, &m, &n_colls);
         H5Fclose(s.file);
     }
     dump_h5_loud(q);
@@ -1044,7 +1087,10 @@ static void run_child(void *arg, dump_blob *o)
     dump_blob_put(o, &m, sizeof m);
     dump_blob_int(o, n_ops);
     dump_blob_put(o, ops, (size_t)n_ops * sizeof *ops);
+    dump_blob_int(o, n_colls);
+    dump_blob_put(o, colls, (size_t)n_colls * sizeof *colls);
     free(ops);
+    free(colls);
     dump_problems_free(&p);
 }
 
@@ -1512,12 +1558,15 @@ int dump_step_samples(dump_step_reader *r, dump_sample_row **rows, char *err, si
 
 /* ---- run.h5 ---------------------------------------------------------------------- */
 
-/* Parses run.h5 in a child: false with problems in p. */
+/* Parses run.h5 in a child: false with problems in p. The collectives go
+ * to *colls when it is not NULL. */
 static bool run_load(const char *path, dump_run_meta *m, dump_op_row **ops, int *n_ops,
-                     dump_problems *p)
+                     dump_coll_row **colls, int *n_colls, dump_problems *p)
 {
     *ops = NULL;
     *n_ops = 0;
+    if (colls)
+        *colls = NULL, *n_colls = 0;
     memset(m, 0, sizeof *m);
     dump_blob b;
     h5_ready();
@@ -1551,16 +1600,59 @@ static bool run_load(const char *path, dump_run_meta *m, dump_op_row **ops, int 
         TEXT_END(o[i].attrs);
         c.bad = (unsigned)o[i].phase >= TE_PHASE_COUNT;
     }
-    if (c.bad || c.left != 0 || (unsigned)m->mode > TE_MODE_GRAPH)
+    long long n_cl = c.bad ? 0 : dump_cur_int(&c);
+    dump_coll_row *cl = c.bad ? NULL : get_array(&c, n_cl, sizeof *cl);
+    for (long long i = 0; !c.bad && i < n_cl; i++) {
+        TEXT_END(cl[i].op);
+        TEXT_END(cl[i].kind);
+    }
+    if (c.bad || c.left != 0 || (unsigned)m->mode > TE_MODE_GRAPH || m->ranks < 0 ||
+        (m->ranks > 0 && (m->rank < 0 || m->rank >= m->ranks)))
         problem(p, "%s: %s", path, malformed);
     dump_blob_free(&b);
     if (p->n > before) {
         free(o);
+        free(cl);
         return false;
     }
     *ops = o;
     *n_ops = (int)count;
+    if (colls) {
+        *colls = cl;
+        *n_colls = (int)n_cl;
+    } else {
+        free(cl);
+    }
     return true;
+}
+
+/* dir/run.h5, as the path to open; NULL when out of memory. */
+static char *run_path(const char *dir)
+{
+    size_t len = strlen(dir) + sizeof "/run.h5";
+    char *path = malloc(len);
+    if (path)
+        snprintf(path, len, "%s/run.h5", dir);
+    return path;
+}
+
+int dump_run_colls(const char *dir, dump_coll_row **rows, char *err, size_t n)
+{
+    *rows = NULL;
+    char *path = run_path(dir);
+    if (!path)
+        return dump_h5_fail(err, n, "%s: out of memory", dir), -1;
+    dump_problems p = { 0 };
+    dump_run_meta m;
+    dump_op_row *ops = NULL;
+    int n_ops = 0, count = 0;
+    bool ok = run_load(path, &m, &ops, &n_ops, rows, &count, &p);
+    if (!ok)
+        first_problem(&p, err, n);
+    free(ops);
+    dump_problems_free(&p);
+    free(path);
+    return ok ? count : -1;
 }
 
 bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_ops, char *err,
@@ -1568,13 +1660,11 @@ bool dump_run_read(const char *dir, dump_run_meta *m, dump_op_row **ops, int *n_
 {
     *ops = NULL;
     *n_ops = 0;
-    size_t len = strlen(dir) + sizeof "/run.h5";
-    char *path = malloc(len);
+    char *path = run_path(dir);
     if (!path)
         return dump_h5_fail(err, n, "%s: out of memory", dir);
-    snprintf(path, len, "%s/run.h5", dir);
     dump_problems p = { 0 };
-    bool ok = run_load(path, m, ops, n_ops, &p);
+    bool ok = run_load(path, m, ops, n_ops, NULL, NULL, &p);
     if (!ok)
         first_problem(&p, err, n);
     dump_problems_free(&p);
@@ -1624,7 +1714,7 @@ static void run_verify(const char *path, dump_problems *p)
     dump_run_meta m;
     dump_op_row *ops = NULL;
     int n_ops = 0;
-    run_load(path, &m, &ops, &n_ops, p);
+    run_load(path, &m, &ops, &n_ops, NULL, NULL, p);
     free(ops);
 }
 

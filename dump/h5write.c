@@ -1016,7 +1016,8 @@ static bool meta_attrs(hid_t f, const dump_run_meta *m)
            attr_str(f, "backend", m->backend) &&
            attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed) &&
            (!peak || attr_write(f, "peak_bytes", H5T_STD_U64LE, H5T_NATIVE_UINT64, &peak)) &&
-           attr_str(f, "command_line", m->command_line) && attr_str(f, "created", created);
+           attr_str(f, "command_line", m->command_line) && attr_str(f, "created", created) &&
+           (m->ranks <= 0 || (attr_i32(f, "rank", m->rank) && attr_i32(f, "ranks", m->ranks)));
 }
 
 static bool write_ops(hid_t f, const dump_op_row *ops, int n_ops)
@@ -1037,6 +1038,56 @@ static bool write_ops(hid_t f, const dump_op_row *ops, int n_ops)
         H5Tclose(str);
     free(m);
     return ok;
+}
+
+/* The /collectives row as HDF5 converts it: strings as pointers. */
+typedef struct coll_mem {
+    int64_t step;
+    int32_t exec;
+    const char *op, *kind;
+    int64_t seq;
+    int32_t ranks, root, bucket;
+    int64_t bytes;
+} coll_mem;
+
+static bool write_colls(hid_t f, const dump_coll_row *colls, int count)
+{
+    coll_mem *m = calloc(count ? (size_t)count : 1, sizeof *m);
+    hid_t str = str_type();
+    hid_t t = str < 0 ? -1 : H5Tcreate(H5T_COMPOUND, sizeof *m);
+    bool ok = m && t >= 0 && H5Tinsert(t, "step", HOFFSET(coll_mem, step), H5T_NATIVE_INT64) >= 0 &&
+              H5Tinsert(t, "exec", HOFFSET(coll_mem, exec), H5T_NATIVE_INT32) >= 0 &&
+              H5Tinsert(t, "op", HOFFSET(coll_mem, op), str) >= 0 &&
+              H5Tinsert(t, "kind", HOFFSET(coll_mem, kind), str) >= 0 &&
+              H5Tinsert(t, "seq", HOFFSET(coll_mem, seq), H5T_NATIVE_INT64) >= 0 &&
+              H5Tinsert(t, "ranks", HOFFSET(coll_mem, ranks), H5T_NATIVE_INT32) >= 0 &&
+              H5Tinsert(t, "root", HOFFSET(coll_mem, root), H5T_NATIVE_INT32) >= 0 &&
+              H5Tinsert(t, "bucket", HOFFSET(coll_mem, bucket), H5T_NATIVE_INT32) >= 0 &&
+              H5Tinsert(t, "bytes", HOFFSET(coll_mem, bytes), H5T_NATIVE_INT64) >= 0;
+    for (int i = 0; ok && i < count; i++) {
+        const dump_coll_row *r = &colls[i];
+        m[i] = (coll_mem){ r->step, r->exec, r->op, r->kind, r->seq, r->ranks, r->root, r->bucket, r->bytes };
+    }
+    ok = ok && write_table(f, "/collectives", t, sizeof *m, count, m);
+    if (t >= 0)
+        H5Tclose(t);
+    if (str >= 0)
+        H5Tclose(str);
+    free(m);
+    return ok;
+}
+
+static bool colls_valid(const char *path, const dump_run_meta *m, const dump_coll_row *colls, int count,
+                        char *err, size_t n)
+{
+    if (m->ranks > 0 && (m->rank < 0 || m->rank >= m->ranks))
+        return dump_h5_fail(err, n, "%s: rank %d of %d ranks", path, m->rank, m->ranks);
+    if (count < 0 || (count > 0 && (!colls || m->ranks <= 0)))
+        return dump_h5_fail(err, n, "%s: /collectives: bad row count %d (ranks %d)", path, count, m->ranks);
+    for (int i = 0; i < count; i++)
+        if (!terminated(colls[i].op, sizeof colls[i].op) || !terminated(colls[i].kind, sizeof colls[i].kind))
+            return dump_h5_fail(err, n, "%s: /collectives: row %d: unterminated text", path, i);
+    return true;
 }
 
 static bool run_valid(const char *path, const dump_run_meta *m, const dump_op_row *ops,
@@ -1069,6 +1120,14 @@ static bool run_valid(const char *path, const dump_run_meta *m, const dump_op_ro
 bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *ops, int n_ops,
                     char *err, size_t n)
 {
+    dump_run_meta one = *m;
+    one.ranks = 0;
+    return dump_run_write_dp(dir, &one, ops, n_ops, NULL, 0, err, n);
+}
+
+bool dump_run_write_dp(const char *dir, const dump_run_meta *m, const dump_op_row *ops, int n_ops,
+                       const dump_coll_row *colls, int count, char *err, size_t n)
+{
     if (!make_dirs(dir))
         return dump_h5_fail(err, n, "%s: cannot make the directory: %s", dir, strerror(errno));
     char *tmp = path_join(dir, ".run.h5.tmp");
@@ -1076,7 +1135,7 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
     bool ok = tmp && final;
     if (!ok)
         dump_h5_fail(err, n, "%s: out of memory", dir);
-    ok = ok && run_valid(final, m, ops, n_ops, err, n);
+    ok = ok && run_valid(final, m, ops, n_ops, err, n) && colls_valid(final, m, colls, count, err, n);
     dump_h5_quiet q = dump_h5_hush();
     dump_image im = { 0 };
     hid_t f = ok ? create_file(tmp, &im, err, n) : -1;
@@ -1087,6 +1146,9 @@ bool dump_run_write(const char *dir, const dump_run_meta *m, const dump_op_row *
                       dump_h5_reason(why, sizeof why));
         else if (!write_ops(f, ops, n_ops))
             ok = dump_h5_fail(err, n, "%s: /ops: cannot write the table: %s", tmp,
+                      dump_h5_reason(why, sizeof why));
+        else if (m->ranks > 0 && !write_colls(f, colls, count))
+            ok = dump_h5_fail(err, n, "%s: /collectives: cannot write the table: %s", tmp,
                       dump_h5_reason(why, sizeof why));
         ok = close_file(f, &im, tmp, ok, err, n) && ok;
         ok = save_image(&im, tmp, ok, err, n) && ok;

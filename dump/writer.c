@@ -49,6 +49,7 @@
 #define POOL_MAX 256                         /* copy buffers kept for reuse */
 #define WRITER_NICE 10                       /* added to the writer threads' nice value */
 #define DIR_SYNC_EVERY 1.0                   /* seconds between syncs of the run directory */
+#define COLLS_EVERY 1.0                      /* seconds between rewrites of run.h5 for its collectives */
 
 typedef enum { ITEM_BEGIN, ITEM_TENSOR, ITEM_STATS, ITEM_COMMIT } item_kind;
 static const char *const item_names[] = { "begin", "tensor", "stats", "commit" }; /* in the debug log */
@@ -61,8 +62,10 @@ typedef struct item {
     void *data;           /* ITEM_TENSOR: the copy */
     te_copy_ticket ticket; /* ... queued there: waited for before data is read or reused */
     size_t bytes, cap;    /* the copy's size, its buffer's */
-    dump_op_row *ops;     /* ITEM_COMMIT: the op table for run.h5, when it grew */
+    dump_op_row *ops;     /* ITEM_COMMIT: the op table for run.h5, when it or the collectives grew */
     int n_ops;
+    dump_coll_row *colls; /* ... and the collectives with it (data parallel) */
+    int n_colls;
     uint64_t peak_bytes;  /* with ops: the allocator's peak then */
     bool again;           /* BEGIN, COMMIT: replaces the step's file written before */
     dump_step_scaler scaler; /* COMMIT: the step's loss scaler */
@@ -110,9 +113,12 @@ struct dump_session {
     bool sync_closing;
     dump_op_row *run_ops;                 /* run.h5's op table, for the syncer to write */
     int run_n_ops;
+    dump_coll_row *run_colls;             /* and its collectives */
+    int run_n_colls;
     uint64_t run_peak;                    /* its peak_bytes */
     bool run_pending;                     /* handed over, not yet written */
     int run_written;                      /* rows of the run.h5 on disk (0: none yet) */
+    int run_written_colls;                /* and its collectives */
     uint64_t run_written_peak;            /* and its peak_bytes */
     /* what the writer did, for `info dump`: published files only */
     uint64_t bytes_written;
@@ -130,6 +136,11 @@ struct dump_session {
     int n_ops;
     bool ops_done;
     int run_sent;           /* rows of it handed to the writer so far */
+    /* data parallel: the collectives of the selected steps (training thread) */
+    dump_coll_row *colls;
+    int n_colls, cap_colls;
+    int colls_sent;         /* rows handed to the writer so far */
+    struct timespec colls_sent_at;
     /* the op record last taken (dump_stopped takes the stopped op early) */
     const te_op_record *seen;
     int seen_exec;
@@ -257,12 +268,18 @@ static void hand_over(dump_session *d, dump_step_writer *w, step_counts c, int64
 /* Hands run.h5's op table to the syncer: writing it fsyncs twice, which
  * the writer thread used to wait for before it built the next step. A
  * table not written yet gives way to the newer, longer one. */
-static void hand_over_run(dump_session *d, dump_op_row *ops, int n_ops, uint64_t peak)
+static void hand_over_run(dump_session *d, item *it)
 {
     pthread_mutex_lock(&d->mu);
     free(d->run_ops);
-    d->run_ops = ops;
-    d->run_n_ops = n_ops;
+    free(d->run_colls);
+    d->run_ops = it->ops;
+    d->run_n_ops = it->n_ops;
+    d->run_colls = it->colls;
+    d->run_n_colls = it->n_colls;
+    const uint64_t peak = it->peak_bytes;
+    it->ops = NULL; /* the syncer's now */
+    it->colls = NULL;
     d->run_peak = peak;
     d->run_pending = true;
     pthread_cond_signal(&d->to_sync);
@@ -333,9 +350,12 @@ static void *syncer_main(void *arg)
         int64_t s_step = -1;
         dump_op_row *run_ops = d->run_ops;
         const int run_n_ops = d->run_n_ops;
+        dump_coll_row *run_colls = d->run_colls;
+        const int run_n_colls = d->run_n_colls;
         dump_run_meta meta = d->meta;
         meta.peak_bytes = d->run_peak;
         d->run_ops = NULL;
+        d->run_colls = NULL;
         if (d->sync_queued) {
             s = d->sealed[d->sync_start];
             s_counts = d->sealed_counts[d->sync_start];
@@ -364,13 +384,16 @@ static void *syncer_main(void *arg)
          * has that to work on while run.h5 is synced */
         bool run_ok = false;
         if (run_ops && !failed(d)) {
-            run_ok = dump_run_write(d->spec.dir, &meta, run_ops, run_n_ops, err, sizeof err);
+            run_ok = dump_run_write_dp(d->spec.dir, &meta, run_ops, run_n_ops, run_colls, run_n_colls, err,
+                                       sizeof err);
             if (!run_ok)
                 fail(d, err);
             else
-                TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "syncer: run.h5 written and synced (%d ops)", run_n_ops);
+                TE_LOG(TE_LOG_DUMP, TE_LOG_DEBUG, "syncer: run.h5 written and synced (%d ops, %d collectives)",
+                       run_n_ops, run_n_colls);
         }
         free(run_ops);
+        free(run_colls);
         if (written) {
             const double t0 = te_log_on(TE_LOG_DUMP, TE_LOG_DEBUG) ? seconds_since(&dir_synced) : 0;
             if (publish_step(d, written)) {
@@ -396,6 +419,7 @@ static void *syncer_main(void *arg)
         pthread_mutex_lock(&d->mu);
         if (run_ok) {
             d->run_written = run_n_ops;
+            d->run_written_colls = run_n_colls;
             d->run_written_peak = meta.peak_bytes;
         }
         if (run_ops && !d->run_ops)
@@ -458,10 +482,8 @@ static void write_item(dump_session *d, dump_step_writer **w, step_counts *c, it
             dump_step_abort(*w);
         }
         *w = NULL;
-        if (it->ops && !d->failed) {
-            hand_over_run(d, it->ops, it->n_ops, it->peak_bytes);
-            it->ops = NULL; /* the syncer's now */
-        }
+        if (it->ops && !d->failed)
+            hand_over_run(d, it);
         break;
     }
 }
@@ -505,6 +527,7 @@ static void *writer_main(void *arg)
         d->bytes_taken += it->kind == ITEM_TENSOR ? it->bytes : 0;
         copy_put(d, it->data, it->cap);
         free(it->ops);
+        free(it->colls);
         free(it->samples);
         free(it);
         pthread_cond_broadcast(&d->room);
@@ -519,13 +542,28 @@ static void *writer_main(void *arg)
 
 /* The op table goes to run.h5 with the first step handed to the writer,
  * and again when it has grown since (a step written in part at a stop
- * before the first selected step had ended). Training thread. */
+ * before the first selected step had ended). A rank's dump rewrites it for
+ * the collectives of the steps since, at most every COLLS_EVERY seconds
+ * (each write fsyncs twice; dump_stop writes the last ones). Training
+ * thread. */
 static void attach_run(dump_session *d, item *it)
 {
-    if (d->run_sent >= d->n_ops || !(it->ops = malloc((size_t)d->n_ops * sizeof *it->ops)))
+    const bool colls_due = d->n_colls > d->colls_sent &&
+                           (d->colls_sent == 0 || seconds_since(&d->colls_sent_at) >= COLLS_EVERY);
+    if (d->run_sent >= d->n_ops && !colls_due)
         return;
+    if (!(it->ops = malloc((size_t)d->n_ops * sizeof *it->ops)) ||
+        (d->n_colls && !(it->colls = malloc((size_t)d->n_colls * sizeof *it->colls)))) {
+        free(it->ops);
+        it->ops = NULL;
+        return;
+    }
     memcpy(it->ops, d->ops, (size_t)d->n_ops * sizeof *it->ops);
     it->n_ops = d->run_sent = d->n_ops;
+    if (d->n_colls)
+        memcpy(it->colls, d->colls, (size_t)d->n_colls * sizeof *it->colls);
+    it->n_colls = d->colls_sent = d->n_colls;
+    clock_gettime(CLOCK_MONOTONIC, &d->colls_sent_at);
     it->peak_bytes = te_mem_stats_of(te_backend_device()).peak;
 }
 
@@ -579,6 +617,7 @@ static void free_items(dump_session *d, item *it)
         copy_put(d, it->data, it->cap);
         pthread_mutex_unlock(&d->mu);
         free(it->ops);
+        free(it->colls);
         free(it->samples);
         free(it);
         it = next;
@@ -908,6 +947,28 @@ static void on_step_begin(int64_t step, void *user)
     }
 }
 
+/* A collective of a selected step, for run.h5's /collectives (every one,
+ * whatever ops= selects: the table is the rank's record of the job). */
+static void remember_coll(dump_session *d, const te_op_record *r)
+{
+    if (d->n_colls == d->cap_colls) {
+        const int cap = d->cap_colls ? 2 * d->cap_colls : 64;
+        dump_coll_row *c = realloc(d->colls, (size_t)cap * sizeof *c);
+        if (!c) {
+            fail(d, "dump: out of memory for the table of collectives");
+            return;
+        }
+        d->colls = c;
+        d->cap_colls = cap;
+    }
+    const te_collective *k = r->coll;
+    dump_coll_row *c = &d->colls[d->n_colls++];
+    *c = (dump_coll_row){ .step = d->step, .exec = r->exec_index, .seq = k->seq, .ranks = k->ranks,
+                          .root = k->root, .bucket = k->bucket, .bytes = (int64_t)k->bytes };
+    snprintf(c->op, sizeof c->op, "%s", r->name);
+    snprintf(c->kind, sizeof c->kind, "%s", k->kind ? k->kind : "");
+}
+
 /* Queues (or holds) the tensors of r the spec selects. */
 static void take_op(dump_session *d, const te_op_record *r)
 {
@@ -915,6 +976,8 @@ static void take_op(dump_session *d, const te_op_record *r)
     d->seen_exec = r->exec_index;
     d->seen_step = d->step;
     remember_op(d, r);
+    if (r->coll && d->meta.ranks > 0)
+        remember_coll(d, r);
     if (!(d->spec.phases & phase_bit(r->phase)) || !dump_spec_op(&d->spec, r->name, r->type))
         return;
     if (d->spec.io & DUMP_IO_INPUTS)
@@ -1050,6 +1113,19 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
     d->ring_cap = held;
     d->spec = *spec;
     d->hook = -1;
+    if (te_dist_active()) { /* each rank writes a dump of its own: DIR/rank-R */
+        d->meta.rank = te_dist_rank();
+        d->meta.ranks = te_dist_size();
+        size_t len = strlen(d->spec.dir);
+        if (snprintf(d->spec.dir + len, sizeof d->spec.dir - len, "/rank-%d", d->meta.rank) >=
+            (int)(sizeof d->spec.dir - len)) {
+            snprintf(err, n, "dump: dir=%s: too long with /rank-%d", spec->dir, d->meta.rank);
+            free(d->ops);
+            free(d->ring);
+            free(d);
+            return NULL;
+        }
+    }
     snprintf(d->meta.engine_version, sizeof d->meta.engine_version, "%s", TE_VERSION);
     d->meta.mode = info ? info->mode : TE_MODE_EAGER;
     snprintf(d->meta.amp, sizeof d->meta.amp, "%s", info && info->amp ? info->amp : "none");
@@ -1112,16 +1188,17 @@ dump_session *dump_start(const dump_spec *spec, const dump_run_info *info, char 
 }
 
 /* run.h5 went to disk with the peak of its first step; at the end the run's
- * peak replaces it, when higher (both threads joined). */
-static void rewrite_run_peak(dump_session *d)
+ * peak replaces it, when higher, and a rank's collectives not written yet
+ * go with it (both threads joined). */
+static void rewrite_run_end(dump_session *d)
 {
     const uint64_t peak = te_mem_stats_of(te_backend_device()).peak;
-    if (!d->run_written || peak <= d->run_written_peak || failed(d))
+    if (!d->run_written || (peak <= d->run_written_peak && d->n_colls <= d->run_written_colls) || failed(d))
         return;
     dump_run_meta meta = d->meta;
-    meta.peak_bytes = peak;
+    meta.peak_bytes = peak > d->run_written_peak ? peak : d->run_written_peak;
     char err[1024];
-    if (!dump_run_write(d->spec.dir, &meta, d->ops, d->run_written, err, sizeof err))
+    if (!dump_run_write_dp(d->spec.dir, &meta, d->ops, d->run_written, d->colls, d->n_colls, err, sizeof err))
         fail(d, err);
 }
 
@@ -1142,7 +1219,7 @@ void dump_stop(dump_session *d)
     pthread_mutex_unlock(&d->mu);
     pthread_join(d->thread, NULL);
     stop_syncer(d);
-    rewrite_run_peak(d);
+    rewrite_run_end(d);
     TE_LOG(TE_LOG_DUMP, TE_LOG_INFO, "stopped: %lld steps, %lld tensors, %llu bytes written to %s in %.2f s%s",
            (long long)d->steps_written, (long long)d->tensors_written, (unsigned long long)d->bytes_written,
            d->spec.dir, d->write_seconds, d->failed ? " (failed)" : "");
@@ -1163,6 +1240,7 @@ void dump_stop(dump_session *d)
     pthread_cond_destroy(&d->to_sync);
     pthread_cond_destroy(&d->synced);
     free(d->ops);
+    free(d->colls);
     free(d);
 }
 

@@ -71,6 +71,7 @@ int main(void)
     srunner_add_suite(sr, suite_tdbg_dump());
     srunner_add_suite(sr, suite_dump_damage());
     srunner_add_suite(sr, suite_tdbg_diff());
+    srunner_add_suite(sr, suite_diff_ranks());
     srunner_add_suite(sr, suite_tdbg_prof());
     srunner_add_suite(sr, suite_dump_amp());
 #ifdef TE_HAVE_CUDA

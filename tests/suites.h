@@ -31,6 +31,7 @@ Suite *suite_dump(void);        /* dump sessions: round trips, selection, stats,
 Suite *suite_tdbg_dump(void);   /* the tdbg-dump inspector: ls, show, stats, export, verify */
 Suite *suite_dump_damage(void);  /* every dump reader on damaged, truncated, hostile files */
 Suite *suite_tdbg_diff(void);   /* tdbg-diff: pairing, metrics, verdicts, formats, damaged dumps */
+Suite *suite_diff_ranks(void);  /* data parallel: a rank's run.h5, tdbg-diff --ranks, the ranks against one process */
 Suite *suite_tdbg_prof(void);   /* tdbg-prof: tables on crafted traces, diff, damaged and hostile traces */
 Suite *suite_dump_amp(void);    /* mixed precision in dumps (amp level, loss scale, skips) and the TUI's tracking */
 Suite *suite_verdict(void);     /* backward ops' reads and the verdict, over the whole op table */

@@ -232,12 +232,15 @@ END_TEST
  * tg_*, te_node_*: te_internal.h stays inside) and nothing less. */
 START_TEST(test_engine_exports_te_h)
 {
-    char *te_h = slurp(TDBG_SRCDIR "/engine/te.h"), *log_h = slurp(TDBG_SRCDIR "/engine/te_log.h");
+    char *te_h = slurp(TDBG_SRCDIR "/engine/te.h"), *log_h = slurp(TDBG_SRCDIR "/engine/te_log.h"),
+         *dist_h = slurp(TDBG_SRCDIR "/engine/te_dist.h");
     names decl = { 0 }, unmarked = { 0 }, exp = { 0 };
     declared(te_h, &decl, &unmarked);
-    declared(log_h, &decl, &unmarked); /* te.h includes it: the same API */
+    declared(log_h, &decl, &unmarked); /* te.h includes them: the same API */
+    declared(dist_h, &decl, &unmarked);
     free(te_h);
     free(log_h);
+    free(dist_h);
     /* The parser saw the header: its first, a two-line and its last declaration. */
     ck_assert_msg(names_has(&decl, "te_status_str") && names_has(&decl, "te_batchnorm_at") &&
                       names_has(&decl, "te_loader_free"),
