@@ -19,14 +19,13 @@
 #include "attach_client.h"
 #include "attach_term.h"
 #include "script_file.h"
+#include "term_line.h"
 
 #include "te.h"
 
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
-#include <readline/history.h>
-#include <readline/readline.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -214,26 +213,7 @@ static char *answer(const char *prompt, bool batch, bool use_readline)
         fflush(stdout);
         return strdup(l);
     }
-    if (use_readline) {
-        char *l = readline(prompt);
-        if (l && l[strspn(l, " \t")])
-            add_history(l);
-        return l;
-    }
-    printf("%s", prompt);
-    fflush(stdout);
-    char *l = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&l, &cap, stdin)) < 0 && errno == EINTR && !feof(stdin))
-        clearerr(stdin);
-    if (n < 0) {
-        free(l);
-        return NULL;
-    }
-    if (n && l[n - 1] == '\n')
-        l[n - 1] = '\0';
-    return l;
+    return term_line_read(prompt, use_readline);
 }
 
 static bool write_all(int fd, const char *s, size_t n)

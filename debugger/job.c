@@ -27,6 +27,7 @@
  * can be looked at before mpirun's SIGKILL.
  */
 #include "job.h"
+#include "term_line.h"
 
 #include "te.h"
 
@@ -34,8 +35,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <readline/history.h>
-#include <readline/readline.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -831,26 +830,7 @@ static char *next_line(const char *prompt, const char **script, bool batch, bool
     }
     if (batch)
         return NULL;
-    if (use_readline) {
-        char *l = readline(prompt);
-        if (l && l[strspn(l, " \t")])
-            add_history(l);
-        return l;
-    }
-    printf("%s", prompt);
-    fflush(stdout);
-    char *l = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&l, &cap, stdin)) < 0 && errno == EINTR && !feof(stdin))
-        clearerr(stdin);
-    if (n < 0) {
-        free(l);
-        return NULL;
-    }
-    if (n && l[n - 1] == '\n')
-        l[n - 1] = '\0';
-    return l;
+    return term_line_read(prompt, use_readline);
 }
 
 static void cleanup_dir(void)

@@ -3,7 +3,9 @@
 # (tests/fuzz/step, tests/fuzz/run) from tiny real dumps of examples/mlp:
 # a 2-3-3 network on spirals, batch 4, two steps; full values (inputs and
 # outputs), statistics only, gzip-compressed, graph mode, a CSV's (its
-# /samples table names lines and bytes): as the writer
+# /samples table names lines and bytes), rank 1's of 2 data-parallel ranks
+# (rank attributes, /collectives, the all-reduce's tensors; where mpirun
+# runs): as the writer
 # makes them, a few KB each. And the GPT checkpoint reader's
 # (tests/fuzz/checkpoint) from examples/gpt with --save, the configuration
 # fuzz/fuzz_checkpoint.c checks against (1 layer, 1 head, embd 4, block 4),
@@ -26,6 +28,13 @@ $mlp --mode graph --dump "dir=$tmp/graph;phase=backward,grads" >/dev/null
 printf 'x,y,label\n0.5,1,0\n,2,1\n1e39,3,0\n-1,4,1\n2,5,0\n3,,1\n4,7,0\n5,8,1\n6,9,0\n7,1,1\n' >"$tmp/pts.csv"
 $build/examples/mlp --data "$tmp/pts.csv" --hidden 3 --batch 4 --steps 2 --threads 1 --log-every 100 \
     --dump "dir=$tmp/samples;ops=fc1*" >/dev/null
+dirs="full stats gzip graph samples"
+if command -v mpirun >/dev/null &&
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+        $mlp --batch 8 --dp --dump "dir=$tmp/dp;io=both" >/dev/null 2>&1; then
+    mv "$tmp/dp/rank-1" "$tmp/dp1"
+    dirs="$dirs dp1"
+fi
 gpt="$build/examples/gpt --data $src/tests/fixtures/alice.txt --layers 1 --heads 1 --embd 4 --block 4 --batch 2
      --steps 2 --warmup 0 --eval-every 0 --threads 1 --log-every 100"
 $gpt --save "$tmp/valid.h5" >/dev/null
@@ -35,7 +44,7 @@ for t in step run checkpoint; do
     rm -rf "$src/tests/fuzz/$t"
     mkdir -p "$src/tests/fuzz/$t"
 done
-for d in full stats gzip graph samples; do
+for d in $dirs; do
     cp "$tmp/$d/step-00000001.h5" "$src/tests/fuzz/step/$d.h5"
     cp "$tmp/$d/run.h5" "$src/tests/fuzz/run/$d.h5"
 done
