@@ -188,6 +188,7 @@ int dbg_plugin_attach(int fd)
     dbg.started = true;
     dbg.mode = RUN_STEP;
     dbg.repeat = 1;
+    dbg.attach_pause = true; /* or in a collective's wait, if one comes first (dbg_on_waiting) */
     TE_LOG(TE_LOG_DEBUGGER, TE_LOG_INFO, "attached (front end %s)", dbg_frontend_active->name);
     fprintf(dbg_out, "tdbg %s: attached to %s (pid %d) at step %lld, %d threads. Type 'help' for commands, "
                      "'detach' to leave it running.\n",
@@ -215,6 +216,7 @@ void dbg_detach(const char *why)
     dbg_script_free("detached first");
     free(dbg.script);
     dbg_remote_close(why);
+    dbg_job_signals_off();
     dbg_session_reset();
 }
 

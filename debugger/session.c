@@ -234,6 +234,7 @@ static void stop_fill(const dbg_break *b, const char *reason, const dbg_hit *hit
 {
     dbg.mode = RUN_GO;
     dbg.reversing = false;
+    dbg.attach_pause = false;
     unsigned seq = last_stop.seq + 1;
     dbg_stop_make(&last_stop, b, reason, hit, rec);
     if (fill)
@@ -270,11 +271,21 @@ static void on_job_term(int sig)
     dbg_interrupted = 1;
 }
 
+static struct sigaction job_term_was; /* the program's own SIGTERM action */
+static bool job_term_set;
+
 void dbg_job_signals(void)
 {
     struct sigaction sa = { .sa_handler = on_job_term };
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
+    job_term_set = sigaction(SIGTERM, &sa, &job_term_was) == 0;
+}
+
+void dbg_job_signals_off(void)
+{
+    if (job_term_set)
+        sigaction(SIGTERM, &job_term_was, NULL);
+    job_term_set = false;
 }
 
 static void fill_signal(dbg_stop *s) { s->signal = job_signal; }
@@ -309,12 +320,21 @@ static void interrupt_at(const te_op_record *rec, bool waiting)
 
 /* A collective waits for the other ranks (about every millisecond): a
  * pause asked for stops here, so that a rank blocked in an all-reduce
- * still answers commands and a stop elsewhere never hangs the job. */
+ * still answers commands and a stop elsewhere never hangs the job. The
+ * attach's own pause too: the engine hands an attach off inside the wait
+ * (engine/dist.c), where this rank may wait for one that took its
+ * session at its step's start and paused; the step is then under way,
+ * its earlier ops unseen. */
 void dbg_on_waiting(const te_op_record *rec, void *user)
 {
     (void)user;
-    if (dbg_detach_if_gone() || !dbg_interrupted)
+    if (dbg_detach_if_gone() || !(dbg_interrupted || dbg.attach_pause))
         return;
+    if (dbg.attach_pause && !dbg.in_step) {
+        dbg.in_step = true;
+        dbg.step = rec->step;
+        dbg.phase = rec->phase;
+    }
     interrupt_at(rec, true);
 }
 

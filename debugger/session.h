@@ -98,6 +98,7 @@ typedef struct dbg_session {
     bool started;            /* `run` was given */
     bool ending;             /* the debugger ends the program (quit, script over) */
     bool in_step;
+    bool attach_pause;       /* the attach's pause is still to come: it may come inside a collective's wait */
     int64_t step;
     te_phase phase;
     dbg_op *ops;             /* this step's ops */
@@ -121,6 +122,9 @@ extern volatile sig_atomic_t dbg_interrupted;
  * so that the flight recorder writes and the stop is reported, and the
  * rank dies of it when the session goes on (dbg_job_signals, session.c). */
 void dbg_job_signals(void);
+/* The program's own SIGTERM action back (detach: a rank attached to
+ * and left must die of mpirun's SIGTERM as before). */
+void dbg_job_signals_off(void);
 
 /* ---- the stop ------------------------------------------------------------- */
 

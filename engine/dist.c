@@ -218,6 +218,8 @@ static te_status wait_for(void *req, bool gpu, const te_op_record *rec)
         const uint64_t t = now_ns();
         if (t - last >= 1000000u) {
             last = t;
+            if (te_listen_waiting()) /* an attach: this rank may wait here for one that paused at its step's start */
+                te_listen_hand_off();
             if (te_in_step())
                 te_hooks_waiting(rec);
         }

@@ -642,6 +642,20 @@ void te_listen_stop(void)
 
 /* ---- the hand-off, on the training thread ---------------------------------- */
 
+/* The launcher's name for this job, alike on every rank of it ("-" when
+ * it gives none): WELCOME says it, so that `tdbg attach --mpi` can tell
+ * the ranks of two jobs apart. */
+static const char *job_id(void)
+{
+    static const char *const names[] = { "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_KVSNAME", NULL };
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && v[0] && strlen(v) < 128 && !strpbrk(v, " \t\n"))
+            return v;
+    }
+    return "-";
+}
+
 void te_listen_hand_off(void)
 {
     pthread_mutex_lock(&L.mu);
@@ -666,8 +680,8 @@ void te_listen_hand_off(void)
     ssize_t k = readlink("/proc/self/exe", prog, sizeof prog - 1);
     prog[k > 0 ? k : 1] = '\0';
     int n = te_dist_active()
-                ? snprintf(hello, sizeof hello, "tdbg-run 1 pid=%d step=%lld rank=%d ranks=%d program=%s",
-                           (int)getpid(), (long long)te_step(), te_dist_rank(), te_dist_size(), prog)
+                ? snprintf(hello, sizeof hello, "tdbg-run 1 pid=%d step=%lld rank=%d ranks=%d job=%s program=%s",
+                           (int)getpid(), (long long)te_step(), te_dist_rank(), te_dist_size(), job_id(), prog)
                 : snprintf(hello, sizeof hello, "tdbg-run 1 pid=%d step=%lld program=%s", (int)getpid(),
                            (long long)te_step(), prog);
     te_wire_send(fd, TE_WIRE_WELCOME, hello, (size_t)n < sizeof hello ? (size_t)n : sizeof hello - 1);
