@@ -18,6 +18,7 @@
  */
 #include "attach_client.h"
 #include "attach_term.h"
+#include "job.h"
 #include "script_file.h"
 #include "term_line.h"
 
@@ -43,6 +44,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: tdbg attach PID | SOCKET | tcp:HOST:PORT --token-file FILE [-x FILE] [-ex CMD]...\n"
                "                   [--batch | --cli | --tui]\n"
+               "       tdbg attach --mpi PID,PID,... [-x FILE] [-ex CMD]... [--batch]\n"
                "Attaches to a training run started with TDBG_LISTEN=1 (or tcp:127.0.0.1:PORT),\n"
                "pauses it at the next op and gives the debugger's command line; 'detach' leaves\n"
                "it running.\n\n"
@@ -54,7 +56,10 @@ static void usage(FILE *f)
                "  -ex CMD     run CMD first (repeatable; after -x files, in order)\n"
                "  --batch     run only those commands, then detach\n"
                "  --cli       the command line (the default; readline at a terminal)\n"
-               "  --tui       the terminal UI (docs/tui.md), drawn by the run on this terminal\n\n"
+               "  --tui       the terminal UI (docs/tui.md), drawn by the run on this terminal\n"
+               "  --mpi PID,PID,...\n"
+               "              every rank of a data-parallel job, in any order: one session for\n"
+               "              the job, as tdbg --mpi's (docs/debugger.md \"Data-parallel jobs\")\n\n"
                "Exit status: 0 after a detach; 1 when the run ended while attached; 2 for\n"
                "trouble (cannot connect, refused, the connection lost). See docs/attach.md.\n");
 }
@@ -341,18 +346,48 @@ static int relay(int fd, const char *target, bool batch)
     return status;
 }
 
+/* --mpi PIDS: the job's session (job.c), the script as its lines. */
+static int attach_job(const char *pids, const char *target, const char *token_file, bool batch, bool tui)
+{
+    if (target || token_file || tui) {
+        fprintf(stderr, "tdbg: attach --mpi: %s%s goes with one run, not a job's pids\n",
+                target ? "the target " : "", target ? target : token_file ? "--token-file" : "--tui");
+        return 2;
+    }
+    size_t n = 1;
+    for (int i = 0; i < n_script; i++)
+        n += strlen(script[i]) + 1;
+    char *text = malloc(n);
+    if (!text) {
+        fprintf(stderr, "tdbg: out of memory\n");
+        return 2;
+    }
+    text[0] = '\0';
+    for (int i = 0; i < n_script; i++)
+        strcat(strcat(text, script[i]), "\n");
+    int status = tdbg_job_attach(pids, text, batch);
+    free(text);
+    for (int i = 0; i < n_script; i++)
+        free(script[i]);
+    free(script);
+    return status;
+}
+
 int tdbg_attach_main(int argc, char **argv)
 {
-    const char *target = NULL, *token_file = NULL;
+    const char *target = NULL, *token_file = NULL, *pids = NULL;
     bool batch = false, tui = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if ((strcmp(a, "-x") == 0 || strcmp(a, "-ex") == 0 || strcmp(a, "--token-file") == 0) && i + 1 < argc) {
+        if ((strcmp(a, "-x") == 0 || strcmp(a, "-ex") == 0 || strcmp(a, "--token-file") == 0 ||
+             strcmp(a, "--mpi") == 0) && i + 1 < argc) {
             if (a[1] == 'x') {
                 if (!add_file(argv[++i]))
                     return 2;
             } else if (a[1] == 'e') {
                 add_line(argv[i + 1], strlen(argv[i + 1])), i++;
+            } else if (a[2] == 'm') {
+                pids = argv[++i];
             } else {
                 token_file = argv[++i];
             }
@@ -371,6 +406,8 @@ int tdbg_attach_main(int argc, char **argv)
             target = a;
         }
     }
+    if (pids)
+        return attach_job(pids, target, token_file, batch, tui);
     if (!target) {
         fprintf(stderr, "tdbg: attach: no run named (a pid, a socket's path or tcp:HOST:PORT)\n");
         usage(stderr);

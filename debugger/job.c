@@ -25,6 +25,15 @@
  * recorder writes, the stop is reported) before they die of it;
  * OMPI_MCA_odls_base_sigkill_timeout (30 s unless set) is how long they
  * can be looked at before mpirun's SIGKILL.
+ *
+ * `tdbg attach --mpi PID,PID,...` drives a job that is running already,
+ * its ranks started with TDBG_LISTEN=1: each pid's socket is the one
+ * `tdbg attach PID` connects to, HELLO says job=1 as the launcher's, and
+ * WELCOME's rank=R ranks=N job=ID place each rank and check that the
+ * pids are the whole of one job before the session begins. A rank may
+ * take its session inside a gradient all-reduce, waiting for a rank that
+ * paused at its step's start (engine/dist.c hands attaches off there).
+ * Detach, the end of input and quit in --batch leave the job training.
  */
 #include "job.h"
 #include "term_line.h"
@@ -88,6 +97,9 @@ static struct {
     char err_line[1024];
     size_t err_len;
     bool ever_stopped;
+    bool attached;     /* tdbg attach --mpi: a running job, no mpirun of ours */
+    bool batch;
+    bool detached;     /* the session ended by detach: the job trains on */
     char *buf;         /* a frame's payload */
 } J = { .err_fd = -1 };
 
@@ -590,8 +602,8 @@ static void report(void)
                 printf("job: rank %d (pid %d) died of %s: its connection ended without END\n", i, r->pid,
                        signal_text(r->signal));
             else
-                printf("job: rank %d (pid %d) died: its connection ended without END (of which signal, mpirun "
-                       "says when the job ends)\n", i, r->pid);
+                printf("job: rank %d (pid %d) died: its connection ended without END%s\n", i, r->pid,
+                       J.attached ? "" : " (of which signal, mpirun says when the job ends)");
             r->reported = true;
         }
     }
@@ -753,6 +765,31 @@ static int finish(void)
     return WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
 }
 
+static void detach_all(void)
+{
+    bool every[RANKS_MAX];
+    for (int i = 0; i < J.n; i++)
+        every[i] = true;
+    run_on("detach", every);
+    J.detached = true;
+    printf("Detached from every rank; the job trains on.\n");
+}
+
+/* quit, attached: the job is not this process's to end unasked. The end
+ * of input answers y, as in a launched session. */
+static bool confirm_kill(void)
+{
+    char *a = term_line_read("Kill every rank of the job being debugged? (y or n) ",
+                             isatty(STDIN_FILENO) && isatty(STDOUT_FILENO));
+    bool yes = !a || a[0] == 'y' || a[0] == 'Y';
+    if (!a)
+        printf("(end of input: y)\n");
+    else if (!yes)
+        printf("Not confirmed.\n");
+    free(a);
+    return yes;
+}
+
 /* One command line; false when the session is over. */
 static bool command(const char *line, bool *quit)
 {
@@ -792,12 +829,14 @@ static bool command(const char *line, bool *quit)
                        J.r[n].state == RK_PROMPT ? "paused" : "running", J.r[n].step);
             }
         }
-    } else if (word_in(l, "quit q")) {
-        *quit = true;
+    } else if (word_in(l, "quit q") && J.attached && J.batch) { /* as tdbg attach --batch: the job trains on */
+        detach_all();
         return false;
+    } else if (word_in(l, "quit q")) {
+        *quit = !J.attached || confirm_kill();
+        return !*quit;
     } else if (word_in(l, "detach")) {
-        run_on("detach", every);
-        printf("Detached from every rank; the job trains on.\n");
+        detach_all();
         return false;
     } else if (word_in(l, "run r continue c")) {
         resume(word_in(l, "run r") ? "continue" : l, false); /* the ranks started at the attach's pause */
@@ -843,6 +882,54 @@ static void cleanup_dir(void)
     rmdir(J.dir);
 }
 
+/* The job's command line until detach, quit or every rank's end; the
+ * exit status (docs/debugger.md "Data-parallel jobs", docs/attach.md). */
+static int session(const char *script)
+{
+    for (int i = 0; i < J.n; i++)
+        J.r[i].out_len = 0, J.r[i].stopped_new = false;
+    bool use_readline = !J.batch && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    bool quit = false;
+    for (;;) {
+        if (!any_live())
+            break;
+        if (!live(&J.r[J.focus]))
+            for (int i = 0; i < J.n; i++)
+                if (live(&J.r[i])) {
+                    printf("Focus: rank %d (rank %d is %s).\n", i, J.focus,
+                           J.r[J.focus].state == RK_DEAD ? "dead" : "ended");
+                    J.focus = i;
+                    break;
+                }
+        char prompt[32];
+        snprintf(prompt, sizeof prompt, "(tdbg rank %d) ", J.focus);
+        interrupted = 0;
+        char *l = next_line(prompt, &script, J.batch, use_readline);
+        if (!l && J.attached) { /* the end of input: as tdbg attach, a detach */
+            printf("\n");
+            detach_all();
+            break;
+        }
+        if (!l) {
+            quit = true;
+            break;
+        }
+        bool go_on = command(l, &quit);
+        free(l);
+        if (!go_on)
+            break;
+    }
+    if (quit && any_live())
+        quit_all();
+    if (J.attached) {
+        for (int64_t t0 = now_ms(); any_live() && now_ms() - t0 < QUIT_WAIT_MS;)
+            pump(100); /* each rank's END */
+        return J.detached ? 0 : 1;
+    }
+    int status = finish();
+    return quit && J.ever_stopped ? 1 : status;
+}
+
 int tdbg_job_main(char **argv, const char *script, bool batch, const char *plugin)
 {
     const char *tmp = getenv("TMPDIR");
@@ -876,44 +963,256 @@ int tdbg_job_main(char **argv, const char *script, bool batch, const char *plugi
     }
     cleanup_dir(); /* every rank is connected: nobody else may come */
     J.ever_stopped = false;
+    J.batch = batch;
     printf("tdbg %s: a job of %d ranks under %s (pid %d): ", TE_VERSION, J.n, argv[0], (int)J.mpirun);
     for (int i = 0; i < J.n; i++)
         printf("%srank %d pid %d", i ? ", " : "", i, J.r[i].pid);
     printf(".\nEvery rank is paused at step %lld, before %s. Commands go to the focused rank ('rank N'); "
            "breakpoints, continue and step go to every rank.\n", J.r[0].step, J.r[0].op);
-    for (int i = 0; i < J.n; i++)
-        J.r[i].out_len = 0, J.r[i].stopped_new = false;
-    bool use_readline = !batch && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
-    bool quit = false;
-    for (;;) {
-        if (!any_live())
-            break;
-        if (!live(&J.r[J.focus]))
-            for (int i = 0; i < J.n; i++)
-                if (live(&J.r[i])) {
-                    printf("Focus: rank %d (rank %d is %s).\n", i, J.focus,
-                           J.r[J.focus].state == RK_DEAD ? "dead" : "ended");
-                    J.focus = i;
-                    break;
-                }
-        char prompt[32];
-        snprintf(prompt, sizeof prompt, "(tdbg rank %d) ", J.focus);
-        interrupted = 0;
-        char *l = next_line(prompt, &script, batch, use_readline);
-        if (!l) {
-            quit = true;
-            break;
+    int status = session(script);
+    free(J.buf);
+    return status;
+}
+
+/* ---- attaching to a running job ------------------------------------------------------ */
+
+/* One pid of the list, until its WELCOME places it. */
+typedef struct named {
+    int pid, fd, rank, ranks;
+    char job[128];
+    char why[320]; /* why it cannot be, or "" */
+} named;
+
+/* Says BYE on every connection (a session begun detaches, and its rank
+ * trains on) and closes it. */
+static void let_go(named *p, int k)
+{
+    for (int i = 0; i < k; i++)
+        if (p[i].fd >= 0) {
+            te_wire_send(p[i].fd, TE_WIRE_BYE, NULL, 0);
+            close(p[i].fd);
+            p[i].fd = -1;
         }
-        bool go_on = command(l, &quit);
-        free(l);
-        if (!go_on)
-            break;
+}
+
+/* "PID,PID,...": k pids, each a process here, once. false with why. */
+static bool parse_pids(const char *list, named **out, int *k)
+{
+    named *p = NULL;
+    int n = 0;
+    for (const char *s = list; *s;) {
+        char *end;
+        long pid = strtol(s, &end, 10);
+        if (end == s || (*end && *end != ',') || pid <= 0 || pid > 1 << 30) {
+            fprintf(stderr, "tdbg: attach --mpi: '%s' is no list of pids (PID,PID,...)\n", list);
+            free(p);
+            return false;
+        }
+        for (int i = 0; i < n; i++)
+            if (p[i].pid == pid) {
+                fprintf(stderr, "tdbg: attach --mpi: pid %ld is named twice\n", pid);
+                free(p);
+                return false;
+            }
+        named *q = n < RANKS_MAX ? realloc(p, (size_t)(n + 1) * sizeof *p) : NULL;
+        if (!q) {
+            fprintf(stderr, "tdbg: attach --mpi: %s\n", n < RANKS_MAX ? "out of memory" : "too many pids");
+            free(p);
+            return false;
+        }
+        p = q;
+        p[n++] = (named){ .pid = (int)pid, .fd = -1, .rank = -1 };
+        s = *end ? end + 1 : end;
     }
-    if (quit && any_live())
-        quit_all();
-    int status = finish();
-    if (quit && J.ever_stopped)
-        status = 1;
+    *out = p;
+    *k = n;
+    return n > 0 || (fprintf(stderr, "tdbg: attach --mpi: no pid named\n"), false);
+}
+
+/* Each pid's socket, checked before any is connected to (a bad list
+ * leaves the job alone), then HELLO on each. */
+static bool connect_pids(named *p, int k)
+{
+    char path[256];
+    for (int i = 0; i < k; i++) {
+        struct stat st;
+        if (kill((pid_t)p[i].pid, 0) != 0 && errno == ESRCH) {
+            fprintf(stderr, "tdbg: attach --mpi: no process with pid %d\n", p[i].pid);
+            return false;
+        }
+        if (te_listen_socket_path(p[i].pid, path, sizeof path) != 0) {
+            fprintf(stderr, "tdbg: attach --mpi: XDG_RUNTIME_DIR is too long for a socket's path\n");
+            return false;
+        }
+        if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+            fprintf(stderr, "tdbg: attach --mpi: pid %d is not listening: start the job with TDBG_LISTEN=1 "
+                            "(docs/attach.md); no socket at %s\n", p[i].pid, path);
+            return false;
+        }
+    }
+    for (int i = 0; i < k; i++) {
+        te_listen_socket_path(p[i].pid, path, sizeof path);
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        if (strlen(path) >= sizeof a.sun_path) {
+            fprintf(stderr, "tdbg: attach --mpi: %s: the path is too long for a Unix socket\n", path);
+            return false;
+        }
+        memcpy(a.sun_path, path, strlen(path) + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            fprintf(stderr, "tdbg: attach --mpi: cannot connect to pid %d at %s: %s\n", p[i].pid, path,
+                    strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return false;
+        }
+        p[i].fd = fd;
+        char hello[128];
+        int n = snprintf(hello, sizeof hello, "tdbg-attach 1 pid=%d mode=cli job=1", (int)getpid());
+        if (te_wire_send(fd, TE_WIRE_HELLO, hello, (size_t)n) != 0) {
+            fprintf(stderr, "tdbg: attach --mpi: cannot talk to pid %d: %s\n", p[i].pid, strerror(errno));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Each connection's first frame: WELCOME (its rank, the job's size and
+ * name) or why not. false: a connection failed, or Ctrl-C, or CONNECT_S
+ * went by (the pids that did not answer are named). */
+static bool welcome_all(named *p, int k)
+{
+    struct pollfd *pf = calloc((size_t)k, sizeof *pf);
+    if (!pf) {
+        fprintf(stderr, "tdbg: out of memory\n");
+        return false;
+    }
+    bool ok = true;
+    int64_t t0 = now_ms();
+    for (int left = k; ok && left > 0;) {
+        for (int i = 0; i < k; i++)
+            pf[i] = (struct pollfd){ .fd = p[i].rank < 0 ? p[i].fd : -1, .events = POLLIN };
+        int ready = poll(pf, (nfds_t)k, 100);
+        for (int i = 0; ready > 0 && i < k; i++) {
+            if (!pf[i].revents)
+                continue;
+            int type = 0;
+            size_t len = 0;
+            te_wire_status st = te_wire_recv(p[i].fd, &type, J.buf, TE_WIRE_MAX + 1, &len, FRAME_MS);
+            char v[32];
+            if (st != TE_WIRE_FRAME || type != TE_WIRE_WELCOME) {
+                fprintf(stderr, "tdbg: attach --mpi: pid %d %s%s\n", p[i].pid,
+                        st != TE_WIRE_FRAME      ? "closed the connection: "
+                        : type == TE_WIRE_REFUSED ? "refused: "
+                                                  : "sent no WELCOME: ",
+                        st != TE_WIRE_FRAME ? te_error() : type == TE_WIRE_REFUSED ? J.buf : te_wire_type_name(type));
+                close(p[i].fd);
+                p[i].fd = -1;
+                ok = false;
+                continue;
+            }
+            field(J.buf, "rank", v, sizeof v);
+            p[i].rank = v[0] ? atoi(v) : -1;
+            field(J.buf, "ranks", v, sizeof v);
+            p[i].ranks = atoi(v);
+            field(J.buf, "job", p[i].job, sizeof p[i].job);
+            left--;
+            if (p[i].rank < 0 || p[i].ranks <= 0 || p[i].ranks > RANKS_MAX || p[i].rank >= p[i].ranks) {
+                fprintf(stderr, "tdbg: attach --mpi: pid %d is no rank of a data-parallel job (its WELCOME says "
+                                "no rank): attach to it with 'tdbg attach %d'\n", p[i].pid, p[i].pid);
+                ok = false;
+            }
+        }
+        if (ok && left > 0 && (interrupted || now_ms() - t0 > CONNECT_S * 1000)) {
+            fprintf(stderr, "tdbg: attach --mpi: %s before every rank answered; not answering:",
+                    interrupted ? "interrupted" : "gave up waiting");
+            for (int i = 0; i < k; i++)
+                if (p[i].rank < 0)
+                    fprintf(stderr, " pid %d", p[i].pid);
+            fprintf(stderr, "\n");
+            ok = false;
+        }
+    }
+    free(pf);
+    return ok;
+}
+
+/* The pids are the whole of one job, each rank once. false with why. */
+static bool one_whole_job(const named *p, int k)
+{
+    for (int i = 1; i < k; i++)
+        if (strcmp(p[i].job, p[0].job) != 0 || p[i].ranks != p[0].ranks) {
+            fprintf(stderr, "tdbg: attach --mpi: pids %d and %d are of two jobs (%s of %d ranks, %s of %d ranks)\n",
+                    p[0].pid, p[i].pid, p[0].job, p[0].ranks, p[i].job, p[i].ranks);
+            return false;
+        }
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < i; j++)
+            if (p[i].rank == p[j].rank) {
+                fprintf(stderr, "tdbg: attach --mpi: pids %d and %d are both rank %d: two jobs\n", p[j].pid,
+                        p[i].pid, p[i].rank);
+                return false;
+            }
+    if (k == p[0].ranks)
+        return true;
+    fprintf(stderr, "tdbg: attach --mpi: the job has %d ranks and %d pids are named; missing:", p[0].ranks, k);
+    for (int r = 0; r < p[0].ranks; r++) {
+        bool named_r = false;
+        for (int i = 0; i < k; i++)
+            named_r |= p[i].rank == r;
+        if (!named_r)
+            fprintf(stderr, " rank %d", r);
+    }
+    fprintf(stderr, "\n");
+    return false;
+}
+
+int tdbg_job_attach(const char *pids, const char *script, bool batch)
+{
+    named *p;
+    int k;
+    J.buf = malloc(TE_WIRE_MAX + 1);
+    if (!J.buf) {
+        fprintf(stderr, "tdbg: out of memory\n");
+        return 2;
+    }
+    if (!parse_pids(pids, &p, &k)) {
+        free(J.buf);
+        return 2;
+    }
+    J.attached = true;
+    J.batch = batch;
+    J.mpirun_done = true; /* no mpirun of ours */
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = { .sa_handler = on_sigint };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    if (!connect_pids(p, k) || !welcome_all(p, k) || !one_whole_job(p, k)) {
+        let_go(p, k);
+        free(p);
+        free(J.buf);
+        return 2;
+    }
+    J.n = p[0].ranks;
+    for (int i = 0; i < k; i++) {
+        rk *r = rank_at(p[i].rank);
+        r->fd = p[i].fd;
+        r->pid = p[i].pid;
+        r->welcomed = true;
+        r->state = RK_RUNNING;
+    }
+    free(p);
+    wait_prompts(NULL); /* each rank's pause: at its next op, or in the collective it waits in */
+    printf("tdbg %s: attached to a job of %d ranks: ", TE_VERSION, J.n);
+    for (int i = 0; i < J.n; i++)
+        printf("%srank %d pid %d", i ? ", " : "", i, J.r[i].pid);
+    printf(".\nEvery rank is paused:");
+    for (int i = 0; i < J.n; i++)
+        printf("%s rank %d at step %lld, %s%s", i ? ";" : "", i, J.r[i].step, J.r[i].op[0] ? J.r[i].op : "-",
+               strncmp(J.r[i].op, "allreduce/", 10) == 0 ? " (waiting for the other ranks)" : "");
+    printf(". Commands go to the focused rank ('rank N'); breakpoints, continue and step go to every rank; "
+           "'detach' leaves the job training.\n");
+    int status = session(script);
     free(J.buf);
     return status;
 }

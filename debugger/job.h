@@ -14,4 +14,11 @@
  * launcher's exit status (docs/debugger.md). */
 int tdbg_job_main(char **argv, const char *script, bool batch, const char *plugin);
 
+/* `tdbg attach --mpi PID,PID,...`: the same session over every rank of a
+ * running job started with TDBG_LISTEN=1, the pids in any order (WELCOME
+ * says each one's rank). 2 with a message when the pids are not the
+ * whole of one listening job; else 0 after a detach, 1 when the job
+ * ended while attached (docs/attach.md). */
+int tdbg_job_attach(const char *pids, const char *script, bool batch);
+
 #endif
