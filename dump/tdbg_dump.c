@@ -201,6 +201,19 @@ static void ls_run(ctx *c)
     if (m.peak_bytes)     /* likewise */
         fprintf(c->out, "memory: peak %llu bytes (%.1f MiB)\n", (unsigned long long)m.peak_bytes,
                 (double)m.peak_bytes / (1024.0 * 1024.0));
+    if (m.ranks > 0) {    /* a rank of a data-parallel job: what its collectives were */
+        dump_coll_row *colls = NULL;
+        const int n = dump_run_colls(c->dir, &colls, why, sizeof why);
+        char seqs[64] = "";
+        if (n > 0)
+            snprintf(seqs, sizeof seqs, " (seq %lld to %lld)", (long long)colls[0].seq, (long long)colls[n - 1].seq);
+        if (n < 0)
+            complain(c, RC_TROUBLE, "%s", why);
+        else
+            fprintf(c->out, "data parallel: rank %d of %d, %d collectives in the dumped steps%s\n", m.rank, m.ranks,
+                    n, seqs);
+        free(colls);
+    }
     fprintf(c->out, "command: %s\n", m.command_line);
 }
 

@@ -14,7 +14,7 @@ export LSAN_OPTIONS
 TDBG_DUMP_TIMEOUT=${TDBG_DUMP_TIMEOUT:-2}
 export TDBG_DUMP_TIMEOUT
 status=0
-for t in ${FUZZ_NAMES:-cond spec cmdline diff_opts step run checkpoint prof listen}; do
+for t in ${FUZZ_NAMES:-cond spec cmdline diff_opts step run checkpoint prof listen csv}; do
     log=tests/fuzz_replay_$t.out
     if ./fuzz/replay_$t "$srcdir/tests/fuzz/$t" "$srcdir/tests/fuzz/crashes/$t" >"$log" 2>&1; then
         echo "fuzz_replay: $t: $(tail -n 1 "$log")"

@@ -5,6 +5,7 @@
  * (mean and rows), on dumps written here with h5file.h; a damaged table;
  * then the MLP under mpirun with 2 ranks. */
 #include "diff.h"
+#include "dump.h"
 #include "h5file.h"
 #include "suites.h"
 #include "testutil.h"
@@ -170,6 +171,11 @@ START_TEST(test_run_h5_round_trip)
     ck_assert_int_eq(c[2].bucket, 0);
     ck_assert_int_eq(c[2].bytes, 12);
     free(c);
+    /* tdbg-dump ls says whose dump it is and which collectives it holds */
+    tu_result ls = tu_run_tool(tdbg_dump_main, "tdbg-dump", (const char *const[]){ "ls", r1, NULL });
+    ck_assert_msg(ls.rc == 0 && strstr(ls.out, "\ndata parallel: rank 1 of 2, 3 collectives in the dumped steps "
+                                              "(seq 1 to 3)\n"), "rc %d:\n%s%s", ls.rc, ls.out, ls.err);
+    tu_result_free(&ls);
     /* a one-process run.h5 has neither */
     char single[300];
     snprintf(single, sizeof single, "%s/single", test_dir(d, sizeof d));
