@@ -945,6 +945,31 @@ START_TEST(test_dp_collectives_are_ops)
 }
 END_TEST
 
+/* A breakpoint on a collective stops every rank there, as on any op: its
+ * input the rank's own gradients (different on each rank), its output
+ * their mean (the same). */
+START_TEST(test_dp_break_on_collective)
+{
+    char mpirun[256], launcher[512];
+    if (!tu_mpirun("examples:dp", 2, mpirun, sizeof mpirun))
+        return;
+    snprintf(launcher, sizeof launcher, "%s -x TDBG=batch -x 'TDBG_SCRIPT=break allreduce/bucket0\nrun\n"
+             "stats allreduce/bucket0:out0\nquit'", mpirun);
+    run_result *r = run_under(launcher, "mlp", "--dp --hidden 64,64 --batch 32 --steps 3 --threads 1");
+    const char *want = "stopped: step=0 phase=backward op=allreduce/bucket0 type=AllReduce reason=breakpoint";
+    const char *first = strstr(r->out, want), *second = first ? strstr(first + 1, want) : NULL;
+    ck_assert_msg(first && second, "not both ranks stopped at the all-reduce:\n%s", r->out);
+    ck_assert_msg(strstr(r->out, "inputs:  dp:bucket0.local [55050] f32") &&
+                      strstr(r->out, "outputs: dp:bucket0.mean [55050] f32"), "%s", r->out);
+    /* the mean is the same on both ranks: its stats line twice, the same */
+    const char *s1 = strstr(r->out, "allreduce/bucket0:out0 f32 [55050] min");
+    const char *s2 = s1 ? strstr(s1 + 1, "allreduce/bucket0:out0 f32 [55050] min") : NULL;
+    ck_assert_msg(s1 && s2 && strncmp(s1, s2, (size_t)(strchr(s1, '\n') - s1)) == 0,
+                  "the ranks' means differ:\n%s", r->out);
+    run_free(r);
+}
+END_TEST
+
 /* The GPU build with NCCL: one rank's gradients on the GPU go through
  * NCCL (1-rank smoke test: several ranks need several GPUs), and train as
  * the run without --dp does. */
@@ -1032,6 +1057,7 @@ Suite *suite_examples(void)
     tcase_add_test(tc, test_dp_batchnorm_per_rank);
     tcase_add_test(tc, test_dp_scaler_agrees);
     tcase_add_test(tc, test_dp_collectives_are_ops);
+    tcase_add_test(tc, test_dp_break_on_collective);
     tcase_add_test(tc, test_dp_cuda_nccl);
     tcase_add_test(tc, test_dp_flags);
     suite_add_tcase(s, tc);
