@@ -1,7 +1,8 @@
 /* fuzz_diff_opts.c — tdbg-diff's option parser (dump/diff_opts.c): the
  * input is argv, one argument a line (an argument may hold spaces). Any
  * argv parses or ends in a usage message and status 2; what parses names
- * both dumps, and its --map renames any op name. (--map and an @FILE
+ * both dumps (or, with --ranks, the one dump of ranks and neither), and
+ * its --map renames any op name. (--map and an @FILE
  * spec read the files they name; device files are skipped: fuzz.h.) */
 #include "diff.h"
 #include "fuzz.h"
@@ -27,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc != 0 && rc != 2)
         abort();   /* parsing ends in success or trouble */
     if (rc == 0 && !done) {
-        if (!o.a || !o.b)
+        if (o.ranks ? o.a || o.b : !o.a || !o.b)
             abort();
         char buf[256];
         static const char *const names[] = { "fc1/linear", "enc/layer0/attn", "", "a/b/c/d/e/f" };
