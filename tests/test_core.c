@@ -691,6 +691,10 @@ Suite *suite_core(void)
 {
     Suite *s = suite_create("core");
     TCase *tc = tcase_create("core");
+    /* The runner's first test: in the CUDA build its te_init is the first to
+     * touch the toolkit's libraries, read from disk on a cold start while
+     * the fuzz replay builds beside it (CI once took more than Check's 4 s). */
+    tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, tu_setup, tu_teardown);
     tcase_add_test(tc, test_dtypes);
     tcase_add_test(tc, test_f16_bits);
