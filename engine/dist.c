@@ -42,7 +42,6 @@ typedef struct bucket {
 } bucket;
 
 static struct {
-    bool on;
     int rank, size;
     size_t bucket_bytes;
     bool no_sync;
@@ -95,7 +94,7 @@ static te_status nccl_start(void)
 
 te_status te_dist_init(const te_dist_opts *o)
 {
-    if (ds.on) {
+    if (te_dist_on) {
         te_set_error(TE_ERR_STATE, "te_dist_init: this process is in a job already (rank %d of %d)", ds.rank,
                      ds.size);
         return TE_ERR_STATE;
@@ -106,22 +105,22 @@ te_status te_dist_init(const te_dist_opts *o)
         return TE_ERR_DEVICE;
     }
     ds.bucket_bytes = bucket_bytes_from(o);
-    ds.on = te_dist_on = true;
+    te_dist_on = true;
     ds.seq = 0;
     /* The GPU backend in use: its gradients will be reduced by NCCL. */
     return te_backend_device() == TE_DEV_CUDA ? nccl_start() : TE_OK;
 }
 
-bool te_dist_active(void) { return ds.on; }
-int te_dist_rank(void) { return ds.on ? ds.rank : 0; }
-int te_dist_size(void) { return ds.on ? ds.size : 1; }
-const char *te_dist_transport(void) { return !ds.on ? "none" : ds.nccl ? "mpi+nccl" : "mpi"; }
+bool te_dist_active(void) { return te_dist_on; }
+int te_dist_rank(void) { return te_dist_on ? ds.rank : 0; }
+int te_dist_size(void) { return te_dist_on ? ds.size : 1; }
+const char *te_dist_transport(void) { return !te_dist_on ? "none" : ds.nccl ? "mpi+nccl" : "mpi"; }
 int64_t te_dist_seq(void) { return ds.seq; }
 void te_dist_no_sync(bool on) { ds.no_sync = on; }
 
 void te_dist_abort(int code)
 {
-    if (ds.on)
+    if (te_dist_on)
         dist_tx_abort(code);
     exit(code);
 }
@@ -153,9 +152,9 @@ void te_dist_shutdown(void)
         te_nccl_finalize();
 #endif
     ds.nccl = false;
-    if (ds.on)
+    if (te_dist_on)
         dist_tx_finalize();
-    ds.on = te_dist_on = false;
+    te_dist_on = false;
     ds.rank = 0;
     ds.size = 1;
     ds.no_sync = ds.armed = false;
@@ -232,11 +231,27 @@ static te_collective coll_new(const char *kind, int root, int bucket_index, size
                             .bucket = bucket_index, .bytes = bytes };
 }
 
+/* A collective that succeeded takes its place in the step's execution
+ * order, and with report the hooks see it with its tensors. */
+static void coll_done(te_op_record *rec, bool report, te_tensor **in, int n_in, te_tensor **out, int n_out)
+{
+    if (!te_in_step())
+        return;
+    rec->exec_index = te_next_exec_index();
+    if (!report)
+        return;
+    rec->inputs = in;
+    rec->n_inputs = n_in;
+    rec->outputs = out;
+    rec->n_outputs = n_out;
+    te_op_done(rec);
+}
+
 /* Runs a broadcast of n tensors from rank 0 as the op `name`; reported to
  * the hooks within a step only (the first one, before training, is not). */
 static te_status broadcast(const char *name, te_tensor **ts, int n)
 {
-    if (!ds.on || n == 0)
+    if (!te_dist_on || n == 0)
         return TE_OK;
     size_t bytes = 0;
     for (int i = 0; i < n; i++)
@@ -262,14 +277,8 @@ static te_status broadcast(const char *name, te_tensor **ts, int n)
         for (int i = 0; i < n; at += ts[i]->nbytes, i++)
             te_backend_for(ts[i])->from_host(te_data(ts[i]), buf + at, ts[i]->nbytes);
     free(buf);
-    if (st == TE_OK && report) {
-        rec.exec_index = te_next_exec_index();
-        rec.outputs = ts;
-        rec.n_outputs = n;
-        te_op_done(&rec);
-    } else if (st == TE_OK && te_in_step()) {
-        te_next_exec_index();
-    }
+    if (st == TE_OK)
+        coll_done(&rec, report, NULL, 0, ts, n);
     return st;
 }
 
@@ -296,7 +305,7 @@ te_status te_dist_broadcast_buffers(void)
 
 te_status te_dist_allreduce_host(const char *name, double *v, int n)
 {
-    if (!ds.on)
+    if (!te_dist_on)
         return TE_OK;
     char op[TE_NAME_MAX];
     snprintf(op, sizeof op, "allreduce/%.100s", name);
@@ -307,12 +316,8 @@ te_status te_dist_allreduce_host(const char *name, double *v, int n)
         te_op_begin(&rec);
     void *req = dist_tx_allreduce_f64(v, n, op);
     te_status st = req ? wait_for(req, false, &rec) : te_error_code();
-    if (st == TE_OK && report) {
-        rec.exec_index = te_next_exec_index();
-        te_op_done(&rec);
-    } else if (st == TE_OK && te_in_step()) {
-        te_next_exec_index();
-    }
+    if (st == TE_OK)
+        coll_done(&rec, report, NULL, 0, NULL, 0);
     return st;
 }
 
@@ -515,17 +520,8 @@ static te_status bucket_finish(int k)
                     o[i] *= inv;
         }
     }
-    if (report) {
-        te_tensor *ins[1] = { b->in }, *outs[1] = { b->out };
-        rec.exec_index = te_next_exec_index();
-        rec.inputs = ins;
-        rec.n_inputs = b->kept_in ? 1 : 0;
-        rec.outputs = outs;
-        rec.n_outputs = 1;
-        te_op_done(&rec);
-    } else {
-        te_next_exec_index();
-    }
+    te_tensor *ins[1] = { b->in }, *outs[1] = { b->out };
+    coll_done(&rec, report, ins, b->kept_in ? 1 : 0, outs, 1);
     return TE_OK;
 }
 
